@@ -1,0 +1,92 @@
+package placement
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Cluster is the nodes a policy chooses among. Assign and Release keep the
+// free capacity exact; policies read it.
+type Cluster struct {
+	Nodes []Node
+}
+
+// ModelAllowed reports whether a GPU of the given model may serve t.
+func (t Task) ModelAllowed(model string) bool {
+	return len(t.Models) == 0 || slices.Contains(t.Models, model)
+}
+
+// Fits reports whether t fits on node n and, if so, on which GPUs when the
+// GPUs are taken in index order (the lowest-numbered GPUs that fit). It checks
+// CPU, memory, models, and per-GPU capacity: a share needs one GPU with
+// GPUMilli free, N whole GPUs need N fully idle GPUs.
+func (c *Cluster) Fits(n int, t Task) ([]int, bool) {
+	node := &c.Nodes[n]
+	if node.FreeCPUMilli < t.CPUMilli || node.FreeMemoryMiB < t.MemoryMiB {
+		return nil, false
+	}
+	if t.GPUCount == 0 {
+		return nil, true
+	}
+	var gpus []int
+	for i, g := range node.GPUs {
+		if g.FreeMilli >= t.GPUMilli && t.ModelAllowed(g.Model) {
+			gpus = append(gpus, i)
+			if len(gpus) == t.GPUCount {
+				return gpus, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// Assign applies a placement to the cluster. It returns an error, and changes
+// nothing, when the choice does not fit.
+func (c *Cluster) Assign(ch Choice, t Task) error {
+	if err := c.check(ch, t); err != nil {
+		return err
+	}
+	node := &c.Nodes[ch.Node]
+	node.FreeCPUMilli -= t.CPUMilli
+	node.FreeMemoryMiB -= t.MemoryMiB
+	for _, g := range ch.GPUs {
+		node.GPUs[g].FreeMilli -= t.GPUMilli
+	}
+	return nil
+}
+
+// Release gives back what Assign took for the same choice and task.
+func (c *Cluster) Release(ch Choice, t Task) {
+	node := &c.Nodes[ch.Node]
+	node.FreeCPUMilli += t.CPUMilli
+	node.FreeMemoryMiB += t.MemoryMiB
+	for _, g := range ch.GPUs {
+		node.GPUs[g].FreeMilli += t.GPUMilli
+	}
+}
+
+func (c *Cluster) check(ch Choice, t Task) error {
+	if ch.Node < 0 || ch.Node >= len(c.Nodes) {
+		return fmt.Errorf("node index %d out of range [0,%d)", ch.Node, len(c.Nodes))
+	}
+	node := &c.Nodes[ch.Node]
+	if node.FreeCPUMilli < t.CPUMilli || node.FreeMemoryMiB < t.MemoryMiB {
+		return fmt.Errorf("node %s: task needs %d mCPU and %d MiB, %d and %d free",
+			node.Name, t.CPUMilli, t.MemoryMiB, node.FreeCPUMilli, node.FreeMemoryMiB)
+	}
+	if len(ch.GPUs) != t.GPUCount {
+		return fmt.Errorf("node %s: task needs %d GPUs, choice names %d", node.Name, t.GPUCount, len(ch.GPUs))
+	}
+	seen := map[int]bool{}
+	for _, g := range ch.GPUs {
+		if g < 0 || g >= len(node.GPUs) || seen[g] {
+			return fmt.Errorf("node %s: GPU index %d invalid or repeated", node.Name, g)
+		}
+		seen[g] = true
+		if node.GPUs[g].FreeMilli < t.GPUMilli || !t.ModelAllowed(node.GPUs[g].Model) {
+			return fmt.Errorf("node %s: GPU %d (%s, %d milli free) cannot take %d milli",
+				node.Name, g, node.GPUs[g].Model, node.GPUs[g].FreeMilli, t.GPUMilli)
+		}
+	}
+	return nil
+}
