@@ -1,0 +1,166 @@
+// Package fairshare computes each project's deserved GPU share for one
+// scheduling cycle.
+//
+// The rule (BACKGROUND section 2): every project first gets
+// min(guaranteed, demand); what is left of the capacity goes to projects with
+// unmet demand, highest priority tier first, split by over-quota weight
+// inside a tier, never above a project's limit. Inside a tier the split is
+// water-filling: a project capped by its demand or limit leaves its part to
+// the others of the tier, and what the tier cannot use goes to the next tier.
+//
+// Everything is in integer shares (0.01 GPU), so results are exact. Each
+// division rounds down; the few shares left by rounding go one by one to the
+// projects with the largest remainders (then larger weight, then name), so
+// the total handed out is exactly min(capacity, total capped demand) and never
+// more than the capacity.
+//
+// When the guarantees alone exceed the capacity (an over-committed cluster,
+// e.g. after nodes left), the guarantee phase is itself water-filled: higher
+// priority tiers first, in proportion to the guarantees inside a tier.
+package fairshare
+
+import (
+	"cmp"
+	"math/bits"
+	"slices"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+)
+
+// Deserved returns the deserved share of every project, in the order of
+// projects. demand[i] is what project i could use this cycle: what it runs
+// plus what it has pending. capacity is the cluster's GPU capacity.
+func Deserved(capacity model.Shares, projects []model.Project, demand []model.Shares) []model.Shares {
+	n := len(projects)
+	deserved := make([]model.Shares, n)
+	want := make([]model.Shares, n) // demand capped by limit
+	first := make([]model.Shares, n)
+	var firstTotal model.Shares
+	for i := range projects {
+		want[i] = max(0, min(demand[i], projects[i].Cap()))
+		first[i] = min(max(projects[i].Guaranteed, 0), want[i])
+		firstTotal += first[i]
+	}
+	capacity = max(capacity, 0)
+	tiers := priorityTiers(projects)
+	if firstTotal <= capacity {
+		copy(deserved, first)
+	} else {
+		// Guarantees over-committed: fill them tier by tier, in proportion
+		// to the guarantee.
+		avail := capacity
+		for _, tier := range tiers {
+			avail = fill(avail, tier, projects, deserved, first, func(i int) int64 { return int64(first[i]) })
+		}
+		return deserved
+	}
+	avail := capacity - firstTotal
+	for _, tier := range tiers {
+		if avail == 0 {
+			break
+		}
+		avail = fill(avail, tier, projects, deserved, want, func(i int) int64 { return projects[i].Weight() })
+	}
+	return deserved
+}
+
+// priorityTiers groups project positions by priority, highest first; inside
+// a tier positions are in name order.
+func priorityTiers(projects []model.Project) [][]int {
+	order := make([]int, len(projects))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		if c := cmp.Compare(projects[b].Priority, projects[a].Priority); c != 0 {
+			return c
+		}
+		return cmp.Compare(projects[a].Name, projects[b].Name)
+	})
+	var tiers [][]int
+	for start := 0; start < len(order); {
+		end := start + 1
+		for end < len(order) && projects[order[end]].Priority == projects[order[start]].Priority {
+			end++
+		}
+		tiers = append(tiers, order[start:end])
+		start = end
+	}
+	return tiers
+}
+
+// fill water-fills avail over the members of one tier: member i may grow
+// up to upto[i], in proportion to weight(i). It adds to given and returns
+// what is left of avail.
+func fill(avail model.Shares, tier []int, projects []model.Project, given, upto []model.Shares, weight func(int) int64) model.Shares {
+	active := make([]int, 0, len(tier))
+	for _, i := range tier {
+		if given[i] < upto[i] && weight(i) > 0 {
+			active = append(active, i)
+		}
+	}
+	for avail > 0 && len(active) > 0 {
+		var total uint64
+		for _, i := range active {
+			total += uint64(weight(i))
+		}
+		// Members whose remaining room is within their part are filled
+		// and leave; the others share the rest in the next pass.
+		start := avail
+		kept := active[:0]
+		for _, i := range active {
+			part, _ := portion(start, weight(i), total)
+			if room := upto[i] - given[i]; room <= part {
+				given[i] += room
+				avail -= room
+			} else {
+				kept = append(kept, i)
+			}
+		}
+		if len(kept) < len(active) {
+			active = kept
+			continue
+		}
+		// Nobody is capped: everyone gets its part, rounded down, and the
+		// shares left by rounding go to the largest remainders.
+		type rest struct {
+			i   int
+			rem uint64
+		}
+		rests := make([]rest, 0, len(active))
+		for _, i := range active {
+			part, rem := portion(start, weight(i), total)
+			given[i] += part
+			avail -= part
+			rests = append(rests, rest{i, rem})
+		}
+		slices.SortFunc(rests, func(a, b rest) int {
+			if c := cmp.Compare(b.rem, a.rem); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(weight(b.i), weight(a.i)); c != 0 {
+				return c
+			}
+			return cmp.Compare(projects[a.i].Name, projects[b.i].Name)
+		})
+		for _, r := range rests {
+			if avail == 0 {
+				break
+			}
+			if given[r.i] < upto[r.i] {
+				given[r.i]++
+				avail--
+			}
+		}
+		break
+	}
+	return avail
+}
+
+// portion is avail*w/total rounded down, and the remainder, without
+// overflow (w <= total).
+func portion(avail model.Shares, w int64, total uint64) (model.Shares, uint64) {
+	hi, lo := bits.Mul64(uint64(avail), uint64(w))
+	q, r := bits.Div64(hi, lo, total)
+	return model.Shares(q), r
+}

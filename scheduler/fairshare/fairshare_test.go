@@ -1,0 +1,128 @@
+package fairshare
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+)
+
+func TestDeserved(t *testing.T) {
+	type proj struct {
+		name      string
+		g, limit  model.Shares
+		hasLimit  bool
+		priority  int
+		weight    int64
+		demand    model.Shares
+		wantShare model.Shares
+	}
+	tests := []struct {
+		name     string
+		capacity model.Shares
+		projects []proj
+	}{
+		{"guarantees then the rest split evenly", 400, []proj{
+			{name: "a", g: 100, demand: 400, wantShare: 200},
+			{name: "b", g: 100, demand: 400, wantShare: 200},
+		}},
+		{"demand below guarantee gives the rest away", 400, []proj{
+			{name: "a", g: 200, demand: 50, wantShare: 50},
+			{name: "b", g: 100, demand: 1000, wantShare: 350},
+		}},
+		{"weights split the over-quota part", 400, []proj{
+			{name: "a", weight: 3, demand: 1000, wantShare: 300},
+			{name: "b", weight: 1, demand: 1000, wantShare: 100},
+		}},
+		{"higher tier first, lower gets what is left", 400, []proj{
+			{name: "hi", g: 100, priority: 10, demand: 300, wantShare: 300},
+			{name: "lo", g: 50, priority: 1, demand: 1000, wantShare: 100},
+		}},
+		{"limit caps and the leftover flows on", 400, []proj{
+			{name: "a", limit: 120, hasLimit: true, demand: 1000, wantShare: 120},
+			{name: "b", demand: 1000, wantShare: 280},
+		}},
+		{"water-filling inside a tier", 600, []proj{
+			{name: "a", demand: 50, wantShare: 50},
+			{name: "b", demand: 1000, wantShare: 275},
+			{name: "c", demand: 1000, wantShare: 275},
+		}},
+		{"rounding never exceeds capacity", 100, []proj{
+			{name: "a", demand: 100, wantShare: 34},
+			{name: "b", demand: 100, wantShare: 33},
+			{name: "c", demand: 100, wantShare: 33},
+		}},
+		{"over-committed guarantees by tier then proportion", 300, []proj{
+			{name: "hi", g: 200, priority: 5, demand: 300, wantShare: 200},
+			{name: "a", g: 150, demand: 300, wantShare: 60},
+			{name: "b", g: 100, demand: 300, wantShare: 40},
+		}},
+		{"no demand, no share", 800, []proj{
+			{name: "a", g: 400, demand: 0, wantShare: 0},
+			{name: "b", g: 0, demand: 150, wantShare: 150},
+		}},
+		{"fractional guarantees", 200, []proj{
+			{name: "a", g: 25, demand: 25, wantShare: 25},
+			{name: "b", g: 75, demand: 1000, wantShare: 175},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var projects []model.Project
+			var demand, want []model.Shares
+			for _, p := range tt.projects {
+				projects = append(projects, model.Project{Name: p.name, Guaranteed: p.g, Limit: p.limit, HasLimit: p.hasLimit, Priority: p.priority, OverQuotaWeight: p.weight})
+				demand = append(demand, p.demand)
+				want = append(want, p.wantShare)
+			}
+			got := Deserved(tt.capacity, projects, demand)
+			if !slices.Equal(got, want) {
+				t.Errorf("Deserved = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestDeservedInvariants checks, on random inputs, what must always hold:
+// the total is min(capacity, capped demand), nobody gets more than its
+// capped demand, and anybody whose demand fits in its guarantee gets it when
+// the guarantees fit.
+func TestDeservedInvariants(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 500 {
+		n := 1 + rng.IntN(8)
+		capacity := model.Shares(rng.IntN(2000))
+		projects := make([]model.Project, n)
+		demand := make([]model.Shares, n)
+		var wantTotal, guaranteeTotal model.Shares
+		for i := range projects {
+			projects[i] = model.Project{
+				Name:            string(rune('a' + i)),
+				Guaranteed:      model.Shares(rng.IntN(400)),
+				Priority:        rng.IntN(3),
+				OverQuotaWeight: int64(rng.IntN(4)),
+			}
+			if rng.IntN(3) == 0 {
+				projects[i].HasLimit, projects[i].Limit = true, model.Shares(rng.IntN(600))
+			}
+			demand[i] = model.Shares(rng.IntN(900))
+			wantTotal += min(demand[i], projects[i].Cap())
+			guaranteeTotal += min(projects[i].Guaranteed, demand[i], projects[i].Cap())
+		}
+		got := Deserved(capacity, projects, demand)
+		var total model.Shares
+		for i, d := range got {
+			total += d
+			if d < 0 || d > min(demand[i], projects[i].Cap()) {
+				t.Fatalf("project %d deserved %v, capped demand %v", i, d, min(demand[i], projects[i].Cap()))
+			}
+			if guaranteeTotal <= capacity && d < min(projects[i].Guaranteed, demand[i], projects[i].Cap()) {
+				t.Fatalf("project %d deserved %v below its guarantee", i, d)
+			}
+		}
+		if total != min(capacity, wantTotal) {
+			t.Fatalf("total %v, want %v (capacity %v)", total, min(capacity, wantTotal), capacity)
+		}
+	}
+}

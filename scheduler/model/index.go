@@ -1,0 +1,160 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrInvalid is wrapped by every error Index returns for a snapshot that
+// contradicts itself.
+var ErrInvalid = errors.New("invalid snapshot")
+
+// Index is the lookup tables of a snapshot and the capacity left free by its
+// allocations. It is built once per cycle by Snapshot.Index and is read-only
+// afterwards.
+type Index struct {
+	// ProjectByName and NodeByName map names to positions in
+	// Snapshot.Projects and Snapshot.Nodes.
+	ProjectByName map[string]int
+	NodeByName    map[string]int
+	// AllocProject and AllocNode are, per allocation, the positions of its
+	// project and node; PendingProject the same for pending workloads.
+	AllocProject   []int32
+	AllocNode      []int32
+	PendingProject []int32
+	// GPUOffset[n] is the position of node n's first GPU in FreeShares.
+	GPUOffset []int32
+	// FreeShares is the unallocated part of every GPU, node by node.
+	FreeShares []Shares
+	// FreeCPUMilli and FreeMemoryMiB are per node.
+	FreeCPUMilli  []int64
+	FreeMemoryMiB []int64
+	// Usage is the GPU amount each project's allocations hold;
+	// NonPreemptibleUsage the part of it that may not be suspended.
+	Usage               []Shares
+	NonPreemptibleUsage []Shares
+}
+
+// Free returns the free shares of GPU g on node n.
+func (x *Index) Free(n, g int) Shares { return x.FreeShares[int(x.GPUOffset[n])+g] }
+
+// Index checks the snapshot and builds its lookup tables. Every error wraps
+// ErrInvalid and names the record at fault: duplicate names, unknown
+// projects or nodes, malformed asks, bindings to GPUs that do not exist or
+// that would be over-committed or used against their mode.
+func (s *Snapshot) Index() (*Index, error) {
+	x := &Index{
+		ProjectByName:       make(map[string]int, len(s.Projects)),
+		NodeByName:          make(map[string]int, len(s.Nodes)),
+		AllocProject:        make([]int32, len(s.Allocations)),
+		AllocNode:           make([]int32, len(s.Allocations)),
+		PendingProject:      make([]int32, len(s.Pending)),
+		GPUOffset:           make([]int32, len(s.Nodes)+1),
+		FreeCPUMilli:        make([]int64, len(s.Nodes)),
+		FreeMemoryMiB:       make([]int64, len(s.Nodes)),
+		Usage:               make([]Shares, len(s.Projects)),
+		NonPreemptibleUsage: make([]Shares, len(s.Projects)),
+	}
+	for i := range s.Projects {
+		p := &s.Projects[i]
+		if _, dup := x.ProjectByName[p.Name]; dup || p.Name == "" {
+			return nil, fmt.Errorf("%w: project %q: empty or duplicate name", ErrInvalid, p.Name)
+		}
+		if p.Guaranteed < 0 || (p.HasLimit && p.Limit < 0) {
+			return nil, fmt.Errorf("%w: project %q: negative guarantee or limit", ErrInvalid, p.Name)
+		}
+		x.ProjectByName[p.Name] = i
+	}
+	total := 0
+	for i := range s.Nodes {
+		n := &s.Nodes[i]
+		if _, dup := x.NodeByName[n.Name]; dup || n.Name == "" {
+			return nil, fmt.Errorf("%w: node %q: empty or duplicate name", ErrInvalid, n.Name)
+		}
+		x.NodeByName[n.Name] = i
+		x.GPUOffset[i] = int32(total)
+		total += len(n.GPUs)
+		x.FreeCPUMilli[i] = n.CPUMilli
+		x.FreeMemoryMiB[i] = n.MemoryMiB
+	}
+	x.GPUOffset[len(s.Nodes)] = int32(total)
+	x.FreeShares = make([]Shares, total)
+	for i := range x.FreeShares {
+		x.FreeShares[i] = SharesPerGPU
+	}
+	for i := range s.Allocations {
+		a := &s.Allocations[i]
+		p, ok := x.ProjectByName[a.Project]
+		if !ok {
+			return nil, fmt.Errorf("%w: allocation %q: unknown project %q", ErrInvalid, a.ID, a.Project)
+		}
+		n, ok := x.NodeByName[a.Node]
+		if !ok {
+			return nil, fmt.Errorf("%w: allocation %q: unknown node %q", ErrInvalid, a.ID, a.Node)
+		}
+		if err := a.Ask.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: allocation %q: %w", ErrInvalid, a.ID, err)
+		}
+		if err := x.bind(s, n, a); err != nil {
+			return nil, fmt.Errorf("%w: allocation %q: %w", ErrInvalid, a.ID, err)
+		}
+		x.AllocProject[i], x.AllocNode[i] = int32(p), int32(n)
+		x.Usage[p] += a.Ask.GPUShares()
+		if !a.Preemptible {
+			x.NonPreemptibleUsage[p] += a.Ask.GPUShares()
+		}
+	}
+	for i := range s.Pending {
+		w := &s.Pending[i]
+		p, ok := x.ProjectByName[w.Project]
+		if !ok {
+			return nil, fmt.Errorf("%w: pending %s/%s: unknown project %q", ErrInvalid, w.Job, w.Group, w.Project)
+		}
+		if err := w.Ask.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: pending %s/%s: %w", ErrInvalid, w.Job, w.Group, err)
+		}
+		if w.Count < 1 {
+			return nil, fmt.Errorf("%w: pending %s/%s: count %d below 1", ErrInvalid, w.Job, w.Group, w.Count)
+		}
+		x.PendingProject[i] = int32(p)
+	}
+	return x, nil
+}
+
+// bind takes the allocation's ask from the free capacity of node n.
+func (x *Index) bind(s *Snapshot, n int, a *Allocation) error {
+	node := &s.Nodes[n]
+	want := a.Ask.WholeGPUs
+	per := SharesPerGPU
+	if a.Ask.Shares > 0 {
+		want, per = 1, a.Ask.Shares
+	}
+	if len(a.GPUs) != want {
+		return fmt.Errorf("ask needs %d GPUs, bound to %d", want, len(a.GPUs))
+	}
+	for j, g := range a.GPUs {
+		if g < 0 || g >= len(node.GPUs) {
+			return fmt.Errorf("node %q has no GPU %d", node.Name, g)
+		}
+		for _, h := range a.GPUs[:j] {
+			if h == g {
+				return fmt.Errorf("GPU %d bound twice", g)
+			}
+		}
+		gpu := &node.GPUs[g]
+		if (gpu.Mode == ModeWhole && a.Ask.Shares > 0) || (gpu.Mode == ModeShared && a.Ask.WholeGPUs > 0) {
+			return fmt.Errorf("node %q GPU %d is in %s mode", node.Name, g, gpu.Mode)
+		}
+		free := &x.FreeShares[int(x.GPUOffset[n])+g]
+		if *free < per {
+			return fmt.Errorf("node %q GPU %d over-committed: %s free, %s asked", node.Name, g, *free, per)
+		}
+		*free -= per
+	}
+	x.FreeCPUMilli[n] -= a.Ask.CPUMilli
+	x.FreeMemoryMiB[n] -= a.Ask.MemoryMiB
+	if x.FreeCPUMilli[n] < 0 || x.FreeMemoryMiB[n] < 0 {
+		return fmt.Errorf("node %q CPU or memory over-committed", node.Name)
+	}
+	return nil
+}

@@ -1,0 +1,246 @@
+// Package model is the cluster snapshot the scheduler decides on: nodes and
+// their GPUs, running allocations, pending workloads and projects.
+//
+// A snapshot is plain data (slices of structs) so that the quota service can
+// build one from Nomad and tests can build one by hand. Names refer to other
+// records (an allocation names its project and node); Index builds the maps
+// that turn names into slice positions once per cycle.
+//
+// Units: one GPU is 100 shares (Shares); a share is 0.01 of one GPU, memory
+// and compute alike. All quota arithmetic is in integer shares, so it is
+// exact.
+package model
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Shares is an amount of GPU in hundredths of a GPU: 100 shares = 1 GPU.
+type Shares int64
+
+// SharesPerGPU is the number of shares in one whole GPU.
+const SharesPerGPU Shares = 100
+
+// GPUs returns n whole GPUs as shares.
+func GPUs(n int) Shares { return Shares(n) * SharesPerGPU }
+
+// String formats s as GPUs with two decimals, e.g. "1.50".
+func (s Shares) String() string {
+	neg := ""
+	if s < 0 {
+		neg, s = "-", -s
+	}
+	return fmt.Sprintf("%s%d.%02d", neg, s/SharesPerGPU, s%SharesPerGPU)
+}
+
+// ParseShares reads a GPU amount written as a decimal ("2", "0.5", "1.25")
+// with at most two decimals, exactly (no floating point).
+func ParseShares(text string) (Shares, error) {
+	if text == "" {
+		return 0, fmt.Errorf("empty GPU amount")
+	}
+	neg := false
+	s := text
+	if s[0] == '-' {
+		neg, s = true, s[1:]
+	}
+	whole, frac := s, ""
+	for i := 0; i < len(s); i++ {
+		if s[i] == '.' {
+			whole, frac = s[:i], s[i+1:]
+			break
+		}
+	}
+	if whole == "" || len(frac) > 2 || (len(frac) == 0 && len(whole) != len(s)) {
+		return 0, fmt.Errorf("GPU amount %q: want a number with at most two decimals", text)
+	}
+	for _, part := range []string{whole, frac} {
+		for i := 0; i < len(part); i++ {
+			if part[i] < '0' || part[i] > '9' {
+				return 0, fmt.Errorf("GPU amount %q: want a number with at most two decimals", text)
+			}
+		}
+	}
+	if len(whole) > 12 {
+		return 0, fmt.Errorf("GPU amount %q: too large", text)
+	}
+	w, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("GPU amount %q: %w", text, err)
+	}
+	var f int64
+	if frac != "" {
+		f, _ = strconv.ParseInt(frac, 10, 64)
+		if len(frac) == 1 {
+			f *= 10
+		}
+	}
+	v := Shares(w)*SharesPerGPU + Shares(f)
+	if neg {
+		v = -v
+	}
+	return v, nil
+}
+
+// Mode says which kind of work a GPU may carry. A GPU is never given both
+// whole and shared at once; ModeAny lets the scheduler use an idle GPU either
+// way.
+type Mode uint8
+
+const (
+	// ModeAny: an idle GPU may take a whole-GPU task or shares.
+	ModeAny Mode = iota
+	// ModeWhole: the GPU is handed out only as a whole GPU.
+	ModeWhole
+	// ModeShared: the GPU is handed out only in shares.
+	ModeShared
+)
+
+// String returns "any", "whole" or "shared".
+func (m Mode) String() string {
+	switch m {
+	case ModeWhole:
+		return "whole"
+	case ModeShared:
+		return "shared"
+	default:
+		return "any"
+	}
+}
+
+// GPU is one physical GPU of a node.
+type GPU struct {
+	Model     string
+	MemoryMiB int64
+	Mode      Mode
+}
+
+// Node is one Nomad client with its capacity. What is free is derived from
+// the allocations bound to it (see Snapshot.Free).
+type Node struct {
+	Name      string
+	CPUMilli  int64
+	MemoryMiB int64
+	GPUs      []GPU
+}
+
+// Ask is what one instance of a workload needs. It asks for WholeGPUs whole
+// GPUs, or for Shares of one GPU (1 to 99), or for neither (CPU only).
+type Ask struct {
+	CPUMilli  int64
+	MemoryMiB int64
+	WholeGPUs int
+	Shares    Shares
+	// Models, when not empty, restricts the GPU models the instance may use.
+	Models []string
+}
+
+// GPUShares is the GPU amount the ask takes, in shares.
+func (a Ask) GPUShares() Shares { return GPUs(a.WholeGPUs) + a.Shares }
+
+// Validate reports whether the ask is well formed.
+func (a Ask) Validate() error {
+	switch {
+	case a.CPUMilli < 0 || a.MemoryMiB < 0:
+		return fmt.Errorf("negative CPU or memory ask")
+	case a.WholeGPUs < 0 || a.Shares < 0:
+		return fmt.Errorf("negative GPU ask")
+	case a.WholeGPUs > 0 && a.Shares > 0:
+		return fmt.Errorf("ask names both %d whole GPUs and %s GPU in shares", a.WholeGPUs, a.Shares)
+	case a.Shares >= SharesPerGPU:
+		return fmt.Errorf("share ask %s is not below one GPU; ask for whole GPUs", a.Shares)
+	}
+	return nil
+}
+
+// Allocation is one running instance of a task group.
+type Allocation struct {
+	ID      string
+	Project string
+	// Job identifies the job; it must be unique in the snapshot (for
+	// example "namespace/job-id"). Suspension stops whole jobs.
+	Job      string
+	Group    string
+	Priority int
+	// Preemptible is false for work that must never be suspended; such work
+	// may only run within its project's guarantee.
+	Preemptible bool
+	Ask         Ask
+	// Node names the node; GPUs are the indexes of the bound GPUs on it
+	// (WholeGPUs of them, or one for a share).
+	Node string
+	GPUs []int
+	// Start is when the allocation started (any monotonic unit, e.g. Unix
+	// seconds); newer allocations are preempted first.
+	Start int64
+}
+
+// Pending is a workload waiting to run: Count instances of one task group,
+// each with the same ask. A suspended job comes back as pending workloads
+// (Suspended set) and is resumed when it fits, in fairness order.
+type Pending struct {
+	Project     string
+	Job         string
+	Group       string
+	Priority    int
+	Preemptible bool
+	Ask         Ask
+	Count       int
+	// Submit is when the workload was submitted (same unit as Start);
+	// earlier goes first among equals.
+	Submit    int64
+	Suspended bool
+}
+
+// GPUShares is the GPU amount of all instances, in shares.
+func (p Pending) GPUShares() Shares { return p.Ask.GPUShares() * Shares(p.Count) }
+
+// Project is a quota holder: by default a Nomad namespace.
+type Project struct {
+	Name string
+	// Guaranteed is the project's guaranteed quota (fractions allowed).
+	Guaranteed Shares
+	// Limit is a hard cap on what the project may use, when HasLimit.
+	Limit    Shares
+	HasLimit bool
+	// Priority orders projects: higher wins over-quota capacity first and
+	// is reclaimed from last.
+	Priority int
+	// OverQuotaWeight splits over-quota capacity inside a priority tier;
+	// zero means the default weight 1.
+	OverQuotaWeight int64
+}
+
+// Weight is the over-quota weight with the default applied.
+func (p Project) Weight() int64 {
+	if p.OverQuotaWeight <= 0 {
+		return 1
+	}
+	return p.OverQuotaWeight
+}
+
+// Cap is the most the project may ever hold: its limit, or unbounded.
+func (p Project) Cap() Shares {
+	if p.HasLimit {
+		return p.Limit
+	}
+	return 1<<62 - 1
+}
+
+// Snapshot is the state one scheduling cycle decides on.
+type Snapshot struct {
+	Nodes       []Node
+	Allocations []Allocation
+	Pending     []Pending
+	Projects    []Project
+}
+
+// Capacity is the total GPU capacity of the cluster in shares.
+func (s *Snapshot) Capacity() Shares {
+	var n int
+	for i := range s.Nodes {
+		n += len(s.Nodes[i].GPUs)
+	}
+	return GPUs(n)
+}
