@@ -1,0 +1,75 @@
+package ids
+
+import "testing"
+
+func TestParse(t *testing.T) {
+	const u = "GPU-8f3a2c1e-0000-4000-8000-000000000001"
+	tests := []struct {
+		in      string
+		want    ID
+		wantErr bool
+	}{
+		{in: u, want: ID{UUID: u}},
+		{in: u + "-s00", want: ID{UUID: u, Share: 0, IsShare: true}},
+		{in: u + "-s07", want: ID{UUID: u, Share: 7, IsShare: true}},
+		{in: u + "-s99", want: ID{UUID: u, Share: 99, IsShare: true}},
+		{in: u + "-s7", want: ID{UUID: u + "-s7"}}, // one digit: not a share ID
+		{in: "-s07", want: ID{UUID: "-s07"}},       // nothing before the suffix
+		{in: "", wantErr: true},
+		{in: "GPU 1", wantErr: true},
+		{in: u + ",x", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := Parse(tt.in)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Parse(%q) error = %v, wantErr %v", tt.in, err, tt.wantErr)
+			}
+			if err == nil && got != tt.want {
+				t.Fatalf("Parse(%q) = %+v, want %+v", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestShareRoundTrip(t *testing.T) {
+	const u = "GPU-abc"
+	for k := 0; k < SharesPerGPU; k++ {
+		id := Share(u, k)
+		got, err := Parse(id)
+		if err != nil || !got.IsShare || got.UUID != u || got.Share != k || got.String() != id {
+			t.Fatalf("round trip of %q: got %+v, %v", id, got, err)
+		}
+	}
+}
+
+func TestShortUUID(t *testing.T) {
+	for in, want := range map[string]string{
+		"GPU-8f3a2c1e-0000-4000": "8f3a2c1e",
+		"MIG-12345678abc":        "12345678",
+		"abc":                    "abc",
+	} {
+		if got := ShortUUID(in); got != want {
+			t.Errorf("ShortUUID(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"GPU-1", "GPU-1-s05", "-s", "-s0", "x-s99", "", "\x00-s1a"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		id, err := Parse(s)
+		if err != nil {
+			return
+		}
+		if id.String() != s {
+			t.Fatalf("Parse(%q).String() = %q", s, id.String())
+		}
+		if id.IsShare && (id.Share < 0 || id.Share >= SharesPerGPU) {
+			t.Fatalf("share out of range: %+v", id)
+		}
+		_ = ShortUUID(s)
+	})
+}

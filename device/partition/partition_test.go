@@ -1,0 +1,319 @@
+package partition
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// gpu builds a healthy, shareable, idle GPU observation with its servers'
+// view; usage and flags are set by small option letters to keep tables short.
+//
+//	"W"  held whole        "S25" 25 shares held
+//	"pw" servers publish it whole   "ps" servers publish it as shares
+//	"x"  unhealthy         "m"   MIG (not shareable)
+func gpu(order int, flags ...string) GPUObs {
+	g := GPUObs{Order: order, Healthy: true, Shareable: true}
+	for _, f := range flags {
+		switch {
+		case f == "W":
+			g.WholeHeld = true
+		case strings.HasPrefix(f, "S"):
+			fmt.Sscanf(f, "S%d", &g.ShareUnits)
+		case f == "pw":
+			g.ServerWhole = true
+		case f == "ps":
+			g.ServerShare = true
+		case f == "x":
+			g.Healthy = false
+		case f == "m":
+			g.Shareable = false
+		default:
+			panic("unknown flag " + f)
+		}
+	}
+	return g
+}
+
+type step struct {
+	at    time.Duration // since t0
+	blind bool
+	gpus  map[string]GPUObs
+	// want maps UUID to the published family: "whole", "share" or "none".
+	want map[string]string
+}
+
+func pubString(p Publication) string {
+	if p.Family == Unknown {
+		return "none"
+	}
+	return p.Family.String()
+}
+
+// run feeds the steps and checks publications after each.
+func run(t *testing.T, pol Policy, steps []step) *Machine {
+	t.Helper()
+	m := New(pol)
+	for i, st := range steps {
+		ev := m.Step(Observation{At: t0.Add(st.at), Blind: st.blind, GPUs: st.gpus})
+		got := map[string]string{}
+		for u, p := range m.Publications() {
+			got[u] = pubString(p)
+		}
+		for u, w := range st.want {
+			if got[u] != w {
+				t.Fatalf("step %d (t=%v): GPU %s published %q, want %q\nall: %v\nevents: %v", i, st.at, u, got[u], w, got, ev)
+			}
+		}
+	}
+	return m
+}
+
+var pol = Policy{MinIdleShareGPUs: 1, ShareHeadroom: 50, SettlePeriod: 10 * time.Second}
+
+func TestFirstAssignment(t *testing.T) {
+	tests := []struct {
+		name string
+		pol  Policy
+		gpus map[string]GPUObs
+		want map[string]string
+	}{
+		{
+			name: "fresh node: highest GPU is the share landing place",
+			pol:  pol,
+			gpus: map[string]GPUObs{"a": gpu(0), "b": gpu(1), "c": gpu(2), "d": gpu(3)},
+			want: map[string]string{"a": "whole", "b": "whole", "c": "whole", "d": "share"},
+		},
+		{
+			name: "two landing places",
+			pol:  Policy{MinIdleShareGPUs: 2, SettlePeriod: time.Second},
+			gpus: map[string]GPUObs{"a": gpu(0), "b": gpu(1), "c": gpu(2)},
+			want: map[string]string{"a": "whole", "b": "share", "c": "share"},
+		},
+		{
+			name: "no landing place wanted",
+			pol:  Policy{MinIdleShareGPUs: 0},
+			gpus: map[string]GPUObs{"a": gpu(0), "b": gpu(1)},
+			want: map[string]string{"a": "whole", "b": "whole"},
+		},
+		{
+			name: "usage found at start decides; share tenants lacking room keep a landing place",
+			pol:  pol,
+			gpus: map[string]GPUObs{"a": gpu(0, "S60"), "b": gpu(1, "W"), "c": gpu(2), "d": gpu(3)},
+			want: map[string]string{"a": "share", "b": "whole", "c": "whole", "d": "share"},
+		},
+		{
+			name: "share GPU with room: no idle share GPU kept",
+			pol:  pol,
+			gpus: map[string]GPUObs{"a": gpu(0, "S20"), "b": gpu(1), "c": gpu(2)},
+			want: map[string]string{"a": "share", "b": "whole", "c": "whole"},
+		},
+		{
+			name: "what the servers publish is adopted after a plugin restart",
+			pol:  pol,
+			gpus: map[string]GPUObs{"a": gpu(0, "ps"), "b": gpu(1, "pw"), "c": gpu(2, "pw")},
+			want: map[string]string{"a": "share", "b": "whole", "c": "whole"},
+		},
+		{
+			name: "unhealthy and MIG GPUs are whole and never the landing place",
+			pol:  pol,
+			gpus: map[string]GPUObs{"a": gpu(0), "b": gpu(1, "x"), "c": gpu(2, "m")},
+			want: map[string]string{"a": "share", "b": "whole", "c": "whole"},
+		},
+		{
+			name: "GPU published in both families is withdrawn first",
+			pol:  pol,
+			gpus: map[string]GPUObs{"a": gpu(0, "pw", "ps"), "b": gpu(1, "pw")},
+			want: map[string]string{"a": "none", "b": "whole"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			run(t, tt.pol, []step{{gpus: tt.gpus, want: tt.want}})
+		})
+	}
+}
+
+func TestNothingPublishedUntilNomadIsRead(t *testing.T) {
+	run(t, pol, []step{
+		{blind: true, gpus: map[string]GPUObs{"a": gpu(0), "b": gpu(1)}, want: map[string]string{"a": "none", "b": "none"}},
+		{at: time.Second, gpus: map[string]GPUObs{"a": gpu(0), "b": gpu(1)}, want: map[string]string{"a": "whole", "b": "share"}},
+	})
+}
+
+func TestSwitch(t *testing.T) {
+	type m = map[string]GPUObs
+	type w = map[string]string
+	s := time.Second
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{
+			name: "whole to share when the landing place fills: withdraw, servers see it, settle, publish",
+			steps: []step{
+				{at: 0, gpus: m{"a": gpu(0), "b": gpu(1)}, want: w{"a": "whole", "b": "share"}},
+				// A job takes 70 shares of b: it lacks room, a is withdrawn.
+				{at: 1 * s, gpus: m{"a": gpu(0, "pw"), "b": gpu(1, "ps", "S70")}, want: w{"a": "none", "b": "share"}},
+				// Servers still publish a whole: keep waiting.
+				{at: 2 * s, gpus: m{"a": gpu(0, "pw"), "b": gpu(1, "ps", "S70")}, want: w{"a": "none"}},
+				// Servers see it withdrawn at 3s: settle until 13s.
+				{at: 3 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, want: w{"a": "none"}},
+				{at: 12 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, want: w{"a": "none"}},
+				{at: 13 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, want: w{"a": "share", "b": "share"}},
+			},
+		},
+		{
+			name: "a whole placement in flight lands during the switch: switch aborted, stays whole",
+			steps: []step{
+				{at: 0, gpus: m{"a": gpu(0), "b": gpu(1)}, want: w{"a": "whole", "b": "share"}},
+				{at: 1 * s, gpus: m{"a": gpu(0, "pw"), "b": gpu(1, "ps", "S70")}, want: w{"a": "none"}},
+				{at: 3 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, want: w{"a": "none"}},
+				{at: 5 * s, gpus: m{"a": gpu(0, "W"), "b": gpu(1, "ps", "S70")}, want: w{"a": "whole"}},
+				// Freed later: the landing place is needed again, so the switch restarts.
+				{at: 30 * s, gpus: m{"a": gpu(0, "pw"), "b": gpu(1, "ps", "S70")}, want: w{"a": "none"}},
+			},
+		},
+		{
+			name: "share tenants keep a GPU shared until the last ends, then it goes whole",
+			steps: []step{
+				{at: 0, gpus: m{"a": gpu(0), "b": gpu(1)}, want: w{"a": "whole", "b": "share"}},
+				// b fills, a is taken whole too: no idle GPU to switch.
+				{at: 1 * s, gpus: m{"a": gpu(0, "pw", "W"), "b": gpu(1, "ps", "S90")}, want: w{"a": "whole", "b": "share"}},
+				{at: 2 * s, gpus: m{"a": gpu(0, "pw"), "b": gpu(1, "ps", "S90")}, want: w{"a": "none", "b": "share"}},
+				{at: 3 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S90")}},
+				{at: 13 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S90")}, want: w{"a": "share", "b": "share"}},
+				// b's tenant ends: two idle share GPUs, one goes whole (the lowest).
+				{at: 14 * s, gpus: m{"a": gpu(0, "ps"), "b": gpu(1, "ps")}, want: w{"a": "none", "b": "share"}},
+				{at: 15 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps")}, want: w{"a": "none"}},
+				{at: 25 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps")}, want: w{"a": "whole", "b": "share"}},
+			},
+		},
+		{
+			name: "a share placement in flight lands on a GPU leaving share mode: aborted",
+			steps: []step{
+				{at: 0, gpus: m{"a": gpu(0, "ps"), "b": gpu(1, "ps")}, want: w{"a": "none", "b": "share"}},
+				{at: 1 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps")}, want: w{"a": "none"}},
+				{at: 2 * s, gpus: m{"a": gpu(0, "S60"), "b": gpu(1, "ps")}, want: w{"a": "share", "b": "share"}},
+				// Its tenant leaves room: the idle landing place is not needed.
+				{at: 3 * s, gpus: m{"a": gpu(0, "S5", "ps"), "b": gpu(1, "ps")}, want: w{"a": "share", "b": "none"}},
+			},
+		},
+		{
+			name: "blind: no switch starts or completes; the last decisions stay",
+			steps: []step{
+				{at: 0, gpus: m{"a": gpu(0), "b": gpu(1)}, want: w{"a": "whole", "b": "share"}},
+				{at: 1 * s, gpus: m{"a": gpu(0, "pw"), "b": gpu(1, "ps", "S70")}, want: w{"a": "none"}},
+				{at: 2 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, want: w{"a": "none"}},
+				{at: 20 * s, blind: true, gpus: m{"a": gpu(0), "b": gpu(1)}, want: w{"a": "none", "b": "share"}},
+				{at: 30 * s, blind: true, gpus: m{"a": gpu(0), "b": gpu(1)}, want: w{"a": "none", "b": "share"}},
+				{at: 31 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, want: w{"a": "share", "b": "share"}},
+			},
+		},
+		{
+			name: "settling restarts when the servers publish the GPU again",
+			steps: []step{
+				{at: 0, gpus: m{"a": gpu(0, "ps"), "b": gpu(1, "ps")}, want: w{"a": "none"}},
+				{at: 1 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps")}},
+				{at: 5 * s, gpus: m{"a": gpu(0, "ps"), "b": gpu(1, "ps")}},
+				{at: 12 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps")}, want: w{"a": "none"}},
+				{at: 21 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps")}, want: w{"a": "none"}},
+				{at: 22 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps")}, want: w{"a": "whole"}},
+			},
+		},
+		{
+			name: "held both whole and shared: withdrawn until one side ends",
+			steps: []step{
+				{at: 0, gpus: m{"a": gpu(0, "W", "S10"), "b": gpu(1)}, want: w{"a": "none", "b": "share"}},
+				{at: 1 * s, gpus: m{"a": gpu(0, "S10"), "b": gpu(1, "ps")}, want: w{"a": "share"}},
+			},
+		},
+		{
+			name: "unhealthy idle GPU is never switched",
+			steps: []step{
+				{at: 0, gpus: m{"a": gpu(0), "b": gpu(1)}, want: w{"a": "whole", "b": "share"}},
+				{at: 1 * s, gpus: m{"a": gpu(0, "pw", "x"), "b": gpu(1, "ps", "S90")}, want: w{"a": "whole"}},
+			},
+		},
+		{
+			name: "vanished GPU is forgotten",
+			steps: []step{
+				{at: 0, gpus: m{"a": gpu(0), "b": gpu(1)}, want: w{"a": "whole", "b": "share"}},
+				{at: 1 * s, gpus: m{"a": gpu(0, "pw")}, want: w{"b": ""}},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { run(t, pol, tt.steps) })
+	}
+}
+
+// TestInvariants drives the machine with pseudo-random usage and checks the
+// safety rules after every step.
+func TestInvariants(t *testing.T) {
+	uuids := []string{"a", "b", "c", "d"}
+	for seed := uint64(1); seed <= 200; seed++ {
+		r := seed
+		rnd := func(n int) int { r = r*6364136223846793005 + 1442695040888963407; return int((r >> 33) % uint64(n)) }
+		m := New(pol)
+		pub := map[string]Publication{}
+		for i := 0; i < 60; i++ {
+			o := Observation{At: t0.Add(time.Duration(i) * 3 * time.Second), Blind: rnd(10) == 0, GPUs: map[string]GPUObs{}}
+			for j, u := range uuids {
+				g := gpu(j)
+				// The servers see last step's publication.
+				g.ServerWhole = pub[u].Family == Whole
+				g.ServerShare = pub[u].Family == Share
+				// Usage may only appear in the family published (or a race).
+				switch pub[u].Family {
+				case Whole:
+					g.WholeHeld = rnd(3) == 0
+				case Share:
+					g.ShareUnits = rnd(3) * 40
+				}
+				o.GPUs[u] = g
+			}
+			m.Step(o)
+			next := m.Publications()
+			for _, u := range uuids {
+				g, p := o.GPUs[u], next[u]
+				if o.Blind {
+					if p.Family != Unknown && pub[u].Family != p.Family {
+						t.Fatalf("seed %d step %d: %s published %v while blind (was %v)", seed, i, u, p.Family, pub[u].Family)
+					}
+					continue
+				}
+				if g.WholeHeld && p.Family == Share || g.ShareUnits > 0 && p.Family == Whole {
+					t.Fatalf("seed %d step %d: %s in use %+v but published %v", seed, i, u, g, p.Family)
+				}
+				// A switch never goes straight from one family to the other.
+				if pub[u].Family != Unknown && p.Family != Unknown && pub[u].Family != p.Family {
+					t.Fatalf("seed %d step %d: %s switched %v -> %v without withdrawal", seed, i, u, pub[u].Family, p.Family)
+				}
+			}
+			pub = next
+		}
+	}
+}
+
+func TestEventsAreDeterministic(t *testing.T) {
+	obs := Observation{At: t0, GPUs: map[string]GPUObs{"a": gpu(0), "b": gpu(1), "c": gpu(2)}}
+	var first []string
+	for i := 0; i < 20; i++ {
+		m := New(pol)
+		var got []string
+		for _, e := range m.Step(obs) {
+			got = append(got, e.UUID+": "+e.Msg)
+		}
+		sort.Strings(got)
+		if i == 0 {
+			first = got
+		} else if fmt.Sprint(got) != fmt.Sprint(first) {
+			t.Fatalf("run %d: %v, want %v", i, got, first)
+		}
+	}
+}
