@@ -1,0 +1,156 @@
+// Package demo brings up the local gpushare cluster behind `make demo`: a
+// Consul agent, a Nomad server+client with the gpushare device plugin on
+// simulated GPUs, and the example workloads of jobspecs/examples. It prints
+// where everything is and three things to try, and on cancellation stops
+// every process it started.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/gpushare/nomad-gpushare/internal/testcluster"
+)
+
+// Paths inside the repository that the demo builds or reads when present.
+const (
+	pluginPkg     = "device/cmd/nomad-device-gpushare"
+	pluginConfig  = "jobspecs/demo/plugin.hcl"
+	examplesGlob  = "jobspecs/examples/*.nomad.hcl"
+	modulePath    = "github.com/gpushare/nomad-gpushare"
+	readyBanner   = "gpushare demo is up. Press Ctrl-C to stop it."
+	stoppedBanner = "gpushare demo stopped; no process left behind."
+)
+
+// Config says where the demo runs.
+type Config struct {
+	// RepoRoot is the repository checkout.
+	RepoRoot string
+	// Dir holds the demo's binaries, agent data and logs; it is emptied
+	// at start.
+	Dir string
+	// Out receives what a person reads.
+	Out io.Writer
+	// Ready, when set, is called once everything is up.
+	Ready func(*testcluster.Cluster)
+}
+
+// Run starts the demo and blocks until ctx is cancelled, then stops it.
+func Run(ctx context.Context, cfg Config) error {
+	if err := os.RemoveAll(cfg.Dir); err != nil {
+		return fmt.Errorf("clearing %s: %w", cfg.Dir, err)
+	}
+	pluginDir := filepath.Join(cfg.Dir, "plugins")
+	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", pluginDir, err)
+	}
+
+	opts := testcluster.Options{Dir: filepath.Join(cfg.Dir, "cluster")}
+	if exists(filepath.Join(cfg.RepoRoot, pluginPkg)) {
+		fmt.Fprintf(cfg.Out, "building the device plugin (%s)\n", pluginPkg)
+		out := filepath.Join(pluginDir, "nomad-device-gpushare")
+		if err := testcluster.BuildBinary(modulePath+"/"+pluginPkg, out); err != nil {
+			return fmt.Errorf("building the device plugin: %w", err)
+		}
+		hcl, err := os.ReadFile(filepath.Join(cfg.RepoRoot, pluginConfig))
+		if err != nil {
+			return fmt.Errorf("reading the plugin's client config: %w", err)
+		}
+		opts.PluginDir = pluginDir
+		opts.PluginConfig = string(hcl)
+		opts.WaitForDevices = []string{"nvidia/gpu"}
+	}
+
+	fmt.Fprintln(cfg.Out, "starting Consul and Nomad")
+	cluster, err := testcluster.New(opts)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := cluster.Close(); err != nil {
+			fmt.Fprintf(cfg.Out, "stopping: %v\n", err)
+			return
+		}
+		fmt.Fprintln(cfg.Out, stoppedBanner)
+	}()
+
+	jobs, err := runExamples(cluster, cfg.RepoRoot)
+	if err != nil {
+		return err
+	}
+	if err := writeEnv(cfg.Dir, cluster); err != nil {
+		return err
+	}
+	printWelcome(cfg.Out, cfg.Dir, cluster, jobs)
+	if cfg.Ready != nil {
+		cfg.Ready(cluster)
+	}
+	<-ctx.Done()
+	fmt.Fprintln(cfg.Out, "\nstopping the demo")
+	return nil
+}
+
+// runExamples registers every example job and returns their IDs.
+func runExamples(c *testcluster.Cluster, root string) ([]string, error) {
+	files, err := filepath.Glob(filepath.Join(root, examplesGlob))
+	if err != nil {
+		return nil, fmt.Errorf("listing examples: %w", err)
+	}
+	sort.Strings(files)
+	var ids []string
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", f, err)
+		}
+		job, err := c.Nomad.Jobs().ParseHCL(string(src), true)
+		if err != nil {
+			return nil, fmt.Errorf("parsing %s: %w", f, err)
+		}
+		if _, _, err := c.Nomad.Jobs().Register(job, nil); err != nil {
+			return nil, fmt.Errorf("submitting %s: %w", f, err)
+		}
+		ids = append(ids, *job.ID)
+	}
+	return ids, nil
+}
+
+func writeEnv(dir string, c *testcluster.Cluster) error {
+	tools, err := testcluster.ToolsDir()
+	if err != nil {
+		return err
+	}
+	env := fmt.Sprintf("export PATH=%q:\"$PATH\"\nexport NOMAD_ADDR=%q\nexport CONSUL_HTTP_ADDR=%q\n",
+		filepath.Join(tools, "bin"), c.NomadAddr, c.ConsulAddr)
+	if err := os.WriteFile(filepath.Join(dir, "env"), []byte(env), 0o644); err != nil {
+		return fmt.Errorf("writing %s/env: %w", dir, err)
+	}
+	return nil
+}
+
+func printWelcome(w io.Writer, dir string, c *testcluster.Cluster, jobs []string) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nConsul UI:  %s/ui\n", c.ConsulAddr)
+	fmt.Fprintf(&b, "Nomad API:  %s (the source-built agent has no web UI; use the CLI)\n", c.NomadAddr)
+	fmt.Fprintf(&b, "Logs:       %s\n", c.Dir)
+	if len(jobs) > 0 {
+		fmt.Fprintf(&b, "Submitted:  %s\n", strings.Join(jobs, ", "))
+	}
+	fmt.Fprintf(&b, "\nIn another terminal, `source %s/env`, then try:\n", dir)
+	fmt.Fprintf(&b, "  1. nomad node status -verbose %s   # the node's GPUs: whole and shared families\n", c.NodeID)
+	fmt.Fprintf(&b, "  2. nomad job status                # the example workloads\n")
+	fmt.Fprintf(&b, "  3. nomad alloc logs -job <job>     # what a share sees: its GPU UUID and memory limit\n")
+	fmt.Fprintf(&b, "\n%s\n", readyBanner)
+	fmt.Fprint(w, b.String())
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return !errors.Is(err, os.ErrNotExist)
+}

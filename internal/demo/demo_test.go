@@ -1,0 +1,90 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/internal/testcluster"
+)
+
+// syncBuffer is a bytes.Buffer safe for the demo goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestDemoComesUpAndStopsCleanly runs the demo as `make demo` does, checks
+// that its agents answer and its examples are submitted, then cancels it as
+// Ctrl-C does and checks that nothing is left listening.
+func TestDemoComesUpAndStopsCleanly(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	ready := make(chan *testcluster.Cluster, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{RepoRoot: root, Dir: t.TempDir(), Out: &out,
+			Ready: func(c *testcluster.Cluster) { ready <- c }})
+	}()
+
+	var cluster *testcluster.Cluster
+	select {
+	case cluster = <-ready:
+	case err := <-done:
+		t.Fatalf("demo ended before it was up: %v\n%s", err, out.String())
+	case <-time.After(4 * time.Minute):
+		t.Fatalf("demo not up after 4 minutes:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), readyBanner) {
+		t.Fatalf("demo did not print its banner:\n%s", out.String())
+	}
+	jobs, _, err := cluster.Nomad.Jobs().List(nil)
+	if err != nil {
+		t.Fatalf("listing jobs: %v", err)
+	}
+	examples, _ := filepath.Glob(filepath.Join(root, examplesGlob))
+	if len(jobs) != len(examples) {
+		t.Fatalf("%d jobs submitted, want one per example (%d)", len(jobs), len(examples))
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("demo stopped with an error: %v\n%s", err, out.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("demo did not stop within a minute of Ctrl-C:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), stoppedBanner) {
+		t.Fatalf("demo did not report a clean stop:\n%s", out.String())
+	}
+	for _, addr := range []string{cluster.NomadAddr, cluster.ConsulAddr} {
+		if resp, err := http.Get(addr + "/v1/status/leader"); err == nil {
+			resp.Body.Close()
+			t.Errorf("%s still answers after the demo stopped", addr)
+		}
+	}
+}

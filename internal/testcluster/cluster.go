@@ -1,0 +1,461 @@
+package testcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+// Options says what the cluster's Nomad client carries.
+type Options struct {
+	// PluginDir is the Nomad plugin directory (device plugin binaries).
+	// Empty: none.
+	PluginDir string
+	// PluginConfig is HCL appended to the Nomad agent configuration,
+	// typically `plugin "name" { config { ... } }` blocks.
+	PluginConfig string
+	// WaitForDevices lists device IDs ("vendor/type" or
+	// "vendor/type/name") that must be fingerprinted on the node, with at
+	// least one instance, before the cluster counts as ready.
+	WaitForDevices []string
+	// Dir is the directory for data and logs. Empty: a new temporary
+	// directory, removed by Close.
+	Dir string
+	// StartTimeout bounds each agent's start. Zero: 90 s.
+	StartTimeout time.Duration
+}
+
+// Cluster is a running Consul agent and a Nomad server+client.
+type Cluster struct {
+	// Dir holds both agents' data, configuration and logs (consul.log,
+	// nomad.log).
+	Dir string
+	// ConsulAddr and NomadAddr are the agents' HTTP addresses
+	// (http://127.0.0.1:port).
+	ConsulAddr string
+	NomadAddr  string
+	Consul     *consulapi.Client
+	Nomad      *nomadapi.Client
+	// NodeID is the Nomad client node's ID.
+	NodeID string
+
+	opts       Options
+	ownDir     bool
+	consul     *agent
+	nomad      *agent
+	nomadPorts []int
+	// detached holds processes that a stopped Nomad agent left running
+	// (executors and tasks survive a client restart); Close kills them.
+	detached []int
+}
+
+// Start starts a cluster for the test and stops it when the test ends. It
+// fails the test, with the agents' last log lines, when one does not come up.
+//
+// In -short mode (`make unit-test`) it skips the test instead: integration
+// tests run in full in `make test` and CI.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs real agents; run without -short")
+	}
+	c, err := New(opts)
+	if err != nil {
+		t.Fatalf("starting test cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("stopping test cluster: %v", err)
+		}
+	})
+	return c
+}
+
+// New starts a cluster. The caller must Close it.
+func New(opts Options) (*Cluster, error) {
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 90 * time.Second
+	}
+	c := &Cluster{opts: opts, Dir: opts.Dir}
+	if c.Dir == "" {
+		dir, err := os.MkdirTemp("", "gpushare-cluster-")
+		if err != nil {
+			return nil, fmt.Errorf("creating cluster directory: %w", err)
+		}
+		c.Dir, c.ownDir = dir, true
+	}
+	if err := c.startConsul(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if err := c.startNomad(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// startWithRetry starts an agent on fresh ports until it does not die of a
+// busy port, at most three times. configure writes the agent's config for
+// the given ports and returns the agent.
+func startWithRetry(nports int, configure func(ports []int) (*agent, error), ready func(a *agent) error) (*agent, []int, error) {
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		ports, err := freePorts(nports)
+		if err != nil {
+			return nil, nil, err
+		}
+		a, err := configure(ports)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := a.start(); err != nil {
+			return nil, nil, err
+		}
+		err = ready(a)
+		if err == nil {
+			return a, ports, nil
+		}
+		a.stop(5 * time.Second)
+		lastErr = a.failure(err)
+		if !a.portBusy() {
+			return nil, nil, lastErr
+		}
+	}
+	return nil, nil, fmt.Errorf("ports stayed busy after 3 attempts: %w", lastErr)
+}
+
+func (c *Cluster) startConsul() error {
+	bin, err := AgentBinary("consul")
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(c.Dir, "consul")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating consul data dir: %w", err)
+	}
+	configure := func(p []int) (*agent, error) {
+		cfg := fmt.Sprintf(`
+node_name = "gpushare-test"
+datacenter = "dc1"
+data_dir = %q
+server = true
+bootstrap_expect = 1
+bind_addr = "127.0.0.1"
+client_addr = "127.0.0.1"
+advertise_addr = "127.0.0.1"
+log_level = "INFO"
+enable_script_checks = false
+ui_config { enabled = true }
+performance { raft_multiplier = 1 }
+ports {
+  http = %d
+  server = %d
+  serf_lan = %d
+  serf_wan = %d
+  dns = -1
+  grpc = -1
+  grpc_tls = -1
+}
+`, filepath.Join(dir, "data"), p[0], p[1], p[2], p[3])
+		path := filepath.Join(dir, "consul.hcl")
+		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+			return nil, fmt.Errorf("writing consul config: %w", err)
+		}
+		c.ConsulAddr = fmt.Sprintf("http://127.0.0.1:%d", p[0])
+		return &agent{name: "consul", bin: bin, args: []string{"agent", "-config-file", path},
+			logPath: filepath.Join(c.Dir, "consul.log")}, nil
+	}
+	a, _, err := startWithRetry(4, configure, c.waitConsul)
+	if err != nil {
+		return err
+	}
+	c.consul = a
+	return nil
+}
+
+func (c *Cluster) waitConsul(a *agent) error {
+	client, err := consulapi.NewClient(&consulapi.Config{Address: strings.TrimPrefix(c.ConsulAddr, "http://")})
+	if err != nil {
+		return fmt.Errorf("creating consul client: %w", err)
+	}
+	c.Consul = client
+	return waitUntil(a, c.opts.StartTimeout, func() error {
+		leader, err := client.Status().Leader()
+		if err != nil {
+			return err
+		}
+		if leader == "" {
+			return errors.New("no leader yet")
+		}
+		// KV writes need a working raft; probe with a write.
+		_, err = client.KV().Put(&consulapi.KVPair{Key: "gpushare-testcluster/ready", Value: []byte("1")}, nil)
+		return err
+	})
+}
+
+func (c *Cluster) startNomad() error {
+	bin, err := AgentBinary("nomad")
+	if err != nil {
+		return err
+	}
+	configure := func(p []int) (*agent, error) {
+		return c.nomadAgent(bin, p)
+	}
+	a, ports, err := startWithRetry(3, configure, c.waitNomad)
+	if err != nil {
+		return err
+	}
+	c.nomad, c.nomadPorts = a, ports
+	return nil
+}
+
+func (c *Cluster) nomadAgent(bin string, p []int) (*agent, error) {
+	dir := filepath.Join(c.Dir, "nomad")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating nomad data dir: %w", err)
+	}
+	pluginDir := ""
+	if c.opts.PluginDir != "" {
+		pluginDir = fmt.Sprintf("plugin_dir = %q", c.opts.PluginDir)
+	}
+	cfg := fmt.Sprintf(`
+name = "gpushare-test"
+datacenter = "dc1"
+data_dir = %q
+bind_addr = "127.0.0.1"
+log_level = "DEBUG"
+disable_update_check = true
+%s
+ports {
+  http = %d
+  rpc = %d
+  serf = %d
+}
+advertise {
+  http = "127.0.0.1"
+  rpc = "127.0.0.1"
+  serf = "127.0.0.1"
+}
+server {
+  enabled = true
+  bootstrap_expect = 1
+}
+client {
+  enabled = true
+  servers = ["127.0.0.1:%d"]
+  network_interface = "lo"
+  options = {
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+  }
+}
+consul {
+  address = "127.0.0.1:%s"
+}
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+%s
+`, filepath.Join(dir, "data"), pluginDir, p[0], p[1], p[2], p[1],
+		strings.TrimPrefix(c.ConsulAddr, "http://127.0.0.1:"), c.opts.PluginConfig)
+	path := filepath.Join(dir, "nomad.hcl")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		return nil, fmt.Errorf("writing nomad config: %w", err)
+	}
+	c.NomadAddr = fmt.Sprintf("http://127.0.0.1:%d", p[0])
+	return &agent{name: "nomad", bin: bin, args: []string{"agent", "-config", path},
+		logPath: filepath.Join(c.Dir, "nomad.log")}, nil
+}
+
+func (c *Cluster) waitNomad(a *agent) error {
+	client, err := nomadapi.NewClient(&nomadapi.Config{Address: c.NomadAddr})
+	if err != nil {
+		return fmt.Errorf("creating nomad client: %w", err)
+	}
+	c.Nomad = client
+	return waitUntil(a, c.opts.StartTimeout, func() error {
+		leader, err := client.Status().Leader()
+		if err != nil {
+			return err
+		}
+		if leader == "" {
+			return errors.New("no leader yet")
+		}
+		nodes, _, err := client.Nodes().List(nil)
+		if err != nil {
+			return err
+		}
+		if len(nodes) == 0 {
+			return errors.New("no client node registered yet")
+		}
+		n := nodes[0]
+		if n.Status != "ready" {
+			return fmt.Errorf("node %s is %s", n.ID, n.Status)
+		}
+		c.NodeID = n.ID
+		if len(c.opts.WaitForDevices) == 0 {
+			return nil
+		}
+		node, _, err := client.Nodes().Info(n.ID, nil)
+		if err != nil {
+			return err
+		}
+		return hasDevices(node, c.opts.WaitForDevices)
+	})
+}
+
+// hasDevices checks that every wanted "vendor/type[/name]" has a device group
+// with at least one instance on the node.
+func hasDevices(node *nomadapi.Node, wanted []string) error {
+	if node.NodeResources == nil {
+		return errors.New("node has no resources yet")
+	}
+	for _, w := range wanted {
+		found := false
+		for _, g := range node.NodeResources.Devices {
+			id := g.Vendor + "/" + g.Type
+			if w == id || w == id+"/"+g.Name {
+				if len(g.Instances) > 0 {
+					found = true
+					break
+				}
+			}
+		}
+		if !found {
+			return fmt.Errorf("device %q not fingerprinted on node %s yet", w, node.ID)
+		}
+	}
+	return nil
+}
+
+// waitUntil polls cond until it succeeds, the agent exits, or the timeout
+// passes; the error says which, with cond's last error.
+func waitUntil(a *agent, timeout time.Duration, cond func() error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		if a.exited() {
+			return fmt.Errorf("exited before it was ready (%v); last check: %v", a.exitErr, last)
+		}
+		if last = cond(); last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not ready after %s: %w", timeout, last)
+		case <-tick.C:
+		}
+	}
+}
+
+// StopNomad stops the Nomad agent (server and client) and leaves the tasks
+// it started running, as a Nomad client restart does.
+func (c *Cluster) StopNomad() {
+	if c.nomad != nil && !c.nomad.exited() {
+		c.detached = append(c.detached, descendants(c.nomad.cmd.Process.Pid)...)
+		c.nomad.stop(20 * time.Second)
+	}
+}
+
+// StartNomad starts the Nomad agent again on the same ports and data
+// directory, and waits until its node is ready again.
+func (c *Cluster) StartNomad() error {
+	if c.nomad == nil {
+		return errors.New("nomad was never started")
+	}
+	if !c.nomad.exited() {
+		return errors.New("nomad is still running")
+	}
+	if err := c.nomad.start(); err != nil {
+		return err
+	}
+	if err := c.waitNomad(c.nomad); err != nil {
+		return c.nomad.failure(err)
+	}
+	return nil
+}
+
+// RestartNomad stops and starts the Nomad agent; running tasks survive.
+func (c *Cluster) RestartNomad() error {
+	c.StopNomad()
+	return c.StartNomad()
+}
+
+// StopConsul stops the Consul agent; its data is kept for StartConsul.
+func (c *Cluster) StopConsul() {
+	if c.consul != nil {
+		c.consul.stop(20 * time.Second)
+	}
+}
+
+// StartConsul starts the Consul agent again with its data and ports.
+func (c *Cluster) StartConsul() error {
+	if c.consul == nil {
+		return errors.New("consul was never started")
+	}
+	if !c.consul.exited() {
+		return errors.New("consul is still running")
+	}
+	if err := c.consul.start(); err != nil {
+		return err
+	}
+	if err := c.waitConsul(c.consul); err != nil {
+		return c.consul.failure(err)
+	}
+	return nil
+}
+
+// NomadLogTail returns the last n lines of the Nomad agent's log.
+func (c *Cluster) NomadLogTail(n int) string { return c.nomad.logTail(n) }
+
+// Close stops Nomad, every process below it (plugins, executors, tasks) and
+// Consul, then removes the cluster directory if New created it.
+func (c *Cluster) Close() error {
+	var errs []error
+	if c.nomad != nil && c.nomad.cmd != nil {
+		// Task executors outlive a stopped client by design; collect
+		// the whole tree first, then stop the agent, then kill the rest.
+		tree := append(descendants(c.nomad.cmd.Process.Pid), c.detached...)
+		c.nomad.stop(10 * time.Second)
+		tree = append(tree, orphansOf(tree)...)
+		if err := killTree(tree, 10*time.Second); err != nil {
+			errs = append(errs, fmt.Errorf("nomad: %w", err))
+		}
+	}
+	if c.consul != nil && c.consul.cmd != nil {
+		tree := descendants(c.consul.cmd.Process.Pid)
+		c.consul.stop(10 * time.Second)
+		if err := killTree(tree, 10*time.Second); err != nil {
+			errs = append(errs, fmt.Errorf("consul: %w", err))
+		}
+	}
+	if c.ownDir && os.Getenv("GPUSHARE_KEEP_CLUSTER") == "" {
+		if err := os.RemoveAll(c.Dir); err != nil {
+			errs = append(errs, fmt.Errorf("removing %s: %w", c.Dir, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// orphansOf returns processes started below pids after they were listed
+// (for example a task an executor forked while the agent stopped).
+func orphansOf(pids []int) []int {
+	var out []int
+	for _, p := range pids {
+		out = append(out, descendants(p)...)
+	}
+	return out
+}
