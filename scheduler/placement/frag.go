@@ -1,0 +1,184 @@
+package placement
+
+// fragMeter measures the expected GPU fragmentation of a node against a
+// workload (the FGD paper's measure): the sum over task types, weighted by
+// frequency, of the free GPU capacity a task of that type could not use on
+// the node. That is all of the node's free GPU capacity when the task does
+// not fit there at all (CPU, model or GPUs), and otherwise the free capacity
+// on GPUs with less free than the task's per-GPU ask. A CPU-only type that
+// fits wastes nothing; one that does not fit strands all free GPUs.
+//
+// Results are memoized by node state (free CPU, GPU model, sorted free GPU
+// list): the measure depends on nothing else, and many nodes share a state.
+type fragMeter struct {
+	w       *Workload
+	memo    map[fragKey]float64
+	scratch []int
+}
+
+// maxMemoGPUs bounds the node size whose states are memoized.
+const maxMemoGPUs = 16
+
+type fragKey struct {
+	cpu   int64
+	model string
+	n     int
+	free  [maxMemoGPUs]uint16
+}
+
+func newFragMeter(w *Workload) *fragMeter {
+	return &fragMeter{w: w, memo: map[fragKey]float64{}}
+}
+
+// nodeModel is the model shared by all GPUs of n, and false when they differ.
+func nodeModel(n *Node) (string, bool) {
+	if len(n.GPUs) == 0 {
+		return "", true
+	}
+	m := n.GPUs[0].Model
+	for i := 1; i < len(n.GPUs); i++ {
+		if n.GPUs[i].Model != m {
+			return "", false
+		}
+	}
+	return m, true
+}
+
+// frag is the fragmentation of node n if its free CPU were cpu and its GPUs
+// had the given free capacities (free[i] for n.GPUs[i]).
+func (f *fragMeter) frag(n *Node, cpu int64, free []int) float64 {
+	model, same := nodeModel(n)
+	if !same || len(free) > maxMemoGPUs {
+		return f.compute(n, cpu, free)
+	}
+	k := fragKey{cpu: cpu, model: model, n: len(free)}
+	for i, v := range free {
+		k.free[i] = uint16(v)
+	}
+	// Sort the key's free list (insertion sort; at most 16 entries): the
+	// measure does not depend on GPU order when all GPUs share a model.
+	for i := 1; i < k.n; i++ {
+		for j := i; j > 0 && k.free[j] < k.free[j-1]; j-- {
+			k.free[j], k.free[j-1] = k.free[j-1], k.free[j]
+		}
+	}
+	if v, ok := f.memo[k]; ok {
+		return v
+	}
+	v := f.compute(n, cpu, free)
+	f.memo[k] = v
+	return v
+}
+
+func (f *fragMeter) compute(n *Node, cpu int64, free []int) float64 {
+	total := 0
+	for _, v := range free {
+		total += v
+	}
+	if total == 0 {
+		return 0
+	}
+	var sum float64
+	for ti := range f.w.Types {
+		tt := &f.w.Types[ti]
+		if cpu < tt.CPUMilli {
+			sum += tt.Weight * float64(total)
+			continue
+		}
+		if tt.GPUCount == 0 {
+			continue
+		}
+		fit, unusable := 0, 0
+		for i, v := range free {
+			if v >= tt.GPUMilli && tt.modelAllowed(n.GPUs[i].Model) {
+				fit++
+			} else {
+				unusable += v
+			}
+		}
+		if fit < tt.GPUCount {
+			unusable = total
+		}
+		sum += tt.Weight * float64(unusable)
+	}
+	return sum
+}
+
+// current is the fragmentation of n as it is.
+func (f *fragMeter) current(n *Node) float64 {
+	f.load(n)
+	return f.frag(n, n.FreeCPUMilli, f.scratch)
+}
+
+// afterShare is the fragmentation of n once share t is placed on GPU g.
+func (f *fragMeter) afterShare(n *Node, t Task, g int) float64 {
+	f.load(n)
+	f.scratch[g] -= t.GPUMilli
+	return f.frag(n, n.FreeCPUMilli-t.CPUMilli, f.scratch)
+}
+
+// afterWhole is the fragmentation of n once t (CPU only or whole GPUs) is
+// placed on it, on the lowest-numbered GPUs that fit.
+func (f *fragMeter) afterWhole(n *Node, t Task) float64 {
+	f.load(n)
+	k := t.GPUCount
+	for i := range n.GPUs {
+		if k == 0 {
+			break
+		}
+		if f.scratch[i] >= t.GPUMilli && t.ModelAllowed(n.GPUs[i].Model) {
+			f.scratch[i] -= t.GPUMilli
+			k--
+		}
+	}
+	return f.frag(n, n.FreeCPUMilli-t.CPUMilli, f.scratch)
+}
+
+func (f *fragMeter) load(n *Node) {
+	f.scratch = f.scratch[:0]
+	for i := range n.GPUs {
+		f.scratch = append(f.scratch, n.GPUs[i].FreeMilli)
+	}
+}
+
+// bestOnNode returns the smallest growth of fragmentation t can cause on
+// node n (which must fit t) and, for a share, the GPU that achieves it (-1
+// otherwise). A share tries one GPU per distinct free capacity (lowest index
+// first); whole GPUs take the lowest-numbered idle ones, as any idle GPUs
+// are alike.
+func (f *fragMeter) bestOnNode(n *Node, t Task) (float64, int) {
+	before := f.current(n)
+	if !isShare(t) {
+		return f.afterWhole(n, t) - before, -1
+	}
+	best, bestGPU := 0.0, -1
+	for g := range n.GPUs {
+		v := n.GPUs[g].FreeMilli
+		if v < t.GPUMilli || !t.ModelAllowed(n.GPUs[g].Model) {
+			continue
+		}
+		dup := false
+		for h := 0; h < g; h++ {
+			if n.GPUs[h].FreeMilli == v && n.GPUs[h].Model == n.GPUs[g].Model {
+				dup = true
+				break
+			}
+		}
+		if dup {
+			continue
+		}
+		d := f.afterShare(n, t, g) - before
+		if bestGPU < 0 || d < best {
+			best, bestGPU = d, g
+		}
+	}
+	return best, bestGPU
+}
+
+// choice builds the Choice for t on node i, given the GPU bestOnNode chose.
+func choice(c *Cluster, i int, t Task, gpu int) Choice {
+	if isShare(t) {
+		return Choice{Node: i, GPUs: []int{gpu}}
+	}
+	return Choice{Node: i, GPUs: lowestGPUs(&c.Nodes[i], t)}
+}

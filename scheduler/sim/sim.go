@@ -1,0 +1,135 @@
+// Package sim is the trace-driven placement simulator behind the placement
+// benchmark, following the method of the ATC'23 "Beware of Fragmentation"
+// paper: the task list is shuffled with a seed; tasks arrive one by one and
+// never leave; once the list is used up, tasks are drawn from it uniformly
+// at random with replacement until the GPU demand that has arrived reaches
+// 130% of the cluster's GPU capacity. A task that does not fit is dropped.
+// The metric is the share of GPU capacity left unallocated when arrived
+// demand reaches 100%; the allocation at the end (130%) is reported too.
+//
+// A run is a pure function of its inputs and seed.
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math/rand"
+	"slices"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/placement"
+)
+
+// Default arrival levels, in shares of the cluster's GPU capacity.
+const (
+	DefaultReadAt = 1.0
+	DefaultStopAt = 1.3
+)
+
+// Config is one simulation run.
+type Config struct {
+	Nodes []placement.Node
+	Tasks []placement.Task
+	// Policy places each task; it must be fresh (policies may keep caches
+	// and random state).
+	Policy placement.Policy
+	// Seed drives the shuffle and the draws.
+	Seed int64
+	// ReadAt and StopAt are arrived GPU demand levels as shares of GPU
+	// capacity (defaults 1.0 and 1.3).
+	ReadAt, StopAt float64
+}
+
+// Result is the outcome of a run. Percentages are of the cluster's GPU
+// capacity.
+type Result struct {
+	// UnallocAtRead is 100 - allocated GPU % when arrived demand first
+	// reached ReadAt.
+	UnallocAtRead float64
+	// AllocAtStop is the allocated GPU % at the end of the run.
+	AllocAtStop float64
+	// Arrived, Placed and Dropped count tasks.
+	Arrived, Placed, Dropped int
+	// CapacityMilli is the cluster's GPU capacity in milli-GPU.
+	CapacityMilli int64
+}
+
+// demand is the GPU demand of t in milli-GPU.
+func demand(t placement.Task) int64 { return int64(t.GPUCount) * int64(t.GPUMilli) }
+
+// Run simulates one seed. It copies the nodes; cfg is not changed.
+func Run(cfg Config) (Result, error) {
+	if cfg.Policy == nil {
+		return Result{}, errors.New("sim: no policy")
+	}
+	if len(cfg.Tasks) == 0 {
+		return Result{}, errors.New("sim: no tasks")
+	}
+	readAt, stopAt := cfg.ReadAt, cfg.StopAt
+	if readAt == 0 {
+		readAt = DefaultReadAt
+	}
+	if stopAt == 0 {
+		stopAt = DefaultStopAt
+	}
+	if readAt > stopAt {
+		return Result{}, fmt.Errorf("sim: read level %.2f above stop level %.2f", readAt, stopAt)
+	}
+	c := &placement.Cluster{Nodes: cloneNodes(cfg.Nodes)}
+	var capacity int64
+	for _, n := range c.Nodes {
+		capacity += int64(len(n.GPUs)) * 1000
+	}
+	var gpuDemand int64
+	for _, t := range cfg.Tasks {
+		gpuDemand += demand(t)
+	}
+	if capacity == 0 || gpuDemand == 0 {
+		return Result{}, errors.New("sim: no GPU capacity or no GPU demand")
+	}
+	res := Result{CapacityMilli: capacity}
+	rng := rand.New(rand.NewSource(cfg.Seed))
+	order := rng.Perm(len(cfg.Tasks))
+	readMilli := readAt * float64(capacity)
+	stopMilli := stopAt * float64(capacity)
+	var arrived, allocated int64
+	read := false
+	for i := 0; ; i++ {
+		var t placement.Task
+		if i < len(order) {
+			t = cfg.Tasks[order[i]]
+		} else {
+			t = cfg.Tasks[rng.Intn(len(cfg.Tasks))]
+		}
+		if float64(arrived+demand(t)) > stopMilli {
+			break
+		}
+		arrived += demand(t)
+		res.Arrived++
+		if ch, ok := cfg.Policy.Place(c, t); ok {
+			if err := c.Assign(ch, t); err != nil {
+				return res, fmt.Errorf("sim: policy %s: task %d: %w", cfg.Policy.Name(), i, err)
+			}
+			allocated += demand(t)
+			res.Placed++
+		} else {
+			res.Dropped++
+		}
+		if !read && float64(arrived) >= readMilli {
+			read = true
+			res.UnallocAtRead = 100 - 100*float64(allocated)/float64(capacity)
+		}
+	}
+	if !read {
+		res.UnallocAtRead = 100 - 100*float64(allocated)/float64(capacity)
+	}
+	res.AllocAtStop = 100 * float64(allocated) / float64(capacity)
+	return res, nil
+}
+
+func cloneNodes(nodes []placement.Node) []placement.Node {
+	out := slices.Clone(nodes)
+	for i := range out {
+		out[i].GPUs = slices.Clone(out[i].GPUs)
+	}
+	return out
+}
