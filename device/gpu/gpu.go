@@ -1,0 +1,338 @@
+// Package gpu reads GPUs through go-nvml's nvml.Interface: the inventory
+// (UUID, model, memory, compute capability, PCI bus ID, driver and CUDA
+// versions, MIG mode) and live statistics (memory used, utilization,
+// temperature, power). The interface is either real NVML (nvml.New) or a
+// simulated machine built on go-nvml's mocks (see NewSimulated).
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// GPU is the static description of one GPU.
+type GPU struct {
+	Index        int
+	UUID         string
+	Model        string
+	MemoryMiB    uint64
+	ComputeMajor int
+	ComputeMinor int
+	Architecture string
+	PCIBusID     string
+	// Optional facts; zero when NVML does not report them.
+	PCIBandwidthMBps int
+	PowerLimitW      int
+	CoresClockMHz    int
+	MemoryClockMHz   int
+	BAR1MiB          uint64
+	CUDACores        int
+	// MIG is true when MIG mode is enabled: the GPU is listed whole and never
+	// shared.
+	MIG bool
+	// Err is set when the GPU answered with an error; it is then listed
+	// unhealthy with this reason.
+	Err error
+}
+
+// ComputeCapability returns "major.minor", e.g. "9.0".
+func (g GPU) ComputeCapability() string {
+	return fmt.Sprintf("%d.%d", g.ComputeMajor, g.ComputeMinor)
+}
+
+// Inventory is the result of one fingerprint.
+type Inventory struct {
+	DriverVersion string
+	CUDAVersion   string // e.g. "12.4"
+	GPUs          []GPU
+}
+
+// Stats are live readings of one GPU. Pointers are nil where NVML gives no
+// value.
+type Stats struct {
+	UUID         string
+	MemUsedMiB   uint64
+	MemTotalMiB  uint64
+	GPUUtilPct   *uint32
+	MemUtilPct   *uint32
+	TemperatureC *uint32
+	PowerW       *float64
+	Err          error
+}
+
+// Source reads GPUs through an nvml.Interface. It is safe for concurrent
+// use.
+type Source struct {
+	mu     sync.Mutex
+	lib    nvml.Interface
+	inited bool
+}
+
+// NewSource wraps lib. Nothing is called until Inventory or Stats.
+func NewSource(lib nvml.Interface) *Source { return &Source{lib: lib} }
+
+// ErrInit wraps NVML initialization failures.
+var ErrInit = errors.New("NVML failed to initialize")
+
+// init calls nvml Init once it succeeds; a failure is retried on the next
+// call.
+func (s *Source) init() error {
+	if s.inited {
+		return nil
+	}
+	ret := callRet(s.lib.Init)
+	if ret != nvml.SUCCESS {
+		hint := ""
+		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+			hint = " (libnvidia-ml.so.1 not found: is the NVIDIA driver installed? use backend = \"simulated\" on machines without GPUs)"
+		}
+		return fmt.Errorf("%w: %v%s", ErrInit, ret, hint)
+	}
+	s.inited = true
+	return nil
+}
+
+// Close shuts NVML down if it was initialized.
+func (s *Source) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inited {
+		callRet(s.lib.Shutdown)
+		s.inited = false
+	}
+}
+
+// Inventory lists the GPUs. An error means nothing could be listed (NVML
+// does not initialize or cannot count devices); a single failing GPU is
+// returned with its Err set instead.
+func (s *Source) Inventory() (Inventory, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.init(); err != nil {
+		return Inventory{}, err
+	}
+	var inv Inventory
+	if v, ret := getString(s.lib.SystemGetDriverVersion); ret == nvml.SUCCESS {
+		inv.DriverVersion = v
+	}
+	if v, ret := getInt(s.lib.SystemGetCudaDriverVersion); ret == nvml.SUCCESS && v > 0 {
+		inv.CUDAVersion = fmt.Sprintf("%d.%d", v/1000, v%1000/10)
+	}
+	n, ret := getInt(s.lib.DeviceGetCount)
+	if ret != nvml.SUCCESS {
+		// NVML may have been unloaded under us (driver reload): init again
+		// next time.
+		s.inited = false
+		return Inventory{}, fmt.Errorf("NVML could not count GPUs: %v", ret)
+	}
+	for i := 0; i < n; i++ {
+		inv.GPUs = append(inv.GPUs, s.describe(i))
+	}
+	return inv, nil
+}
+
+func (s *Source) describe(i int) GPU {
+	g := GPU{Index: i}
+	var d nvml.Device
+	var ret nvml.Return
+	protect(&ret, func() { d, ret = s.lib.DeviceGetHandleByIndex(i) })
+	if ret != nvml.SUCCESS {
+		g.Err = fmt.Errorf("GPU %d: get handle: %v", i, ret)
+		return g
+	}
+	if g.UUID, ret = getString(d.GetUUID); ret != nvml.SUCCESS {
+		g.Err = fmt.Errorf("GPU %d: read UUID: %v", i, ret)
+		return g
+	}
+	if g.Model, ret = getString(d.GetName); ret != nvml.SUCCESS {
+		g.Err = fmt.Errorf("GPU %s: read name: %v", g.UUID, ret)
+	}
+	var mem nvml.Memory
+	protect(&ret, func() { mem, ret = d.GetMemoryInfo() })
+	if ret != nvml.SUCCESS {
+		g.Err = fmt.Errorf("GPU %s: read memory: %v", g.UUID, ret)
+	}
+	g.MemoryMiB = mem.Total >> 20
+	protect(&ret, func() { g.ComputeMajor, g.ComputeMinor, ret = d.GetCudaComputeCapability() })
+	var pci nvml.PciInfo
+	protect(&ret, func() { pci, ret = d.GetPciInfo() })
+	if ret == nvml.SUCCESS {
+		g.PCIBusID = busID(pci)
+	}
+	var cur, pending int
+	protect(&ret, func() { cur, pending, ret = d.GetMigMode() })
+	_ = pending
+	g.MIG = ret == nvml.SUCCESS && cur == nvml.DEVICE_MIG_ENABLE
+	var arch nvml.DeviceArchitecture
+	protect(&ret, func() { arch, ret = d.GetArchitecture() })
+	if ret == nvml.SUCCESS {
+		g.Architecture = archName(arch)
+	}
+	gen, r1 := getInt(d.GetMaxPcieLinkGeneration)
+	width, r2 := getInt(d.GetMaxPcieLinkWidth)
+	if r1 == nvml.SUCCESS && r2 == nvml.SUCCESS {
+		g.PCIBandwidthMBps = pcieLaneMBps(gen) * width
+	}
+	var u uint32
+	protect(&ret, func() { u, ret = d.GetPowerManagementLimit() })
+	if ret == nvml.SUCCESS {
+		g.PowerLimitW = int(u / 1000)
+	}
+	protect(&ret, func() { u, ret = d.GetMaxClockInfo(nvml.CLOCK_SM) })
+	if ret == nvml.SUCCESS {
+		g.CoresClockMHz = int(u)
+	}
+	protect(&ret, func() { u, ret = d.GetMaxClockInfo(nvml.CLOCK_MEM) })
+	if ret == nvml.SUCCESS {
+		g.MemoryClockMHz = int(u)
+	}
+	var bar1 nvml.BAR1Memory
+	protect(&ret, func() { bar1, ret = d.GetBAR1MemoryInfo() })
+	if ret == nvml.SUCCESS {
+		g.BAR1MiB = bar1.Bar1Total >> 20
+	}
+	if c, ret := getInt(d.GetNumGpuCores); ret == nvml.SUCCESS {
+		g.CUDACores = c
+	}
+	return g
+}
+
+// Stats reads live statistics of every GPU, keyed by UUID.
+func (s *Source) Stats() (map[string]Stats, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.init(); err != nil {
+		return nil, err
+	}
+	n, ret := getInt(s.lib.DeviceGetCount)
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("NVML could not count GPUs: %v", ret)
+	}
+	out := make(map[string]Stats, n)
+	for i := 0; i < n; i++ {
+		var d nvml.Device
+		protect(&ret, func() { d, ret = s.lib.DeviceGetHandleByIndex(i) })
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		uuid, ret := getString(d.GetUUID)
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		st := Stats{UUID: uuid}
+		var mem nvml.Memory
+		protect(&ret, func() { mem, ret = d.GetMemoryInfo() })
+		if ret != nvml.SUCCESS {
+			st.Err = fmt.Errorf("read memory: %v", ret)
+		}
+		st.MemUsedMiB, st.MemTotalMiB = mem.Used>>20, mem.Total>>20
+		var ut nvml.Utilization
+		protect(&ret, func() { ut, ret = d.GetUtilizationRates() })
+		if ret == nvml.SUCCESS {
+			st.GPUUtilPct, st.MemUtilPct = &ut.Gpu, &ut.Memory
+		}
+		var t uint32
+		protect(&ret, func() { t, ret = d.GetTemperature(nvml.TEMPERATURE_GPU) })
+		if ret == nvml.SUCCESS {
+			st.TemperatureC = &t
+		}
+		var p uint32
+		protect(&ret, func() { p, ret = d.GetPowerUsage() })
+		if ret == nvml.SUCCESS {
+			w := float64(p) / 1000
+			st.PowerW = &w
+		}
+		out[uuid] = st
+	}
+	return out, nil
+}
+
+// protect runs an NVML call that sets *ret; a panic (a mock function that
+// is not set) is reported as ERROR_NOT_SUPPORTED.
+func protect(ret *nvml.Return, f func()) {
+	defer func() {
+		if recover() != nil {
+			*ret = nvml.ERROR_NOT_SUPPORTED
+		}
+	}()
+	f()
+}
+
+func callRet(f func() nvml.Return) (r nvml.Return) {
+	protect(&r, func() { r = f() })
+	return r
+}
+
+func getString(f func() (string, nvml.Return)) (v string, r nvml.Return) {
+	protect(&r, func() { v, r = f() })
+	return v, r
+}
+
+func getInt(f func() (int, nvml.Return)) (v int, r nvml.Return) {
+	protect(&r, func() { v, r = f() })
+	return v, r
+}
+
+func busID(p nvml.PciInfo) string {
+	var b strings.Builder
+	for _, c := range p.BusId {
+		if c == 0 {
+			break
+		}
+		b.WriteByte(byte(c))
+	}
+	if b.Len() > 0 {
+		return b.String()
+	}
+	if p.Domain|p.Bus|p.Device != 0 {
+		return fmt.Sprintf("%08x:%02x:%02x.0", p.Domain, p.Bus, p.Device)
+	}
+	return ""
+}
+
+// pcieLaneMBps is the usable bandwidth of one PCIe lane per generation.
+func pcieLaneMBps(gen int) int {
+	switch gen {
+	case 1:
+		return 250
+	case 2:
+		return 500
+	case 3:
+		return 985
+	case 4:
+		return 1969
+	case 5:
+		return 3938
+	case 6:
+		return 7563
+	}
+	return 0
+}
+
+func archName(a nvml.DeviceArchitecture) string {
+	switch a {
+	case nvml.DEVICE_ARCH_KEPLER:
+		return "kepler"
+	case nvml.DEVICE_ARCH_MAXWELL:
+		return "maxwell"
+	case nvml.DEVICE_ARCH_PASCAL:
+		return "pascal"
+	case nvml.DEVICE_ARCH_VOLTA:
+		return "volta"
+	case nvml.DEVICE_ARCH_TURING:
+		return "turing"
+	case nvml.DEVICE_ARCH_AMPERE:
+		return "ampere"
+	case nvml.DEVICE_ARCH_ADA:
+		return "ada"
+	case nvml.DEVICE_ARCH_HOPPER:
+		return "hopper"
+	case nvml.DEVICE_ARCH_BLACKWELL:
+		return "blackwell"
+	}
+	return ""
+}

@@ -1,0 +1,129 @@
+package gpu
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+func TestSimulatedInventory(t *testing.T) {
+	tests := []struct {
+		name      string
+		opts      SimOptions
+		wantCount int
+		wantModel string
+		wantMiB   uint64
+		wantCC    string
+		wantArch  string
+	}{
+		{"h100 preset", SimOptions{Preset: PresetH100}, 8, "NVIDIA H100 80GB HBM3", 81920, "9.0", "hopper"},
+		{"a100 preset", SimOptions{Preset: PresetA100}, 8, "Mock NVIDIA A100-SXM4-40GB", 40960, "8.0", "ampere"},
+		{"a100 preset cut to 4", SimOptions{Preset: PresetA100, Count: 4}, 4, "Mock NVIDIA A100-SXM4-40GB", 40960, "8.0", "ampere"},
+		{"custom", SimOptions{Preset: PresetCustom, Count: 3, Model: "NVIDIA L4", MemoryMiB: 23034}, 3, "NVIDIA L4", 23034, "8.0", "ampere"},
+		{"h100 grown to 10", SimOptions{Preset: PresetH100, Count: 10}, 10, "NVIDIA H100 80GB HBM3", 81920, "9.0", "hopper"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sim, err := NewSimulated(tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inv, err := NewSource(sim).Inventory()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if inv.DriverVersion != "550.54.15" || inv.CUDAVersion != "12.4" {
+				t.Errorf("driver %q cuda %q", inv.DriverVersion, inv.CUDAVersion)
+			}
+			if len(inv.GPUs) != tt.wantCount {
+				t.Fatalf("%d GPUs, want %d", len(inv.GPUs), tt.wantCount)
+			}
+			seen := map[string]bool{}
+			for i, g := range inv.GPUs {
+				if g.Err != nil {
+					t.Fatalf("GPU %d: %v", i, g.Err)
+				}
+				if g.Index != i || g.Model != tt.wantModel || g.MemoryMiB != tt.wantMiB || g.ComputeCapability() != tt.wantCC || g.Architecture != tt.wantArch {
+					t.Errorf("GPU %d = %+v", i, g)
+				}
+				if !strings.HasPrefix(g.UUID, "GPU-") || seen[g.UUID] {
+					t.Errorf("GPU %d: bad or repeated UUID %q", i, g.UUID)
+				}
+				seen[g.UUID] = true
+				if !strings.HasPrefix(g.PCIBusID, "00000000:") || g.PCIBandwidthMBps == 0 || g.PowerLimitW == 0 || g.MIG {
+					t.Errorf("GPU %d: pci %q bw %d power %d mig %v", i, g.PCIBusID, g.PCIBandwidthMBps, g.PowerLimitW, g.MIG)
+				}
+			}
+		})
+	}
+}
+
+func TestSimulatedUUIDsAreStable(t *testing.T) {
+	a, _ := NewSimulated(SimOptions{Preset: PresetH100})
+	b, _ := NewSimulated(SimOptions{Preset: PresetH100})
+	c, _ := NewSimulated(SimOptions{Preset: PresetH100, Seed: "node2"})
+	if strings.Join(a.UUIDs(), ",") != strings.Join(b.UUIDs(), ",") {
+		t.Fatal("same seed gave different UUIDs")
+	}
+	if a.UUIDs()[0] == c.UUIDs()[0] {
+		t.Fatal("different seeds gave the same UUID")
+	}
+}
+
+func TestSimulatedOptionErrors(t *testing.T) {
+	for _, o := range []SimOptions{{Preset: "tpu"}, {Preset: PresetCustom}, {Preset: PresetCustom, Count: 2, Model: "x"}} {
+		if _, err := NewSimulated(o); err == nil {
+			t.Errorf("NewSimulated(%+v): no error", o)
+		}
+	}
+}
+
+func TestInitFailureIsRetried(t *testing.T) {
+	sim, _ := NewSimulated(SimOptions{Preset: PresetA100, Count: 2})
+	sim.SetInitError(nvml.ERROR_LIBRARY_NOT_FOUND)
+	src := NewSource(sim)
+	_, err := src.Inventory()
+	if !errors.Is(err, ErrInit) || !strings.Contains(err.Error(), "libnvidia-ml.so.1 not found") {
+		t.Fatalf("err = %v", err)
+	}
+	sim.SetInitError(nvml.SUCCESS)
+	inv, err := src.Inventory()
+	if err != nil || len(inv.GPUs) != 2 {
+		t.Fatalf("after heal: %d GPUs, %v", len(inv.GPUs), err)
+	}
+}
+
+func TestLostGPUAndMIG(t *testing.T) {
+	sim, _ := NewSimulated(SimOptions{Preset: PresetH100, Count: 3})
+	sim.SetLost(1, nvml.ERROR_GPU_IS_LOST)
+	sim.SetMIG(2, true)
+	inv, err := NewSource(sim).Inventory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inv.GPUs[0].Err != nil || inv.GPUs[1].Err == nil || !strings.Contains(inv.GPUs[1].Err.Error(), "GPU_IS_LOST") {
+		t.Fatalf("errors: %v / %v", inv.GPUs[0].Err, inv.GPUs[1].Err)
+	}
+	if !inv.GPUs[2].MIG || inv.GPUs[0].MIG {
+		t.Fatalf("MIG: %v %v", inv.GPUs[0].MIG, inv.GPUs[2].MIG)
+	}
+}
+
+func TestStats(t *testing.T) {
+	sim, _ := NewSimulated(SimOptions{Preset: PresetH100, Count: 2})
+	sim.SetUsage(1, 40960, 80)
+	st, err := NewSource(sim).Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := sim.UUIDs()
+	s0, s1 := st[u[0]], st[u[1]]
+	if s0.MemUsedMiB != 0 || s0.MemTotalMiB != 81920 || *s0.GPUUtilPct != 0 {
+		t.Errorf("idle GPU stats %+v", s0)
+	}
+	if s1.MemUsedMiB != 40960 || *s1.GPUUtilPct != 80 || *s1.MemUtilPct != 50 || s1.TemperatureC == nil || s1.PowerW == nil || *s1.PowerW <= *s0.PowerW {
+		t.Errorf("busy GPU stats %+v", s1)
+	}
+}
