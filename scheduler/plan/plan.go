@@ -1,0 +1,171 @@
+// Package plan decides, for one scheduling cycle, which pending workloads to
+// place where and which running jobs to suspend to make room for them.
+//
+// Plan reads a model.Snapshot, computes every project's deserved share
+// (package fairshare), and walks the pending workloads in fairness order
+// (projects most below their guarantee, then most below their deserved share,
+// first; then project priority, workload priority and submit time). For each
+// workload it tries, in this order:
+//
+//  1. idle capacity: as long as jobs wait no GPU stays idle, so a workload
+//     that fits on free GPUs is placed even above its project's guarantee (up
+//     to its limit), as over-quota, preemptible work;
+//  2. reclaim: when the project stays within its guarantee after placement,
+//     running jobs of projects above their guarantee are suspended, never
+//     pushing such a project below its guarantee; when the project is above
+//     its guarantee but stays within its deserved share, only projects above
+//     their deserved share give, never below it;
+//  3. preempt: lower-priority jobs of the workload's own project make way.
+//
+// Victims are whole jobs (the quota service suspends jobs), taken in the
+// order of compareVictims until the workload fits on one node (for a share,
+// on one GPU); then every victim not needed for the fit is put back.
+// Non-preemptible work is never a victim and is admitted only within its
+// project's guarantee. Suspended jobs come back as pending workloads and are
+// resumed by the same walk when they fit.
+//
+// Plan does no I/O and is deterministic for a given snapshot and policy.
+package plan
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/fairshare"
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/placement"
+)
+
+// Options tune one planning cycle.
+type Options struct {
+	// Policy chooses nodes and GPUs on idle capacity. Nil means first fit:
+	// the lowest-numbered node that fits, and on it the lowest-numbered
+	// GPUs (placement.Cluster.Fits).
+	Policy placement.Policy
+}
+
+// Kind is what an action does.
+type Kind uint8
+
+const (
+	// Suspend stops a whole running job; it comes back as pending work.
+	Suspend Kind = iota + 1
+	// Place starts one instance of a pending workload on a node and GPUs.
+	Place
+)
+
+// String returns "suspend" or "place".
+func (k Kind) String() string {
+	switch k {
+	case Suspend:
+		return "suspend"
+	case Place:
+		return "place"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// Action is one step of the plan. Actions are ordered: the suspensions that
+// make room for a placement come right before it.
+type Action struct {
+	Kind    Kind
+	Project string
+	Job     string
+	// Allocations, for Suspend, are the IDs of the job's running
+	// allocations, all of which stop.
+	Allocations []string
+	// Workload is the position in Snapshot.Pending of the workload placed
+	// (Place) or made room for (Suspend).
+	Workload int
+	// Group, Node and GPUs, for Place, say which task group goes where
+	// (GPU indexes on the node; none for CPU-only work).
+	Group string
+	Node  string
+	GPUs  []int
+	// Reason explains the step to a person.
+	Reason string
+}
+
+// String is a one-line rendering of the action.
+func (a Action) String() string {
+	if a.Kind == Suspend {
+		return fmt.Sprintf("suspend %s (project %s): %s", a.Job, a.Project, a.Reason)
+	}
+	return fmt.Sprintf("place %s/%s on %s GPUs %v (project %s): %s", a.Job, a.Group, a.Node, a.GPUs, a.Project, a.Reason)
+}
+
+// ProjectShare is one project's quota picture for the cycle.
+type ProjectShare struct {
+	Name       string
+	Guaranteed model.Shares
+	// Demand is what the project runs plus what it has pending.
+	Demand model.Shares
+	// Deserved is its fair share this cycle (see package fairshare).
+	Deserved model.Shares
+	// Usage is what it held before the plan, Planned what it holds after.
+	Usage   model.Shares
+	Planned model.Shares
+}
+
+// Unplaced is a pending workload the plan leaves waiting, and why.
+type Unplaced struct {
+	Workload int
+	Reason   string
+}
+
+// Result is the outcome of one planning cycle.
+type Result struct {
+	// Shares has one entry per project, in Snapshot.Projects order.
+	Shares   []ProjectShare
+	Actions  []Action
+	Unplaced []Unplaced
+}
+
+// ErrPlacement is wrapped when the policy returns a choice that does not
+// fit; it is a bug in the policy.
+var ErrPlacement = errors.New("placement policy returned a choice that does not fit")
+
+// Plan computes deserved shares and the ordered actions for one cycle. It
+// returns an error, wrapping model.ErrInvalid, when the snapshot contradicts
+// itself.
+func Plan(snap *model.Snapshot, opts Options) (Result, error) {
+	s, err := newState(snap, opts)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := s.run(); err != nil {
+		return Result{}, err
+	}
+	res := Result{Actions: s.actions, Unplaced: s.unplaced, Shares: make([]ProjectShare, len(snap.Projects))}
+	for i := range snap.Projects {
+		p := &s.projects[i]
+		res.Shares[i] = ProjectShare{
+			Name:       snap.Projects[i].Name,
+			Guaranteed: p.guaranteed,
+			Demand:     p.demand,
+			Deserved:   p.deserved,
+			Usage:      s.index.Usage[i],
+			Planned:    p.usage,
+		}
+	}
+	return res, nil
+}
+
+// DeservedShares computes only the deserved share of every project, in
+// Snapshot.Projects order, with demand = running + pending GPU amounts.
+func DeservedShares(snap *model.Snapshot) ([]model.Shares, error) {
+	x, err := snap.Index()
+	if err != nil {
+		return nil, err
+	}
+	return fairshare.Deserved(snap.Capacity(), snap.Projects, demand(snap, x)), nil
+}
+
+func demand(snap *model.Snapshot, x *model.Index) []model.Shares {
+	d := make([]model.Shares, len(snap.Projects))
+	copy(d, x.Usage)
+	for i := range snap.Pending {
+		d[x.PendingProject[i]] += snap.Pending[i].GPUShares()
+	}
+	return d
+}

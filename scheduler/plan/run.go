@@ -1,0 +1,303 @@
+package plan
+
+import (
+	"cmp"
+	"fmt"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/placement"
+)
+
+// run walks the pending workloads in fairness order.
+func (s *state) run() error {
+	s.initSummaries()
+	for {
+		best := -1
+		for p := range s.projects {
+			if len(s.projects[p].queue) > 0 && (best < 0 || s.compareFairness(p, best) < 0) {
+				best = p
+			}
+		}
+		if best < 0 {
+			return nil
+		}
+		ps := &s.projects[best]
+		w := ps.queue[0]
+		ps.queue = ps.queue[1:]
+		if err := s.tryWorkload(int(w), best); err != nil {
+			return err
+		}
+	}
+}
+
+// fairnessClass: 0 below guarantee, 1 below deserved share, 2 otherwise.
+func (p *projectState) fairnessClass() int {
+	switch {
+	case p.usage < p.guaranteed:
+		return 0
+	case p.usage < p.deserved:
+		return 1
+	}
+	return 2
+}
+
+// compareFairness orders projects for the next pending workload: the
+// project most below its guarantee (as a fraction of it) first, then the one
+// most below its deserved share, then the least over it; then higher project
+// priority, then the project's next workload (priority, submit time).
+func (s *state) compareFairness(a, b int) int {
+	pa, pb := &s.projects[a], &s.projects[b]
+	ca, cb := pa.fairnessClass(), pb.fairnessClass()
+	if ca != cb {
+		return cmp.Compare(ca, cb)
+	}
+	var c int
+	switch ca {
+	case 0:
+		c = cmp.Compare(pa.usage*pb.guaranteed, pb.usage*pa.guaranteed)
+	case 1:
+		c = cmp.Compare(pa.usage*pb.deserved, pb.usage*pa.deserved)
+	default:
+		c = cmp.Compare(pa.usage-pa.deserved, pb.usage-pb.deserved)
+	}
+	if c != 0 {
+		return c
+	}
+	if c := cmp.Compare(pb.priority, pa.priority); c != 0 {
+		return c
+	}
+	if c := s.compareQueued(pa.queue[0], pb.queue[0]); c != 0 {
+		return c
+	}
+	return cmp.Compare(a, b)
+}
+
+// tryWorkload places every instance of pending workload w of project p, or
+// none: a failure undoes the instances already planned.
+func (s *state) tryWorkload(w, p int) error {
+	wl := &s.snap.Pending[w]
+	ps := &s.projects[p]
+	name := s.snap.Projects[p].Name
+	if j, ok := s.jobByKey[wl.Job]; ok && s.jobs[j].suspended {
+		s.unplaced = append(s.unplaced, Unplaced{w, "its job is suspended in this plan"})
+		return nil
+	}
+	total := wl.GPUShares()
+	if !wl.Preemptible && ps.nonPreemptible+total > ps.guaranteed {
+		s.unplaced = append(s.unplaced, Unplaced{w, fmt.Sprintf(
+			"non-preemptible work runs only within the guarantee: project %s guarantees %s, runs %s non-preemptible, asks %s",
+			name, ps.guaranteed, ps.nonPreemptible, total)})
+		return nil
+	}
+	exclude := int32(-1)
+	if j, ok := s.jobByKey[wl.Job]; ok {
+		exclude = j
+	}
+	withinGuarantee := ps.usage+total <= ps.guaranteed
+	withinDeserved := ps.usage+total <= ps.deserved
+	t := s.task(wl.Ask)
+	inst := wl.Ask.GPUShares()
+	markActions, markUndo := len(s.actions), len(s.undo)
+	resume := ""
+	if wl.Suspended {
+		resume = "resume suspended job; "
+	}
+	for range wl.Count {
+		overLimit := ps.usage + inst - ps.cap
+		if overLimit <= 0 {
+			if ch, ok := s.placeIdle(t); ok {
+				if err := s.place(w, p, t, ch, resume+s.idleReason(p, inst)); err != nil {
+					return err
+				}
+				continue
+			}
+			if withinGuarantee || withinDeserved {
+				if ok, err := s.reclaim(w, p, t, exclude, withinGuarantee, resume); err != nil || ok {
+					if err != nil {
+						return err
+					}
+					continue
+				}
+			}
+		}
+		if ok, err := s.preempt(w, p, t, exclude, max(overLimit, 0), resume); err != nil || ok {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		s.rollback(markActions, markUndo)
+		s.unplaced = append(s.unplaced, Unplaced{w, s.failReason(p, total, overLimit > 0, withinGuarantee, withinDeserved)})
+		return nil
+	}
+	return nil
+}
+
+func (s *state) failReason(p int, total model.Shares, overLimit, withinGuarantee, withinDeserved bool) string {
+	ps := &s.projects[p]
+	name := s.snap.Projects[p].Name
+	switch {
+	case overLimit:
+		return fmt.Sprintf("project %s would exceed its limit %s (uses %s, asks %s) and has no lower-priority job to preempt",
+			name, ps.cap, ps.usage, total)
+	case withinGuarantee:
+		return fmt.Sprintf("no idle capacity fits, and no set of jobs from over-quota projects or lower-priority jobs of project %s makes it fit", name)
+	case withinDeserved:
+		return fmt.Sprintf("no idle capacity fits, and no set of jobs from projects above their deserved share or lower-priority jobs of project %s makes it fit", name)
+	}
+	return fmt.Sprintf("no idle capacity fits; project %s would go above its guarantee %s and deserved share %s (uses %s, asks %s), so it may not reclaim",
+		name, ps.guaranteed, ps.deserved, ps.usage, total)
+}
+
+func (s *state) idleReason(p int, inst model.Shares) string {
+	ps := &s.projects[p]
+	after := ps.usage + inst
+	switch {
+	case after <= ps.guaranteed:
+		return fmt.Sprintf("fits on idle capacity; project %s within its guarantee (%s of %s)", s.snap.Projects[p].Name, after, ps.guaranteed)
+	case after <= ps.deserved:
+		return fmt.Sprintf("fits on idle capacity; project %s within its deserved share (%s of %s)", s.snap.Projects[p].Name, after, ps.deserved)
+	}
+	return fmt.Sprintf("fits on idle capacity; over quota and preemptible (project %s at %s, guarantee %s, deserved %s)",
+		s.snap.Projects[p].Name, after, ps.guaranteed, ps.deserved)
+}
+
+// reclaim suspends jobs of other projects above their guarantee (or, when
+// the workload's project is above its guarantee, above their deserved share)
+// to fit one instance.
+func (s *state) reclaim(w, p int, t placement.Task, exclude int32, withinGuarantee bool, resume string) (bool, error) {
+	floor := func(q int32) model.Shares { return s.projects[q].deserved }
+	what := "deserved share"
+	if withinGuarantee {
+		floor = func(q int32) model.Shares { return s.projects[q].guaranteed }
+		what = "guarantee"
+	}
+	var from []int32
+	for q := range s.projects {
+		if q != p && s.projects[q].usage > floor(int32(q)) {
+			from = append(from, int32(q))
+		}
+	}
+	if len(from) == 0 {
+		return false, nil
+	}
+	n, victims, ok := s.findVictims(t, victimSearch{projects: from, floor: floor, exclude: exclude})
+	if !ok {
+		return false, nil
+	}
+	wl := &s.snap.Pending[w]
+	for _, j := range victims {
+		q := s.jobs[j].project
+		qs := &s.projects[q]
+		s.suspend(j, w, fmt.Sprintf("reclaim for project %s (within its %s): project %s holds %s, above its %s %s; makes room for %s/%s on %s",
+			s.snap.Projects[p].Name, what, s.snap.Projects[q].Name, qs.usage, what, floor(q), wl.Job, wl.Group, s.cluster.Nodes[n].Name))
+	}
+	return true, s.placeOn(w, p, t, n, fmt.Sprintf("%sreclaimed %d job(s) from projects above their %s; project %s stays within its %s",
+		resume, len(victims), what, s.snap.Projects[p].Name, what))
+}
+
+// preempt suspends lower-priority jobs of the workload's own project to fit
+// one instance; mustFree is what they must free to keep the project within
+// its limit.
+func (s *state) preempt(w, p int, t placement.Task, exclude int32, mustFree model.Shares, resume string) (bool, error) {
+	wl := &s.snap.Pending[w]
+	prio := wl.Priority
+	n, victims, ok := s.findVictims(t, victimSearch{
+		projects:      []int32{int32(p)},
+		floor:         func(int32) model.Shares { return 0 },
+		belowPriority: &prio,
+		exclude:       exclude,
+		mustFree:      mustFree,
+	})
+	if !ok {
+		return false, nil
+	}
+	for _, j := range victims {
+		s.suspend(j, w, fmt.Sprintf("preempt inside project %s: job priority %d below pending %s/%s priority %d; makes room on %s",
+			s.snap.Projects[p].Name, s.jobs[j].priority, wl.Job, wl.Group, prio, s.cluster.Nodes[n].Name))
+	}
+	return true, s.placeOn(w, p, t, n, fmt.Sprintf("%spreempted %d lower-priority job(s) of project %s", resume, len(victims), s.snap.Projects[p].Name))
+}
+
+// rollback undoes every change made after the marks.
+func (s *state) rollback(markActions, markUndo int) {
+	for i := len(s.undo) - 1; i >= markUndo; i-- {
+		s.undo[i]()
+	}
+	s.undo = s.undo[:markUndo]
+	s.actions = s.actions[:markActions]
+}
+
+// suspend stops job j to make room for workload w.
+func (s *state) suspend(j int32, w int, reason string) {
+	job := &s.jobs[j]
+	ps := &s.projects[job.project]
+	ids := make([]string, len(job.allocs))
+	for i, a := range job.allocs {
+		ids[i] = s.snap.Allocations[a].ID
+		s.shift(a, +1)
+	}
+	job.suspended = true
+	ps.usage -= job.usage
+	s.releases++
+	s.actions = append(s.actions, Action{Kind: Suspend, Project: s.snap.Projects[job.project].Name, Job: job.name, Allocations: ids, Workload: w, Reason: reason})
+	s.undo = append(s.undo, func() {
+		for _, a := range job.allocs {
+			s.shift(a, -1)
+		}
+		job.suspended = false
+		ps.usage += job.usage
+	})
+}
+
+// shift gives back (sign +1) or takes again (sign -1) allocation a's
+// capacity.
+func (s *state) shift(a int32, sign int) {
+	n := int(s.index.AllocNode[a])
+	t := &s.allocTasks[a]
+	node := &s.cluster.Nodes[n]
+	node.FreeCPUMilli += int64(sign) * t.CPUMilli
+	node.FreeMemoryMiB += int64(sign) * t.MemoryMiB
+	for _, g := range s.snap.Allocations[a].GPUs {
+		node.GPUs[g].FreeMilli += sign * t.GPUMilli
+	}
+	s.summarize(n)
+}
+
+// placeOn places one instance on node n, on the lowest-numbered GPUs that
+// fit there (the victims made room for it).
+func (s *state) placeOn(w, p int, t placement.Task, n int, reason string) error {
+	gpus, ok := s.cluster.Fits(n, t)
+	if !ok {
+		return fmt.Errorf("node %s: %w", s.cluster.Nodes[n].Name, ErrPlacement)
+	}
+	return s.place(w, p, t, placement.Choice{Node: n, GPUs: gpus}, reason)
+}
+
+// place applies one instance's placement.
+func (s *state) place(w, p int, t placement.Task, ch placement.Choice, reason string) error {
+	if err := s.cluster.Assign(ch, t); err != nil {
+		return fmt.Errorf("%w: %w", ErrPlacement, err)
+	}
+	s.summarize(ch.Node)
+	wl := &s.snap.Pending[w]
+	ps := &s.projects[p]
+	inst := wl.Ask.GPUShares()
+	ps.usage += inst
+	if !wl.Preemptible {
+		ps.nonPreemptible += inst
+	}
+	gpus := append([]int(nil), ch.GPUs...)
+	s.actions = append(s.actions, Action{Kind: Place, Project: wl.Project, Job: wl.Job, Group: wl.Group, Workload: w,
+		Node: s.cluster.Nodes[ch.Node].Name, GPUs: gpus, Reason: reason})
+	s.undo = append(s.undo, func() {
+		s.cluster.Release(placement.Choice{Node: ch.Node, GPUs: gpus}, t)
+		s.summarize(ch.Node)
+		s.releases++
+		ps.usage -= inst
+		if !wl.Preemptible {
+			ps.nonPreemptible -= inst
+		}
+	})
+	return nil
+}

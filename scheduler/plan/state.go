@@ -1,0 +1,254 @@
+package plan
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/fairshare"
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/placement"
+)
+
+// milliPerShare converts shares (0.01 GPU) to placement's milli-GPU.
+const milliPerShare = 10
+
+// projectState is a project's quota numbers during the walk.
+type projectState struct {
+	guaranteed, deserved, demand, cap model.Shares
+	usage, nonPreemptible             model.Shares
+	priority                          int
+	// jobs are the project's suspendable jobs in victim order (see
+	// compareVictims; the project fields are equal inside a project).
+	jobs []int32
+	// queue is the project's pending workloads in the order they are tried.
+	queue []int32
+}
+
+// jobState is a running job: every allocation of one job.
+type jobState struct {
+	name        string
+	project     int32
+	priority    int
+	preemptible bool
+	suspended   bool
+	// newest is the latest start among its allocations.
+	newest int64
+	usage  model.Shares
+	allocs []int32
+}
+
+// state is one planning cycle in progress.
+type state struct {
+	snap     *model.Snapshot
+	index    *model.Index
+	policy   placement.Policy
+	cluster  placement.Cluster
+	projects []projectState
+	jobs     []jobState
+	jobByKey map[string]int32
+	// allocTask is the placement task of every allocation.
+	allocTasks []placement.Task
+	// models maps an ask kind and model list to the encoded model names
+	// it may use (GPU modes are encoded in the model name).
+	models     map[string][]string
+	modeEncode map[string]string
+	hasModes   bool
+	baseModels []string
+	// releases counts capacity given back; failed records, per task
+	// shape, the count when it last failed to fit on idle capacity.
+	releases int
+	failed   map[shapeKey]int
+	// summaries speed up first fit, one per node.
+	summaries []nodeSummary
+
+	actions  []action
+	unplaced []Unplaced
+	undo     []func()
+}
+
+type action = Action
+
+type shapeKey struct {
+	cpu, mem int64
+	count    int
+	milli    int
+	models   string
+}
+
+func newState(snap *model.Snapshot, opts Options) (*state, error) {
+	x, err := snap.Index()
+	if err != nil {
+		return nil, err
+	}
+	s := &state{
+		snap:       snap,
+		index:      x,
+		policy:     opts.Policy,
+		projects:   make([]projectState, len(snap.Projects)),
+		jobByKey:   make(map[string]int32, len(snap.Allocations)/2+1),
+		models:     map[string][]string{},
+		modeEncode: map[string]string{},
+		failed:     map[shapeKey]int{},
+	}
+	s.buildCluster()
+	deserved := fairshare.Deserved(snap.Capacity(), snap.Projects, demand(snap, x))
+	d := demand(snap, x)
+	for i := range snap.Projects {
+		p := &snap.Projects[i]
+		s.projects[i] = projectState{
+			guaranteed:     p.Guaranteed,
+			deserved:       deserved[i],
+			demand:         d[i],
+			cap:            p.Cap(),
+			usage:          x.Usage[i],
+			nonPreemptible: x.NonPreemptibleUsage[i],
+			priority:       p.Priority,
+		}
+	}
+	s.allocTasks = make([]placement.Task, len(snap.Allocations))
+	for i := range snap.Allocations {
+		a := &snap.Allocations[i]
+		s.allocTasks[i] = s.task(a.Ask)
+		j, ok := s.jobByKey[a.Job]
+		if !ok {
+			j = int32(len(s.jobs))
+			s.jobByKey[a.Job] = j
+			s.jobs = append(s.jobs, jobState{name: a.Job, project: x.AllocProject[i], priority: a.Priority, preemptible: true, newest: a.Start})
+		}
+		job := &s.jobs[j]
+		job.allocs = append(job.allocs, int32(i))
+		job.usage += a.Ask.GPUShares()
+		job.preemptible = job.preemptible && a.Preemptible
+		job.priority = max(job.priority, a.Priority)
+		job.newest = max(job.newest, a.Start)
+	}
+	for j := range s.jobs {
+		if job := &s.jobs[j]; job.preemptible && job.usage > 0 {
+			p := &s.projects[job.project]
+			p.jobs = append(p.jobs, int32(j))
+		}
+	}
+	for i := range s.projects {
+		p := &s.projects[i]
+		slices.SortFunc(p.jobs, func(a, b int32) int { return compareVictims(s.victimKey(a), s.victimKey(b)) })
+	}
+	for i := range snap.Pending {
+		p := &s.projects[x.PendingProject[i]]
+		p.queue = append(p.queue, int32(i))
+	}
+	for i := range s.projects {
+		slices.SortFunc(s.projects[i].queue, s.compareQueued)
+	}
+	return s, nil
+}
+
+// compareQueued orders one project's pending workloads: higher priority,
+// then earlier submit, then job and group name.
+func (s *state) compareQueued(a, b int32) int {
+	wa, wb := &s.snap.Pending[a], &s.snap.Pending[b]
+	if c := cmp.Compare(wb.Priority, wa.Priority); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(wa.Submit, wb.Submit); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(wa.Job, wb.Job); c != 0 {
+		return c
+	}
+	return cmp.Compare(wa.Group, wb.Group)
+}
+
+const (
+	modeWholeSuffix  = "\x00whole"
+	modeSharedSuffix = "\x00shared"
+)
+
+// buildCluster turns the snapshot's nodes and free capacity into a
+// placement cluster. A GPU's mode is folded into its model name, so that a
+// task may only use GPUs whose mode admits it (see task).
+func (s *state) buildCluster() {
+	x := s.index
+	s.cluster.Nodes = make([]placement.Node, len(s.snap.Nodes))
+	seen := map[string]bool{}
+	for n := range s.snap.Nodes {
+		node := &s.snap.Nodes[n]
+		gpus := make([]placement.GPU, len(node.GPUs))
+		for g := range node.GPUs {
+			gpu := &node.GPUs[g]
+			if !seen[gpu.Model] {
+				seen[gpu.Model] = true
+				s.baseModels = append(s.baseModels, gpu.Model)
+			}
+			gpus[g] = placement.GPU{Model: s.encodeModel(gpu.Model, gpu.Mode), MemoryMiB: gpu.MemoryMiB, FreeMilli: int(x.Free(n, g)) * milliPerShare}
+		}
+		s.cluster.Nodes[n] = placement.Node{
+			Name:          node.Name,
+			CPUMilli:      node.CPUMilli,
+			FreeCPUMilli:  x.FreeCPUMilli[n],
+			MemoryMiB:     node.MemoryMiB,
+			FreeMemoryMiB: x.FreeMemoryMiB[n],
+			GPUs:          gpus,
+		}
+	}
+	slices.Sort(s.baseModels)
+}
+
+func (s *state) encodeModel(m string, mode model.Mode) string {
+	if mode == model.ModeAny {
+		return m
+	}
+	s.hasModes = true
+	key := m + mode.String()
+	if e, ok := s.modeEncode[key]; ok {
+		return e
+	}
+	e := m + modeWholeSuffix
+	if mode == model.ModeShared {
+		e = m + modeSharedSuffix
+	}
+	s.modeEncode[key] = e
+	return e
+}
+
+// task converts an ask to a placement task.
+func (s *state) task(a model.Ask) placement.Task {
+	t := placement.Task{CPUMilli: a.CPUMilli, MemoryMiB: a.MemoryMiB}
+	switch {
+	case a.WholeGPUs > 0:
+		t.GPUCount, t.GPUMilli = a.WholeGPUs, int(model.SharesPerGPU)*milliPerShare
+	case a.Shares > 0:
+		t.GPUCount, t.GPUMilli = 1, int(a.Shares)*milliPerShare
+	default:
+		return t
+	}
+	if !s.hasModes {
+		t.Models = a.Models
+		return t
+	}
+	suffix := modeWholeSuffix
+	if a.Shares > 0 {
+		suffix = modeSharedSuffix
+	}
+	key := suffix + "\x00" + strings.Join(a.Models, "\x00")
+	if m, ok := s.models[key]; ok {
+		t.Models = m
+		return t
+	}
+	var allowed []string
+	for _, m := range s.baseModels {
+		if len(a.Models) == 0 || slices.Contains(a.Models, m) {
+			allowed = append(allowed, m, m+suffix)
+		}
+	}
+	if allowed == nil {
+		allowed = []string{"\x00none"}
+	}
+	s.models[key] = allowed
+	t.Models = allowed
+	return t
+}
+
+func shapeOf(t placement.Task) shapeKey {
+	return shapeKey{cpu: t.CPUMilli, mem: t.MemoryMiB, count: t.GPUCount, milli: t.GPUMilli, models: strings.Join(t.Models, "\x00")}
+}

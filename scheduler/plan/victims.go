@@ -1,0 +1,206 @@
+package plan
+
+import (
+	"cmp"
+	"container/heap"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/placement"
+)
+
+// victimKey is what decides the order in which running jobs are suspended.
+type victimKey struct {
+	projectPriority int
+	// overDeserved is how far the job's project is above its deserved
+	// share (negative when below).
+	overDeserved model.Shares
+	jobPriority  int
+	// start is the job's newest allocation start.
+	start int64
+	job   string
+}
+
+// compareVictims is THE victim order (BACKGROUND section 2): lowest project
+// priority first, then the project most over its fair share, then lowest job
+// priority, then the newest job; the job name breaks remaining ties so that
+// plans are deterministic. It returns a negative number when a is suspended
+// before b.
+func compareVictims(a, b victimKey) int {
+	if c := cmp.Compare(a.projectPriority, b.projectPriority); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(b.overDeserved, a.overDeserved); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.jobPriority, b.jobPriority); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(b.start, a.start); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.job, b.job)
+}
+
+func (s *state) victimKey(j int32) victimKey {
+	job := &s.jobs[j]
+	p := &s.projects[job.project]
+	return victimKey{
+		projectPriority: p.priority,
+		overDeserved:    p.usage - p.deserved,
+		jobPriority:     job.priority,
+		start:           job.newest,
+		job:             job.name,
+	}
+}
+
+// victimSource walks one project's jobs in victim order.
+type victimSource struct {
+	jobs []int32
+	pos  int
+	key  victimKey
+}
+
+// victimQueue merges the sources of several projects into one stream in
+// victim order.
+type victimQueue struct {
+	s       *state
+	sources []*victimSource
+}
+
+func (q *victimQueue) Len() int { return len(q.sources) }
+func (q *victimQueue) Less(i, j int) bool {
+	return compareVictims(q.sources[i].key, q.sources[j].key) < 0
+}
+func (q *victimQueue) Swap(i, j int) { q.sources[i], q.sources[j] = q.sources[j], q.sources[i] }
+func (q *victimQueue) Push(x any)    { q.sources = append(q.sources, x.(*victimSource)) }
+func (q *victimQueue) Pop() any {
+	last := q.sources[len(q.sources)-1]
+	q.sources = q.sources[:len(q.sources)-1]
+	return last
+}
+
+// next returns the next job in victim order, or -1.
+func (q *victimQueue) next() int32 {
+	if len(q.sources) == 0 {
+		return -1
+	}
+	src := q.sources[0]
+	j := src.jobs[src.pos]
+	src.pos++
+	if src.pos < len(src.jobs) {
+		src.key = q.s.victimKey(src.jobs[src.pos])
+		heap.Fix(q, 0)
+	} else {
+		heap.Pop(q)
+	}
+	return j
+}
+
+// victimSearch says which jobs may be suspended for one workload.
+type victimSearch struct {
+	// projects whose jobs may be victims.
+	projects []int32
+	// floor[q] is the least project q may be left with, by project
+	// position (the guarantee or the deserved share).
+	floor func(q int32) model.Shares
+	// belowPriority, when set, admits only jobs of lower priority
+	// (preemption inside a project).
+	belowPriority *int
+	// exclude is the job of the workload itself.
+	exclude int32
+	// mustFree is how much the victims must free in all (to keep the
+	// project under its limit); zero when only the fit matters.
+	mustFree model.Shares
+}
+
+// findVictims takes jobs in victim order until t fits on one node, then
+// puts back those not needed. It returns the node and the victims in the
+// order they were taken, or ok false when no set of allowed victims makes t
+// fit.
+func (s *state) findVictims(t placement.Task, vs victimSearch) (node int, victims []int32, ok bool) {
+	q := &victimQueue{s: s}
+	for _, p := range vs.projects {
+		if jobs := s.projects[p].jobs; len(jobs) > 0 {
+			q.sources = append(q.sources, &victimSource{jobs: jobs, key: s.victimKey(jobs[0])})
+		}
+	}
+	heap.Init(q)
+	taken := map[int32]model.Shares{}
+	byNode := map[int32][]int32{}
+	for j := q.next(); j >= 0; j = q.next() {
+		job := &s.jobs[j]
+		if job.suspended || j == vs.exclude {
+			continue
+		}
+		if vs.belowPriority != nil && job.priority >= *vs.belowPriority {
+			continue
+		}
+		p := job.project
+		if s.projects[p].usage-taken[p]-job.usage < vs.floor(p) {
+			continue
+		}
+		taken[p] += job.usage
+		for _, a := range job.allocs {
+			n := s.index.AllocNode[a]
+			list := byNode[n]
+			if len(list) > 0 && list[len(list)-1] == j {
+				continue
+			}
+			byNode[n] = append(list, j)
+			if s.enough(int(n), t, byNode[n], vs.mustFree) {
+				return int(n), s.putBack(int(n), t, byNode[n], vs.mustFree), true
+			}
+		}
+	}
+	return 0, nil, false
+}
+
+// putBack drops, from the last but one back to the first, every victim
+// without which t still fits.
+func (s *state) putBack(n int, t placement.Task, victims []int32, mustFree model.Shares) []int32 {
+	kept := append([]int32(nil), victims...)
+	for i := len(kept) - 2; i >= 0; i-- {
+		without := append(append([]int32(nil), kept[:i]...), kept[i+1:]...)
+		if s.enough(n, t, without, mustFree) {
+			kept = without
+		}
+	}
+	return kept
+}
+
+// enough reports whether t fits on node n once the victims' allocations
+// there are gone, and whether the victims free at least mustFree in all.
+func (s *state) enough(n int, t placement.Task, victims []int32, mustFree model.Shares) bool {
+	var freed model.Shares
+	node := &s.cluster.Nodes[n]
+	cpu, mem := node.FreeCPUMilli, node.FreeMemoryMiB
+	var buf [16]int
+	free := buf[:0]
+	for _, g := range node.GPUs {
+		free = append(free, g.FreeMilli)
+	}
+	for _, j := range victims {
+		freed += s.jobs[j].usage
+		for _, a := range s.jobs[j].allocs {
+			if int(s.index.AllocNode[a]) != n {
+				continue
+			}
+			at := &s.allocTasks[a]
+			cpu += at.CPUMilli
+			mem += at.MemoryMiB
+			for _, g := range s.snap.Allocations[a].GPUs {
+				free[g] += at.GPUMilli
+			}
+		}
+	}
+	if freed < mustFree || cpu < t.CPUMilli || mem < t.MemoryMiB {
+		return false
+	}
+	found := 0
+	for g := range free {
+		if free[g] >= t.GPUMilli && t.ModelAllowed(node.GPUs[g].Model) {
+			found++
+		}
+	}
+	return found >= t.GPUCount
+}

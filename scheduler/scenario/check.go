@@ -1,0 +1,146 @@
+package scenario
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/plan"
+)
+
+// Check compares the outcome with every expectation and the stability rule;
+// each mismatch is one error naming the file and line of the expectation.
+func (sc *Scenario) Check(out *Outcome) []error {
+	var errs []error
+	for _, e := range sc.Expects {
+		if err := sc.checkOne(e, out); err != nil {
+			errs = append(errs, fmt.Errorf("%s:%d: expect %s: %w", sc.File, e.Line, e.What, err))
+		}
+	}
+	return append(errs, sc.Stability(out)...)
+}
+
+func (sc *Scenario) checkOne(e Expect, out *Outcome) error {
+	final := out.Final
+	var rd *Round
+	switch e.What {
+	case "deserved", "suspend", "place", "unplaced", "actions":
+		if e.Round > len(out.Rounds) {
+			return fmt.Errorf("round %d not run (rounds %d)", e.Round, len(out.Rounds))
+		}
+		rd = &out.Rounds[e.Round-1]
+	}
+	switch e.What {
+	case "deserved":
+		for _, s := range rd.Result.Shares {
+			if s.Name == e.Name {
+				if s.Deserved != e.Amount {
+					return fmt.Errorf("project %s deserves %s in round %d, want %s", e.Name, s.Deserved, e.Round, e.Amount)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no project %s", e.Name)
+	case "suspend":
+		var got []string
+		for _, a := range rd.Result.Actions {
+			if a.Kind == plan.Suspend {
+				got = append(got, a.Job)
+			}
+		}
+		return sameSet("suspended in round "+fmt.Sprint(e.Round), got, e.Jobs, rd)
+	case "place":
+		for _, a := range rd.Result.Actions {
+			if a.Kind == plan.Place && a.Job == e.Name && (e.Group == "" || a.Group == e.Group) &&
+				(e.Node == "" || a.Node == e.Node) && (!e.HasGPU || slices.Equal(a.GPUs, e.GPUs)) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no matching placement of %s in round %d; plan:\n%s", e.Name, e.Round, describe(rd))
+	case "unplaced":
+		for _, u := range rd.Result.Unplaced {
+			if rd.Snapshot.Pending[u.Workload].Job == e.Name {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s is not left waiting in round %d; plan:\n%s", e.Name, e.Round, describe(rd))
+	case "actions":
+		if n := len(rd.Result.Actions); n != e.Count {
+			return fmt.Errorf("%d actions in round %d, want %d; plan:\n%s", n, e.Round, e.Count, describe(rd))
+		}
+		return nil
+	case "running":
+		var got []string
+		for _, a := range final.Allocations {
+			if !slices.Contains(got, a.Job) {
+				got = append(got, a.Job)
+			}
+		}
+		return sameSet("running at the end", got, e.Jobs, nil)
+	case "waiting":
+		var got []string
+		for _, w := range final.Pending {
+			if !slices.Contains(got, w.Job) {
+				got = append(got, w.Job)
+			}
+		}
+		return sameSet("waiting at the end", got, e.Jobs, nil)
+	case "usage":
+		var used model.Shares
+		found := false
+		for _, p := range final.Projects {
+			found = found || p.Name == e.Name
+		}
+		if !found {
+			return fmt.Errorf("no project %s", e.Name)
+		}
+		for _, a := range final.Allocations {
+			if a.Project == e.Name {
+				used += a.Ask.GPUShares()
+			}
+		}
+		if used != e.Amount {
+			return fmt.Errorf("project %s holds %s at the end, want %s", e.Name, used, e.Amount)
+		}
+		return nil
+	case "stable":
+		last := &out.Rounds[len(out.Rounds)-1]
+		if len(last.Result.Actions) > 0 {
+			return fmt.Errorf("last round still plans:\n%s", describe(last))
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown expectation")
+}
+
+func sameSet(what string, got, want []string, rd *Round) error {
+	g, w := slices.Clone(got), slices.Clone(want)
+	slices.Sort(g)
+	slices.Sort(w)
+	g, w = slices.Compact(g), slices.Compact(w)
+	if slices.Equal(g, w) {
+		return nil
+	}
+	msg := fmt.Sprintf("%s: got %v, want %v", what, g, w)
+	if rd != nil {
+		msg += "; plan:\n" + describe(rd)
+	}
+	return fmt.Errorf("%s", msg)
+}
+
+// describe renders a round's plan for failure messages.
+func describe(rd *Round) string {
+	var b strings.Builder
+	for _, a := range rd.Result.Actions {
+		fmt.Fprintf(&b, "\t%s\n", a)
+	}
+	for _, u := range rd.Result.Unplaced {
+		w := rd.Snapshot.Pending[u.Workload]
+		fmt.Fprintf(&b, "\twaiting %s/%s: %s\n", w.Job, w.Group, u.Reason)
+	}
+	for _, s := range rd.Result.Shares {
+		fmt.Fprintf(&b, "\tproject %s: guaranteed %s deserved %s usage %s -> %s\n", s.Name, s.Guaranteed, s.Deserved, s.Usage, s.Planned)
+	}
+	return b.String()
+}

@@ -1,0 +1,158 @@
+package scenario
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/plan"
+)
+
+// Round is one planning round: the snapshot planned on and the plan.
+type Round struct {
+	Snapshot *model.Snapshot
+	Result   plan.Result
+}
+
+// Outcome is a scenario run: every round, and the state after the last.
+type Outcome struct {
+	Rounds []Round
+	Final  *model.Snapshot
+}
+
+// roundTime is the start time given to allocations placed in a round, far
+// after any start or submit time a scenario names.
+func roundTime(r int) int64 { return int64(r) * 1_000_000 }
+
+// Run plans the scenario's rounds one after another, applying each plan's
+// decisions (plan.Apply) and the scenario's finishes and arrivals between
+// rounds.
+func (sc *Scenario) Run(opts plan.Options) (*Outcome, error) {
+	snap := cloneSnapshot(&sc.Initial)
+	out := &Outcome{}
+	for r := 1; r <= sc.Rounds; r++ {
+		if r > 1 {
+			snap = sc.between(snap, r)
+		}
+		res, err := plan.Plan(snap, opts)
+		if err != nil {
+			return nil, fmt.Errorf("%s: round %d: %w", sc.File, r, err)
+		}
+		out.Rounds = append(out.Rounds, Round{Snapshot: snap, Result: res})
+		snap = plan.Apply(snap, res, roundTime(r))
+	}
+	out.Final = snap
+	return out, nil
+}
+
+// between applies the finishes and arrivals due before round r.
+func (sc *Scenario) between(snap *model.Snapshot, r int) *model.Snapshot {
+	done := map[string]bool{}
+	for _, f := range sc.Finishes {
+		if f.Round == r {
+			done[f.Job] = true
+		}
+	}
+	next := &model.Snapshot{Nodes: snap.Nodes, Projects: snap.Projects}
+	for _, a := range snap.Allocations {
+		if !done[a.Job] {
+			next.Allocations = append(next.Allocations, a)
+		}
+	}
+	for _, w := range snap.Pending {
+		if !done[w.Job] {
+			next.Pending = append(next.Pending, w)
+		}
+	}
+	for _, a := range sc.Arrivals {
+		if a.Round == r {
+			next.Pending = append(next.Pending, a.Pending)
+		}
+	}
+	return next
+}
+
+// eventful reports whether the scenario changes anything from outside
+// before round r (a finish or an arrival).
+func (sc *Scenario) eventful(r int) bool {
+	for _, f := range sc.Finishes {
+		if f.Round == r {
+			return true
+		}
+	}
+	for _, a := range sc.Arrivals {
+		if a.Round == r {
+			return true
+		}
+	}
+	return false
+}
+
+func cloneSnapshot(s *model.Snapshot) *model.Snapshot {
+	return &model.Snapshot{
+		Nodes:       s.Nodes,
+		Projects:    s.Projects,
+		Allocations: slices.Clone(s.Allocations),
+		Pending:     slices.Clone(s.Pending),
+	}
+}
+
+// Stability finds oscillation across rounds: a job suspended, resumed and
+// suspended again, or a job placed (or resumed) and then suspended although
+// nothing arrived or finished in between. Each problem is one error.
+func (sc *Scenario) Stability(out *Outcome) []error {
+	type event struct {
+		round int
+		kind  byte // 'S' suspend, 'R' resume, 'P' place
+	}
+	history := map[string][]event{}
+	var jobs []string
+	for i, rd := range out.Rounds {
+		r := i + 1
+		seen := map[string]bool{}
+		for _, a := range rd.Result.Actions {
+			if seen[a.Job] {
+				continue
+			}
+			seen[a.Job] = true
+			kind := byte('S')
+			if a.Kind == plan.Place {
+				kind = 'P'
+				if rd.Snapshot.Pending[a.Workload].Suspended {
+					kind = 'R'
+				}
+			}
+			if _, ok := history[a.Job]; !ok {
+				jobs = append(jobs, a.Job)
+			}
+			history[a.Job] = append(history[a.Job], event{r, kind})
+		}
+	}
+	var errs []error
+	for _, job := range jobs {
+		h := history[job]
+		var pattern strings.Builder
+		for _, e := range h {
+			pattern.WriteByte(e.kind)
+		}
+		if strings.Contains(pattern.String(), "SRS") || strings.Contains(pattern.String(), "SPS") {
+			errs = append(errs, fmt.Errorf("%s: job %s oscillates: %s over rounds %v", sc.File, job, pattern.String(), h))
+			continue
+		}
+		for k := 1; k < len(h); k++ {
+			if h[k].kind != 'S' || h[k-1].kind == 'S' {
+				continue
+			}
+			quiet := true
+			for r := h[k-1].round + 1; r <= h[k].round; r++ {
+				quiet = quiet && !sc.eventful(r)
+			}
+			if quiet {
+				errs = append(errs, fmt.Errorf("%s: job %s placed in round %d and suspended in round %d with nothing changed in between",
+					sc.File, job, h[k-1].round, h[k].round))
+			}
+		}
+	}
+	return errs
+}

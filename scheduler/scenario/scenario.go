@@ -1,0 +1,699 @@
+// Package scenario reads declarative scheduling scenarios and runs them
+// through the planner, for one round or several.
+//
+// A scenario file is line oriented; '#' starts a comment. Each line is a
+// keyword, positional words, and "key value" pairs:
+//
+//	scenario Two projects share four GPUs        (free text)
+//	rounds 5                                     (default 1)
+//	node n1 gpus 4 [model A100] [cpu 64] [mem 262144] [gpumem 81920] [mode any|whole|shared]
+//	project A guaranteed 2 [limit 4] [priority 1] [weight 1]
+//	run JOB project A (gpus N | share 0.5) node n1 gpu 0[,1..] [group g] [priority 0]
+//	    [nonpreemptible] [start 10] [cpu 1] [mem 1024] [id ID] [model A100[,H100]]
+//	pending JOB project B (gpus N | share 0.5) [count 2] [submit 5] [round R]
+//	    [group g] [priority 0] [nonpreemptible] [suspended] [cpu 1] [mem 1024] [model ...]
+//	finish JOB round R                           (the job ends before round R)
+//	expect deserved A 2 [round R]                (deserved share in round R, default 1)
+//	expect suspend JOB... | none [round R]       (exactly these jobs are suspended)
+//	expect place JOB [group g] [node n1] [gpus 0,1] [round R]
+//	expect unplaced JOB [round R]
+//	expect actions N [round R]                   (number of actions in round R)
+//	expect running JOB...                        (running after the last round)
+//	expect waiting JOB...                        (pending after the last round)
+//	expect usage A 2                             (GPUs held after the last round)
+//	expect stable                                (the last round plans nothing)
+//
+// GPU amounts are GPUs with at most two decimals; CPU in cores, memory in
+// MiB. Errors name the file, the line and the field at fault.
+package scenario
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+)
+
+// Scenario is one parsed scenario file.
+type Scenario struct {
+	File        string
+	Description string
+	Rounds      int
+	// Initial is the state before round 1 (with the pending workloads that
+	// arrive in round 1).
+	Initial  model.Snapshot
+	Arrivals []Arrival
+	Finishes []Finish
+	Expects  []Expect
+}
+
+// Arrival is a pending workload submitted before a later round.
+type Arrival struct {
+	Round   int
+	Pending model.Pending
+}
+
+// Finish ends a job (its allocations and pending work go) before a round.
+type Finish struct {
+	Round int
+	Job   string
+}
+
+// Expect is one expectation line.
+type Expect struct {
+	Line int
+	// What is the expectation's keyword: deserved, suspend, place,
+	// unplaced, actions, running, waiting, usage or stable.
+	What   string
+	Round  int
+	Jobs   []string
+	Name   string // project, or job for place/unplaced
+	Amount model.Shares
+	Count  int
+	Group  string
+	Node   string
+	GPUs   []int
+	HasGPU bool
+}
+
+// ParseError is a scenario error at one line and field.
+type ParseError struct {
+	File  string
+	Line  int
+	Field string
+	Err   error
+}
+
+func (e *ParseError) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err)
+	}
+	return fmt.Sprintf("%s:%d: field %s: %v", e.File, e.Line, e.Field, e.Err)
+}
+
+func (e *ParseError) Unwrap() error { return e.Err }
+
+// Errors a ParseError may wrap.
+var (
+	ErrMissing      = errors.New("missing")
+	ErrUnknown      = errors.New("unknown")
+	ErrBadValue     = errors.New("bad value")
+	ErrOverCapacity = errors.New("over capacity")
+)
+
+// line is one tokenized line: positional words and key/value fields.
+type line struct {
+	num    int
+	words  []string
+	fields map[string]string
+	flags  map[string]bool
+}
+
+type parser struct {
+	file string
+	sc   *Scenario
+	// for the checks that need the whole file
+	refs []ref
+}
+
+// ref is a reference checked once every node and project is known.
+type ref struct {
+	line    int
+	project string
+	node    string
+	gpus    []int
+	models  []string
+	ask     model.Ask
+	count   int
+}
+
+// Parse reads a scenario. file names it in errors.
+func Parse(file string, r io.Reader) (*Scenario, error) {
+	p := &parser{file: file, sc: &Scenario{File: file, Rounds: 1}}
+	scanner := bufio.NewScanner(r)
+	scanner.Buffer(make([]byte, 64*1024), 1024*1024)
+	num := 0
+	for scanner.Scan() {
+		num++
+		text := scanner.Text()
+		if i := strings.IndexByte(text, '#'); i >= 0 {
+			text = text[:i]
+		}
+		words := strings.Fields(text)
+		if len(words) == 0 {
+			continue
+		}
+		if err := p.line(num, words); err != nil {
+			return nil, err
+		}
+	}
+	if err := scanner.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	return p.sc, nil
+}
+
+func (p *parser) errf(num int, field string, base error, format string, args ...any) error {
+	return &ParseError{File: p.file, Line: num, Field: field, Err: fmt.Errorf("%w: "+format, append([]any{base}, args...)...)}
+}
+
+// split separates positional words from key/value fields; keys lists the
+// keys that take a value, flags those that stand alone.
+func (p *parser) split(num int, words []string, keys, flags []string) (line, error) {
+	l := line{num: num, fields: map[string]string{}, flags: map[string]bool{}}
+	for i := 0; i < len(words); i++ {
+		w := words[i]
+		switch {
+		case slices.Contains(flags, w):
+			l.flags[w] = true
+		case slices.Contains(keys, w):
+			if i+1 >= len(words) {
+				return l, p.errf(num, w, ErrMissing, "no value after %q", w)
+			}
+			if _, dup := l.fields[w]; dup {
+				return l, p.errf(num, w, ErrBadValue, "given twice")
+			}
+			l.fields[w] = words[i+1]
+			i++
+		default:
+			l.words = append(l.words, w)
+		}
+	}
+	return l, nil
+}
+
+func (p *parser) line(num int, words []string) error {
+	kw, rest := words[0], words[1:]
+	switch kw {
+	case "scenario":
+		p.sc.Description = strings.Join(rest, " ")
+		return nil
+	case "rounds":
+		if len(rest) != 1 {
+			return p.errf(num, "rounds", ErrMissing, "want one number")
+		}
+		n, err := strconv.Atoi(rest[0])
+		if err != nil || n < 1 || n > 100 {
+			return p.errf(num, "rounds", ErrBadValue, "%q is not a round count 1-100", rest[0])
+		}
+		p.sc.Rounds = n
+		return nil
+	case "node":
+		return p.node(num, rest)
+	case "project":
+		return p.project(num, rest)
+	case "run":
+		return p.run(num, rest)
+	case "pending":
+		return p.pending(num, rest)
+	case "finish":
+		return p.finish(num, rest)
+	case "expect":
+		return p.expect(num, rest)
+	}
+	return p.errf(num, "", ErrUnknown, "keyword %q", kw)
+}
+
+// one returns the single positional word (a name).
+func (p *parser) one(l line, field string) (string, error) {
+	if len(l.words) == 0 {
+		return "", p.errf(l.num, field, ErrMissing, "no %s", field)
+	}
+	if len(l.words) > 1 {
+		return "", p.errf(l.num, l.words[1], ErrUnknown, "unexpected word %q", l.words[1])
+	}
+	return l.words[0], nil
+}
+
+func (p *parser) intField(l line, key string, def, lo, hi int64) (int64, error) {
+	v, ok := l.fields[key]
+	if !ok {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < lo || n > hi {
+		return 0, p.errf(l.num, key, ErrBadValue, "%q is not an integer in [%d, %d]", v, lo, hi)
+	}
+	return n, nil
+}
+
+func (p *parser) sharesField(l line, key string, required bool) (model.Shares, bool, error) {
+	v, ok := l.fields[key]
+	if !ok {
+		if required {
+			return 0, false, p.errf(l.num, key, ErrMissing, "required")
+		}
+		return 0, false, nil
+	}
+	s, err := model.ParseShares(v)
+	if err != nil {
+		return 0, false, p.errf(l.num, key, ErrBadValue, "%v", err)
+	}
+	if s < 0 {
+		return 0, false, p.errf(l.num, key, ErrBadValue, "negative GPU amount %s", v)
+	}
+	if s > model.GPUs(1_000_000) {
+		return 0, false, p.errf(l.num, key, ErrOverCapacity, "%s GPUs", v)
+	}
+	return s, true, nil
+}
+
+func (p *parser) intList(l line, key string) ([]int, error) {
+	v := l.fields[key]
+	var out []int
+	for _, part := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(part)
+		if err != nil || n < 0 || n > 1024 {
+			return nil, p.errf(l.num, key, ErrBadValue, "%q is not a list of GPU indexes", v)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func (p *parser) node(num int, words []string) error {
+	l, err := p.split(num, words, []string{"gpus", "model", "cpu", "mem", "gpumem", "mode"}, nil)
+	if err != nil {
+		return err
+	}
+	name, err := p.one(l, "name")
+	if err != nil {
+		return err
+	}
+	if _, ok := l.fields["gpus"]; !ok {
+		return p.errf(num, "gpus", ErrMissing, "required")
+	}
+	gpus, err := p.intField(l, "gpus", 0, 0, 64)
+	if err != nil {
+		return err
+	}
+	cpu, err := p.intField(l, "cpu", 1024, 0, 1<<20)
+	if err != nil {
+		return err
+	}
+	mem, err := p.intField(l, "mem", 1<<30, 0, 1<<40)
+	if err != nil {
+		return err
+	}
+	gpumem, err := p.intField(l, "gpumem", 81920, 0, 1<<30)
+	if err != nil {
+		return err
+	}
+	mode := model.ModeAny
+	switch l.fields["mode"] {
+	case "", "any":
+	case "whole":
+		mode = model.ModeWhole
+	case "shared":
+		mode = model.ModeShared
+	default:
+		return p.errf(num, "mode", ErrBadValue, "%q is not any, whole or shared", l.fields["mode"])
+	}
+	gpuModel := l.fields["model"]
+	if gpuModel == "" {
+		gpuModel = "A100"
+	}
+	for _, n := range p.sc.Initial.Nodes {
+		if n.Name == name {
+			return p.errf(num, "name", ErrBadValue, "node %q declared twice", name)
+		}
+	}
+	node := model.Node{Name: name, CPUMilli: cpu * 1000, MemoryMiB: mem, GPUs: make([]model.GPU, gpus)}
+	for i := range node.GPUs {
+		node.GPUs[i] = model.GPU{Model: gpuModel, MemoryMiB: gpumem, Mode: mode}
+	}
+	p.sc.Initial.Nodes = append(p.sc.Initial.Nodes, node)
+	return nil
+}
+
+func (p *parser) project(num int, words []string) error {
+	l, err := p.split(num, words, []string{"guaranteed", "limit", "priority", "weight"}, nil)
+	if err != nil {
+		return err
+	}
+	name, err := p.one(l, "name")
+	if err != nil {
+		return err
+	}
+	g, _, err := p.sharesField(l, "guaranteed", true)
+	if err != nil {
+		return err
+	}
+	limit, hasLimit, err := p.sharesField(l, "limit", false)
+	if err != nil {
+		return err
+	}
+	prio, err := p.intField(l, "priority", 0, -1_000_000, 1_000_000)
+	if err != nil {
+		return err
+	}
+	weight, err := p.intField(l, "weight", 1, 1, 1_000_000)
+	if err != nil {
+		return err
+	}
+	for _, q := range p.sc.Initial.Projects {
+		if q.Name == name {
+			return p.errf(num, "name", ErrBadValue, "project %q declared twice", name)
+		}
+	}
+	p.sc.Initial.Projects = append(p.sc.Initial.Projects, model.Project{
+		Name: name, Guaranteed: g, Limit: limit, HasLimit: hasLimit, Priority: int(prio), OverQuotaWeight: weight,
+	})
+	return nil
+}
+
+// workload is what run and pending lines share.
+type workload struct {
+	job, project, group string
+	priority            int
+	preemptible         bool
+	ask                 model.Ask
+}
+
+var workloadKeys = []string{"project", "group", "priority", "gpus", "share", "cpu", "mem", "model"}
+
+func (p *parser) workload(l line) (workload, error) {
+	var w workload
+	job, err := p.one(l, "job")
+	if err != nil {
+		return w, err
+	}
+	w.job = job
+	w.project = l.fields["project"]
+	if w.project == "" {
+		return w, p.errf(l.num, "project", ErrMissing, "required")
+	}
+	w.group = l.fields["group"]
+	if w.group == "" {
+		w.group = "main"
+	}
+	prio, err := p.intField(l, "priority", 0, -1_000_000, 1_000_000)
+	if err != nil {
+		return w, err
+	}
+	w.priority = int(prio)
+	w.preemptible = !l.flags["nonpreemptible"]
+	_, hasWhole := l.fields["gpus"]
+	_, hasShare := l.fields["share"]
+	switch {
+	case hasWhole && hasShare:
+		return w, p.errf(l.num, "share", ErrBadValue, "give either gpus or share, not both")
+	case !hasWhole && !hasShare:
+		return w, p.errf(l.num, "gpus", ErrMissing, "give gpus N or share X")
+	case hasWhole:
+		n, err := p.intField(l, "gpus", 0, -1<<31, 1<<31)
+		if err != nil {
+			return w, err
+		}
+		if n < 0 {
+			return w, p.errf(l.num, "gpus", ErrBadValue, "negative GPU count %d", n)
+		}
+		w.ask.WholeGPUs = int(n)
+	default:
+		s, _, err := p.sharesField(l, "share", true)
+		if err != nil {
+			return w, err
+		}
+		if s == 0 || s >= model.SharesPerGPU {
+			return w, p.errf(l.num, "share", ErrOverCapacity, "share %s must be above 0 and below one GPU", s)
+		}
+		w.ask.Shares = s
+	}
+	cpu, err := p.intField(l, "cpu", 0, 0, 1<<20)
+	if err != nil {
+		return w, err
+	}
+	mem, err := p.intField(l, "mem", 0, 0, 1<<40)
+	if err != nil {
+		return w, err
+	}
+	w.ask.CPUMilli, w.ask.MemoryMiB = cpu*1000, mem
+	if m := l.fields["model"]; m != "" {
+		w.ask.Models = strings.Split(m, ",")
+	}
+	return w, nil
+}
+
+func (p *parser) run(num int, words []string) error {
+	l, err := p.split(num, words, append([]string{"node", "gpu", "start", "id"}, workloadKeys...), []string{"nonpreemptible"})
+	if err != nil {
+		return err
+	}
+	w, err := p.workload(l)
+	if err != nil {
+		return err
+	}
+	node := l.fields["node"]
+	if node == "" {
+		return p.errf(num, "node", ErrMissing, "required")
+	}
+	var gpus []int
+	if w.ask.GPUShares() > 0 {
+		if _, ok := l.fields["gpu"]; !ok {
+			return p.errf(num, "gpu", ErrMissing, "GPU binding required")
+		}
+		if gpus, err = p.intList(l, "gpu"); err != nil {
+			return err
+		}
+	}
+	start, err := p.intField(l, "start", 0, 0, 1<<40)
+	if err != nil {
+		return err
+	}
+	id := l.fields["id"]
+	if id == "" {
+		id = fmt.Sprintf("%s/%s/%d", w.job, w.group, len(p.sc.Initial.Allocations))
+	}
+	for _, a := range p.sc.Initial.Allocations {
+		if a.Job == w.job && (a.Project != w.project || a.Priority != w.priority) {
+			return p.errf(num, "project", ErrBadValue, "job %q already runs with another project or priority", w.job)
+		}
+	}
+	p.sc.Initial.Allocations = append(p.sc.Initial.Allocations, model.Allocation{
+		ID: id, Project: w.project, Job: w.job, Group: w.group, Priority: w.priority, Preemptible: w.preemptible,
+		Ask: w.ask, Node: node, GPUs: gpus, Start: start,
+	})
+	p.refs = append(p.refs, ref{line: num, project: w.project, node: node, gpus: gpus, models: w.ask.Models, ask: w.ask, count: 1})
+	return nil
+}
+
+func (p *parser) pending(num int, words []string) error {
+	l, err := p.split(num, words, append([]string{"count", "submit", "round"}, workloadKeys...), []string{"nonpreemptible", "suspended"})
+	if err != nil {
+		return err
+	}
+	w, err := p.workload(l)
+	if err != nil {
+		return err
+	}
+	count, err := p.intField(l, "count", 1, 1, 10_000)
+	if err != nil {
+		return err
+	}
+	submit, err := p.intField(l, "submit", 0, 0, 1<<40)
+	if err != nil {
+		return err
+	}
+	round, err := p.intField(l, "round", 1, 1, 100)
+	if err != nil {
+		return err
+	}
+	pw := model.Pending{
+		Project: w.project, Job: w.job, Group: w.group, Priority: w.priority, Preemptible: w.preemptible,
+		Ask: w.ask, Count: int(count), Submit: submit, Suspended: l.flags["suspended"],
+	}
+	if round == 1 {
+		p.sc.Initial.Pending = append(p.sc.Initial.Pending, pw)
+	} else {
+		p.sc.Arrivals = append(p.sc.Arrivals, Arrival{Round: int(round), Pending: pw})
+	}
+	p.refs = append(p.refs, ref{line: num, project: w.project, models: w.ask.Models, ask: w.ask, count: int(count)})
+	return nil
+}
+
+func (p *parser) finish(num int, words []string) error {
+	l, err := p.split(num, words, []string{"round"}, nil)
+	if err != nil {
+		return err
+	}
+	job, err := p.one(l, "job")
+	if err != nil {
+		return err
+	}
+	if _, ok := l.fields["round"]; !ok {
+		return p.errf(num, "round", ErrMissing, "required")
+	}
+	round, err := p.intField(l, "round", 1, 2, 100)
+	if err != nil {
+		return err
+	}
+	p.sc.Finishes = append(p.sc.Finishes, Finish{Round: int(round), Job: job})
+	return nil
+}
+
+func (p *parser) expect(num int, words []string) error {
+	if len(words) == 0 {
+		return p.errf(num, "expect", ErrMissing, "what to expect")
+	}
+	l, err := p.split(num, words[1:], []string{"round", "group", "node", "gpus"}, nil)
+	if err != nil {
+		return err
+	}
+	e := Expect{Line: num, What: words[0]}
+	round, err := p.intField(l, "round", 1, 1, 100)
+	if err != nil {
+		return err
+	}
+	e.Round = int(round)
+	amount := func(field string) error {
+		if len(l.words) != 2 {
+			return p.errf(num, field, ErrMissing, "want a project and a GPU amount")
+		}
+		e.Name = l.words[0]
+		s, err := model.ParseShares(l.words[1])
+		if err != nil || s < 0 {
+			return p.errf(num, field, ErrBadValue, "%q is not a GPU amount", l.words[1])
+		}
+		e.Amount = s
+		return nil
+	}
+	switch e.What {
+	case "deserved", "usage":
+		if err := amount(e.What); err != nil {
+			return err
+		}
+	case "suspend", "running", "waiting":
+		if len(l.words) == 0 {
+			return p.errf(num, "jobs", ErrMissing, "list jobs, or none")
+		}
+		if !(len(l.words) == 1 && l.words[0] == "none") {
+			e.Jobs = l.words
+		}
+	case "place", "unplaced":
+		name, err := p.one(l, "job")
+		if err != nil {
+			return err
+		}
+		e.Name, e.Group, e.Node = name, l.fields["group"], l.fields["node"]
+		if _, ok := l.fields["gpus"]; ok {
+			if e.GPUs, err = p.intList(l, "gpus"); err != nil {
+				return err
+			}
+			e.HasGPU = true
+		}
+	case "actions":
+		n, err := p.one(l, "count")
+		if err != nil {
+			return err
+		}
+		c, err := strconv.Atoi(n)
+		if err != nil || c < 0 {
+			return p.errf(num, "count", ErrBadValue, "%q is not a count", n)
+		}
+		e.Count = c
+	case "stable":
+		if len(l.words) > 0 {
+			return p.errf(num, l.words[0], ErrUnknown, "unexpected word")
+		}
+	default:
+		return p.errf(num, "expect", ErrUnknown, "expectation %q", e.What)
+	}
+	p.sc.Expects = append(p.sc.Expects, e)
+	return nil
+}
+
+// check resolves references once the whole file is read.
+func (p *parser) check() error {
+	sc := p.sc
+	projects := map[string]bool{}
+	for _, q := range sc.Initial.Projects {
+		projects[q.Name] = true
+	}
+	nodes := map[string]*model.Node{}
+	models := map[string]bool{}
+	maxGPUs, maxCPU := 0, int64(0)
+	for i := range sc.Initial.Nodes {
+		n := &sc.Initial.Nodes[i]
+		nodes[n.Name] = n
+		maxGPUs = max(maxGPUs, len(n.GPUs))
+		maxCPU = max(maxCPU, n.CPUMilli)
+		for _, g := range n.GPUs {
+			models[g.Model] = true
+		}
+	}
+	for _, r := range p.refs {
+		if !projects[r.project] {
+			return p.errf(r.line, "project", ErrUnknown, "project %q", r.project)
+		}
+		for _, m := range r.models {
+			if !models[m] {
+				return p.errf(r.line, "model", ErrUnknown, "GPU model %q is on no node", m)
+			}
+		}
+		if r.ask.WholeGPUs > maxGPUs {
+			return p.errf(r.line, "gpus", ErrOverCapacity, "%d GPUs, the largest node has %d", r.ask.WholeGPUs, maxGPUs)
+		}
+		if r.ask.CPUMilli > maxCPU {
+			return p.errf(r.line, "cpu", ErrOverCapacity, "%d cores, the largest node has %d", r.ask.CPUMilli/1000, maxCPU/1000)
+		}
+		if r.node == "" {
+			continue
+		}
+		n, ok := nodes[r.node]
+		if !ok {
+			return p.errf(r.line, "node", ErrUnknown, "node %q", r.node)
+		}
+		want := r.ask.WholeGPUs
+		if r.ask.Shares > 0 {
+			want = 1
+		}
+		if len(r.gpus) != want {
+			return p.errf(r.line, "gpu", ErrBadValue, "ask needs %d GPU(s), %d bound", want, len(r.gpus))
+		}
+		for _, g := range r.gpus {
+			if g >= len(n.GPUs) {
+				return p.errf(r.line, "gpu", ErrUnknown, "node %q has no GPU %d", r.node, g)
+			}
+		}
+	}
+	if _, err := sc.Initial.Index(); err != nil {
+		return &ParseError{File: p.file, Line: p.culprit(), Field: "gpu", Err: err}
+	}
+	return nil
+}
+
+// culprit finds the line of the first run line whose allocation makes the
+// snapshot contradict itself (an over-committed GPU, CPU or memory, or a GPU
+// used against its mode), by bisecting on the allocations.
+func (p *parser) culprit() int {
+	all := p.sc.Initial.Allocations
+	defer func() { p.sc.Initial.Allocations = all }()
+	lo, hi := 0, len(all) // the prefix of length hi fails
+	for lo+1 < hi {
+		mid := (lo + hi) / 2
+		p.sc.Initial.Allocations = all[:mid]
+		if _, err := p.sc.Initial.Index(); err != nil {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	n := 0
+	for _, r := range p.refs {
+		if r.node != "" {
+			n++
+			if n == hi {
+				return r.line
+			}
+		}
+	}
+	return 0
+}
