@@ -11,7 +11,9 @@ package placement
 // Results are memoized by node state (free CPU, GPU model, sorted free GPU
 // list): the measure depends on nothing else, and many nodes share a state.
 type fragMeter struct {
-	w       *Workload
+	w *Workload
+	// fill selects the fill measure of the gpushare policy instead of FGD's.
+	fill    bool
 	memo    map[fragKey]float64
 	scratch []int
 }
@@ -71,6 +73,9 @@ func (f *fragMeter) frag(n *Node, cpu int64, free []int) float64 {
 }
 
 func (f *fragMeter) compute(n *Node, cpu int64, free []int) float64 {
+	if f.fill {
+		return f.computeFill(n, cpu, free)
+	}
 	total := 0
 	for _, v := range free {
 		total += v
@@ -181,4 +186,46 @@ func choice(c *Cluster, i int, t Task, gpu int) Choice {
 		return Choice{Node: i, GPUs: []int{gpu}}
 	}
 	return Choice{Node: i, GPUs: lowestGPUs(&c.Nodes[i], t)}
+}
+
+// computeFill is the gpushare measure: for each task type, the free GPU
+// capacity that would still be left if tasks of that type alone filled the
+// node until no more fit (by GPU or by CPU).
+func (f *fragMeter) computeFill(n *Node, cpu int64, free []int) float64 {
+	total := 0
+	for _, v := range free {
+		total += v
+	}
+	if total == 0 {
+		return 0
+	}
+	var sum float64
+	for ti := range f.w.Types {
+		tt := &f.w.Types[ti]
+		if tt.GPUCount == 0 {
+			continue
+		}
+		byGPU := 0
+		for i, v := range free {
+			if !tt.modelAllowed(n.GPUs[i].Model) {
+				continue
+			}
+			if tt.GPUMilli < 1000 {
+				byGPU += v / tt.GPUMilli
+			} else if v == 1000 {
+				byGPU++
+			}
+		}
+		if tt.GPUMilli >= 1000 {
+			byGPU /= tt.GPUCount
+		}
+		k := byGPU
+		if tt.CPUMilli > 0 {
+			if byCPU := cpu / tt.CPUMilli; byCPU < int64(k) {
+				k = int(byCPU)
+			}
+		}
+		sum += tt.Weight * float64(total-k*tt.GPUCount*tt.GPUMilli)
+	}
+	return sum
 }

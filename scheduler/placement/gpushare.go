@@ -2,7 +2,22 @@ package placement
 
 import "math/rand"
 
-// GPUShare is gpushare's own placement policy. Placeholder: FGD until tuned.
+// GPUShare is gpushare's own fragmentation-aware placement policy. Like FGD
+// it places each task where a fragmentation measure against the workload
+// grows the least, but its measure looks further ahead: for each task type
+// it asks how much of the node's free GPU capacity would still be left if
+// tasks of that type alone kept arriving until none fit, counting both
+// limits, GPU capacity (partial GPUs for whole-GPU types, leftover slivers
+// for shares) and CPU (free GPUs the free CPU cannot feed). FGD sees a GPU
+// stranded by CPU only once the CPU left is below one task's ask; this
+// measure sees it as soon as the CPU left cannot feed all the free GPUs,
+// which steers CPU-heavy work to CPU-rich nodes early.
+//
+// The measure, summed over types weighted by frequency, is
+//
+//	sum_t w_t * (freeGPU - k_t * gpuAsk_t),  k_t = min(fitByGPU_t, freeCPU / cpuAsk_t)
+//
+// Exact ties between nodes are broken at random.
 type GPUShare struct {
 	rng  *rand.Rand
 	frag *fragMeter
@@ -11,7 +26,9 @@ type GPUShare struct {
 // NewGPUShare returns the gpushare policy for workload w, breaking ties
 // with rng.
 func NewGPUShare(rng *rand.Rand, w *Workload) *GPUShare {
-	return &GPUShare{rng: rng, frag: newFragMeter(w)}
+	f := newFragMeter(w)
+	f.fill = true
+	return &GPUShare{rng: rng, frag: f}
 }
 
 // Name implements Policy.

@@ -34,20 +34,38 @@ type Workload struct {
 // the kept weights are renormalized to sum to 1. Ties in count are ordered by
 // the type's fields so that the result does not depend on map order.
 func NewWorkload(tasks []Task, coverage float64) *Workload {
+	return NewWorkloadBy(tasks, coverage, func(Task) float64 { return 1 })
+}
+
+// ByGPUDemand weighs a task by its GPU demand (GPUCount*GPUMilli), so that
+// a Workload built with it gives each type its share of the GPU demand
+// rather than of the task count. CPU-only tasks weigh nothing.
+func ByGPUDemand(t Task) float64 { return float64(t.GPUCount * t.GPUMilli) }
+
+// NewWorkloadBy is NewWorkload with each task weighing weight(t) instead
+// of 1: types are ranked by total weight and kept until they cover coverage
+// of the total weight. Tasks of weight 0 are left out.
+func NewWorkloadBy(tasks []Task, coverage float64, weight func(Task) float64) *Workload {
 	type key struct {
 		cpu    int64
 		count  int
 		milli  int
 		models string
 	}
-	counts := map[key]int{}
+	counts := map[key]float64{}
+	var total float64
 	models := map[string][]string{}
 	for _, t := range tasks {
 		m := slices.Clone(t.Models)
 		slices.Sort(m)
 		ms := strings.Join(m, "|")
 		models[ms] = m
-		counts[key{t.CPUMilli, t.GPUCount, t.GPUMilli, ms}]++
+		wt := weight(t)
+		if wt <= 0 {
+			continue
+		}
+		counts[key{t.CPUMilli, t.GPUCount, t.GPUMilli, ms}] += wt
+		total += wt
 	}
 	keys := make([]key, 0, len(counts))
 	for k := range counts {
@@ -70,20 +88,20 @@ func NewWorkload(tasks []Task, coverage float64) *Workload {
 		return a.models < b.models
 	})
 	w := &Workload{}
-	need := coverage * float64(len(tasks))
-	kept := 0
+	need := coverage * total
+	var kept float64
 	for _, k := range keys {
-		if len(w.Types) > 0 && float64(kept) >= need {
+		if len(w.Types) > 0 && kept >= need {
 			break
 		}
 		kept += counts[k]
 		w.Types = append(w.Types, TaskType{
 			CPUMilli: k.cpu, GPUCount: k.count, GPUMilli: k.milli,
-			Models: models[k.models], Weight: float64(counts[k]),
+			Models: models[k.models], Weight: counts[k],
 		})
 	}
 	for i := range w.Types {
-		w.Types[i].Weight /= float64(kept)
+		w.Types[i].Weight /= kept
 	}
 	return w
 }
