@@ -16,6 +16,7 @@ type fragMeter struct {
 	fill    bool
 	memo    map[fragKey]float64
 	scratch []int
+	memAsk  int64
 }
 
 // maxMemoGPUs bounds the node size whose states are memoized.
@@ -23,6 +24,7 @@ const maxMemoGPUs = 16
 
 type fragKey struct {
 	cpu   int64
+	mem   int64
 	model string
 	n     int
 	free  [maxMemoGPUs]uint16
@@ -54,6 +56,9 @@ func (f *fragMeter) frag(n *Node, cpu int64, free []int) float64 {
 		return f.compute(n, cpu, free)
 	}
 	k := fragKey{cpu: cpu, model: model, n: len(free)}
+	if f.fill {
+		k.mem = n.FreeMemoryMiB - f.memAsk
+	}
 	for i, v := range free {
 		k.free[i] = uint16(v)
 	}
@@ -111,6 +116,7 @@ func (f *fragMeter) compute(n *Node, cpu int64, free []int) float64 {
 
 // current is the fragmentation of n as it is.
 func (f *fragMeter) current(n *Node) float64 {
+	f.memAsk = 0
 	f.load(n)
 	return f.frag(n, n.FreeCPUMilli, f.scratch)
 }
@@ -118,6 +124,7 @@ func (f *fragMeter) current(n *Node) float64 {
 // afterShare is the fragmentation of n once share t is placed on GPU g.
 func (f *fragMeter) afterShare(n *Node, t Task, g int) float64 {
 	f.load(n)
+	f.memAsk = t.MemoryMiB
 	f.scratch[g] -= t.GPUMilli
 	return f.frag(n, n.FreeCPUMilli-t.CPUMilli, f.scratch)
 }
@@ -126,6 +133,7 @@ func (f *fragMeter) afterShare(n *Node, t Task, g int) float64 {
 // placed on it, on the lowest-numbered GPUs that fit.
 func (f *fragMeter) afterWhole(n *Node, t Task) float64 {
 	f.load(n)
+	f.memAsk = t.MemoryMiB
 	k := t.GPUCount
 	for i := range n.GPUs {
 		if k == 0 {
@@ -190,7 +198,8 @@ func choice(c *Cluster, i int, t Task, gpu int) Choice {
 
 // computeFill is the gpushare measure: for each task type, the free GPU
 // capacity that would still be left if tasks of that type alone filled the
-// node until no more fit (by GPU or by CPU).
+// node until no more fit (by GPU, CPU or memory). The memory left is the
+// node's free memory less memAsk (the ask of the task being tried).
 func (f *fragMeter) computeFill(n *Node, cpu int64, free []int) float64 {
 	total := 0
 	for _, v := range free {
@@ -220,6 +229,11 @@ func (f *fragMeter) computeFill(n *Node, cpu int64, free []int) float64 {
 			byGPU /= tt.GPUCount
 		}
 		k := byGPU
+		if tt.MemoryMiB > 0 {
+			if byMem := (n.FreeMemoryMiB - f.memAsk) / tt.MemoryMiB; byMem < int64(k) {
+				k = int(byMem)
+			}
+		}
 		if tt.CPUMilli > 0 {
 			if byCPU := cpu / tt.CPUMilli; byCPU < int64(k) {
 				k = int(byCPU)

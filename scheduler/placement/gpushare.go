@@ -6,16 +6,17 @@ import "math/rand"
 // it places each task where a fragmentation measure against the workload
 // grows the least, but its measure looks further ahead: for each task type
 // it asks how much of the node's free GPU capacity would still be left if
-// tasks of that type alone kept arriving until none fit, counting both
-// limits, GPU capacity (partial GPUs for whole-GPU types, leftover slivers
-// for shares) and CPU (free GPUs the free CPU cannot feed). FGD sees a GPU
+// tasks of that type alone kept arriving until none fit, counting every
+// limit: GPU capacity (partial GPUs for whole-GPU types, leftover slivers
+// for shares), CPU and memory (free GPUs the free CPU or memory cannot
+// feed; a type's memory ask is the mean of its tasks'). FGD sees a GPU
 // stranded by CPU only once the CPU left is below one task's ask; this
 // measure sees it as soon as the CPU left cannot feed all the free GPUs,
 // which steers CPU-heavy work to CPU-rich nodes early.
 //
 // The measure, summed over types weighted by frequency, is
 //
-//	sum_t w_t * (freeGPU - k_t * gpuAsk_t),  k_t = min(fitByGPU_t, freeCPU / cpuAsk_t)
+//	sum_t w_t * (freeGPU - k_t * gpuAsk_t),  k_t = min(fitByGPU_t, freeCPU/cpuAsk_t, freeMem/memAsk_t)
 //
 // Exact ties between nodes are broken at random.
 type GPUShare struct {

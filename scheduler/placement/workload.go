@@ -16,10 +16,12 @@ const DefaultCoverage = 0.95
 // type: it is a hard limit, but it does not shape fragmentation.
 type TaskType struct {
 	CPUMilli int64
-	GPUCount int
-	GPUMilli int
-	Models   []string
-	Weight   float64
+	// MemoryMiB is the mean memory ask of the type's tasks.
+	MemoryMiB int64
+	GPUCount  int
+	GPUMilli  int
+	Models    []string
+	Weight    float64
 }
 
 // Workload is the expected task mix: the common task types and their
@@ -53,6 +55,7 @@ func NewWorkloadBy(tasks []Task, coverage float64, weight func(Task) float64) *W
 		models string
 	}
 	counts := map[key]float64{}
+	mems := map[key]float64{}
 	var total float64
 	models := map[string][]string{}
 	for _, t := range tasks {
@@ -65,6 +68,7 @@ func NewWorkloadBy(tasks []Task, coverage float64, weight func(Task) float64) *W
 			continue
 		}
 		counts[key{t.CPUMilli, t.GPUCount, t.GPUMilli, ms}] += wt
+		mems[key{t.CPUMilli, t.GPUCount, t.GPUMilli, ms}] += wt * float64(t.MemoryMiB)
 		total += wt
 	}
 	keys := make([]key, 0, len(counts))
@@ -98,6 +102,7 @@ func NewWorkloadBy(tasks []Task, coverage float64, weight func(Task) float64) *W
 		w.Types = append(w.Types, TaskType{
 			CPUMilli: k.cpu, GPUCount: k.count, GPUMilli: k.milli,
 			Models: models[k.models], Weight: counts[k],
+			MemoryMiB: int64(mems[k] / counts[k]),
 		})
 	}
 	for i := range w.Types {

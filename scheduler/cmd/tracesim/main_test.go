@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestParseSeeds(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []int64
+		err  bool
+	}{
+		{"42-44", []int64{42, 43, 44}, false},
+		{"7", []int64{7}, false},
+		{"1,5", []int64{1, 5}, false},
+		{"5-1", nil, true},
+		{"x", nil, true},
+	}
+	for _, tc := range tests {
+		got, err := parseSeeds(tc.in)
+		if (err != nil) != tc.err || len(got) != len(tc.want) {
+			t.Errorf("parseSeeds(%q) = %v, %v", tc.in, got, err)
+			continue
+		}
+		for i := range got {
+			if got[i] != tc.want[i] {
+				t.Errorf("parseSeeds(%q) = %v, want %v", tc.in, got, tc.want)
+			}
+		}
+	}
+}
+
+func TestRunPrintsOneLinePerPolicy(t *testing.T) {
+	dir := t.TempDir()
+	nodes := filepath.Join(dir, "nodes.csv")
+	pods := filepath.Join(dir, "pods.csv")
+	if err := os.WriteFile(nodes, []byte("sn,cpu_milli,memory_mib,gpu,model\na,64000,65536,2,T4\nb,64000,65536,2,T4\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pods, []byte("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,600\nq,1000,1024,1,1000\nr,500,512,0,0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	err := run([]string{"-nodes", nodes, "-pods", pods, "-seeds", "1-3", "-name", "tiny", "-parallel", "2"}, &out, &errOut)
+	if err != nil {
+		t.Fatalf("run: %v (%s)", err, errOut.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != len(defaultPolicies) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(defaultPolicies), out.String())
+	}
+	re := regexp.MustCompile(`^trace=tiny policy=\w+ unalloc_at_100=[0-9.]+ min=[0-9.]+ max=[0-9.]+ alloc_at_130=[0-9.]+ seeds=1-3$`)
+	for _, l := range lines {
+		if !re.MatchString(l) {
+			t.Errorf("bad line %q", l)
+		}
+	}
+	if err := run([]string{"-nodes", nodes, "-pods", pods, "-policy", "worstfit"}, &out, &errOut); err == nil ||
+		!strings.Contains(err.Error(), "bestfit") {
+		t.Errorf("unknown policy: error %v does not list valid names", err)
+	}
+}

@@ -1,0 +1,239 @@
+package placement
+
+import (
+	"math/rand"
+	"strings"
+	"testing"
+)
+
+// node builds an empty node with gpus GPUs of the model.
+func node(name string, cpu, mem int64, gpus int, model string) Node {
+	n := Node{Name: name, CPUMilli: cpu, FreeCPUMilli: cpu, MemoryMiB: mem, FreeMemoryMiB: mem}
+	for range gpus {
+		n.GPUs = append(n.GPUs, GPU{Model: model, FreeMilli: 1000})
+	}
+	return n
+}
+
+func share(cpu int64, milli int) Task { return Task{CPUMilli: cpu, GPUCount: 1, GPUMilli: milli} }
+func whole(cpu int64, n int) Task     { return Task{CPUMilli: cpu, GPUCount: n, GPUMilli: 1000} }
+
+func testWorkload() *Workload {
+	return NewWorkload([]Task{share(4000, 500), share(4000, 500), whole(8000, 1), whole(8000, 1), {CPUMilli: 2000}}, 1)
+}
+
+func TestByName(t *testing.T) {
+	w := testWorkload()
+	for _, name := range Names() {
+		p, err := ByName(name, 1, WithWorkload(w))
+		if err != nil {
+			t.Fatalf("ByName(%q): %v", name, err)
+		}
+		if p.Name() != name {
+			t.Errorf("ByName(%q).Name() = %q", name, p.Name())
+		}
+	}
+	_, err := ByName("nope", 1)
+	if err == nil || !strings.Contains(err.Error(), "bestfit") || !strings.Contains(err.Error(), "gpushare") {
+		t.Errorf("ByName(nope) error %v does not list valid names", err)
+	}
+	for _, name := range []string{"fgd", "gpushare"} {
+		if _, err := ByName(name, 1); err == nil {
+			t.Errorf("ByName(%q) without workload: no error", name)
+		}
+	}
+}
+
+func TestBestFitScore(t *testing.T) {
+	tests := []struct {
+		name string
+		n    Node
+		t    Task
+		want int64
+	}{
+		{"empty 8-GPU node, one GPU", node("a", 96000, 1<<20, 8, "G2"), whole(0, 1), 18}, // 100*(1-(0.5*0.75+0.5*0.875)) = 18.75,
+		{"exact fill", node("b", 128000, 1<<20, 8, "G2"), whole(128000, 8), 100},
+		{"share", node("c", 64000, 1<<20, 2, "P100"), share(0, 500), 65}, // 100*(1-(0.5*0.5+0.5*0.1875)) = 65.6,
+	}
+	for _, tc := range tests {
+		if got := bestFitScore(&tc.n, tc.t); got != tc.want {
+			t.Errorf("%s: score %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestBestFitPrefersTightNodeAndGPU(t *testing.T) {
+	c := &Cluster{Nodes: []Node{node("big", 96000, 1<<20, 8, "G2"), node("small", 16000, 1<<20, 2, "P100")}}
+	c.Nodes[1].GPUs[1].FreeMilli = 600
+	p := NewBestFit(rand.New(rand.NewSource(1)))
+	ch, ok := p.Place(c, share(1000, 500))
+	if !ok || ch.Node != 1 || len(ch.GPUs) != 1 || ch.GPUs[0] != 1 {
+		t.Fatalf("Place = %+v, %v; want node 1, GPU 1 (tightest)", ch, ok)
+	}
+	ch, ok = p.Place(c, whole(1000, 2))
+	if !ok || ch.Node != 0 || len(ch.GPUs) != 2 || ch.GPUs[0] != 0 || ch.GPUs[1] != 1 {
+		t.Fatalf("Place = %+v, %v; want node 0, GPUs 0,1", ch, ok)
+	}
+}
+
+func TestFGDAvoidsBreakingIdleGPU(t *testing.T) {
+	// One node has a GPU with 500 free, the other is idle: a 500 share
+	// should fill the half-used GPU rather than cut into an idle one.
+	c := &Cluster{Nodes: []Node{node("idle", 32000, 1<<20, 2, "T4"), node("half", 32000, 1<<20, 2, "T4")}}
+	c.Nodes[1].GPUs[0].FreeMilli = 500
+	for _, name := range []string{"fgd", "gpushare", "bestfit"} {
+		p, _ := ByName(name, 1, WithWorkload(testWorkload()))
+		ch, ok := p.Place(c, share(1000, 500))
+		if !ok || ch.Node != 1 || ch.GPUs[0] != 0 {
+			t.Errorf("%s: Place = %+v, %v; want node 1 GPU 0", name, ch, ok)
+		}
+	}
+}
+
+func TestGPUShareSteersCPUOnlyToCPURichNode(t *testing.T) {
+	// A CPU-only task on the GPU-dense node would leave too little CPU to
+	// feed its GPUs; gpushare sends it to the CPU-rich node.
+	c := &Cluster{Nodes: []Node{node("dense", 32000, 1<<20, 4, "G2"), node("rich", 104000, 1<<20, 2, "T4")}}
+	p, _ := ByName("gpushare", 1, WithWorkload(testWorkload()))
+	for i := 0; i < 20; i++ {
+		ch, ok := p.Place(c, Task{CPUMilli: 8000})
+		if !ok || ch.Node != 1 {
+			t.Fatalf("Place = %+v, %v; want node 1", ch, ok)
+		}
+	}
+}
+
+func TestPoliciesFillClusterValidly(t *testing.T) {
+	w := testWorkload()
+	mix := []Task{share(2000, 300), share(4000, 700), whole(8000, 1), whole(16000, 2), {CPUMilli: 4000, MemoryMiB: 100}}
+	for _, name := range Names() {
+		t.Run(name, func(t *testing.T) {
+			c := &Cluster{Nodes: []Node{
+				node("a", 64000, 1<<16, 8, "G2"), node("b", 16000, 1<<16, 2, "P100"), node("c", 8000, 1<<16, 1, "V100"),
+			}}
+			p, _ := ByName(name, 7, WithWorkload(w))
+			rng := rand.New(rand.NewSource(3))
+			placed := 0
+			for range 200 {
+				task := mix[rng.Intn(len(mix))]
+				ch, ok := p.Place(c, task)
+				if !ok {
+					for i := range c.Nodes {
+						if _, fits := c.Fits(i, task); fits {
+							t.Fatalf("policy found no place for %+v but node %d fits", task, i)
+						}
+					}
+					continue
+				}
+				if err := c.Assign(ch, task); err != nil {
+					t.Fatalf("Assign(%+v): %v", ch, err)
+				}
+				placed++
+			}
+			if placed == 0 {
+				t.Fatal("nothing placed")
+			}
+		})
+	}
+}
+
+func TestPoliciesRespectModels(t *testing.T) {
+	c := &Cluster{Nodes: []Node{node("t4", 64000, 1<<16, 2, "T4"), node("v100", 64000, 1<<16, 2, "V100")}}
+	task := share(1000, 500)
+	task.Models = []string{"V100"}
+	for _, name := range Names() {
+		p, _ := ByName(name, 1, WithWorkload(testWorkload()))
+		for range 10 {
+			ch, ok := p.Place(c, task)
+			if !ok || ch.Node != 1 {
+				t.Fatalf("%s: Place = %+v, %v; want the V100 node", name, ch, ok)
+			}
+		}
+	}
+}
+
+func TestNewWorkload(t *testing.T) {
+	tasks := []Task{share(1, 500), share(1, 500), share(1, 500), whole(1, 1), whole(1, 1), whole(1, 8)}
+	tests := []struct {
+		coverage float64
+		types    int
+		first    float64
+	}{
+		{0.5, 1, 1},
+		{0.8, 2, 0.6},
+		{1, 3, 0.5},
+	}
+	for _, tc := range tests {
+		w := NewWorkload(tasks, tc.coverage)
+		if len(w.Types) != tc.types || w.Types[0].GPUMilli != 500 || w.Types[0].Weight != tc.first {
+			t.Errorf("coverage %.2f: %+v; want %d types, first 500 milli weight %.2f", tc.coverage, w.Types, tc.types, tc.first)
+		}
+	}
+	w := NewWorkloadBy(tasks, 1, ByGPUDemand)
+	if w.Types[0].GPUCount != 8 {
+		t.Errorf("by GPU demand: first type %+v, want the 8-GPU type", w.Types[0])
+	}
+}
+
+func TestFragMeasures(t *testing.T) {
+	// Workload: half 500-shares, half 1-GPU tasks, 4000 mCPU each.
+	w := NewWorkload([]Task{share(4000, 500), whole(4000, 1)}, 1)
+	n := node("n", 8000, 1<<20, 2, "T4")
+	tests := []struct {
+		name      string
+		cpu       int64
+		free      []int
+		fgd, fill float64
+	}{
+		// Both GPUs idle, CPU for two tasks: FGD sees no waste; fill sees
+		// that two shares (all the CPU feeds) leave one GPU's worth.
+		{"idle", 8000, []int{1000, 1000}, 0, 0.5 * 1000},
+		// 700 free on one GPU: the 1-GPU type cannot use it (FGD and fill);
+		// fill also sees the 200 a 500-share leaves.
+		{"partial", 8000, []int{700, 1000}, 0.5 * 700, 0.5*(1700-1000) + 0.5*(1700-1000)},
+		// CPU for one task only: FGD sees no waste, fill sees one GPU stranded.
+		{"cpu short", 4000, []int{1000, 1000}, 0, 0.5*(2000-500) + 0.5*(2000-1000)},
+		// No CPU: everything is stranded for both.
+		{"no cpu", 0, []int{1000, 1000}, 2000, 2000},
+	}
+	for _, tc := range tests {
+		fgd := newFragMeter(w)
+		fill := newFragMeter(w)
+		fill.fill = true
+		if got := fgd.frag(&n, tc.cpu, tc.free); got != tc.fgd {
+			t.Errorf("%s: FGD measure %.1f, want %.1f", tc.name, got, tc.fgd)
+		}
+		if got := fill.frag(&n, tc.cpu, tc.free); got != tc.fill {
+			t.Errorf("%s: fill measure %.1f, want %.1f", tc.name, got, tc.fill)
+		}
+	}
+}
+
+func TestPlaceDeterministic(t *testing.T) {
+	w := testWorkload()
+	for _, name := range Names() {
+		run := func() []Choice {
+			c := &Cluster{Nodes: []Node{node("a", 64000, 1<<20, 8, "G2"), node("b", 64000, 1<<20, 8, "G2"), node("c", 64000, 1<<20, 8, "G2")}}
+			p, _ := ByName(name, 42, WithWorkload(w))
+			var out []Choice
+			for range 30 {
+				ch, ok := p.Place(c, share(1000, 300))
+				if !ok {
+					break
+				}
+				_ = c.Assign(ch, share(1000, 300))
+				out = append(out, ch)
+			}
+			return out
+		}
+		a, b := run(), run()
+		if len(a) != len(b) {
+			t.Fatalf("%s: runs differ in length", name)
+		}
+		for i := range a {
+			if a[i].Node != b[i].Node || a[i].GPUs[0] != b[i].GPUs[0] {
+				t.Fatalf("%s: run differs at %d: %+v vs %+v", name, i, a[i], b[i])
+			}
+		}
+	}
+}

@@ -1,0 +1,136 @@
+package sim
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/placement"
+	"github.com/gpushare/nomad-gpushare/scheduler/trace"
+)
+
+func gpuNode(name string, gpus int) placement.Node {
+	n := placement.Node{Name: name, CPUMilli: 64000, FreeCPUMilli: 64000, MemoryMiB: 1 << 20, FreeMemoryMiB: 1 << 20}
+	for range gpus {
+		n.GPUs = append(n.GPUs, placement.GPU{Model: "T4", FreeMilli: 1000})
+	}
+	return n
+}
+
+func TestRunSyntheticOutcomes(t *testing.T) {
+	share600 := placement.Task{CPUMilli: 1000, GPUCount: 1, GPUMilli: 600}
+	cpuOnly := placement.Task{CPUMilli: 1000}
+	whole := placement.Task{CPUMilli: 1000, GPUCount: 1, GPUMilli: 1000}
+	tests := []struct {
+		name  string
+		nodes []placement.Node
+		tasks []placement.Task
+		want  Result
+	}{
+		{
+			// Capacity 2000. 600-shares arrive at 600, 1200, 1800, 2400:
+			// two fit (one per GPU), the rest do not. At 2400 >= 100% the
+			// allocation is 1200 (60%); the next would pass 130% (2600).
+			name:  "shares strand slivers",
+			nodes: []placement.Node{gpuNode("a", 1), gpuNode("b", 1)},
+			tasks: []placement.Task{share600},
+			want:  Result{UnallocAtRead: 40, AllocAtStop: 60, Arrived: 4, Placed: 2, Dropped: 2, CapacityMilli: 2000},
+		},
+		{
+			// Whole GPUs fill the cluster exactly; CPU-only tasks bring no
+			// GPU demand and do not end the run.
+			name:  "whole GPUs fill",
+			nodes: []placement.Node{gpuNode("a", 2), gpuNode("b", 2)},
+			tasks: []placement.Task{whole, cpuOnly},
+			want:  Result{UnallocAtRead: 0, AllocAtStop: 100, CapacityMilli: 4000},
+		},
+	}
+	for _, tc := range tests {
+		for _, name := range placement.Names() {
+			w := placement.NewWorkload(tc.tasks, 1)
+			p, err := placement.ByName(name, 42, placement.WithWorkload(w))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := Run(Config{Nodes: tc.nodes, Tasks: tc.tasks, Policy: p, Seed: 42})
+			if err != nil {
+				t.Fatalf("%s/%s: %v", tc.name, name, err)
+			}
+			if tc.want.Arrived == 0 {
+				got.Arrived, got.Placed, got.Dropped = 0, 0, 0
+			}
+			if got != tc.want {
+				t.Errorf("%s/%s: got %+v, want %+v", tc.name, name, got, tc.want)
+			}
+		}
+	}
+}
+
+func TestRunDoesNotChangeInput(t *testing.T) {
+	nodes := []placement.Node{gpuNode("a", 2)}
+	tasks := []placement.Task{{CPUMilli: 1000, GPUCount: 1, GPUMilli: 300}}
+	p, _ := placement.ByName("bestfit", 1)
+	if _, err := Run(Config{Nodes: nodes, Tasks: tasks, Policy: p, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if nodes[0].FreeCPUMilli != 64000 || nodes[0].GPUs[0].FreeMilli != 1000 {
+		t.Fatalf("Run changed its input nodes: %+v", nodes[0])
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	p, _ := placement.ByName("random", 1)
+	tests := []struct {
+		name string
+		cfg  Config
+	}{
+		{"no policy", Config{Nodes: []placement.Node{gpuNode("a", 1)}, Tasks: []placement.Task{{GPUCount: 1, GPUMilli: 1000}}}},
+		{"no tasks", Config{Nodes: []placement.Node{gpuNode("a", 1)}, Policy: p}},
+		{"no GPU demand", Config{Nodes: []placement.Node{gpuNode("a", 1)}, Tasks: []placement.Task{{CPUMilli: 1}}, Policy: p}},
+		{"read after stop", Config{Nodes: []placement.Node{gpuNode("a", 1)}, Tasks: []placement.Task{{GPUCount: 1, GPUMilli: 1000}}, Policy: p, ReadAt: 2}},
+	}
+	for _, tc := range tests {
+		if _, err := Run(tc.cfg); err == nil {
+			t.Errorf("%s: no error", tc.name)
+		}
+	}
+}
+
+// TestReproducesPaperBaselines runs Random and Best-Fit on seed 42 of the
+// openb default trace and checks them against the published means (ATC'23)
+// within 1 point. It is skipped where the trace is not present.
+func TestReproducesPaperBaselines(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	dir := os.Getenv("OPENB_DIR")
+	if dir == "" {
+		dir = "/work/shared/traces/alibaba-openb-2023"
+	}
+	nodes, err := trace.OpenNodes(filepath.Join(dir, "openb_node_list_gpu_node.csv"))
+	if err != nil {
+		t.Skipf("openb trace not available: %v", err)
+	}
+	tt, err := trace.OpenTasks(filepath.Join(dir, "openb_pod_list_default.csv"), nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks := make([]placement.Task, len(tt))
+	for i := range tt {
+		tasks[i] = tt[i].Task
+	}
+	for _, tc := range []struct {
+		policy    string
+		published float64
+	}{{"random", 13.70}, {"bestfit", 7.14}} {
+		p, _ := placement.ByName(tc.policy, 42)
+		r, err := Run(Config{Nodes: nodes, Tasks: tasks, Policy: p, Seed: 42})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(r.UnallocAtRead-tc.published) > 1 {
+			t.Errorf("%s: unallocated %.2f%% at 100%%, published %.2f%%", tc.policy, r.UnallocAtRead, tc.published)
+		}
+	}
+}
