@@ -82,15 +82,19 @@ func (s *Snapshot) Index() (*Index, error) {
 	for i := range x.FreeShares {
 		x.FreeShares[i] = SharesPerGPU
 	}
+	// Allocations usually come node by node: remember the last lookup.
+	lastNode, n := "", -1
 	for i := range s.Allocations {
 		a := &s.Allocations[i]
 		p, ok := x.ProjectByName[a.Project]
 		if !ok {
 			return nil, fmt.Errorf("%w: allocation %q: unknown project %q", ErrInvalid, a.ID, a.Project)
 		}
-		n, ok := x.NodeByName[a.Node]
-		if !ok {
-			return nil, fmt.Errorf("%w: allocation %q: unknown node %q", ErrInvalid, a.ID, a.Node)
+		if n < 0 || a.Node != lastNode {
+			if n, ok = x.NodeByName[a.Node]; !ok {
+				return nil, fmt.Errorf("%w: allocation %q: unknown node %q", ErrInvalid, a.ID, a.Node)
+			}
+			lastNode = a.Node
 		}
 		if err := a.Ask.Validate(); err != nil {
 			return nil, fmt.Errorf("%w: allocation %q: %w", ErrInvalid, a.ID, err)

@@ -254,12 +254,12 @@ func (s *state) suspend(j int32, w int, reason string) {
 // capacity.
 func (s *state) shift(a int32, sign int) {
 	n := int(s.index.AllocNode[a])
-	t := &s.allocTasks[a]
+	cpu, mem, milli := allocNeeds(&s.snap.Allocations[a])
 	node := &s.cluster.Nodes[n]
-	node.FreeCPUMilli += int64(sign) * t.CPUMilli
-	node.FreeMemoryMiB += int64(sign) * t.MemoryMiB
+	node.FreeCPUMilli += int64(sign) * cpu
+	node.FreeMemoryMiB += int64(sign) * mem
 	for _, g := range s.snap.Allocations[a].GPUs {
-		node.GPUs[g].FreeMilli += sign * t.GPUMilli
+		node.GPUs[g].FreeMilli += sign * milli
 	}
 	s.summarize(n)
 }

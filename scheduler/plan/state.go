@@ -36,6 +36,7 @@ type jobState struct {
 	newest int64
 	usage  model.Shares
 	allocs []int32
+	count  int32
 }
 
 // state is one planning cycle in progress.
@@ -47,8 +48,9 @@ type state struct {
 	projects []projectState
 	jobs     []jobState
 	jobByKey map[string]int32
-	// allocTask is the placement task of every allocation.
-	allocTasks []placement.Task
+	// walk and sourceBuf are findVictims' reusable scratch space.
+	walk      walkState
+	sourceBuf []*victimSource
 	// models maps an ask kind and model list to the encoded model names
 	// it may use (GPU modes are encoded in the model name).
 	models     map[string][]string
@@ -106,22 +108,33 @@ func newState(snap *model.Snapshot, opts Options) (*state, error) {
 			priority:       p.Priority,
 		}
 	}
-	s.allocTasks = make([]placement.Task, len(snap.Allocations))
+	// Jobs in two passes: numbering and counting, then one flat array of
+	// allocation positions that every job's allocs slice points into.
+	allocJob := make([]int32, len(snap.Allocations))
 	for i := range snap.Allocations {
 		a := &snap.Allocations[i]
-		s.allocTasks[i] = s.task(a.Ask)
 		j, ok := s.jobByKey[a.Job]
 		if !ok {
 			j = int32(len(s.jobs))
 			s.jobByKey[a.Job] = j
 			s.jobs = append(s.jobs, jobState{name: a.Job, project: x.AllocProject[i], priority: a.Priority, preemptible: true, newest: a.Start})
 		}
+		allocJob[i] = j
 		job := &s.jobs[j]
-		job.allocs = append(job.allocs, int32(i))
 		job.usage += a.Ask.GPUShares()
 		job.preemptible = job.preemptible && a.Preemptible
 		job.priority = max(job.priority, a.Priority)
 		job.newest = max(job.newest, a.Start)
+		job.count++
+	}
+	flat := make([]int32, len(snap.Allocations))
+	offset := int32(0)
+	for j := range s.jobs {
+		s.jobs[j].allocs = flat[offset : offset : offset+s.jobs[j].count]
+		offset += s.jobs[j].count
+	}
+	for i, j := range allocJob {
+		s.jobs[j].allocs = append(s.jobs[j].allocs, int32(i))
 	}
 	for j := range s.jobs {
 		if job := &s.jobs[j]; job.preemptible && job.usage > 0 {
@@ -129,9 +142,13 @@ func newState(snap *model.Snapshot, opts Options) (*state, error) {
 			p.jobs = append(p.jobs, int32(j))
 		}
 	}
+	keys := make([]victimKey, len(s.jobs))
+	for j := range s.jobs {
+		keys[j] = s.victimKey(int32(j))
+	}
 	for i := range s.projects {
 		p := &s.projects[i]
-		slices.SortFunc(p.jobs, func(a, b int32) int { return compareVictims(s.victimKey(a), s.victimKey(b)) })
+		slices.SortFunc(p.jobs, func(a, b int32) int { return compareVictims(keys[a], keys[b]) })
 	}
 	for i := range snap.Pending {
 		p := &s.projects[x.PendingProject[i]]

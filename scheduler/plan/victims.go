@@ -117,16 +117,20 @@ type victimSearch struct {
 // puts back those not needed. It returns the node and the victims in the
 // order they were taken, or ok false when no set of allowed victims makes t
 // fit.
+//
+// The walk keeps, per touched node and GPU, what the victims taken so far
+// free there, so that each step costs only the victim's own allocations.
 func (s *state) findVictims(t placement.Task, vs victimSearch) (node int, victims []int32, ok bool) {
-	q := &victimQueue{s: s}
+	q := &victimQueue{s: s, sources: s.sourceBuf[:0]}
 	for _, p := range vs.projects {
 		if jobs := s.projects[p].jobs; len(jobs) > 0 {
 			q.sources = append(q.sources, &victimSource{jobs: jobs, key: s.victimKey(jobs[0])})
 		}
 	}
+	defer func() { s.sourceBuf = q.sources[:0] }()
 	heap.Init(q)
-	taken := map[int32]model.Shares{}
-	byNode := map[int32][]int32{}
+	w := &s.walk
+	w.reset(s)
 	for j := q.next(); j >= 0; j = q.next() {
 		job := &s.jobs[j]
 		if job.suspended || j == vs.exclude {
@@ -136,23 +140,108 @@ func (s *state) findVictims(t placement.Task, vs victimSearch) (node int, victim
 			continue
 		}
 		p := job.project
-		if s.projects[p].usage-taken[p]-job.usage < vs.floor(p) {
+		if s.projects[p].usage-w.taken(p)-job.usage < vs.floor(p) {
 			continue
 		}
-		taken[p] += job.usage
+		w.take(p, job.usage)
 		for _, a := range job.allocs {
 			n := s.index.AllocNode[a]
-			list := byNode[n]
-			if len(list) > 0 && list[len(list)-1] == j {
-				continue
-			}
-			byNode[n] = append(list, j)
-			if s.enough(int(n), t, byNode[n], vs.mustFree) {
-				return int(n), s.putBack(int(n), t, byNode[n], vs.mustFree), true
+			if w.add(s, n, j, a, t) && s.enough(int(n), t, w.victims[n], vs.mustFree) {
+				return int(n), s.putBack(int(n), t, w.victims[n], vs.mustFree), true
 			}
 		}
 	}
 	return 0, nil, false
+}
+
+// walkState is findVictims' scratch space, reused from one search to the
+// next; stamps tell stale entries from current ones.
+type walkState struct {
+	stamp int32
+	// per project
+	projectStamp []int32
+	takenShares  []model.Shares
+	// per node
+	nodeStamp []int32
+	victims   [][]int32
+	open      []int32 // GPUs with room for the task
+	cpu, mem  []int64
+	// per GPU (global index)
+	gpuStamp []int32
+	freed    []int32
+}
+
+func (w *walkState) reset(s *state) {
+	if w.projectStamp == nil {
+		w.projectStamp = make([]int32, len(s.projects))
+		w.takenShares = make([]model.Shares, len(s.projects))
+		n := len(s.cluster.Nodes)
+		w.nodeStamp, w.victims, w.open = make([]int32, n), make([][]int32, n), make([]int32, n)
+		w.cpu, w.mem = make([]int64, n), make([]int64, n)
+		w.gpuStamp, w.freed = make([]int32, len(s.index.FreeShares)), make([]int32, len(s.index.FreeShares))
+	}
+	w.stamp++
+}
+
+func (w *walkState) taken(p int32) model.Shares {
+	if w.projectStamp[p] != w.stamp {
+		return 0
+	}
+	return w.takenShares[p]
+}
+
+func (w *walkState) take(p int32, amount model.Shares) {
+	if w.projectStamp[p] != w.stamp {
+		w.projectStamp[p], w.takenShares[p] = w.stamp, 0
+	}
+	w.takenShares[p] += amount
+}
+
+// add records that victim job j frees allocation a on node n and reports
+// whether the node may now fit t (enough GPUs with room, CPU and memory).
+func (w *walkState) add(s *state, n int32, j int32, a int32, t placement.Task) bool {
+	node := &s.cluster.Nodes[n]
+	if w.nodeStamp[n] != w.stamp {
+		w.nodeStamp[n] = w.stamp
+		w.victims[n] = w.victims[n][:0]
+		w.cpu[n], w.mem[n] = node.FreeCPUMilli, node.FreeMemoryMiB
+		open := int32(0)
+		for _, g := range node.GPUs {
+			if g.FreeMilli >= t.GPUMilli && t.ModelAllowed(g.Model) {
+				open++
+			}
+		}
+		w.open[n] = open
+	}
+	if list := w.victims[n]; len(list) == 0 || list[len(list)-1] != j {
+		w.victims[n] = append(list, j)
+	}
+	cpu, mem, milli := allocNeeds(&s.snap.Allocations[a])
+	w.cpu[n] += cpu
+	w.mem[n] += mem
+	base := s.index.GPUOffset[n]
+	for _, g := range s.snap.Allocations[a].GPUs {
+		k := base + int32(g)
+		if w.gpuStamp[k] != w.stamp {
+			w.gpuStamp[k], w.freed[k] = w.stamp, 0
+		}
+		before := node.GPUs[g].FreeMilli + int(w.freed[k])
+		w.freed[k] += int32(milli)
+		if before < t.GPUMilli && before+milli >= t.GPUMilli && t.ModelAllowed(node.GPUs[g].Model) {
+			w.open[n]++
+		}
+	}
+	return w.open[n] >= int32(t.GPUCount) && w.cpu[n] >= t.CPUMilli && w.mem[n] >= t.MemoryMiB
+}
+
+// allocNeeds is what an allocation holds: CPU, memory, and milli-GPU on
+// each of its GPUs.
+func allocNeeds(a *model.Allocation) (cpu, mem int64, milli int) {
+	milli = int(a.Ask.Shares) * milliPerShare
+	if a.Ask.WholeGPUs > 0 {
+		milli = int(model.SharesPerGPU) * milliPerShare
+	}
+	return a.Ask.CPUMilli, a.Ask.MemoryMiB, milli
 }
 
 // putBack drops, from the last but one back to the first, every victim
@@ -185,11 +274,11 @@ func (s *state) enough(n int, t placement.Task, victims []int32, mustFree model.
 			if int(s.index.AllocNode[a]) != n {
 				continue
 			}
-			at := &s.allocTasks[a]
-			cpu += at.CPUMilli
-			mem += at.MemoryMiB
+			c, m, milli := allocNeeds(&s.snap.Allocations[a])
+			cpu += c
+			mem += m
 			for _, g := range s.snap.Allocations[a].GPUs {
-				free[g] += at.GPUMilli
+				free[g] += milli
 			}
 		}
 	}

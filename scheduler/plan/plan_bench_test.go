@@ -1,0 +1,33 @@
+package plan
+
+import (
+	"testing"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+)
+
+// BenchmarkPlanCycle is one full planning cycle (fair share, reclaim,
+// preemption and placement) at scale: 5,000 nodes x 8 GPUs, 100,000 running
+// allocations, 500 projects, 1,000 pending workloads.
+func BenchmarkPlanCycle(b *testing.B) {
+	snap := model.Synthetic(model.ScaleSpec)
+	b.ReportAllocs()
+	var res Result
+	for b.Loop() {
+		var err error
+		if res, err = Plan(snap, Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var suspended, placed int
+	for _, a := range res.Actions {
+		if a.Kind == Suspend {
+			suspended++
+		} else {
+			placed++
+		}
+	}
+	b.ReportMetric(float64(placed), "placements")
+	b.ReportMetric(float64(suspended), "suspensions")
+	b.ReportMetric(float64(len(res.Unplaced)), "unplaced")
+}
