@@ -28,7 +28,9 @@ mkdir -p "$tools_dir/bin"
 check() {
   local bin="$tools_dir/bin/$1"
   [ -x "$bin" ] || return 1
-  "$bin" version 2>/dev/null | head -n 1 | grep -q "v$2" 
+  local out
+  out=$("$bin" version 2>/dev/null) || return 1
+  [[ "$out" == *"v$2"* ]]
 }
 
 # build NAME MODULE VERSION [go.mod extra lines...]
@@ -75,4 +77,6 @@ for name in nomad consul; do
     exit 1
   fi
 done
-echo "build-agents: $("$tools_dir/bin/nomad" version | head -n1); $("$tools_dir/bin/consul" version | head -n1) in $tools_dir/bin" >&2
+nomad_v=$("$tools_dir/bin/nomad" version)
+consul_v=$("$tools_dir/bin/consul" version)
+echo "build-agents: ${nomad_v%%$'\n'*}, ${consul_v%%$'\n'*} in $tools_dir/bin" >&2

@@ -32,7 +32,7 @@ func TestScenarios(t *testing.T) {
 			if len(sc.Expects) == 0 {
 				t.Fatal("scenario expects nothing")
 			}
-			out, err := sc.Run(plan.Options{})
+			out, err := sc.Run(planOptions())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -42,3 +42,5 @@ func TestScenarios(t *testing.T) {
 		})
 	}
 }
+
+func planOptions() plan.Options { return plan.Options{} }
