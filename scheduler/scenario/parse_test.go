@@ -1,0 +1,87 @@
+package scenario
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseErrorsNameFileLineAndField(t *testing.T) {
+	const head = "node n1 gpus 4 model A100\nproject a guaranteed 1\n"
+	tests := []struct {
+		name  string
+		text  string
+		line  int
+		field string
+		err   error
+	}{
+		{"missing guarantee", "node n1 gpus 2\nproject a priority 3\n", 2, "guaranteed", ErrMissing},
+		{"missing gpus on node", "node n1 model A100\n", 1, "gpus", ErrMissing},
+		{"missing project", head + "pending j gpus 1\n", 3, "project", ErrMissing},
+		{"missing ask", head + "pending j project a\n", 3, "gpus", ErrMissing},
+		{"missing binding", head + "run j project a gpus 1 node n1\n", 3, "gpu", ErrMissing},
+		{"unknown model", head + "pending j project a gpus 1 model H100\n", 3, "model", ErrUnknown},
+		{"unknown project", head + "pending j project zz gpus 1\n", 3, "project", ErrUnknown},
+		{"unknown node", head + "run j project a gpus 1 node n9 gpu 0\n", 3, "node", ErrUnknown},
+		{"negative gpus", head + "pending j project a gpus -1\n", 3, "gpus", ErrBadValue},
+		{"negative share", head + "pending j project a share -0.5\n", 3, "share", ErrBadValue},
+		{"share of a whole GPU", head + "pending j project a share 1.5\n", 3, "share", ErrOverCapacity},
+		{"more GPUs than any node", head + "pending j project a gpus 9\n", 3, "gpus", ErrOverCapacity},
+		{"over-committed GPU", head + "run j project a share 0.6 node n1 gpu 0\nrun k project a share 0.6 node n1 gpu 0\n", 4, "gpu", nil},
+		{"three decimals", head + "project b guaranteed 0.125\n", 3, "guaranteed", ErrBadValue},
+		{"unknown keyword", head + "nodes n2\n", 3, "", ErrUnknown},
+		{"unknown expectation", head + "expect miracles\n", 3, "expect", ErrUnknown},
+		{"bad rounds", "rounds many\n", 1, "rounds", ErrBadValue},
+		{"value missing", "node n1 gpus\n", 1, "gpus", ErrMissing},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("test.scn", strings.NewReader(tt.text))
+			var pe *ParseError
+			if !errors.As(err, &pe) {
+				t.Fatalf("error %v, want a ParseError", err)
+			}
+			if pe.File != "test.scn" || pe.Line != tt.line || pe.Field != tt.field {
+				t.Errorf("error at %s:%d field %q, want line %d field %q (%v)", pe.File, pe.Line, pe.Field, tt.line, tt.field, err)
+			}
+			if tt.err != nil && !errors.Is(err, tt.err) {
+				t.Errorf("error %v, want it to wrap %v", err, tt.err)
+			}
+			if !strings.HasPrefix(err.Error(), "test.scn:") {
+				t.Errorf("message %q does not start with the file name", err)
+			}
+		})
+	}
+}
+
+// FuzzParse feeds the parser mutations of the scenario corpus: it must
+// never panic, and whatever it accepts must plan without error.
+func FuzzParse(f *testing.F) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "*.scn"))
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(string(data))
+	}
+	f.Add("node n1 gpus 1\nproject a guaranteed 0.5 limit 0\npending j project a share 0.01 count 3\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		sc, err := Parse("fuzz.scn", strings.NewReader(text))
+		if err != nil {
+			var pe *ParseError
+			if !errors.As(err, &pe) && !strings.HasPrefix(err.Error(), "fuzz.scn") {
+				t.Fatalf("error without file: %v", err)
+			}
+			return
+		}
+		if len(sc.Initial.Nodes) > 64 || len(sc.Initial.Allocations) > 256 || sc.Rounds > 10 {
+			return // keep each input cheap
+		}
+		if _, err := sc.Run(planOptions()); err != nil {
+			t.Fatalf("accepted scenario fails to plan: %v", err)
+		}
+	})
+}
