@@ -9,7 +9,8 @@ import (
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 )
 
-// Check compares the outcome with every expectation and the stability rule;
+// Check compares the outcome with every expectation and the stability and
+// churn rules;
 // each mismatch is one error naming the file and line of the expectation.
 func (sc *Scenario) Check(out *Outcome) []error {
 	var errs []error
@@ -18,7 +19,8 @@ func (sc *Scenario) Check(out *Outcome) []error {
 			errs = append(errs, fmt.Errorf("%s:%d: expect %s: %w", sc.File, e.Line, e.What, err))
 		}
 	}
-	return append(errs, sc.Stability(out)...)
+	errs = append(errs, sc.Stability(out)...)
+	return append(errs, sc.Churn(out)...)
 }
 
 func (sc *Scenario) checkOne(e Expect, out *Outcome) error {

@@ -98,18 +98,17 @@ func cloneSnapshot(s *model.Snapshot) *model.Snapshot {
 	}
 }
 
-// Stability finds oscillation across rounds: a job suspended, resumed and
-// suspended again, or a job placed (or resumed) and then suspended although
-// nothing arrived or finished in between. Each problem is one error.
-func (sc *Scenario) Stability(out *Outcome) []error {
-	type event struct {
-		round int
-		kind  byte // 'S' suspend, 'R' resume, 'P' place
-	}
-	history := map[string][]event{}
+// jobEvent is something the planner did to a job in one round.
+type jobEvent struct {
+	round int
+	kind  byte // 'S' suspend, 'R' resume, 'P' place
+}
+
+// history lists, per job in first-seen order, what the planner did to it.
+func history(out *Outcome) ([]string, map[string][]jobEvent) {
+	h := map[string][]jobEvent{}
 	var jobs []string
 	for i, rd := range out.Rounds {
-		r := i + 1
 		seen := map[string]bool{}
 		for _, a := range rd.Result.Actions {
 			if seen[a.Job] {
@@ -123,34 +122,51 @@ func (sc *Scenario) Stability(out *Outcome) []error {
 					kind = 'R'
 				}
 			}
-			if _, ok := history[a.Job]; !ok {
+			if _, ok := h[a.Job]; !ok {
 				jobs = append(jobs, a.Job)
 			}
-			history[a.Job] = append(history[a.Job], event{r, kind})
+			h[a.Job] = append(h[a.Job], jobEvent{i + 1, kind})
 		}
 	}
+	return jobs, h
+}
+
+// Stability finds oscillation across rounds: a job suspended, then placed
+// again, then suspended again. Each oscillating job is one error.
+func (sc *Scenario) Stability(out *Outcome) []error {
+	jobs, h := history(out)
 	var errs []error
 	for _, job := range jobs {
-		h := history[job]
 		var pattern strings.Builder
-		for _, e := range h {
+		for _, e := range h[job] {
 			pattern.WriteByte(e.kind)
 		}
-		if strings.Contains(pattern.String(), "SRS") || strings.Contains(pattern.String(), "SPS") {
-			errs = append(errs, fmt.Errorf("%s: job %s oscillates: %s over rounds %v", sc.File, job, pattern.String(), h))
-			continue
+		if p := pattern.String(); strings.Contains(p, "SRS") || strings.Contains(p, "SPS") {
+			errs = append(errs, fmt.Errorf("%s: job %s oscillates: %s over rounds %v", sc.File, job, p, h[job]))
 		}
-		for k := 1; k < len(h); k++ {
-			if h[k].kind != 'S' || h[k-1].kind == 'S' {
+	}
+	return errs
+}
+
+// Churn finds jobs placed (or resumed) in one round and suspended in a later
+// one although nothing arrived or finished in between: not an oscillation,
+// but wasted work. Hand-written scenarios must have none.
+func (sc *Scenario) Churn(out *Outcome) []error {
+	jobs, h := history(out)
+	var errs []error
+	for _, job := range jobs {
+		events := h[job]
+		for k := 1; k < len(events); k++ {
+			if events[k].kind != 'S' || events[k-1].kind == 'S' {
 				continue
 			}
 			quiet := true
-			for r := h[k-1].round + 1; r <= h[k].round; r++ {
+			for r := events[k-1].round + 1; r <= events[k].round; r++ {
 				quiet = quiet && !sc.eventful(r)
 			}
 			if quiet {
 				errs = append(errs, fmt.Errorf("%s: job %s placed in round %d and suspended in round %d with nothing changed in between",
-					sc.File, job, h[k-1].round, h[k].round))
+					sc.File, job, events[k-1].round, events[k].round))
 			}
 		}
 	}

@@ -1,0 +1,174 @@
+package plan
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+)
+
+func TestCompareVictims(t *testing.T) {
+	base := victimKey{projectPriority: 1, overDeserved: 100, jobPriority: 5, start: 10, job: "j"}
+	tests := []struct {
+		name  string
+		first victimKey // suspended before base
+	}{
+		{"lower project priority first", victimKey{projectPriority: 0, overDeserved: -500, jobPriority: 99, start: 0, job: "z"}},
+		{"then most over its fair share", victimKey{projectPriority: 1, overDeserved: 101, jobPriority: 99, start: 0, job: "z"}},
+		{"then lowest job priority", victimKey{projectPriority: 1, overDeserved: 100, jobPriority: 4, start: 0, job: "z"}},
+		{"then newest", victimKey{projectPriority: 1, overDeserved: 100, jobPriority: 5, start: 11, job: "z"}},
+		{"then job name", victimKey{projectPriority: 1, overDeserved: 100, jobPriority: 5, start: 10, job: "a"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if compareVictims(tt.first, base) >= 0 || compareVictims(base, tt.first) <= 0 {
+				t.Errorf("%+v should come before %+v", tt.first, base)
+			}
+		})
+	}
+	if compareVictims(base, base) != 0 {
+		t.Error("a key must compare equal to itself")
+	}
+}
+
+// builder helpers keep the table rows short.
+func node(name string, gpus int) model.Node {
+	n := model.Node{Name: name, CPUMilli: 64000, MemoryMiB: 1 << 20, GPUs: make([]model.GPU, gpus)}
+	for i := range n.GPUs {
+		n.GPUs[i] = model.GPU{Model: "A100"}
+	}
+	return n
+}
+
+func running(id, project string, prio int, start int64, nodeName string, gpu int) model.Allocation {
+	return model.Allocation{ID: id, Project: project, Job: id, Group: "main", Priority: prio, Preemptible: true,
+		Ask: model.Ask{WholeGPUs: 1}, Node: nodeName, GPUs: []int{gpu}, Start: start}
+}
+
+func TestPlanVictims(t *testing.T) {
+	tests := []struct {
+		name        string
+		nodes       []model.Node // n1 with two GPUs when empty
+		projects    []model.Project
+		allocs      []model.Allocation
+		incoming    model.Pending
+		wantVictims []string
+		wantPlaced  bool
+	}{
+		{
+			name:     "newest job of the over-quota project",
+			projects: []model.Project{{Name: "a"}, {Name: "b", Guaranteed: 100}},
+			allocs: []model.Allocation{
+				running("a1", "a", 0, 1, "n1", 0), running("a2", "a", 0, 2, "n1", 1),
+			},
+			incoming:    model.Pending{Project: "b", Job: "b1", Ask: model.Ask{WholeGPUs: 1}, Count: 1, Preemptible: true},
+			wantVictims: []string{"a2"},
+			wantPlaced:  true,
+		},
+		{
+			name:     "no victim below the guarantee",
+			projects: []model.Project{{Name: "a", Guaranteed: 200}, {Name: "b", Guaranteed: 100}},
+			allocs: []model.Allocation{
+				running("a1", "a", 0, 1, "n1", 0), running("a2", "a", 0, 2, "n1", 1),
+			},
+			incoming: model.Pending{Project: "b", Job: "b1", Ask: model.Ask{WholeGPUs: 1}, Count: 1, Preemptible: true},
+		},
+		{
+			name:     "lower-priority project first",
+			projects: []model.Project{{Name: "a", Priority: 5}, {Name: "c", Priority: 1}, {Name: "b", Guaranteed: 100}},
+			allocs: []model.Allocation{
+				running("a1", "a", 0, 9, "n1", 0), running("c1", "c", 9, 1, "n1", 1),
+			},
+			incoming:    model.Pending{Project: "b", Job: "b1", Ask: model.Ask{WholeGPUs: 1}, Count: 1, Preemptible: true},
+			wantVictims: []string{"c1"},
+			wantPlaced:  true,
+		},
+		{
+			name:     "two GPUs on one node, unneeded victim put back",
+			nodes:    []model.Node{node("n1", 2), node("n2", 1)},
+			projects: []model.Project{{Name: "a"}, {Name: "b", Guaranteed: 200}},
+			allocs: []model.Allocation{
+				running("a1", "a", 0, 4, "n1", 0), running("a2", "a", 0, 3, "n2", 0), running("a3", "a", 0, 2, "n1", 1),
+			},
+			incoming:    model.Pending{Project: "b", Job: "b1", Ask: model.Ask{WholeGPUs: 2}, Count: 1, Preemptible: true},
+			wantVictims: []string{"a1", "a3"},
+			wantPlaced:  true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			nodes := tt.nodes
+			if nodes == nil {
+				nodes = []model.Node{node("n1", 2)}
+			}
+			snap := &model.Snapshot{
+				Nodes:       nodes,
+				Projects:    tt.projects,
+				Allocations: tt.allocs,
+				Pending:     []model.Pending{tt.incoming},
+			}
+			res, err := Plan(snap, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var victims []string
+			placed := false
+			for _, a := range res.Actions {
+				if a.Kind == Suspend {
+					victims = append(victims, a.Job)
+				} else {
+					placed = true
+				}
+				if a.Reason == "" {
+					t.Errorf("action %v has no reason", a)
+				}
+			}
+			slices.Sort(victims)
+			if !slices.Equal(victims, tt.wantVictims) || placed != tt.wantPlaced {
+				t.Errorf("victims %v placed %v, want %v placed %v; actions %v", victims, placed, tt.wantVictims, tt.wantPlaced, res.Actions)
+			}
+			if !placed && len(res.Unplaced) != 1 {
+				t.Errorf("unplaced %v, want the incoming workload with a reason", res.Unplaced)
+			}
+		})
+	}
+}
+
+func TestPlanRejectsInvalidSnapshot(t *testing.T) {
+	snap := &model.Snapshot{Nodes: []model.Node{node("n1", 1)}, Projects: []model.Project{{Name: "a"}},
+		Allocations: []model.Allocation{running("x", "nope", 0, 0, "n1", 0)}}
+	if _, err := Plan(snap, Options{}); !errors.Is(err, model.ErrInvalid) {
+		t.Errorf("error %v, want model.ErrInvalid", err)
+	}
+}
+
+func TestPlanIsDeterministicAndLeavesSnapshotAlone(t *testing.T) {
+	snap := model.Synthetic(model.SyntheticSpec{Nodes: 200, GPUsPerNode: 8, Allocations: 4000, Projects: 20, Pending: 100, Seed: 3})
+	before := slices.Clone(snap.Allocations)
+	a, err := Plan(snap, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := Plan(snap, Options{})
+	if len(a.Actions) == 0 || len(a.Actions) != len(b.Actions) {
+		t.Fatalf("%d and %d actions", len(a.Actions), len(b.Actions))
+	}
+	for i := range a.Actions {
+		if a.Actions[i].String() != b.Actions[i].String() {
+			t.Fatalf("action %d differs: %v / %v", i, a.Actions[i], b.Actions[i])
+		}
+	}
+	for i := range before {
+		if before[i].ID != snap.Allocations[i].ID || before[i].Node != snap.Allocations[i].Node {
+			t.Fatal("Plan changed the snapshot")
+		}
+	}
+	var total model.Shares
+	for _, s := range a.Shares {
+		total += s.Deserved
+	}
+	if total > snap.Capacity() {
+		t.Errorf("deserved shares add up to %v, capacity %v", total, snap.Capacity())
+	}
+}

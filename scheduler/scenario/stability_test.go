@@ -1,0 +1,106 @@
+package scenario
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/plan"
+)
+
+// TestRandomClustersStayStable runs many random small clusters for eight
+// rounds with nothing arriving or finishing, as KAI-Scheduler's multi-round
+// tests do: no job may be suspended, resumed and suspended again, and the
+// last round must plan nothing. Churn (a job placed, then suspended in a
+// later round with nothing changed) is counted and logged: it happens when a
+// gang that could not reclaim from work placed in the same cycle can reclaim
+// from it one cycle later.
+func TestRandomClustersStayStable(t *testing.T) {
+	churn := 0
+	for seed := range uint64(1000) {
+		sc := randomScenario(seed)
+		out, err := sc.Run(plan.Options{})
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		for _, err := range sc.Stability(out) {
+			t.Errorf("seed %d: %v", seed, err)
+		}
+		churn += len(sc.Churn(out))
+		if last := out.Rounds[len(out.Rounds)-1]; len(last.Result.Actions) > 0 {
+			t.Errorf("seed %d: still planning in the last round: %v", seed, last.Result.Actions)
+		}
+	}
+	t.Logf("%d churn events over 1000 random clusters", churn)
+}
+
+func randomScenario(seed uint64) *Scenario {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	sc := &Scenario{File: fmt.Sprintf("random-%d", seed), Rounds: 8}
+	snap := &sc.Initial
+	nodes := 1 + rng.IntN(4)
+	for n := range nodes {
+		gpus := make([]model.GPU, 1+rng.IntN(4))
+		for g := range gpus {
+			gpus[g] = model.GPU{Model: "A100"}
+		}
+		snap.Nodes = append(snap.Nodes, model.Node{Name: fmt.Sprintf("n%d", n), CPUMilli: 1 << 30, MemoryMiB: 1 << 30, GPUs: gpus})
+	}
+	for p := range 1 + rng.IntN(4) {
+		pr := model.Project{
+			Name:            fmt.Sprintf("p%d", p),
+			Guaranteed:      model.Shares(rng.IntN(5)) * 50,
+			Priority:        rng.IntN(2),
+			OverQuotaWeight: 1 + rng.Int64N(2),
+		}
+		if rng.IntN(4) == 0 {
+			pr.HasLimit, pr.Limit = true, pr.Guaranteed+model.Shares(rng.IntN(3))*100
+		}
+		snap.Projects = append(snap.Projects, pr)
+	}
+	ask := func() model.Ask {
+		if rng.IntN(2) == 0 {
+			return model.Ask{Shares: model.Shares(1+rng.IntN(3)) * 25}
+		}
+		return model.Ask{WholeGPUs: 1 + rng.IntN(2)}
+	}
+	// Running work: first fit on a scratch copy of free capacity.
+	free := make([][]model.Shares, nodes)
+	for n := range free {
+		free[n] = make([]model.Shares, len(snap.Nodes[n].GPUs))
+		for g := range free[n] {
+			free[n][g] = model.SharesPerGPU
+		}
+	}
+	for i := range rng.IntN(10) {
+		a := ask()
+		p := snap.Projects[rng.IntN(len(snap.Projects))].Name
+	nodes:
+		for n := range free {
+			var gpus []int
+			for g := range free[n] {
+				if (a.Shares > 0 && free[n][g] >= a.Shares) || (a.WholeGPUs > 0 && free[n][g] == model.SharesPerGPU) {
+					gpus = append(gpus, g)
+					if len(gpus) == max(a.WholeGPUs, 1) {
+						for _, g := range gpus {
+							free[n][g] -= a.GPUShares() / model.Shares(len(gpus))
+						}
+						snap.Allocations = append(snap.Allocations, model.Allocation{
+							ID: fmt.Sprintf("a%d", i), Project: p, Job: fmt.Sprintf("run%d", i), Group: "main",
+							Priority: rng.IntN(3), Preemptible: rng.IntN(6) != 0, Ask: a, Node: snap.Nodes[n].Name, GPUs: gpus, Start: int64(i),
+						})
+						break nodes
+					}
+				}
+			}
+		}
+	}
+	for i := range rng.IntN(8) {
+		snap.Pending = append(snap.Pending, model.Pending{
+			Project: snap.Projects[rng.IntN(len(snap.Projects))].Name, Job: fmt.Sprintf("pend%d", i), Group: "main",
+			Priority: rng.IntN(3), Preemptible: rng.IntN(6) != 0, Ask: ask(), Count: 1 + rng.IntN(2), Submit: int64(100 + i),
+		})
+	}
+	return sc
+}
