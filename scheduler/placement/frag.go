@@ -12,7 +12,7 @@ package placement
 // list): the measure depends on nothing else, and many nodes share a state.
 type fragMeter struct {
 	w *Workload
-	// fill selects the fill measure of the gpushare policy instead of FGD's.
+	// fill adds the fill measure of the gpushare policy to FGD's.
 	fill    bool
 	memo    map[fragKey]float64
 	scratch []int
@@ -79,8 +79,12 @@ func (f *fragMeter) frag(n *Node, cpu int64, free []int) float64 {
 
 func (f *fragMeter) compute(n *Node, cpu int64, free []int) float64 {
 	if f.fill {
-		return f.computeFill(n, cpu, free)
+		return f.computeFill(n, cpu, free) + f.computeFGD(n, cpu, free)
 	}
+	return f.computeFGD(n, cpu, free)
+}
+
+func (f *fragMeter) computeFGD(n *Node, cpu int64, free []int) float64 {
 	total := 0
 	for _, v := range free {
 		total += v

@@ -4,8 +4,8 @@ import "math/rand"
 
 // GPUShare is gpushare's own fragmentation-aware placement policy. Like FGD
 // it places each task where a fragmentation measure against the workload
-// grows the least, but its measure looks further ahead: for each task type
-// it asks how much of the node's free GPU capacity would still be left if
+// grows the least, but its measure adds to FGD's a second one that looks
+// further ahead: for each task type it asks how much of the node's free GPU capacity would still be left if
 // tasks of that type alone kept arriving until none fit, counting every
 // limit: GPU capacity (partial GPUs for whole-GPU types, leftover slivers
 // for shares), CPU and memory (free GPUs the free CPU or memory cannot
@@ -14,9 +14,13 @@ import "math/rand"
 // measure sees it as soon as the CPU left cannot feed all the free GPUs,
 // which steers CPU-heavy work to CPU-rich nodes early.
 //
-// The measure, summed over types weighted by frequency, is
+// The added measure, summed over types weighted by frequency, is
 //
 //	sum_t w_t * (freeGPU - k_t * gpuAsk_t),  k_t = min(fitByGPU_t, freeCPU/cpuAsk_t, freeMem/memAsk_t)
+//
+// FGD's one-step term keeps its sharp view of GPUs a single task cannot use;
+// the fill term adds the CPU and memory view. Together they do better on the
+// openb traces than either alone.
 //
 // Exact ties between nodes are broken at random.
 type GPUShare struct {

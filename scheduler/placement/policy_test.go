@@ -203,8 +203,8 @@ func TestFragMeasures(t *testing.T) {
 		if got := fgd.frag(&n, tc.cpu, tc.free); got != tc.fgd {
 			t.Errorf("%s: FGD measure %.1f, want %.1f", tc.name, got, tc.fgd)
 		}
-		if got := fill.frag(&n, tc.cpu, tc.free); got != tc.fill {
-			t.Errorf("%s: fill measure %.1f, want %.1f", tc.name, got, tc.fill)
+		if got := fill.frag(&n, tc.cpu, tc.free); got != tc.fgd+tc.fill {
+			t.Errorf("%s: gpushare measure %.1f, want FGD+fill %.1f", tc.name, got, tc.fgd+tc.fill)
 		}
 	}
 }
