@@ -442,6 +442,9 @@ func (c *Cluster) Close() error {
 			errs = append(errs, fmt.Errorf("consul: %w", err))
 		}
 	}
+	if err := unmountUnder(c.Dir); err != nil {
+		errs = append(errs, err)
+	}
 	if c.ownDir && os.Getenv("GPUSHARE_KEEP_CLUSTER") == "" {
 		if err := os.RemoveAll(c.Dir); err != nil {
 			errs = append(errs, fmt.Errorf("removing %s: %w", c.Dir, err))
