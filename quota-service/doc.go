@@ -1,0 +1,21 @@
+// Package quotaservice is the gpushare quota service: guaranteed GPU quotas
+// per project with fair, automatic suspension and resumption of Nomad jobs.
+//
+// The service reads project quotas from Consul KV (package quota), observes
+// Nomad (package nomadwatch), plans with scheduler/plan, and acts through
+// package actuator, which records every suspension in Consul KV (package
+// state) before it stops a job. Package leader makes sure only one of
+// several instances acts; package httpapi serves status and metrics;
+// package service wires it all into one loop and cmd/gpushare-quota is the
+// daemon.
+//
+// Consul KV layout under the root prefix (default "gpushare"):
+//
+//	<root>/quotas/<project>               project settings (JSON, written by people)
+//	<root>/status/quota-errors/<project>  why a quota document is rejected
+//	<root>/status/projects/<project>      per-project status (JSON, written by the service)
+//	<root>/status/service                 the acting instance and its last cycle
+//	<root>/suspended/<namespace>/<job>    a job the service stopped and will resume
+//	<root>/history/<time>-<namespace>-<job>  what the service did (bounded)
+//	<root>/leader                         the Consul lock held by the acting instance
+package quotaservice

@@ -1,0 +1,62 @@
+// Package kvlayout names the Consul KV keys of the quota service, all under
+// one root prefix, so that every package agrees on them and a person
+// browsing the Consul UI finds one folder per concern.
+package kvlayout
+
+import (
+	"fmt"
+	"strings"
+)
+
+// DefaultRoot is the root prefix when none is configured.
+const DefaultRoot = "gpushare"
+
+// Layout derives keys from a root prefix (no leading or trailing slash).
+type Layout struct {
+	Root string
+}
+
+// New returns the layout for root; an empty root means DefaultRoot. Leading
+// and trailing slashes are dropped.
+func New(root string) Layout {
+	root = strings.Trim(root, "/")
+	if root == "" {
+		root = DefaultRoot
+	}
+	return Layout{Root: root}
+}
+
+// Quotas is the folder of project quota documents, with a trailing slash.
+func (l Layout) Quotas() string { return l.Root + "/quotas/" }
+
+// Quota is the key of one project's quota document.
+func (l Layout) Quota(project string) string { return l.Quotas() + project }
+
+// QuotaErrors is the folder of rejected-document reports.
+func (l Layout) QuotaErrors() string { return l.Root + "/status/quota-errors/" }
+
+// QuotaError is the key reporting why project's document is rejected.
+func (l Layout) QuotaError(project string) string { return l.QuotaErrors() + project }
+
+// ProjectStatuses is the folder of per-project status documents.
+func (l Layout) ProjectStatuses() string { return l.Root + "/status/projects/" }
+
+// ProjectStatus is the key of one project's status document.
+func (l Layout) ProjectStatus(project string) string { return l.ProjectStatuses() + project }
+
+// ServiceStatus is the key describing the acting instance.
+func (l Layout) ServiceStatus() string { return l.Root + "/status/service" }
+
+// Suspended is the folder of suspension records.
+func (l Layout) Suspended() string { return l.Root + "/suspended/" }
+
+// Suspension is the key of the record for job in namespace.
+func (l Layout) Suspension(namespace, job string) string {
+	return fmt.Sprintf("%s%s/%s", l.Suspended(), namespace, job)
+}
+
+// History is the folder of history entries.
+func (l Layout) History() string { return l.Root + "/history/" }
+
+// Leader is the key of the leader lock.
+func (l Layout) Leader() string { return l.Root + "/leader" }

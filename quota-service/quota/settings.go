@@ -1,0 +1,263 @@
+// Package quota reads project quota documents from Consul KV and keeps the
+// last good settings of every project in force.
+//
+// One JSON document per project lives at <root>/quotas/<project>:
+//
+//	{
+//	  "guaranteed": 1.5,            // GPUs, at most two decimals (required)
+//	  "limit": 3,                   // hard cap in GPUs (optional, >= guaranteed)
+//	  "priority": 10,               // higher wins over-quota capacity (default 0)
+//	  "over_quota_weight": 2,       // split of over-quota capacity (default 1)
+//	  "mapping": {
+//	    "namespace": "ml",          // Nomad namespace of the project (default: the project name)
+//	    "job_meta_key": "project"   // a job whose meta[key] names this project belongs to it
+//	  }
+//	}
+//
+// Parsing is strict: unknown fields, trailing data and wrong types are
+// rejected, and every error names the field and how to fix it. A Watcher
+// follows the folder with Consul blocking queries; a rejected document is
+// logged and reported at <root>/status/quota-errors/<project>, and the
+// project's last good settings stay in force.
+package quota
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+)
+
+// Settings are one project's quota settings with defaults applied.
+type Settings struct {
+	Project         string       `json:"project"`
+	Guaranteed      model.Shares `json:"guaranteed_shares"`
+	Limit           model.Shares `json:"limit_shares,omitempty"`
+	HasLimit        bool         `json:"has_limit"`
+	Priority        int          `json:"priority"`
+	OverQuotaWeight int64        `json:"over_quota_weight"`
+	// Namespace is the Nomad namespace whose jobs belong to the project.
+	Namespace string `json:"namespace"`
+	// JobMetaKey, when set, names a job meta key: a job whose meta value
+	// under that key is this project's name belongs to this project,
+	// whatever its namespace.
+	JobMetaKey string `json:"job_meta_key,omitempty"`
+}
+
+// Model returns the settings as the planner's project record.
+func (s Settings) Model() model.Project {
+	return model.Project{
+		Name:            s.Project,
+		Guaranteed:      s.Guaranteed,
+		Limit:           s.Limit,
+		HasLimit:        s.HasLimit,
+		Priority:        s.Priority,
+		OverQuotaWeight: s.OverQuotaWeight,
+	}
+}
+
+// FieldError is a rejected quota document: which field is wrong and how to
+// fix it. Field is "" when the document as a whole is malformed.
+type FieldError struct {
+	Project string
+	Field   string
+	Problem string
+	Fix     string
+}
+
+func (e *FieldError) Error() string {
+	where := "document"
+	if e.Field != "" {
+		where = fmt.Sprintf("field %q", e.Field)
+	}
+	return fmt.Sprintf("quota for project %q: %s: %s; fix: %s", e.Project, where, e.Problem, e.Fix)
+}
+
+// document is the wire form; pointers tell "absent" from zero.
+type document struct {
+	Guaranteed      json.RawMessage `json:"guaranteed"`
+	Limit           json.RawMessage `json:"limit"`
+	Priority        json.RawMessage `json:"priority"`
+	OverQuotaWeight json.RawMessage `json:"over_quota_weight"`
+	Mapping         *mapping     `json:"mapping"`
+}
+
+type mapping struct {
+	Namespace  *string `json:"namespace"`
+	JobMetaKey *string `json:"job_meta_key"`
+}
+
+var (
+	// Nomad namespaces: letters, digits, '-' and '_', up to 128.
+	namespaceRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,128}$`)
+	// Project names become KV key segments and metric labels.
+	projectRE = regexp.MustCompile(`^[a-zA-Z0-9_.-]{1,128}$`)
+)
+
+// ValidProjectName reports whether name can name a project (the last
+// segment of its KV key): 1-128 letters, digits, '.', '-' or '_'.
+func ValidProjectName(name string) error {
+	if !projectRE.MatchString(name) {
+		return &FieldError{Project: name, Problem: "the project name (the key below the quotas folder) is empty, too long, nested or has characters other than letters, digits, '.', '-' and '_'",
+			Fix: "store the document directly under the quotas folder with a name like \"ml-team\""}
+	}
+	return nil
+}
+
+// Parse reads and validates the quota document of project. Errors are
+// *FieldError.
+func Parse(project string, data []byte) (Settings, error) {
+	if err := ValidProjectName(project); err != nil {
+		return Settings{}, err
+	}
+	fe := func(field, problem, fix string) error {
+		return &FieldError{Project: project, Field: field, Problem: problem, Fix: fix}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	var doc document
+	if err := dec.Decode(&doc); err != nil {
+		return Settings{}, decodeError(project, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Settings{}, fe("", "data after the JSON object", "store exactly one JSON object")
+	}
+	s := Settings{Project: project, Namespace: project, OverQuotaWeight: 1}
+	if doc.Guaranteed == nil {
+		return Settings{}, fe("guaranteed", "missing", `add "guaranteed": <GPUs>, e.g. "guaranteed": 1.5 (0 for no guarantee)`)
+	}
+	g, err := gpuAmount(doc.Guaranteed)
+	if err != nil {
+		return Settings{}, fe("guaranteed", err.Error(), "write a GPU amount >= 0 with at most two decimals, e.g. 1.5")
+	}
+	s.Guaranteed = g
+	if doc.Limit != nil {
+		l, err := gpuAmount(doc.Limit)
+		if err != nil {
+			return Settings{}, fe("limit", err.Error(), "write a GPU amount >= 0 with at most two decimals, e.g. 4, or remove \"limit\" for no cap")
+		}
+		if l < g {
+			return Settings{}, fe("limit", fmt.Sprintf("limit %s is below guaranteed %s", l, g), "raise \"limit\" to at least \"guaranteed\" or lower \"guaranteed\"")
+		}
+		s.Limit, s.HasLimit = l, true
+	}
+	if doc.Priority != nil {
+		p, err := integer(doc.Priority, -1_000_000, 1_000_000)
+		if err != nil {
+			return Settings{}, fe("priority", err.Error(), "write an integer between -1000000 and 1000000, e.g. 10 (higher wins)")
+		}
+		s.Priority = int(p)
+	}
+	if doc.OverQuotaWeight != nil {
+		w, err := integer(doc.OverQuotaWeight, 1, 1_000_000)
+		if err != nil {
+			return Settings{}, fe("over_quota_weight", err.Error(), "write an integer between 1 and 1000000, or remove it for the default 1")
+		}
+		s.OverQuotaWeight = w
+	}
+	if m := doc.Mapping; m != nil {
+		if m.Namespace != nil {
+			if !namespaceRE.MatchString(*m.Namespace) {
+				return Settings{}, fe("mapping.namespace", fmt.Sprintf("%q is not a Nomad namespace name", *m.Namespace), "use 1-128 letters, digits, '-' or '_', or remove it to use the project name")
+			}
+			s.Namespace = *m.Namespace
+		}
+		if m.JobMetaKey != nil {
+			k := *m.JobMetaKey
+			if k == "" || len(k) > 128 || strings.ContainsAny(k, " \t\r\n") {
+				return Settings{}, fe("mapping.job_meta_key", fmt.Sprintf("%q is not a usable meta key", k), "name a job meta key of 1-128 characters without spaces, e.g. \"project\", or remove it")
+			}
+			s.JobMetaKey = k
+		}
+	}
+	return s, nil
+}
+
+// decodeError turns a JSON decoding error into a FieldError naming the
+// field where possible.
+func decodeError(project string, err error) error {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		return &FieldError{Project: project, Field: field, Problem: fmt.Sprintf("JSON %s where %s is expected", typeErr.Value, expectedKind(field)),
+			Fix: fmt.Sprintf("write %s", expectedKind(field))}
+	case errors.As(err, &syntaxErr):
+		return &FieldError{Project: project, Problem: fmt.Sprintf("not valid JSON at byte %d: %v", syntaxErr.Offset, err),
+			Fix: `store a JSON object such as {"guaranteed": 2}`}
+	case errors.Is(err, io.EOF):
+		return &FieldError{Project: project, Problem: "empty document", Fix: `store a JSON object such as {"guaranteed": 2}`}
+	}
+	msg := err.Error()
+	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return &FieldError{Project: project, Field: strings.Trim(f, `"`), Problem: "unknown field",
+			Fix: "remove it; known fields are guaranteed, limit, priority, over_quota_weight and mapping (namespace, job_meta_key)"}
+	}
+	return &FieldError{Project: project, Problem: msg, Fix: `store a JSON object such as {"guaranteed": 2}`}
+}
+
+func expectedKind(field string) string {
+	switch field {
+	case "guaranteed", "limit":
+		return "a number of GPUs"
+	case "priority", "over_quota_weight":
+		return "an integer"
+	case "mapping":
+		return `an object like {"namespace": "ml"}`
+	case "mapping.namespace", "mapping.job_meta_key":
+		return "a string"
+	}
+	return "a JSON object"
+}
+
+// number returns the literal of a JSON number, refusing strings, null and
+// other values.
+func number(raw json.RawMessage) (json.Number, error) {
+	s := string(raw)
+	if s == "" || !(s[0] == '-' || s[0] >= '0' && s[0] <= '9') {
+		return "", fmt.Errorf("%.40s is not a JSON number", s)
+	}
+	return json.Number(s), nil
+}
+
+// gpuAmount converts a JSON number to shares exactly.
+func gpuAmount(raw json.RawMessage) (model.Shares, error) {
+	n, err := number(raw)
+	if err != nil {
+		return 0, err
+	}
+	s := string(n)
+	if strings.ContainsAny(s, "eE") {
+		return 0, fmt.Errorf("%s uses an exponent", s)
+	}
+	v, err := model.ParseShares(s)
+	if err != nil {
+		return 0, err
+	}
+	if v < 0 {
+		return 0, fmt.Errorf("%s is negative", s)
+	}
+	return v, nil
+}
+
+func integer(raw json.RawMessage, lo, hi int64) (int64, error) {
+	n, err := number(raw)
+	if err != nil {
+		return 0, err
+	}
+	v, err := n.Int64()
+	if err != nil {
+		return 0, fmt.Errorf("%s is not an integer", n)
+	}
+	if v < lo || v > hi {
+		return 0, fmt.Errorf("%d is out of range", v)
+	}
+	return v, nil
+}

@@ -1,0 +1,147 @@
+package quota
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/internal/testcluster"
+	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+)
+
+var cluster *testcluster.Cluster
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
+	c, err := testcluster.New(testcluster.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting test cluster:", err)
+		os.Exit(1)
+	}
+	cluster = c
+	code := m.Run()
+	if err := c.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping test cluster:", err)
+	}
+	os.Exit(code)
+}
+
+func needCluster(t *testing.T) *testcluster.Cluster {
+	t.Helper()
+	if cluster == nil {
+		t.Skip("integration test: needs real agents; run without -short")
+	}
+	return cluster
+}
+
+// TestWatcherAppliesChangesAndKeepsLastGood writes quota documents to a real
+// Consul and checks that valid changes apply within 2 s, that a broken
+// document is reported beside the quotas folder naming the field, and that
+// the last good settings stay in force until the document is fixed.
+func TestWatcherAppliesChangesAndKeepsLastGood(t *testing.T) {
+	c := needCluster(t)
+	layout := kvlayout.New("watcher-test")
+	w := NewWatcher(c.Consul, layout, hclog.NewNullLogger())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	kv := c.Consul.KV()
+	put := func(project, doc string) {
+		t.Helper()
+		if _, err := kv.Put(&consulapi.KVPair{Key: layout.Quota(project), Value: []byte(doc)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	guarantee := func(project string) (string, bool) {
+		for _, s := range w.Settings() {
+			if s.Project == project {
+				return s.Guaranteed.String(), true
+			}
+		}
+		return "", false
+	}
+	within2s := func(what string, cond func() error) {
+		t.Helper()
+		start := time.Now()
+		testcluster.Eventually(t, 2*time.Second, cond)
+		t.Logf("%s applied after %s", what, time.Since(start).Round(time.Millisecond))
+	}
+
+	put("ml", `{"guaranteed": 2}`)
+	within2s("new document", func() error {
+		if g, ok := guarantee("ml"); !ok || g != "2.00" {
+			return fmt.Errorf("ml guarantee %q (present %v), want 2.00", g, ok)
+		}
+		return nil
+	})
+	put("ml", `{"guaranteed": 1.5, "priority": 3}`)
+	within2s("changed document", func() error {
+		if g, _ := guarantee("ml"); g != "1.50" {
+			return fmt.Errorf("ml guarantee %q, want 1.50", g)
+		}
+		return nil
+	})
+
+	put("ml", `{"guaranteed": 3, "limit": 1}`)
+	var rep ErrorReport
+	within2s("error report", func() error {
+		pair, _, err := kv.Get(layout.QuotaError("ml"), nil)
+		if err != nil || pair == nil {
+			return fmt.Errorf("no error report at %s yet (%v)", layout.QuotaError("ml"), err)
+		}
+		return json.Unmarshal(pair.Value, &rep)
+	})
+	if rep.Field != "limit" || rep.Fix == "" || rep.InForce == nil || rep.InForce.Guaranteed != 150 {
+		t.Fatalf("error report %+v: want field limit, a fix, and the last good settings (1.50) in force", rep)
+	}
+	if g, _ := guarantee("ml"); g != "1.50" {
+		t.Fatalf("after a broken document, ml guarantee %q, want the last good 1.50", g)
+	}
+	if _, ok := w.Rejected()["ml"]; !ok {
+		t.Fatal("Rejected does not list ml")
+	}
+
+	put("ml", `{"guaranteed": 4}`)
+	within2s("fixed document", func() error {
+		if g, _ := guarantee("ml"); g != "4.00" {
+			return fmt.Errorf("ml guarantee %q, want 4.00", g)
+		}
+		if pair, _, err := kv.Get(layout.QuotaError("ml"), nil); err != nil || pair != nil {
+			return fmt.Errorf("error report still present (%v)", err)
+		}
+		return nil
+	})
+
+	put("never-good", `{"guaranteed": "x"}`)
+	within2s("report for a project never valid", func() error {
+		pair, _, err := kv.Get(layout.QuotaError("never-good"), nil)
+		if err != nil || pair == nil {
+			return fmt.Errorf("no report yet (%v)", err)
+		}
+		if _, ok := guarantee("never-good"); ok {
+			t.Fatal("an invalid document was put in force")
+		}
+		return nil
+	})
+
+	if _, err := kv.Delete(layout.Quota("ml"), nil); err != nil {
+		t.Fatal(err)
+	}
+	within2s("deleted document", func() error {
+		if _, ok := guarantee("ml"); ok {
+			return fmt.Errorf("ml still in force after its document was deleted")
+		}
+		return nil
+	})
+}
