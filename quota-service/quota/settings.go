@@ -84,7 +84,7 @@ type document struct {
 	Limit           json.RawMessage `json:"limit"`
 	Priority        json.RawMessage `json:"priority"`
 	OverQuotaWeight json.RawMessage `json:"over_quota_weight"`
-	Mapping         *mapping     `json:"mapping"`
+	Mapping         *mapping        `json:"mapping"`
 }
 
 type mapping struct {
