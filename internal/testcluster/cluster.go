@@ -24,7 +24,7 @@ type Options struct {
 	PluginConfig string
 	// WaitForDevices lists device IDs ("vendor/type" or
 	// "vendor/type/name") that must be fingerprinted on the node, with at
-	// least one instance, before the cluster counts as ready.
+	// least one healthy instance, before the cluster counts as ready.
 	WaitForDevices []string
 	// Dir is the directory for data and logs. Empty: a new temporary
 	// directory, removed by Close.
@@ -228,7 +228,6 @@ func (c *Cluster) nomadAgent(bin string, p []int) (*agent, error) {
 		pluginDir = fmt.Sprintf("plugin_dir = %q", c.opts.PluginDir)
 	}
 	cfg := fmt.Sprintf(`
-name = "gpushare-test"
 datacenter = "dc1"
 data_dir = %q
 bind_addr = "127.0.0.1"
@@ -273,7 +272,10 @@ plugin "raw_exec" {
 		return nil, fmt.Errorf("writing nomad config: %w", err)
 	}
 	c.NomadAddr = fmt.Sprintf("http://127.0.0.1:%d", p[0])
+	// Plugins and tasks the agent starts inherit NOMAD_ADDR, as on a
+	// client host whose environment points at its local agent.
 	return &agent{name: "nomad", bin: bin, args: []string{"agent", "-config", path},
+		env:     []string{"NOMAD_ADDR=" + c.NomadAddr},
 		logPath: filepath.Join(c.Dir, "nomad.log")}, nil
 }
 
@@ -315,7 +317,7 @@ func (c *Cluster) waitNomad(a *agent) error {
 }
 
 // hasDevices checks that every wanted "vendor/type[/name]" has a device group
-// with at least one instance on the node.
+// with at least one healthy instance on the node.
 func hasDevices(node *nomadapi.Node, wanted []string) error {
 	if node.NodeResources == nil {
 		return errors.New("node has no resources yet")
@@ -325,14 +327,15 @@ func hasDevices(node *nomadapi.Node, wanted []string) error {
 		for _, g := range node.NodeResources.Devices {
 			id := g.Vendor + "/" + g.Type
 			if w == id || w == id+"/"+g.Name {
-				if len(g.Instances) > 0 {
-					found = true
-					break
+				for _, inst := range g.Instances {
+					if inst.Healthy {
+						found = true
+					}
 				}
 			}
 		}
 		if !found {
-			return fmt.Errorf("device %q not fingerprinted on node %s yet", w, node.ID)
+			return fmt.Errorf("device %q has no healthy instance on node %s yet", w, node.ID)
 		}
 	}
 	return nil

@@ -17,9 +17,11 @@ import (
 
 // agent is one running agent process with its log file.
 type agent struct {
-	name    string
-	bin     string
-	args    []string
+	name string
+	bin  string
+	args []string
+	// env is added to the agent's inherited environment.
+	env     []string
 	logPath string
 	cmd     *exec.Cmd
 	done    chan struct{}
@@ -32,6 +34,7 @@ func (a *agent) start() error {
 		return fmt.Errorf("opening %s log: %w", a.name, err)
 	}
 	cmd := exec.Command(a.bin, a.args...)
+	cmd.Env = append(os.Environ(), a.env...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	// A process group of its own, so that a Ctrl-C in the terminal of
