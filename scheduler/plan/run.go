@@ -253,13 +253,13 @@ func (s *state) suspend(j int32, w int, reason string) {
 // shift gives back (sign +1) or takes again (sign -1) allocation a's
 // capacity.
 func (s *state) shift(a int32, sign int) {
-	n := int(s.index.AllocNode[a])
-	cpu, mem, milli := allocNeeds(&s.snap.Allocations[a])
+	al := &s.allocs[a]
+	n := int(al.node)
 	node := &s.cluster.Nodes[n]
-	node.FreeCPUMilli += int64(sign) * cpu
-	node.FreeMemoryMiB += int64(sign) * mem
-	for _, g := range s.snap.Allocations[a].GPUs {
-		node.GPUs[g].FreeMilli += sign * milli
+	node.FreeCPUMilli += int64(sign) * al.cpu
+	node.FreeMemoryMiB += int64(sign) * al.mem
+	for _, g := range s.allocGPUs(al) {
+		node.GPUs[g].FreeMilli += sign * int(al.milli)
 	}
 	s.summarize(n)
 }

@@ -48,9 +48,13 @@ type state struct {
 	projects []projectState
 	jobs     []jobState
 	jobByKey map[string]int32
+	// allocs are the running allocations (positions as in
+	// Snapshot.Allocations), packed; allocGPU holds their GPU indexes.
+	allocs   []allocInfo
+	allocGPU []int32
 	// walk and sourceBuf are findVictims' reusable scratch space.
 	walk      walkState
-	sourceBuf []*victimSource
+	sourceBuf []victimSource
 	// models maps an ask kind and model list to the encoded model names
 	// it may use (GPU modes are encoded in the model name).
 	models     map[string][]string
@@ -108,33 +112,49 @@ func newState(snap *model.Snapshot, opts Options) (*state, error) {
 			priority:       p.Priority,
 		}
 	}
-	// Jobs in two passes: numbering and counting, then one flat array of
-	// allocation positions that every job's allocs slice points into.
+	// Jobs in two passes: numbering (allocations of one job usually come
+	// one after another, so the map is asked only when the job changes),
+	// then the job records and one flat array of allocation positions
+	// that every job's allocs slice points into.
 	allocJob := make([]int32, len(snap.Allocations))
+	var count []int32
+	lastJob, last := "", int32(-1)
 	for i := range snap.Allocations {
 		a := &snap.Allocations[i]
-		j, ok := s.jobByKey[a.Job]
-		if !ok {
-			j = int32(len(s.jobs))
-			s.jobByKey[a.Job] = j
-			s.jobs = append(s.jobs, jobState{name: a.Job, project: x.AllocProject[i], priority: a.Priority, preemptible: true, newest: a.Start})
+		if last < 0 || a.Job != lastJob {
+			j, ok := s.jobByKey[a.Job]
+			if !ok {
+				j = int32(len(count))
+				s.jobByKey[a.Job] = j
+				count = append(count, 0)
+			}
+			lastJob, last = a.Job, j
 		}
-		allocJob[i] = j
+		allocJob[i] = last
+		count[last]++
+	}
+	s.jobs = make([]jobState, len(count))
+	flat := make([]int32, len(snap.Allocations))
+	offset := int32(0)
+	for j, c := range count {
+		s.jobs[j].allocs = flat[offset : offset : offset+c]
+		s.jobs[j].count = c
+		offset += c
+	}
+	s.allocs = make([]allocInfo, 0, len(snap.Allocations))
+	s.allocGPU = make([]int32, 0, len(snap.Allocations))
+	for i, j := range allocJob {
+		a := &snap.Allocations[i]
+		s.addAlloc(int(x.AllocNode[i]), &a.Ask, a.GPUs)
 		job := &s.jobs[j]
+		if len(job.allocs) == 0 {
+			job.name, job.project, job.priority, job.preemptible, job.newest = a.Job, x.AllocProject[i], a.Priority, true, a.Start
+		}
+		job.allocs = append(job.allocs, int32(i))
 		job.usage += a.Ask.GPUShares()
 		job.preemptible = job.preemptible && a.Preemptible
 		job.priority = max(job.priority, a.Priority)
 		job.newest = max(job.newest, a.Start)
-		job.count++
-	}
-	flat := make([]int32, len(snap.Allocations))
-	offset := int32(0)
-	for j := range s.jobs {
-		s.jobs[j].allocs = flat[offset : offset : offset+s.jobs[j].count]
-		offset += s.jobs[j].count
-	}
-	for i, j := range allocJob {
-		s.jobs[j].allocs = append(s.jobs[j].allocs, int32(i))
 	}
 	for j := range s.jobs {
 		if job := &s.jobs[j]; job.preemptible && job.usage > 0 {
@@ -142,13 +162,8 @@ func newState(snap *model.Snapshot, opts Options) (*state, error) {
 			p.jobs = append(p.jobs, int32(j))
 		}
 	}
-	keys := make([]victimKey, len(s.jobs))
-	for j := range s.jobs {
-		keys[j] = s.victimKey(int32(j))
-	}
 	for i := range s.projects {
-		p := &s.projects[i]
-		slices.SortFunc(p.jobs, func(a, b int32) int { return compareVictims(keys[a], keys[b]) })
+		slices.SortFunc(s.projects[i].jobs, s.compareJobs)
 	}
 	for i := range snap.Pending {
 		p := &s.projects[x.PendingProject[i]]

@@ -2,7 +2,6 @@ package plan
 
 import (
 	"cmp"
-	"container/heap"
 
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
@@ -53,30 +52,73 @@ func (s *state) victimKey(j int32) victimKey {
 	}
 }
 
-// victimSource walks one project's jobs in victim order.
+// compareJobs is compareVictims for two jobs of the same project, whose
+// project fields are equal: lowest job priority, then newest, then name.
+func (s *state) compareJobs(a, b int32) int {
+	ja, jb := &s.jobs[a], &s.jobs[b]
+	if c := cmp.Compare(ja.priority, jb.priority); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(jb.newest, ja.newest); c != 0 {
+		return c
+	}
+	return cmp.Compare(ja.name, jb.name)
+}
+
+// victimSource walks one project's jobs in victim order. The project
+// fields of the victim key do not change during a walk, so they are read
+// once.
 type victimSource struct {
-	jobs []int32
-	pos  int
-	key  victimKey
+	priority int
+	over     model.Shares
+	jobs     []int32
+	pos      int
+}
+
+// before reports whether a's next job is suspended before b's
+// (compareVictims on their keys).
+func (s *state) before(a, b *victimSource) bool {
+	if a.priority != b.priority {
+		return a.priority < b.priority
+	}
+	if a.over != b.over {
+		return a.over > b.over
+	}
+	return s.compareJobs(a.jobs[a.pos], b.jobs[b.pos]) < 0
 }
 
 // victimQueue merges the sources of several projects into one stream in
-// victim order.
+// victim order: a binary heap on before. Sources usually differ in their
+// project fields, so the root tends to stay the root for many jobs in a
+// row and each step costs a couple of comparisons.
 type victimQueue struct {
 	s       *state
-	sources []*victimSource
+	sources []victimSource
 }
 
-func (q *victimQueue) Len() int { return len(q.sources) }
-func (q *victimQueue) Less(i, j int) bool {
-	return compareVictims(q.sources[i].key, q.sources[j].key) < 0
+func (q *victimQueue) down(i int) {
+	n := len(q.sources)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && q.s.before(&q.sources[r], &q.sources[l]) {
+			m = r
+		}
+		if !q.s.before(&q.sources[m], &q.sources[i]) {
+			return
+		}
+		q.sources[i], q.sources[m] = q.sources[m], q.sources[i]
+		i = m
+	}
 }
-func (q *victimQueue) Swap(i, j int) { q.sources[i], q.sources[j] = q.sources[j], q.sources[i] }
-func (q *victimQueue) Push(x any)    { q.sources = append(q.sources, x.(*victimSource)) }
-func (q *victimQueue) Pop() any {
-	last := q.sources[len(q.sources)-1]
-	q.sources = q.sources[:len(q.sources)-1]
-	return last
+
+func (q *victimQueue) init() {
+	for i := len(q.sources)/2 - 1; i >= 0; i-- {
+		q.down(i)
+	}
 }
 
 // next returns the next job in victim order, or -1.
@@ -84,15 +126,15 @@ func (q *victimQueue) next() int32 {
 	if len(q.sources) == 0 {
 		return -1
 	}
-	src := q.sources[0]
+	src := &q.sources[0]
 	j := src.jobs[src.pos]
 	src.pos++
-	if src.pos < len(src.jobs) {
-		src.key = q.s.victimKey(src.jobs[src.pos])
-		heap.Fix(q, 0)
-	} else {
-		heap.Pop(q)
+	if src.pos == len(src.jobs) {
+		last := len(q.sources) - 1
+		q.sources[0] = q.sources[last]
+		q.sources = q.sources[:last]
 	}
+	q.down(0)
 	return j
 }
 
@@ -121,14 +163,14 @@ type victimSearch struct {
 // The walk keeps, per touched node and GPU, what the victims taken so far
 // free there, so that each step costs only the victim's own allocations.
 func (s *state) findVictims(t placement.Task, vs victimSearch) (node int, victims []int32, ok bool) {
-	q := &victimQueue{s: s, sources: s.sourceBuf[:0]}
+	q := victimQueue{s: s, sources: s.sourceBuf[:0]}
 	for _, p := range vs.projects {
-		if jobs := s.projects[p].jobs; len(jobs) > 0 {
-			q.sources = append(q.sources, &victimSource{jobs: jobs, key: s.victimKey(jobs[0])})
+		if ps := &s.projects[p]; len(ps.jobs) > 0 {
+			q.sources = append(q.sources, victimSource{priority: ps.priority, over: ps.usage - ps.deserved, jobs: ps.jobs})
 		}
 	}
 	defer func() { s.sourceBuf = q.sources[:0] }()
-	heap.Init(q)
+	q.init()
 	w := &s.walk
 	w.reset(s)
 	for j := q.next(); j >= 0; j = q.next() {
@@ -145,7 +187,7 @@ func (s *state) findVictims(t placement.Task, vs victimSearch) (node int, victim
 		}
 		w.take(p, job.usage)
 		for _, a := range job.allocs {
-			n := s.index.AllocNode[a]
+			n := s.allocs[a].node
 			if w.add(s, n, j, a, t) && s.enough(int(n), t, w.victims[n], vs.mustFree) {
 				return int(n), s.putBack(int(n), t, w.victims[n], vs.mustFree), true
 			}
@@ -216,12 +258,13 @@ func (w *walkState) add(s *state, n int32, j int32, a int32, t placement.Task) b
 	if list := w.victims[n]; len(list) == 0 || list[len(list)-1] != j {
 		w.victims[n] = append(list, j)
 	}
-	cpu, mem, milli := allocNeeds(&s.snap.Allocations[a])
-	w.cpu[n] += cpu
-	w.mem[n] += mem
+	al := &s.allocs[a]
+	w.cpu[n] += al.cpu
+	w.mem[n] += al.mem
+	milli := int(al.milli)
 	base := s.index.GPUOffset[n]
-	for _, g := range s.snap.Allocations[a].GPUs {
-		k := base + int32(g)
+	for _, g := range s.allocGPUs(al) {
+		k := base + g
 		if w.gpuStamp[k] != w.stamp {
 			w.gpuStamp[k], w.freed[k] = w.stamp, 0
 		}
@@ -234,14 +277,37 @@ func (w *walkState) add(s *state, n int32, j int32, a int32, t placement.Task) b
 	return w.open[n] >= int32(t.GPUCount) && w.cpu[n] >= t.CPUMilli && w.mem[n] >= t.MemoryMiB
 }
 
-// allocNeeds is what an allocation holds: CPU, memory, and milli-GPU on
-// each of its GPUs.
-func allocNeeds(a *model.Allocation) (cpu, mem int64, milli int) {
-	milli = int(a.Ask.Shares) * milliPerShare
-	if a.Ask.WholeGPUs > 0 {
-		milli = int(model.SharesPerGPU) * milliPerShare
+// allocInfo is what an allocation holds, packed for the victim walk: its
+// node, CPU, memory, and milli-GPU on each of its GPUs (gpuN GPUs listed
+// from allocGPU[gpuOff]).
+type allocInfo struct {
+	cpu, mem     int64
+	node         int32
+	milli        int32
+	gpuOff, gpuN int32
+}
+
+// allocNeeds is the milli-GPU an ask holds on each of its GPUs.
+func allocNeeds(a *model.Ask) int32 {
+	if a.WholeGPUs > 0 {
+		return int32(model.SharesPerGPU) * milliPerShare
 	}
-	return a.Ask.CPUMilli, a.Ask.MemoryMiB, milli
+	return int32(a.Shares) * milliPerShare
+}
+
+func (s *state) allocGPUs(al *allocInfo) []int32 {
+	return s.allocGPU[al.gpuOff : al.gpuOff+al.gpuN]
+}
+
+// addAlloc records an allocation (running, or planned in this cycle) and
+// returns its position in s.allocs.
+func (s *state) addAlloc(node int, ask *model.Ask, gpus []int) int32 {
+	off := int32(len(s.allocGPU))
+	for _, g := range gpus {
+		s.allocGPU = append(s.allocGPU, int32(g))
+	}
+	s.allocs = append(s.allocs, allocInfo{cpu: ask.CPUMilli, mem: ask.MemoryMiB, node: int32(node), milli: allocNeeds(ask), gpuOff: off, gpuN: int32(len(gpus))})
+	return int32(len(s.allocs) - 1)
 }
 
 // putBack drops, from the last but one back to the first, every victim
@@ -271,14 +337,14 @@ func (s *state) enough(n int, t placement.Task, victims []int32, mustFree model.
 	for _, j := range victims {
 		freed += s.jobs[j].usage
 		for _, a := range s.jobs[j].allocs {
-			if int(s.index.AllocNode[a]) != n {
+			al := &s.allocs[a]
+			if int(al.node) != n {
 				continue
 			}
-			c, m, milli := allocNeeds(&s.snap.Allocations[a])
-			cpu += c
-			mem += m
-			for _, g := range s.snap.Allocations[a].GPUs {
-				free[g] += milli
+			cpu += al.cpu
+			mem += al.mem
+			for _, g := range s.allocGPUs(al) {
+				free[g] += int(al.milli)
 			}
 		}
 	}
