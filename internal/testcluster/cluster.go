@@ -375,18 +375,22 @@ func (c *Cluster) StopNomad() {
 
 // StartNomad starts the Nomad agent again on the same ports and data
 // directory, and waits until its node is ready again.
-func (c *Cluster) StartNomad() error {
-	if c.nomad == nil {
-		return errors.New("nomad was never started")
+func (c *Cluster) StartNomad() error { return restart(c.nomad, "nomad", c.waitNomad) }
+
+// restart starts a stopped agent again with its ports and data, and waits
+// until ready says it is up.
+func restart(a *agent, name string, ready func(*agent) error) error {
+	if a == nil {
+		return fmt.Errorf("%s was never started", name)
 	}
-	if !c.nomad.exited() {
-		return errors.New("nomad is still running")
+	if !a.exited() {
+		return fmt.Errorf("%s is still running", name)
 	}
-	if err := c.nomad.start(); err != nil {
+	if err := a.start(); err != nil {
 		return err
 	}
-	if err := c.waitNomad(c.nomad); err != nil {
-		return c.nomad.failure(err)
+	if err := ready(a); err != nil {
+		return a.failure(err)
 	}
 	return nil
 }
@@ -405,21 +409,7 @@ func (c *Cluster) StopConsul() {
 }
 
 // StartConsul starts the Consul agent again with its data and ports.
-func (c *Cluster) StartConsul() error {
-	if c.consul == nil {
-		return errors.New("consul was never started")
-	}
-	if !c.consul.exited() {
-		return errors.New("consul is still running")
-	}
-	if err := c.consul.start(); err != nil {
-		return err
-	}
-	if err := c.waitConsul(c.consul); err != nil {
-		return c.consul.failure(err)
-	}
-	return nil
-}
+func (c *Cluster) StartConsul() error { return restart(c.consul, "consul", c.waitConsul) }
 
 // NomadLogTail returns the last n lines of the Nomad agent's log.
 func (c *Cluster) NomadLogTail(n int) string { return c.nomad.logTail(n) }
