@@ -1,0 +1,440 @@
+// Package nomadwatch builds the planner's model.Snapshot from Nomad and
+// tells the service when to plan again.
+//
+// Build lists nodes (with their device resources), allocations (with their
+// allocated device IDs) and jobs (with their summaries) in all namespaces,
+// and assembles a View: the snapshot plus what the actuator needs to act on
+// it (job versions, group counts). Only GPU work counts: a node's GPUs are
+// the physical GPUs named by its "nvidia/gpu" and "nvidia/gpu-share" device
+// instances (package device/ids), an allocation's usage is the whole GPUs
+// and shares it was given, and pending demand is the queued count of each
+// task group times its device asks ("nvidia/gpu" count = whole GPUs,
+// "nvidia/gpu-share" count = shares of one GPU). CPU-only work is left out.
+//
+// Watch follows Nomad's event stream (Job, Allocation, Evaluation and Node
+// topics) and signals a re-plan on every change and after every reconnect,
+// since the stream's buffer may have dropped events in the gap.
+package nomadwatch
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/quota-service/quota"
+	"github.com/gpushare/nomad-gpushare/quota-service/state"
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+// Device names the plugin publishes.
+const (
+	Vendor         = "nvidia"
+	TypeWhole      = "gpu"
+	TypeShare      = "gpu-share"
+	MetaPreempt    = "gpushare.preemptible"
+	unboundedMilli = int64(1) << 40
+)
+
+// JobInfo is what the actuator needs to know about one job.
+type JobInfo struct {
+	Namespace      string
+	ID             string
+	Project        string
+	Priority       int
+	Version        uint64
+	JobModifyIndex uint64
+	Stop           bool
+	Status         string
+	Preemptible    bool
+	Groups         map[string]int
+	// Running is the number of its GPU allocations that run or start.
+	Running int
+	// Queued is the number of its allocations waiting for placement.
+	Queued int
+}
+
+// Key is the job's snapshot name, "namespace/id".
+func Key(namespace, id string) string { return namespace + "/" + id }
+
+// View is one consistent reading of Nomad.
+type View struct {
+	Snapshot *model.Snapshot
+	// Jobs by Key.
+	Jobs map[string]*JobInfo
+	// Suspended are the records whose job is stopped in Nomad (they are
+	// in Snapshot.Pending, Suspended set).
+	Suspended map[string]state.Suspension
+	// Unfinished are records whose job still runs and is not marked
+	// stopped: a suspension to finish.
+	Unfinished []state.Suspension
+	// Stale are records whose job runs again or is gone: to delete.
+	Stale []state.Suspension
+	// Warnings are things left out of the snapshot, for logs.
+	Warnings []string
+	ListedAt time.Time
+}
+
+// Inputs are the raw listings Assemble works on.
+type Inputs struct {
+	Nodes       []*nomadapi.NodeListStub
+	Allocations []*nomadapi.AllocationListStub
+	Jobs        []*nomadapi.JobListStub
+	// Specs are full job specs by Key, for jobs with queued work and
+	// for suspended jobs.
+	Specs       map[string]*nomadapi.Job
+	Settings    []quota.Settings
+	Suspensions []state.Suspension
+	Now         time.Time
+}
+
+// ProjectResolver maps jobs to projects.
+type ProjectResolver struct {
+	byNamespace map[string]string
+	// metaKeys maps a job meta key to the projects that declared it.
+	metaKeys map[string]map[string]bool
+}
+
+// NewResolver builds the mapping from the quota settings in force.
+func NewResolver(settings []quota.Settings) *ProjectResolver {
+	r := &ProjectResolver{byNamespace: map[string]string{}, metaKeys: map[string]map[string]bool{}}
+	for _, s := range settings {
+		if _, taken := r.byNamespace[s.Namespace]; !taken || s.Project == s.Namespace {
+			r.byNamespace[s.Namespace] = s.Project
+		}
+		if s.JobMetaKey != "" {
+			if r.metaKeys[s.JobMetaKey] == nil {
+				r.metaKeys[s.JobMetaKey] = map[string]bool{}
+			}
+			r.metaKeys[s.JobMetaKey][s.Project] = true
+		}
+	}
+	return r
+}
+
+// Project returns the project of a job: a project named by a declared meta
+// key, else the project mapping its namespace, else the namespace itself.
+func (r *ProjectResolver) Project(namespace string, meta map[string]string) string {
+	keys := make([]string, 0, len(r.metaKeys))
+	for k := range r.metaKeys {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if v, ok := meta[k]; ok && r.metaKeys[k][v] {
+			return v
+		}
+	}
+	if p, ok := r.byNamespace[namespace]; ok {
+		return p
+	}
+	return namespace
+}
+
+// GroupAsk is the GPU ask of one instance of a task group, summed over its
+// tasks; ok is false for CPU-only groups.
+func GroupAsk(tg *nomadapi.TaskGroup) (ask model.Ask, ok bool, err error) {
+	for _, task := range tg.Tasks {
+		if task.Resources == nil {
+			continue
+		}
+		for _, d := range task.Resources.Devices {
+			if d == nil || d.Count == nil {
+				continue
+			}
+			parts := strings.Split(d.Name, "/")
+			var vendor, typ, name string
+			switch len(parts) {
+			case 1:
+				typ = parts[0]
+			case 2:
+				vendor, typ = parts[0], parts[1]
+			default:
+				vendor, typ, name = parts[0], parts[1], strings.Join(parts[2:], "/")
+			}
+			if vendor != "" && vendor != Vendor {
+				continue
+			}
+			switch typ {
+			case TypeWhole:
+				ask.WholeGPUs += int(*d.Count)
+			case TypeShare:
+				ask.Shares += model.Shares(*d.Count)
+			default:
+				continue
+			}
+			if name != "" {
+				ask.Models = append(ask.Models, name)
+			}
+			ok = true
+		}
+	}
+	if ok {
+		if verr := ask.Validate(); verr != nil {
+			return model.Ask{}, false, fmt.Errorf("group %q: %w", *tg.Name, verr)
+		}
+	}
+	return ask, ok, nil
+}
+
+func jobPreemptible(meta map[string]string) bool {
+	return !strings.EqualFold(strings.TrimSpace(meta[MetaPreempt]), "false")
+}
+
+// Assemble turns listings into a View. It never fails: records it cannot
+// use are left out with a warning.
+func Assemble(in Inputs) *View {
+	v := &View{Snapshot: &model.Snapshot{}, Jobs: map[string]*JobInfo{}, Suspended: map[string]state.Suspension{}, ListedAt: in.Now}
+	snap := v.Snapshot
+	resolver := NewResolver(in.Settings)
+	projects := map[string]bool{}
+	for _, s := range in.Settings {
+		snap.Projects = append(snap.Projects, s.Model())
+		projects[s.Project] = true
+	}
+	addProject := func(name string) {
+		if !projects[name] {
+			projects[name] = true
+			snap.Projects = append(snap.Projects, model.Project{Name: name})
+		}
+	}
+
+	// Nodes: the GPUs named by either device family, sorted by UUID.
+	type nodeGPUs struct {
+		index map[string]int
+		free  []model.Shares
+	}
+	nodes := map[string]*nodeGPUs{}
+	sortedNodes := append([]*nomadapi.NodeListStub(nil), in.Nodes...)
+	sort.Slice(sortedNodes, func(i, j int) bool { return sortedNodes[i].ID < sortedNodes[j].ID })
+	for _, n := range sortedNodes {
+		if n.Status != "ready" || n.NodeResources == nil {
+			continue
+		}
+		models := map[string]string{}
+		for _, g := range n.NodeResources.Devices {
+			if g == nil || g.Vendor != Vendor || (g.Type != TypeWhole && g.Type != TypeShare) {
+				continue
+			}
+			for _, inst := range g.Instances {
+				id, err := ids.Parse(inst.ID)
+				if err != nil {
+					v.Warnings = append(v.Warnings, fmt.Sprintf("node %s: %v", n.ID, err))
+					continue
+				}
+				if _, ok := models[id.UUID]; !ok || g.Type == TypeWhole {
+					models[id.UUID] = g.Name
+				}
+			}
+		}
+		if len(models) == 0 {
+			continue
+		}
+		uuids := make([]string, 0, len(models))
+		for u := range models {
+			uuids = append(uuids, u)
+		}
+		sort.Strings(uuids)
+		ng := &nodeGPUs{index: map[string]int{}}
+		node := model.Node{Name: n.ID, CPUMilli: unboundedMilli, MemoryMiB: unboundedMilli}
+		for i, u := range uuids {
+			ng.index[u] = i
+			ng.free = append(ng.free, model.SharesPerGPU)
+			node.GPUs = append(node.GPUs, model.GPU{Model: models[u]})
+		}
+		nodes[n.ID] = ng
+		snap.Nodes = append(snap.Nodes, node)
+	}
+
+	// Jobs.
+	for _, j := range in.Jobs {
+		if j.ParameterizedJob || j.Periodic {
+			continue
+		}
+		info := &JobInfo{Namespace: j.Namespace, ID: j.ID, Priority: j.Priority, JobModifyIndex: j.JobModifyIndex,
+			Stop: j.Stop, Status: j.Status, Preemptible: jobPreemptible(j.Meta), Groups: map[string]int{},
+			Project: resolver.Project(j.Namespace, j.Meta)}
+		if spec := in.Specs[Key(j.Namespace, j.ID)]; spec != nil {
+			if spec.Version != nil {
+				info.Version = *spec.Version
+			}
+			for _, tg := range spec.TaskGroups {
+				if tg.Name != nil && tg.Count != nil {
+					info.Groups[*tg.Name] = *tg.Count
+				}
+			}
+		}
+		v.Jobs[Key(j.Namespace, j.ID)] = info
+	}
+
+	// Allocations that hold GPUs.
+	allocs := append([]*nomadapi.AllocationListStub(nil), in.Allocations...)
+	sort.Slice(allocs, func(i, j int) bool {
+		if allocs[i].NodeID != allocs[j].NodeID {
+			return allocs[i].NodeID < allocs[j].NodeID
+		}
+		return allocs[i].ID < allocs[j].ID
+	})
+	for _, a := range allocs {
+		if a.DesiredStatus != "run" || (a.ClientStatus != "pending" && a.ClientStatus != "running") || a.AllocatedResources == nil {
+			continue
+		}
+		whole := map[string]bool{}
+		shares := map[string]int{}
+		for _, tr := range a.AllocatedResources.Tasks {
+			if tr == nil {
+				continue
+			}
+			for _, d := range tr.Devices {
+				if d == nil || d.Vendor != Vendor {
+					continue
+				}
+				for _, did := range d.DeviceIDs {
+					id, err := ids.Parse(did)
+					if err != nil {
+						continue
+					}
+					if d.Type == TypeWhole && !id.IsShare {
+						whole[id.UUID] = true
+					} else if d.Type == TypeShare && id.IsShare {
+						shares[id.UUID]++
+					}
+				}
+			}
+		}
+		if len(whole) == 0 && len(shares) == 0 {
+			continue
+		}
+		key := Key(a.Namespace, a.JobID)
+		info := v.Jobs[key]
+		if info == nil {
+			v.Warnings = append(v.Warnings, fmt.Sprintf("allocation %s: job %s not listed", a.ID, key))
+			continue
+		}
+		info.Running++
+		addProject(info.Project)
+		alloc := model.Allocation{ID: a.ID, Project: info.Project, Job: key, Group: a.TaskGroup, Priority: info.Priority,
+			Preemptible: info.Preemptible, Node: a.NodeID, Start: a.CreateTime / int64(time.Second)}
+		ng := nodes[a.NodeID]
+		if ng == nil {
+			v.Warnings = append(v.Warnings, fmt.Sprintf("allocation %s: node %s has no GPUs listed", a.ID, a.NodeID))
+			continue
+		}
+		switch {
+		case len(whole) > 0:
+			if len(shares) > 0 {
+				v.Warnings = append(v.Warnings, fmt.Sprintf("allocation %s holds whole GPUs and shares; counting the whole GPUs", a.ID))
+			}
+			uuids := make([]string, 0, len(whole))
+			for u := range whole {
+				uuids = append(uuids, u)
+			}
+			sort.Strings(uuids)
+			for _, u := range uuids {
+				g, ok := ng.index[u]
+				if !ok || ng.free[g] < model.SharesPerGPU {
+					v.Warnings = append(v.Warnings, fmt.Sprintf("allocation %s: GPU %s unknown or already taken on node %s", a.ID, u, a.NodeID))
+					continue
+				}
+				ng.free[g] = 0
+				alloc.GPUs = append(alloc.GPUs, g)
+			}
+			alloc.Ask.WholeGPUs = len(alloc.GPUs)
+		default:
+			if len(shares) > 1 {
+				v.Warnings = append(v.Warnings, fmt.Sprintf("allocation %s holds shares of %d GPUs; counting the first", a.ID, len(shares)))
+			}
+			uuids := make([]string, 0, len(shares))
+			for u := range shares {
+				uuids = append(uuids, u)
+			}
+			sort.Strings(uuids)
+			u := uuids[0]
+			g, ok := ng.index[u]
+			n := model.Shares(shares[u])
+			if !ok || ng.free[g] < n || n >= model.SharesPerGPU {
+				v.Warnings = append(v.Warnings, fmt.Sprintf("allocation %s: %d shares of GPU %s do not fit on node %s", a.ID, n, u, a.NodeID))
+				continue
+			}
+			ng.free[g] -= n
+			alloc.GPUs = []int{g}
+			alloc.Ask.Shares = n
+		}
+		if len(alloc.GPUs) == 0 {
+			continue
+		}
+		snap.Allocations = append(snap.Allocations, alloc)
+	}
+
+	// Suspension records.
+
+	for _, rec := range in.Suspensions {
+		key := Key(rec.Namespace, rec.Job)
+		info := v.Jobs[key]
+		switch {
+		case info == nil:
+			v.Stale = append(v.Stale, rec)
+		case !info.Stop && !rec.Stopped:
+			v.Unfinished = append(v.Unfinished, rec)
+		case !info.Stop:
+			v.Stale = append(v.Stale, rec) // running again (resumed, or started by hand)
+		default:
+			v.Suspended[key] = rec
+		}
+	}
+
+	// Pending demand: queued groups of live jobs, and suspended jobs.
+	jobKeys := make([]string, 0, len(v.Jobs))
+	for k := range v.Jobs {
+		jobKeys = append(jobKeys, k)
+	}
+	sort.Strings(jobKeys)
+	stubs := map[string]*nomadapi.JobListStub{}
+	for _, j := range in.Jobs {
+		stubs[Key(j.Namespace, j.ID)] = j
+	}
+	for _, key := range jobKeys {
+		info := v.Jobs[key]
+		stub := stubs[key]
+		spec := in.Specs[key]
+		rec, suspended := v.Suspended[key]
+		if spec == nil {
+			continue
+		}
+		for _, tg := range spec.TaskGroups {
+			if tg.Name == nil {
+				continue
+			}
+			ask, ok, err := GroupAsk(tg)
+			if err != nil {
+				v.Warnings = append(v.Warnings, fmt.Sprintf("job %s: %v", key, err))
+				continue
+			}
+			if !ok {
+				continue
+			}
+			count := 0
+			submit := stub.SubmitTime / int64(time.Second)
+			switch {
+			case suspended:
+				count = rec.Groups[*tg.Name]
+				submit = rec.Time.Unix()
+			case !info.Stop && stub.JobSummary != nil:
+				if s, ok := stub.JobSummary.Summary[*tg.Name]; ok {
+					count = s.Queued
+				}
+			}
+			if count <= 0 {
+				continue
+			}
+			info.Queued += count
+			addProject(info.Project)
+			snap.Pending = append(snap.Pending, model.Pending{Project: info.Project, Job: key, Group: *tg.Name,
+				Priority: info.Priority, Preemptible: info.Preemptible, Ask: ask, Count: count, Submit: submit, Suspended: suspended})
+		}
+	}
+	sort.Slice(snap.Projects, func(i, j int) bool { return snap.Projects[i].Name < snap.Projects[j].Name })
+	return v
+}

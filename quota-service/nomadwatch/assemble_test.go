@@ -1,0 +1,166 @@
+package nomadwatch
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/quota-service/quota"
+	"github.com/gpushare/nomad-gpushare/quota-service/state"
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// node publishes 4 GPUs: GPU-a and GPU-b as whole GPUs, GPU-c and GPU-d in
+// shares (one share group per GPU, as the plugin does).
+func node() *nomadapi.NodeListStub {
+	whole := &nomadapi.NodeDeviceResource{Vendor: "nvidia", Type: "gpu", Name: "A100"}
+	for _, u := range []string{"GPU-b", "GPU-a"} {
+		whole.Instances = append(whole.Instances, &nomadapi.NodeDevice{ID: u, Healthy: true})
+	}
+	devs := []*nomadapi.NodeDeviceResource{whole}
+	for _, u := range []string{"GPU-c", "GPU-d"} {
+		g := &nomadapi.NodeDeviceResource{Vendor: "nvidia", Type: "gpu-share", Name: "A100-" + u}
+		for k := 0; k < ids.SharesPerGPU; k++ {
+			g.Instances = append(g.Instances, &nomadapi.NodeDevice{ID: ids.Share(u, k), Healthy: true})
+		}
+		devs = append(devs, g)
+	}
+	return &nomadapi.NodeListStub{ID: "n1", Status: "ready", NodeResources: &nomadapi.NodeResources{Devices: devs}}
+}
+
+func alloc(id, ns, job, typ string, devIDs ...string) *nomadapi.AllocationListStub {
+	return &nomadapi.AllocationListStub{ID: id, Namespace: ns, JobID: job, TaskGroup: "g", NodeID: "n1",
+		DesiredStatus: "run", ClientStatus: "running", CreateTime: int64(100 * time.Second),
+		AllocatedResources: &nomadapi.AllocatedResources{Tasks: map[string]*nomadapi.AllocatedTaskResources{
+			"t": {Devices: []*nomadapi.AllocatedDeviceResource{{Vendor: "nvidia", Type: typ, DeviceIDs: devIDs}}}}}}
+}
+
+func jobStub(ns, id string, queued int, stop bool, meta map[string]string) *nomadapi.JobListStub {
+	return &nomadapi.JobListStub{ID: id, Namespace: ns, Priority: 50, Stop: stop, Meta: meta, SubmitTime: int64(50 * time.Second),
+		JobSummary: &nomadapi.JobSummary{Summary: map[string]nomadapi.TaskGroupSummary{"g": {Queued: queued}}}}
+}
+
+func spec(ns, id, device string, count uint64) *nomadapi.Job {
+	task := nomadapi.NewTask("t", "raw_exec")
+	task.Resources = &nomadapi.Resources{Devices: []*nomadapi.RequestedDevice{{Name: device, Count: ptr(count)}}}
+	j := nomadapi.NewBatchJob(id, id, "global", 50)
+	j.Namespace = ptr(ns)
+	j.Version = ptr(uint64(3))
+	j.AddTaskGroup(nomadapi.NewTaskGroup("g", 2).AddTask(task))
+	return j
+}
+
+func TestAssemble(t *testing.T) {
+	settings := []quota.Settings{
+		{Project: "a", Namespace: "a", Guaranteed: 200, OverQuotaWeight: 1},
+		{Project: "research", Namespace: "r", Guaranteed: 100, OverQuotaWeight: 1, JobMetaKey: "project"},
+	}
+	in := Inputs{
+		Nodes: []*nomadapi.NodeListStub{node()},
+		Allocations: []*nomadapi.AllocationListStub{
+			alloc("al1", "a", "train", "gpu", "GPU-a"),
+			alloc("al2", "b", "nb", "gpu-share", ids.Share("GPU-c", 0), ids.Share("GPU-c", 1), ids.Share("GPU-c", 7)),
+			alloc("al3", "x", "meta", "gpu", "GPU-b"),
+		},
+		Jobs: []*nomadapi.JobListStub{
+			jobStub("a", "train", 0, false, nil),
+			jobStub("b", "nb", 0, false, nil),
+			jobStub("x", "meta", 0, false, map[string]string{"project": "research", MetaPreempt: "false"}),
+			jobStub("b", "waiting", 2, false, nil),
+			jobStub("a", "parked", 0, true, nil),
+			jobStub("a", "unfinished", 0, false, nil),
+		},
+		Specs: map[string]*nomadapi.Job{
+			"b/waiting": spec("b", "waiting", "nvidia/gpu", 1),
+			"a/parked":  spec("a", "parked", "nvidia/gpu-share", 30),
+		},
+		Settings: settings,
+		Suspensions: []state.Suspension{
+			{Namespace: "a", Job: "parked", Groups: map[string]int{"g": 2}, Stopped: true, Time: time.Unix(70, 0)},
+			{Namespace: "a", Job: "unfinished", Groups: map[string]int{"g": 1}},
+			{Namespace: "a", Job: "gone", Stopped: true},
+		},
+		Now: time.Unix(200, 0),
+	}
+	v := Assemble(in)
+	snap := v.Snapshot
+	if len(snap.Nodes) != 1 || len(snap.Nodes[0].GPUs) != 4 {
+		t.Fatalf("nodes %+v: want one node with 4 GPUs", snap.Nodes)
+	}
+	if _, err := snap.Index(); err != nil {
+		t.Fatalf("snapshot does not index: %v", err)
+	}
+	wantAllocs := map[string]model.Allocation{
+		"al1": {ID: "al1", Project: "a", Job: "a/train", Group: "g", Priority: 50, Preemptible: true, Ask: model.Ask{WholeGPUs: 1}, Node: "n1", GPUs: []int{0}, Start: 100},
+		"al2": {ID: "al2", Project: "b", Job: "b/nb", Group: "g", Priority: 50, Preemptible: true, Ask: model.Ask{Shares: 3}, Node: "n1", GPUs: []int{2}, Start: 100},
+		"al3": {ID: "al3", Project: "research", Job: "x/meta", Group: "g", Priority: 50, Preemptible: false, Ask: model.Ask{WholeGPUs: 1}, Node: "n1", GPUs: []int{1}, Start: 100},
+	}
+	if len(snap.Allocations) != len(wantAllocs) {
+		t.Fatalf("allocations %+v: want %d", snap.Allocations, len(wantAllocs))
+	}
+	for _, a := range snap.Allocations {
+		w := wantAllocs[a.ID]
+		if a.Project != w.Project || a.Job != w.Job || a.Ask.WholeGPUs != w.Ask.WholeGPUs || a.Ask.Shares != w.Ask.Shares ||
+			a.Preemptible != w.Preemptible || len(a.GPUs) != 1 || a.GPUs[0] != w.GPUs[0] || a.Start != w.Start {
+			t.Errorf("allocation %s = %+v, want %+v", a.ID, a, w)
+		}
+	}
+	wantPending := []model.Pending{
+		{Project: "a", Job: "a/parked", Group: "g", Priority: 50, Preemptible: true, Ask: model.Ask{Shares: 30}, Count: 2, Submit: 70, Suspended: true},
+		{Project: "b", Job: "b/waiting", Group: "g", Priority: 50, Preemptible: true, Ask: model.Ask{WholeGPUs: 1}, Count: 2, Submit: 50},
+	}
+	if len(snap.Pending) != len(wantPending) {
+		t.Fatalf("pending %+v: want %+v", snap.Pending, wantPending)
+	}
+	for i, p := range snap.Pending {
+		w := wantPending[i]
+		if p.Project != w.Project || p.Job != w.Job || p.Ask.WholeGPUs != w.Ask.WholeGPUs || p.Ask.Shares != w.Ask.Shares ||
+			p.Count != w.Count || p.Submit != w.Submit || p.Suspended != w.Suspended {
+			t.Errorf("pending[%d] = %+v, want %+v", i, p, w)
+		}
+	}
+	var names []string
+	for _, p := range snap.Projects {
+		names = append(names, p.Name)
+	}
+	if got := len(names); got != 3 || names[0] != "a" || names[1] != "b" || names[2] != "research" {
+		t.Errorf("projects %v, want [a b research]", names)
+	}
+	if len(v.Unfinished) != 1 || v.Unfinished[0].Job != "unfinished" {
+		t.Errorf("unfinished %+v, want a/unfinished", v.Unfinished)
+	}
+	if len(v.Stale) != 1 || v.Stale[0].Job != "gone" {
+		t.Errorf("stale %+v, want a/gone", v.Stale)
+	}
+	if _, ok := v.Suspended["a/parked"]; !ok {
+		t.Errorf("suspended %+v, want a/parked", v.Suspended)
+	}
+}
+
+func TestGroupAsk(t *testing.T) {
+	tests := []struct {
+		device string
+		count  uint64
+		want   model.Ask
+		ok     bool
+	}{
+		{"nvidia/gpu", 2, model.Ask{WholeGPUs: 2}, true},
+		{"gpu", 1, model.Ask{WholeGPUs: 1}, true},
+		{"nvidia/gpu-share", 25, model.Ask{Shares: 25}, true},
+		{"nvidia/gpu/H100", 1, model.Ask{WholeGPUs: 1, Models: []string{"H100"}}, true},
+		{"amd/gpu", 1, model.Ask{}, false},
+		{"nvidia/gpu-share", 150, model.Ask{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.device, func(t *testing.T) {
+			tg := spec("ns", "j", tt.device, tt.count).TaskGroups[0]
+			got, ok, _ := GroupAsk(tg)
+			if ok != tt.ok || got.WholeGPUs != tt.want.WholeGPUs || got.Shares != tt.want.Shares || len(got.Models) != len(tt.want.Models) {
+				t.Fatalf("GroupAsk(%s count %d) = %+v, %v; want %+v, %v", tt.device, tt.count, got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
