@@ -10,17 +10,26 @@ package placement
 //
 // Results are memoized by node state (free CPU, GPU model, sorted free GPU
 // list): the measure depends on nothing else, and many nodes share a state.
+// The memo is bounded: when it holds memoCap states it is emptied and
+// refilled from the states in use, so a long-running scheduler keeps at most
+// memoCap entries however many states it has seen.
 type fragMeter struct {
 	w *Workload
 	// fill adds the fill measure of the gpushare policy to FGD's.
 	fill    bool
 	memo    map[fragKey]float64
+	memoCap int
 	scratch []int
 	memAsk  int64
 }
 
 // maxMemoGPUs bounds the node size whose states are memoized.
 const maxMemoGPUs = 16
+
+// defaultMemoCap bounds the number of memoized node states (about 100 bytes
+// each). It is well above the states a cluster of a few thousand nodes uses
+// at once (about two per node and task type tried), so resets are rare.
+const defaultMemoCap = 1 << 16
 
 type fragKey struct {
 	cpu   int64
@@ -31,7 +40,7 @@ type fragKey struct {
 }
 
 func newFragMeter(w *Workload) *fragMeter {
-	return &fragMeter{w: w, memo: map[fragKey]float64{}}
+	return &fragMeter{w: w, memo: map[fragKey]float64{}, memoCap: defaultMemoCap}
 }
 
 // nodeModel is the model shared by all GPUs of n, and false when they differ.
@@ -73,6 +82,9 @@ func (f *fragMeter) frag(n *Node, cpu int64, free []int) float64 {
 		return v
 	}
 	v := f.compute(n, cpu, free)
+	if len(f.memo) >= f.memoCap {
+		clear(f.memo)
+	}
 	f.memo[k] = v
 	return v
 }
