@@ -24,6 +24,15 @@
 // project's guarantee. Suspended jobs come back as pending workloads and are
 // resumed by the same walk when they fit.
 //
+// Work placed earlier in the cycle is a victim like running work, ordered as
+// the next cycle will see it (newer than any running job): taking it back
+// removes its placements from the plan instead of suspending it, and the
+// workload waits again. After the walk, the workloads left waiting (and
+// those taken back) are walked again while that places anything, so that a
+// workload that failed before later work was placed or capacity was
+// released gets its chance in this cycle rather than reclaiming a fresh
+// start in the next one.
+//
 // Plan does no I/O and is deterministic for a given snapshot and policy.
 package plan
 
@@ -137,6 +146,14 @@ func Plan(snap *model.Snapshot, opts Options) (Result, error) {
 		return Result{}, err
 	}
 	res := Result{Actions: s.actions, Unplaced: s.unplaced, Shares: make([]ProjectShare, len(snap.Projects))}
+	if len(s.cancelled) > 0 {
+		res.Actions = make([]Action, 0, len(s.actions)-len(s.cancelled))
+		for i, a := range s.actions {
+			if !s.cancelled[int32(i)] {
+				res.Actions = append(res.Actions, a)
+			}
+		}
+	}
 	for i := range snap.Projects {
 		p := &s.projects[i]
 		res.Shares[i] = ProjectShare{

@@ -3,14 +3,76 @@ package plan
 import (
 	"cmp"
 	"fmt"
+	"slices"
 
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
-// run walks the pending workloads in fairness order.
+// run walks the pending workloads in fairness order, then walks again the
+// ones left waiting (and those whose placement a later workload took back)
+// for as long as a walk places something. Work placed in this cycle is a
+// victim like running work (see registerPlanned), so a workload that could
+// only fit once later work was placed is placed now instead of reclaiming
+// that work in the next cycle: a plan never starts work that the next plan,
+// with nothing else changed, would suspend.
 func (s *state) run() error {
 	s.initSummaries()
+	for i := range s.snap.Pending {
+		p := &s.projects[s.index.PendingProject[i]]
+		p.queue = append(p.queue, int32(i))
+	}
+	if err := s.walkQueues(); err != nil {
+		return err
+	}
+	// Every successful walk places at least one workload for good or takes
+	// one back; the bound only guards against a bug.
+	for range len(s.snap.Pending) + 1 {
+		again := s.unplaced[:0:0]
+		keep := s.unplaced[:0]
+		for _, u := range s.unplaced {
+			if s.changes == s.failedAt[u.Workload] {
+				keep = append(keep, u)
+				continue
+			}
+			again = append(again, u)
+		}
+		for _, w := range s.takenBack {
+			if !s.placed[w] {
+				again = append(again, Unplaced{Workload: int(w)})
+			}
+		}
+		s.takenBack = s.takenBack[:0]
+		if len(again) == 0 {
+			break
+		}
+		s.unplaced = keep
+		for _, u := range again {
+			p := &s.projects[s.index.PendingProject[u.Workload]]
+			p.queue = append(p.queue, int32(u.Workload))
+		}
+		placed := s.placements
+		if err := s.walkQueues(); err != nil {
+			return err
+		}
+		if s.placements == placed {
+			break
+		}
+	}
+	for _, w := range s.takenBack {
+		if !s.placed[w] {
+			s.unplaced = append(s.unplaced, Unplaced{int(w), "its placement was taken back in this plan by a workload entitled to reclaim it"})
+		}
+	}
+	return nil
+}
+
+// walkQueues tries the queued workloads, always the next one of the
+// project first in fairness order, until every queue is empty.
+func (s *state) walkQueues() error {
+	for i := range s.projects {
+		slices.SortFunc(s.projects[i].queue, s.compareQueued)
+	}
 	for {
 		best := -1
 		for p := range s.projects {
@@ -78,7 +140,10 @@ func (s *state) tryWorkload(w, p int) error {
 	wl := &s.snap.Pending[w]
 	ps := &s.projects[p]
 	name := s.snap.Projects[p].Name
-	if j, ok := s.jobByKey[wl.Job]; ok && s.jobs[j].suspended {
+	s.undo = s.undo[:0]
+	s.instances = s.instances[:0]
+	s.failedAt[w] = s.changes
+	if j, ok := s.jobByKey[wl.Job]; ok && s.jobs[j].suspended && !s.jobs[j].planned {
 		s.unplaced = append(s.unplaced, Unplaced{w, "its job is suspended in this plan"})
 		return nil
 	}
@@ -127,9 +192,13 @@ func (s *state) tryWorkload(w, p int) error {
 			continue
 		}
 		s.rollback(markActions, markUndo)
+		s.failedAt[w] = s.changes
 		s.unplaced = append(s.unplaced, Unplaced{w, s.failReason(p, total, overLimit > 0, withinGuarantee, withinDeserved)})
 		return nil
 	}
+	s.placements++
+	s.placed[w] = true
+	s.registerPlanned(w, p)
 	return nil
 }
 
@@ -228,9 +297,15 @@ func (s *state) rollback(markActions, markUndo int) {
 	s.actions = s.actions[:markActions]
 }
 
-// suspend stops job j to make room for workload w.
+// suspend stops job j to make room for workload w. A job planned in this
+// cycle is not stopped but taken back: its placements leave the plan and
+// its workloads wait again.
 func (s *state) suspend(j int32, w int, reason string) {
 	job := &s.jobs[j]
+	if job.planned {
+		s.takeBack(j)
+		return
+	}
 	ps := &s.projects[job.project]
 	ids := make([]string, len(job.allocs))
 	for i, a := range job.allocs {
@@ -240,14 +315,91 @@ func (s *state) suspend(j int32, w int, reason string) {
 	job.suspended = true
 	ps.usage -= job.usage
 	s.releases++
+	s.changes++
 	s.actions = append(s.actions, Action{Kind: Suspend, Project: s.snap.Projects[job.project].Name, Job: job.name, Allocations: ids, Workload: w, Reason: reason})
 	s.undo = append(s.undo, func() {
+		job := &s.jobs[j]
 		for _, a := range job.allocs {
 			s.shift(a, -1)
 		}
 		job.suspended = false
-		ps.usage += job.usage
+		s.projects[job.project].usage += job.usage
 	})
+}
+
+// takeBack removes planned job j from the plan.
+func (s *state) takeBack(j int32) {
+	job := &s.jobs[j]
+	for _, a := range job.allocs {
+		s.shift(a, +1)
+	}
+	job.suspended = true
+	s.projects[job.project].usage -= job.usage
+	for _, i := range job.actions {
+		s.cancelled[i] = true
+	}
+	for _, w := range job.workloads {
+		s.placed[w] = false
+	}
+	s.takenBack = append(s.takenBack, job.workloads...)
+	s.releases++
+	s.changes++
+	s.undo = append(s.undo, func() {
+		job := &s.jobs[j]
+		for _, a := range job.allocs {
+			s.shift(a, -1)
+		}
+		job.suspended = false
+		s.projects[job.project].usage += job.usage
+		for _, i := range job.actions {
+			delete(s.cancelled, i)
+		}
+		for _, w := range job.workloads {
+			s.placed[w] = true
+		}
+		s.takenBack = s.takenBack[:len(s.takenBack)-len(job.workloads)]
+	})
+}
+
+// registerPlanned makes the instances of workload w of project p, just
+// placed, a victim for the rest of the cycle, as the next cycle would see
+// them: part of a running job, started after every running one. Work of a
+// job that also has running allocations is left out (it would be suspended
+// with them), and so is work that could not be a victim anyway.
+func (s *state) registerPlanned(w, p int) {
+	wl := &s.snap.Pending[w]
+	if !wl.Preemptible || wl.GPUShares() == 0 {
+		return
+	}
+	j, ok := s.jobByKey[wl.Job]
+	if ok && !s.jobs[j].planned {
+		return
+	}
+	ps := &s.projects[p]
+	if !ok {
+		j = int32(len(s.jobs))
+		s.jobByKey[wl.Job] = j
+		s.jobs = append(s.jobs, jobState{name: wl.Job, project: int32(p), priority: wl.Priority, preemptible: true, newest: plannedStart, planned: true})
+	} else {
+		job := &s.jobs[j]
+		if job.suspended {
+			job.suspended = false
+			job.allocs, job.actions, job.workloads, job.usage = nil, nil, nil, 0
+		}
+		if i := slices.Index(ps.jobs, j); i >= 0 {
+			ps.jobs = slices.Delete(ps.jobs, i, i+1)
+		}
+		job.priority = max(job.priority, wl.Priority)
+	}
+	job := &s.jobs[j]
+	for _, in := range s.instances {
+		job.allocs = append(job.allocs, s.addAlloc(int(in.node), &wl.Ask, in.gpus))
+		job.actions = append(job.actions, in.action)
+	}
+	job.workloads = append(job.workloads, int32(w))
+	job.usage += wl.GPUShares()
+	i, _ := slices.BinarySearchFunc(ps.jobs, j, s.compareJobs)
+	ps.jobs = slices.Insert(ps.jobs, i, j)
 }
 
 // shift gives back (sign +1) or takes again (sign -1) allocation a's
@@ -288,6 +440,8 @@ func (s *state) place(w, p int, t placement.Task, ch placement.Choice, reason st
 		ps.nonPreemptible += inst
 	}
 	gpus := append([]int(nil), ch.GPUs...)
+	s.instances = append(s.instances, instance{node: int32(ch.Node), gpus: gpus, action: int32(len(s.actions))})
+	s.changes++
 	s.actions = append(s.actions, Action{Kind: Place, Project: wl.Project, Job: wl.Job, Group: wl.Group, Workload: w,
 		Node: s.cluster.Nodes[ch.Node].Name, GPUs: gpus, Reason: reason})
 	s.undo = append(s.undo, func() {

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"strings"
 
@@ -37,6 +38,22 @@ type jobState struct {
 	usage  model.Shares
 	allocs []int32
 	count  int32
+	// planned marks work placed in this cycle (see registerPlanned):
+	// the workloads placed and their Place actions.
+	planned   bool
+	workloads []int32
+	actions   []int32
+}
+
+// plannedStart is the start of work placed in this cycle: after every
+// running allocation, all equal, as the next cycle will see them.
+const plannedStart = math.MaxInt64
+
+// instance is one placement of the workload being tried.
+type instance struct {
+	node   int32
+	gpus   []int
+	action int32
 }
 
 // state is one planning cycle in progress.
@@ -70,7 +87,22 @@ type state struct {
 
 	actions  []action
 	unplaced []Unplaced
-	undo     []func()
+	// undo reverts the current workload's changes (see rollback).
+	undo []func()
+	// instances are the current workload's placements so far.
+	instances []instance
+	// cancelled marks the Place actions of work taken back; takenBack
+	// lists the workloads taken back since the last walk, placed says
+	// which workloads are placed.
+	cancelled map[int32]bool
+	takenBack []int32
+	placed    []bool
+	// changes counts placements and releases; failedAt records, per
+	// workload, the count when it last failed; placements counts the
+	// workloads placed.
+	changes    int
+	failedAt   []int
+	placements int
 }
 
 type action = Action
@@ -96,6 +128,9 @@ func newState(snap *model.Snapshot, opts Options) (*state, error) {
 		models:     map[string][]string{},
 		modeEncode: map[string]string{},
 		failed:     map[shapeKey]int{},
+		cancelled:  map[int32]bool{},
+		placed:     make([]bool, len(snap.Pending)),
+		failedAt:   make([]int, len(snap.Pending)),
 	}
 	s.buildCluster()
 	deserved := fairshare.Deserved(snap.Capacity(), snap.Projects, demand(snap, x))
@@ -164,13 +199,6 @@ func newState(snap *model.Snapshot, opts Options) (*state, error) {
 	}
 	for i := range s.projects {
 		slices.SortFunc(s.projects[i].jobs, s.compareJobs)
-	}
-	for i := range snap.Pending {
-		p := &s.projects[x.PendingProject[i]]
-		p.queue = append(p.queue, int32(i))
-	}
-	for i := range s.projects {
-		slices.SortFunc(s.projects[i].queue, s.compareQueued)
 	}
 	return s, nil
 }

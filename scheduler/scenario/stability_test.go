@@ -11,14 +11,19 @@ import (
 
 // TestRandomClustersStayStable runs many random small clusters for eight
 // rounds with nothing arriving or finishing, as KAI-Scheduler's multi-round
-// tests do: no job may be suspended, resumed and suspended again, and the
-// last round must plan nothing. Churn (a job placed, then suspended in a
-// later round with nothing changed) is counted and logged: it happens when a
-// gang that could not reclaim from work placed in the same cycle can reclaim
-// from it one cycle later.
+// tests do: no job may be suspended, resumed and suspended again, the last
+// round must plan nothing, and no job may be placed in one round and
+// suspended in a later one (churn: a wasted start).
+//
+// knownChurn lists the seeds that still churn, all by one mechanism the
+// planner does not yet cover: a job suspended in a cycle cannot be resumed
+// in that cycle, lower-priority work of its project is placed around it,
+// and in the next cycle the job comes back and preempts that work. A seed
+// that stops churning must leave the list, and no other seed may churn.
 func TestRandomClustersStayStable(t *testing.T) {
-	churn := 0
-	for seed := range uint64(1000) {
+	const seeds = 3000
+	knownChurn := map[uint64]bool{1866: true, 1948: true, 2280: true}
+	for seed := range uint64(seeds) {
 		sc := randomScenario(seed)
 		out, err := sc.Run(plan.Options{})
 		if err != nil {
@@ -27,12 +32,19 @@ func TestRandomClustersStayStable(t *testing.T) {
 		for _, err := range sc.Stability(out) {
 			t.Errorf("seed %d: %v", seed, err)
 		}
-		churn += len(sc.Churn(out))
+		churn := sc.Churn(out)
+		switch {
+		case knownChurn[seed] && len(churn) == 0:
+			t.Errorf("seed %d no longer churns: remove it from knownChurn", seed)
+		case !knownChurn[seed]:
+			for _, err := range churn {
+				t.Errorf("seed %d: %v", seed, err)
+			}
+		}
 		if last := out.Rounds[len(out.Rounds)-1]; len(last.Result.Actions) > 0 {
 			t.Errorf("seed %d: still planning in the last round: %v", seed, last.Result.Actions)
 		}
 	}
-	t.Logf("%d churn events over 1000 random clusters", churn)
 }
 
 func randomScenario(seed uint64) *Scenario {
