@@ -335,13 +335,14 @@ func (s *state) takeBack(j int32) {
 	}
 	job.suspended = true
 	s.projects[job.project].usage -= job.usage
-	for _, i := range job.actions {
+	pj := s.plannedOf[j]
+	for _, i := range pj.actions {
 		s.cancelled[i] = true
 	}
-	for _, w := range job.workloads {
+	for _, w := range pj.workloads {
 		s.placed[w] = false
 	}
-	s.takenBack = append(s.takenBack, job.workloads...)
+	s.takenBack = append(s.takenBack, pj.workloads...)
 	s.releases++
 	s.changes++
 	s.undo = append(s.undo, func() {
@@ -351,13 +352,13 @@ func (s *state) takeBack(j int32) {
 		}
 		job.suspended = false
 		s.projects[job.project].usage += job.usage
-		for _, i := range job.actions {
+		for _, i := range pj.actions {
 			delete(s.cancelled, i)
 		}
-		for _, w := range job.workloads {
+		for _, w := range pj.workloads {
 			s.placed[w] = true
 		}
-		s.takenBack = s.takenBack[:len(s.takenBack)-len(job.workloads)]
+		s.takenBack = s.takenBack[:len(s.takenBack)-len(pj.workloads)]
 	})
 }
 
@@ -380,23 +381,25 @@ func (s *state) registerPlanned(w, p int) {
 		j = int32(len(s.jobs))
 		s.jobByKey[wl.Job] = j
 		s.jobs = append(s.jobs, jobState{name: wl.Job, project: int32(p), priority: wl.Priority, preemptible: true, newest: plannedStart, planned: true})
+		s.plannedOf[j] = &plannedJob{}
 	} else {
 		job := &s.jobs[j]
 		if job.suspended {
 			job.suspended = false
-			job.allocs, job.actions, job.workloads, job.usage = nil, nil, nil, 0
+			job.allocs, job.usage = nil, 0
+			*s.plannedOf[j] = plannedJob{}
 		}
 		if i := slices.Index(ps.jobs, j); i >= 0 {
 			ps.jobs = slices.Delete(ps.jobs, i, i+1)
 		}
 		job.priority = max(job.priority, wl.Priority)
 	}
-	job := &s.jobs[j]
+	job, pj := &s.jobs[j], s.plannedOf[j]
 	for _, in := range s.instances {
 		job.allocs = append(job.allocs, s.addAlloc(int(in.node), &wl.Ask, in.gpus))
-		job.actions = append(job.actions, in.action)
+		pj.actions = append(pj.actions, in.action)
 	}
-	job.workloads = append(job.workloads, int32(w))
+	pj.workloads = append(pj.workloads, int32(w))
 	job.usage += wl.GPUShares()
 	i, _ := slices.BinarySearchFunc(ps.jobs, j, s.compareJobs)
 	ps.jobs = slices.Insert(ps.jobs, i, j)

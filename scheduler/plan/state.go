@@ -38,9 +38,13 @@ type jobState struct {
 	usage  model.Shares
 	allocs []int32
 	count  int32
-	// planned marks work placed in this cycle (see registerPlanned):
-	// the workloads placed and their Place actions.
-	planned   bool
+	// planned marks work placed in this cycle (see registerPlanned).
+	planned bool
+}
+
+// plannedJob is what a job planned in this cycle consists of: the
+// workloads placed and their Place actions.
+type plannedJob struct {
 	workloads []int32
 	actions   []int32
 }
@@ -95,6 +99,7 @@ type state struct {
 	// lists the workloads taken back since the last walk, placed says
 	// which workloads are placed.
 	cancelled map[int32]bool
+	plannedOf map[int32]*plannedJob
 	takenBack []int32
 	placed    []bool
 	// changes counts placements and releases; failedAt records, per
@@ -129,6 +134,7 @@ func newState(snap *model.Snapshot, opts Options) (*state, error) {
 		modeEncode: map[string]string{},
 		failed:     map[shapeKey]int{},
 		cancelled:  map[int32]bool{},
+		plannedOf:  map[int32]*plannedJob{},
 		placed:     make([]bool, len(snap.Pending)),
 		failedAt:   make([]int, len(snap.Pending)),
 	}
@@ -168,7 +174,14 @@ func newState(snap *model.Snapshot, opts Options) (*state, error) {
 		allocJob[i] = last
 		count[last]++
 	}
-	s.jobs = make([]jobState, len(count))
+	// Room for the work this cycle places (see registerPlanned).
+	instances, gpus := 0, 0
+	for i := range snap.Pending {
+		w := &snap.Pending[i]
+		instances += w.Count
+		gpus += w.Count * max(w.Ask.WholeGPUs, 1)
+	}
+	s.jobs = make([]jobState, len(count), len(count)+len(snap.Pending))
 	flat := make([]int32, len(snap.Allocations))
 	offset := int32(0)
 	for j, c := range count {
@@ -176,8 +189,8 @@ func newState(snap *model.Snapshot, opts Options) (*state, error) {
 		s.jobs[j].count = c
 		offset += c
 	}
-	s.allocs = make([]allocInfo, 0, len(snap.Allocations))
-	s.allocGPU = make([]int32, 0, len(snap.Allocations))
+	s.allocs = make([]allocInfo, 0, len(snap.Allocations)+instances)
+	s.allocGPU = make([]int32, 0, len(snap.Allocations)+gpus)
 	for i, j := range allocJob {
 		a := &snap.Allocations[i]
 		s.addAlloc(int(x.AllocNode[i]), &a.Ask, a.GPUs)
