@@ -70,6 +70,9 @@ type View struct {
 	// Unfinished are records whose job still runs and is not marked
 	// stopped: a suspension to finish.
 	Unfinished []state.Suspension
+	// Resuming are records whose job was registered again but does not
+	// run yet; the record stays until it does.
+	Resuming []state.Suspension
 	// Stale are records whose job runs again or is gone: to delete.
 	Stale []state.Suspension
 	// Warnings are things left out of the snapshot, for logs.
@@ -378,8 +381,10 @@ func Assemble(in Inputs) *View {
 			v.Stale = append(v.Stale, rec)
 		case !info.Stop && !rec.Stopped:
 			v.Unfinished = append(v.Unfinished, rec)
+		case !info.Stop && (info.Running > 0 || info.Status == "dead"):
+			v.Stale = append(v.Stale, rec) // running again (resumed, or started by hand), or done
 		case !info.Stop:
-			v.Stale = append(v.Stale, rec) // running again (resumed, or started by hand)
+			v.Resuming = append(v.Resuming, rec) // registered again, not running yet
 		default:
 			v.Suspended[key] = rec
 		}

@@ -1,0 +1,335 @@
+// Package actuator carries out a plan on Nomad: it suspends jobs (record in
+// Consul KV first, then stop the job without purging it) and resumes
+// suspended jobs (register the stopped job again with Stop=false, as
+// `nomad job start` does), in the plan's order.
+//
+// It refuses to act on stale data: a View listed longer ago than
+// MaxStaleness is rejected with ErrStale and nothing is done. It avoids
+// loops: a job it resumed within ResumeHold is not suspended again unless
+// the workload it would make room for stays within its project's
+// guarantee, a job it suspended within SuspendHold is not resumed, and a
+// job with an action in flight (issued but not yet visible in Nomad) is
+// left alone. It also finishes suspensions recorded in KV whose job still
+// runs (a predecessor stopped half-way) and deletes records of jobs that
+// run again.
+package actuator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
+	"github.com/gpushare/nomad-gpushare/quota-service/state"
+	"github.com/gpushare/nomad-gpushare/scheduler/plan"
+	"github.com/hashicorp/go-hclog"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+// ErrStale is returned when the View is too old to act on.
+var ErrStale = errors.New("cluster view is stale; taking no action")
+
+// Done is one action carried out.
+type Done struct {
+	Kind      string // "suspend", "resume", "finish-suspend", "clear-record"
+	Namespace string
+	Job       string
+	Project   string
+	// ForWorkload and ForProject, for a suspension, name the pending
+	// work it made room for; ForGuarantee says that work stays within
+	// its project's guarantee.
+	ForWorkload  string
+	ForProject   string
+	ForGuarantee bool
+	Reason       string
+}
+
+// Report is what one Apply did and skipped.
+type Report struct {
+	Done    []Done
+	Skipped []string
+	Errors  []error
+}
+
+// Actuator executes plans. Apply must not be called concurrently.
+type Actuator struct {
+	nomad    *nomadapi.Client
+	store    *state.Store
+	log      hclog.Logger
+	instance string
+
+	// MaxStaleness bounds the age of a View acted on (default 15 s).
+	MaxStaleness time.Duration
+	// ResumeHold and SuspendHold prevent flapping (defaults 60 s, 5 s).
+	ResumeHold  time.Duration
+	SuspendHold time.Duration
+	// InFlightTimeout is how long an issued action is awaited before the
+	// job may be acted on again (default 30 s).
+	InFlightTimeout time.Duration
+	// Now is the clock (tests); nil means time.Now.
+	Now func() time.Time
+
+	mu          sync.Mutex
+	resumedAt   map[string]time.Time
+	suspendedAt map[string]time.Time
+	inflight    map[string]inflight
+}
+
+type inflight struct {
+	wantStop bool
+	since    time.Time
+}
+
+// New returns an actuator; instance names this service instance in records.
+func New(client *nomadapi.Client, store *state.Store, log hclog.Logger, instance string) *Actuator {
+	return &Actuator{nomad: client, store: store, log: log.Named("actuator"), instance: instance,
+		resumedAt: map[string]time.Time{}, suspendedAt: map[string]time.Time{}, inflight: map[string]inflight{}}
+}
+
+func (a *Actuator) now() time.Time {
+	if a.Now != nil {
+		return a.Now()
+	}
+	return time.Now()
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// Apply carries out res, planned on v.
+func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Result) (Report, error) {
+	var rep Report
+	now := a.now()
+	if age := now.Sub(v.ListedAt); age > orDefault(a.MaxStaleness, 15*time.Second) {
+		return rep, fmt.Errorf("%w: listed %s ago", ErrStale, age.Round(time.Millisecond))
+	}
+	a.settleInflight(v, now)
+
+	// Finish what a predecessor started, and clear records of running jobs.
+	for _, rec := range v.Unfinished {
+		key := nomadwatch.Key(rec.Namespace, rec.Job)
+		if a.busy(key) {
+			continue
+		}
+		if err := a.stop(ctx, rec); err != nil {
+			rep.Errors = append(rep.Errors, err)
+			continue
+		}
+		a.history(ctx, &rep, state.Entry{Event: "suspend-finished", Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, Reason: "finished a suspension recorded before the stop: " + rec.Reason, ForWorkload: rec.ForWorkload})
+		rep.Done = append(rep.Done, Done{Kind: "finish-suspend", Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, ForWorkload: rec.ForWorkload, ForProject: rec.ForProject, Reason: rec.Reason})
+	}
+	for _, rec := range v.Stale {
+		if err := a.store.DeleteSuspension(ctx, rec.Namespace, rec.Job); err != nil {
+			rep.Errors = append(rep.Errors, err)
+			continue
+		}
+		a.history(ctx, &rep, state.Entry{Event: "running-again", Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, Reason: "job runs again (or is gone); suspension record deleted"})
+		rep.Done = append(rep.Done, Done{Kind: "clear-record", Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project})
+	}
+
+	withinGuarantee := map[string]bool{}
+	for _, s := range res.Shares {
+		withinGuarantee[s.Name] = s.Planned <= s.Guaranteed
+	}
+	snap := v.Snapshot
+	// Count, per suspended job, the instances pending and the instances
+	// the plan places: a job is resumed only when all of it fits.
+	pendingOf, placedOf := map[string]int{}, map[string]int{}
+	for _, p := range snap.Pending {
+		if p.Suspended {
+			pendingOf[p.Job] += p.Count
+		}
+	}
+	for _, act := range res.Actions {
+		if act.Kind == plan.Place && snap.Pending[act.Workload].Suspended {
+			placedOf[act.Job]++
+		}
+	}
+
+	skipWorkload := map[int]bool{}
+	resumed := map[string]bool{}
+	for _, act := range res.Actions {
+		if skipWorkload[act.Workload] {
+			continue
+		}
+		w := snap.Pending[act.Workload]
+		switch act.Kind {
+		case plan.Suspend:
+			info := v.Jobs[act.Job]
+			if info == nil {
+				skipWorkload[act.Workload] = true
+				rep.Skipped = append(rep.Skipped, fmt.Sprintf("suspend %s: job not in the view", act.Job))
+				continue
+			}
+			if why := a.holdSuspend(act.Job, withinGuarantee[w.Project], now); why != "" {
+				skipWorkload[act.Workload] = true
+				rep.Skipped = append(rep.Skipped, fmt.Sprintf("suspend %s for %s/%s: %s", act.Job, w.Job, w.Group, why))
+				continue
+			}
+			rec := state.Suspension{Namespace: info.Namespace, Job: info.ID, Project: act.Project,
+				Allocations: act.Allocations, Reason: act.Reason, ForWorkload: w.Job + "/" + w.Group,
+				ForProject: w.Project, Time: now, By: a.instance}
+			if err := a.suspend(ctx, &rec); err != nil {
+				skipWorkload[act.Workload] = true
+				rep.Errors = append(rep.Errors, err)
+				continue
+			}
+			rep.Done = append(rep.Done, Done{Kind: "suspend", Namespace: info.Namespace, Job: info.ID, Project: act.Project,
+				ForWorkload: rec.ForWorkload, ForProject: w.Project, ForGuarantee: withinGuarantee[w.Project], Reason: act.Reason})
+		case plan.Place:
+			if !w.Suspended || resumed[act.Job] {
+				continue // Nomad places queued work itself
+			}
+			resumed[act.Job] = true
+			if placedOf[act.Job] < pendingOf[act.Job] {
+				rep.Skipped = append(rep.Skipped, fmt.Sprintf("resume %s: only %d of %d instances fit", act.Job, placedOf[act.Job], pendingOf[act.Job]))
+				continue
+			}
+			rec, ok := v.Suspended[act.Job]
+			if !ok {
+				continue
+			}
+			if why := a.holdResume(act.Job, now); why != "" {
+				rep.Skipped = append(rep.Skipped, fmt.Sprintf("resume %s: %s", act.Job, why))
+				continue
+			}
+			if err := a.resume(ctx, rec); err != nil {
+				rep.Errors = append(rep.Errors, err)
+				continue
+			}
+			a.history(ctx, &rep, state.Entry{Event: "resume", Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, Reason: act.Reason})
+			rep.Done = append(rep.Done, Done{Kind: "resume", Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, Reason: act.Reason})
+		}
+	}
+	return rep, nil
+}
+
+func (a *Actuator) settleInflight(v *nomadwatch.View, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for key, f := range a.inflight {
+		info := v.Jobs[key]
+		if info == nil || info.Stop == f.wantStop || now.Sub(f.since) > orDefault(a.InFlightTimeout, 30*time.Second) {
+			delete(a.inflight, key)
+		}
+	}
+}
+
+func (a *Actuator) busy(key string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.inflight[key]
+	return ok
+}
+
+func (a *Actuator) holdSuspend(key string, forGuarantee bool, now time.Time) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.inflight[key]; ok {
+		return "an action on it is in flight"
+	}
+	if t, ok := a.resumedAt[key]; ok && now.Sub(t) < orDefault(a.ResumeHold, 60*time.Second) && !forGuarantee {
+		return fmt.Sprintf("resumed %s ago and the workload is above its project's guarantee", now.Sub(t).Round(time.Second))
+	}
+	return ""
+}
+
+func (a *Actuator) holdResume(key string, now time.Time) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.inflight[key]; ok {
+		return "an action on it is in flight"
+	}
+	if t, ok := a.suspendedAt[key]; ok && now.Sub(t) < orDefault(a.SuspendHold, 5*time.Second) {
+		return fmt.Sprintf("suspended only %s ago", now.Sub(t).Round(time.Millisecond))
+	}
+	return ""
+}
+
+// suspend records, then stops the job.
+func (a *Actuator) suspend(ctx context.Context, rec *state.Suspension) error {
+	job, _, err := a.nomad.Jobs().Info(rec.Job, (&nomadapi.QueryOptions{Namespace: rec.Namespace}).WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("suspending %s/%s: reading the job: %w", rec.Namespace, rec.Job, err)
+	}
+	if job.Version != nil {
+		rec.Version = *job.Version
+	}
+	if job.JobModifyIndex != nil {
+		rec.JobModifyIndex = *job.JobModifyIndex
+	}
+	rec.Groups = map[string]int{}
+	for _, tg := range job.TaskGroups {
+		if tg.Name != nil && tg.Count != nil {
+			rec.Groups[*tg.Name] = *tg.Count
+		}
+	}
+	if err := a.store.PutSuspension(ctx, *rec); err != nil {
+		return fmt.Errorf("suspending %s/%s: not stopping it because the record could not be written: %w", rec.Namespace, rec.Job, err)
+	}
+	var rep Report
+	a.history(ctx, &rep, state.Entry{Event: "suspend", Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, Reason: rec.Reason, ForWorkload: rec.ForWorkload})
+	return a.stop(ctx, *rec)
+}
+
+// stop deregisters the job without purging it and marks the record.
+func (a *Actuator) stop(ctx context.Context, rec state.Suspension) error {
+	key := nomadwatch.Key(rec.Namespace, rec.Job)
+	if _, _, err := a.nomad.Jobs().Deregister(rec.Job, false, (&nomadapi.WriteOptions{Namespace: rec.Namespace}).WithContext(ctx)); err != nil {
+		return fmt.Errorf("stopping %s (record kept at %s; the next cycle retries): %w", key, a.store.Layout().Suspension(rec.Namespace, rec.Job), err)
+	}
+	now := a.now()
+	a.mu.Lock()
+	a.inflight[key] = inflight{wantStop: true, since: now}
+	a.suspendedAt[key] = now
+	a.mu.Unlock()
+	rec.Stopped = true
+	if err := a.store.PutSuspension(ctx, rec); err != nil {
+		a.log.Warn("job stopped but its record could not be marked; it still counts as suspended", "job", key, "error", err)
+	}
+	a.log.Info("suspended job", "job", key, "project", rec.Project, "for", rec.ForWorkload, "reason", rec.Reason)
+	return nil
+}
+
+// resume registers the stopped job again with Stop=false, unless someone
+// changed it since (the modify index guards the write).
+func (a *Actuator) resume(ctx context.Context, rec state.Suspension) error {
+	key := nomadwatch.Key(rec.Namespace, rec.Job)
+	job, _, err := a.nomad.Jobs().Info(rec.Job, (&nomadapi.QueryOptions{Namespace: rec.Namespace}).WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("resuming %s: reading the job: %w", key, err)
+	}
+	if job.Stop == nil || !*job.Stop {
+		return nil // already running again; the record is cleared once it runs
+	}
+	stop := false
+	job.Stop = &stop
+	var idx uint64
+	if job.JobModifyIndex != nil {
+		idx = *job.JobModifyIndex
+	}
+	if _, _, err := a.nomad.Jobs().EnforceRegister(job, idx, (&nomadapi.WriteOptions{Namespace: rec.Namespace}).WithContext(ctx)); err != nil {
+		return fmt.Errorf("resuming %s: registering it with Stop=false: %w", key, err)
+	}
+	now := a.now()
+	a.mu.Lock()
+	a.inflight[key] = inflight{wantStop: false, since: now}
+	a.resumedAt[key] = now
+	a.mu.Unlock()
+	a.log.Info("resumed job", "job", key, "project", rec.Project)
+	return nil
+}
+
+func (a *Actuator) history(ctx context.Context, rep *Report, e state.Entry) {
+	e.By = a.instance
+	if err := a.store.AddHistory(ctx, e); err != nil {
+		a.log.Warn("writing history failed", "error", err)
+		rep.Errors = append(rep.Errors, err)
+	}
+}

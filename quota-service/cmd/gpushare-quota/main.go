@@ -1,0 +1,123 @@
+// Command gpushare-quota is the gpushare quota service daemon: guaranteed
+// GPU quotas per project for Nomad, with automatic suspension and
+// resumption of jobs. Run two instances for availability; a Consul lock
+// makes one of them act.
+//
+// Every flag has an environment variable; flags win.
+//
+//	-nomad-addr      NOMAD_ADDR          Nomad HTTP address (http://127.0.0.1:4646)
+//	-nomad-token     NOMAD_TOKEN         Nomad ACL token
+//	-consul-addr     CONSUL_HTTP_ADDR    Consul HTTP address (127.0.0.1:8500)
+//	-consul-token    CONSUL_HTTP_TOKEN   Consul ACL token
+//	-kv-prefix       GPUSHARE_KV_PREFIX  root of the service's Consul keys (gpushare)
+//	-listen          GPUSHARE_LISTEN     HTTP API address (127.0.0.1:9646)
+//	-plan-interval   GPUSHARE_PLAN_INTERVAL  safety-net re-list period (10s)
+//	-max-staleness   GPUSHARE_MAX_STALENESS  no action on older data (15s)
+//	-policy          GPUSHARE_POLICY     placement policy for idle capacity (gpushare)
+//	-instance        GPUSHARE_INSTANCE   name of this instance (hostname-pid)
+//	-log-level       GPUSHARE_LOG_LEVEL  trace, debug, info, warn, error (info)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/quota-service/httpapi"
+	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
+	"github.com/gpushare/nomad-gpushare/quota-service/service"
+	"github.com/gpushare/nomad-gpushare/scheduler/placement"
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "gpushare-quota:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	host, _ := os.Hostname()
+	fs := flag.NewFlagSet("gpushare-quota", flag.ContinueOnError)
+	nomadAddr := fs.String("nomad-addr", env("NOMAD_ADDR", "http://127.0.0.1:4646"), "Nomad HTTP address")
+	nomadToken := fs.String("nomad-token", env("NOMAD_TOKEN", ""), "Nomad ACL token")
+	consulAddr := fs.String("consul-addr", env("CONSUL_HTTP_ADDR", "127.0.0.1:8500"), "Consul HTTP address")
+	consulToken := fs.String("consul-token", env("CONSUL_HTTP_TOKEN", ""), "Consul ACL token")
+	prefix := fs.String("kv-prefix", env("GPUSHARE_KV_PREFIX", kvlayout.DefaultRoot), "root of the service's Consul KV keys")
+	listen := fs.String("listen", env("GPUSHARE_LISTEN", "127.0.0.1:9646"), "HTTP API listen address")
+	interval := fs.Duration("plan-interval", durEnv("GPUSHARE_PLAN_INTERVAL", 10*time.Second), "safety-net full re-list and plan period")
+	staleness := fs.Duration("max-staleness", durEnv("GPUSHARE_MAX_STALENESS", 15*time.Second), "take no action on data listed longer ago")
+	policyName := fs.String("policy", env("GPUSHARE_POLICY", "gpushare"), "placement policy for idle capacity")
+	instance := fs.String("instance", env("GPUSHARE_INSTANCE", fmt.Sprintf("%s-%d", host, os.Getpid())), "name of this instance")
+	level := fs.String("log-level", env("GPUSHARE_LOG_LEVEL", "info"), "log level")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "gpushare-quota", Level: hclog.LevelFromString(*level)})
+	if *interval <= 0 || *staleness <= 0 {
+		return errors.New("-plan-interval and -max-staleness must be positive durations such as 10s")
+	}
+	policy, err := placement.ByName(*policyName, 1)
+	if err != nil {
+		return fmt.Errorf("-policy %q: %w", *policyName, err)
+	}
+	nomad, err := nomadapi.NewClient(&nomadapi.Config{Address: *nomadAddr, SecretID: *nomadToken})
+	if err != nil {
+		return fmt.Errorf("-nomad-addr %q: %w", *nomadAddr, err)
+	}
+	ccfg := consulapi.DefaultConfig()
+	ccfg.Address, ccfg.Token = *consulAddr, *consulToken
+	consul, err := consulapi.NewClient(ccfg)
+	if err != nil {
+		return fmt.Errorf("-consul-addr %q: %w", *consulAddr, err)
+	}
+	svc := service.New(service.Config{Nomad: nomad, Consul: consul, Layout: kvlayout.New(*prefix), Log: log,
+		Instance: *instance, PlanInterval: *interval, MaxStaleness: *staleness, Policy: policy})
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("-listen %q: %w", *listen, err)
+	}
+	srv := &http.Server{Handler: httpapi.Handler(svc, svc.Registry()), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("HTTP API stopped", "error", err)
+			stop()
+		}
+	}()
+	log.Info("started", "instance", *instance, "nomad", *nomadAddr, "consul", *consulAddr, "kv_prefix", *prefix, "listen", ln.Addr().String())
+	runErr := svc.Run(ctx)
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdown)
+	log.Info("stopped")
+	return runErr
+}
+
+func durEnv(name string, def time.Duration) time.Duration {
+	if v := os.Getenv(name); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	return def
+}

@@ -1,0 +1,49 @@
+package service
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the service's Prometheus metrics.
+type Metrics struct {
+	Guaranteed     *prometheus.GaugeVec
+	Allocated      *prometheus.GaugeVec
+	Deserved       *prometheus.GaugeVec
+	Pending        *prometheus.GaugeVec
+	Suspended      *prometheus.GaugeVec
+	Queue          prometheus.Gauge
+	Leader         prometheus.Gauge
+	LastRelist     prometheus.Gauge
+	Reclaims       *prometheus.CounterVec
+	Resumes        *prometheus.CounterVec
+	ReclaimLatency prometheus.Histogram
+	Cycle          prometheus.Histogram
+	CycleErrors    *prometheus.CounterVec
+}
+
+// NewMetrics registers the metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	gv := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "gpushare", Name: name, Help: help}, []string{"project"})
+	}
+	m := &Metrics{
+		Guaranteed: gv("project_guaranteed_gpus", "GPUs guaranteed to the project."),
+		Allocated:  gv("project_allocated_gpus", "GPUs the project's running allocations hold."),
+		Deserved:   gv("project_deserved_gpus", "The project's fair share this cycle, in GPUs."),
+		Pending:    gv("project_pending_gpus", "GPUs the project's pending and suspended work asks for."),
+		Suspended:  gv("project_suspended_jobs", "Jobs of the project suspended by the service."),
+		Queue:      prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpushare", Name: "pending_workloads", Help: "Pending GPU workloads (task groups) including suspended ones."}),
+		Leader:     prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpushare", Name: "leader", Help: "1 when this instance acts."}),
+		LastRelist: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpushare", Name: "last_relist_timestamp_seconds", Help: "When Nomad was last listed successfully."}),
+		Reclaims:   prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpushare", Name: "suspensions_total", Help: "Jobs suspended, by victim project and kind (reclaim or preempt)."}, []string{"project", "kind"}),
+		Resumes:    prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpushare", Name: "resumes_total", Help: "Suspended jobs resumed, by project."}, []string{"project"}),
+		ReclaimLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "gpushare", Name: "reclaim_latency_seconds",
+			Help: "From the first suspension made for a workload until the workload is no longer pending.", Buckets: prometheus.ExponentialBuckets(0.25, 2, 10)}),
+		Cycle: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "gpushare", Name: "cycle_seconds",
+			Help: "Duration of one re-list, plan and act cycle.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)}),
+		CycleErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpushare", Name: "cycle_errors_total", Help: "Cycles that took no action, by cause."}, []string{"cause"}),
+	}
+	reg.MustRegister(m.Guaranteed, m.Allocated, m.Deserved, m.Pending, m.Suspended, m.Queue, m.Leader, m.LastRelist,
+		m.Reclaims, m.Resumes, m.ReclaimLatency, m.Cycle, m.CycleErrors)
+	return m
+}
