@@ -9,12 +9,23 @@ import (
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 )
 
-// Check compares the outcome with every expectation and the stability and
-// churn rules;
-// each mismatch is one error naming the file and line of the expectation.
-func (sc *Scenario) Check(out *Outcome) []error {
+// Check compares the outcome of a first-fit run with every expectation and
+// the stability and churn rules; each mismatch is one error naming the file
+// and line of the expectation.
+func (sc *Scenario) Check(out *Outcome) []error { return sc.CheckPolicy(out, true) }
+
+// CheckPolicy is Check for a run with any placement policy. When firstFit is
+// false, the placement-dependent parts are left out: expectations marked
+// firstfit, and the node and GPUs of "expect place".
+func (sc *Scenario) CheckPolicy(out *Outcome, firstFit bool) []error {
 	var errs []error
 	for _, e := range sc.Expects {
+		if e.FirstFitOnly && !firstFit {
+			continue
+		}
+		if !firstFit {
+			e.Node, e.GPUs, e.HasGPU = "", nil, false
+		}
 		if err := sc.checkOne(e, out); err != nil {
 			errs = append(errs, fmt.Errorf("%s:%d: expect %s: %w", sc.File, e.Line, e.What, err))
 		}

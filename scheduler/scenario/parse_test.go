@@ -2,8 +2,10 @@ package scenario
 
 import (
 	"errors"
+	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -80,8 +82,31 @@ func FuzzParse(f *testing.F) {
 		if len(sc.Initial.Nodes) > 64 || len(sc.Initial.Allocations) > 256 || sc.Rounds > 10 {
 			return // keep each input cheap
 		}
-		if _, err := sc.Run(planOptions()); err != nil {
+		if _, err := sc.Run(plan.Options{}); err != nil {
 			t.Fatalf("accepted scenario fails to plan: %v", err)
 		}
 	})
+}
+
+func TestParseFirstFitFlag(t *testing.T) {
+	tests := []struct {
+		line string
+		want bool
+	}{
+		{"expect place j node n1 gpus 0 firstfit", true},
+		{"expect place j node n1 gpus 0", false},
+		{"expect suspend a b firstfit round 1", true},
+	}
+	for _, tt := range tests {
+		sc, err := Parse("t.scn", strings.NewReader("node n1 gpus 1\nproject p guaranteed 1\n"+tt.line+"\n"))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.line, err)
+		}
+		if got := sc.Expects[0].FirstFitOnly; got != tt.want {
+			t.Errorf("%q: FirstFitOnly %v, want %v", tt.line, got, tt.want)
+		}
+		if slices.Contains(sc.Expects[0].Jobs, "firstfit") {
+			t.Errorf("%q: flag taken as a job name", tt.line)
+		}
+	}
 }

@@ -23,6 +23,11 @@
 //	expect usage A 2                             (GPUs held after the last round)
 //	expect stable                                (the last round plans nothing)
 //
+// Any expect line may end with the flag "firstfit": the expectation depends
+// on which node and GPUs first-fit placement picks, and runs with other
+// placement policies skip it. Those runs also ignore the node and gpus of
+// "expect place" (see CheckPolicy).
+//
 // GPU amounts are GPUs with at most two decimals; CPU in cores, memory in
 // MiB. Errors name the file, the line and the field at fault.
 package scenario
@@ -79,6 +84,9 @@ type Expect struct {
 	Node   string
 	GPUs   []int
 	HasGPU bool
+	// FirstFitOnly marks an expectation that holds only with first-fit
+	// placement (the "firstfit" flag); runs with other policies skip it.
+	FirstFitOnly bool
 }
 
 // ParseError is a scenario error at one line and field.
@@ -543,11 +551,11 @@ func (p *parser) expect(num int, words []string) error {
 	if len(words) == 0 {
 		return p.errf(num, "expect", ErrMissing, "what to expect")
 	}
-	l, err := p.split(num, words[1:], []string{"round", "group", "node", "gpus"}, nil)
+	l, err := p.split(num, words[1:], []string{"round", "group", "node", "gpus"}, []string{"firstfit"})
 	if err != nil {
 		return err
 	}
-	e := Expect{Line: num, What: words[0]}
+	e := Expect{Line: num, What: words[0], FirstFitOnly: l.flags["firstfit"]}
 	round, err := p.intField(l, "round", 1, 1, 100)
 	if err != nil {
 		return err

@@ -5,11 +5,16 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 )
 
-// TestScenarios runs every scenario under testdata: each file is one table
-// row with its cluster, running work, pending work and expectations.
+// TestScenarios runs every scenario under testdata with first-fit placement
+// and with the bestfit and gpushare policies: each file is one table row
+// with its cluster, running work, pending work and expectations; the runs
+// with other policies check the placement-independent expectations (see
+// Scenario.CheckPolicy).
 func TestScenarios(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "*.scn"))
 	if err != nil {
@@ -32,15 +37,54 @@ func TestScenarios(t *testing.T) {
 			if len(sc.Expects) == 0 {
 				t.Fatal("scenario expects nothing")
 			}
-			out, err := sc.Run(planOptions())
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, err := range sc.Check(out) {
-				t.Error(err)
+			for _, policy := range []string{"firstfit", "bestfit", "gpushare"} {
+				t.Run(policy, func(t *testing.T) {
+					opts, err := planOptions(policy, sc)
+					if err != nil {
+						t.Fatal(err)
+					}
+					out, err := sc.Run(opts)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, err := range sc.CheckPolicy(out, policy == "firstfit") {
+						t.Error(err)
+					}
+				})
 			}
 		})
 	}
 }
 
-func planOptions() plan.Options { return plan.Options{} }
+// planOptions builds the planner options for a policy: "firstfit" is the
+// planner's default; other names go to placement.ByName, with the
+// scenario's asks as the expected workload.
+func planOptions(policy string, sc *Scenario) (plan.Options, error) {
+	if policy == "firstfit" {
+		return plan.Options{}, nil
+	}
+	var tasks []placement.Task
+	add := func(a model.Ask, n int) {
+		t := placement.Task{CPUMilli: a.CPUMilli, MemoryMiB: a.MemoryMiB, Models: a.Models}
+		switch {
+		case a.WholeGPUs > 0:
+			t.GPUCount, t.GPUMilli = a.WholeGPUs, 1000
+		case a.Shares > 0:
+			t.GPUCount, t.GPUMilli = 1, int(a.Shares)*10
+		}
+		for range n {
+			tasks = append(tasks, t)
+		}
+	}
+	for _, a := range sc.Initial.Allocations {
+		add(a.Ask, 1)
+	}
+	for _, w := range sc.Initial.Pending {
+		add(w.Ask, w.Count)
+	}
+	for _, a := range sc.Arrivals {
+		add(a.Pending.Ask, a.Pending.Count)
+	}
+	p, err := placement.ByName(policy, 1, placement.WithWorkload(placement.NewWorkload(tasks, placement.DefaultCoverage)))
+	return plan.Options{Policy: p}, err
+}
