@@ -50,7 +50,7 @@ type JobInfo struct {
 	Status         string
 	Preemptible    bool
 	Groups         map[string]int
-	// Running is the number of its GPU allocations that run or start.
+	// Running is the number of its allocations that run.
 	Running int
 	// Queued is the number of its allocations waiting for placement.
 	Queued int
@@ -281,7 +281,15 @@ func Assemble(in Inputs) *View {
 		return allocs[i].ID < allocs[j].ID
 	})
 	for _, a := range allocs {
-		if a.DesiredStatus != "run" || (a.ClientStatus != "pending" && a.ClientStatus != "running") || a.AllocatedResources == nil {
+		if a.DesiredStatus != "run" || (a.ClientStatus != "pending" && a.ClientStatus != "running") {
+			continue
+		}
+		key := Key(a.Namespace, a.JobID)
+		info := v.Jobs[key]
+		if info != nil && a.ClientStatus == "running" {
+			info.Running++
+		}
+		if a.AllocatedResources == nil {
 			continue
 		}
 		whole := map[string]bool{}
@@ -310,13 +318,10 @@ func Assemble(in Inputs) *View {
 		if len(whole) == 0 && len(shares) == 0 {
 			continue
 		}
-		key := Key(a.Namespace, a.JobID)
-		info := v.Jobs[key]
 		if info == nil {
 			v.Warnings = append(v.Warnings, fmt.Sprintf("allocation %s: job %s not listed", a.ID, key))
 			continue
 		}
-		info.Running++
 		addProject(info.Project)
 		alloc := model.Allocation{ID: a.ID, Project: info.Project, Job: key, Group: a.TaskGroup, Priority: info.Priority,
 			Preemptible: info.Preemptible, Node: a.NodeID, Start: a.CreateTime / int64(time.Second)}

@@ -135,6 +135,9 @@ func Watch(ctx context.Context, client *nomadapi.Client, log hclog.Logger, chang
 		changed() // (re)connected: whatever happened in the gap needs a re-list
 		for evs := range ch {
 			if evs.Err != nil {
+				if ctx.Err() != nil {
+					break
+				}
 				log.Warn("event stream broke; reconnecting", "error", evs.Err)
 				break
 			}
