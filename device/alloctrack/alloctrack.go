@@ -1,0 +1,279 @@
+// Package alloctrack reads, from the Nomad API, which gpushare device
+// instances the live allocations of this node hold, and which instances the
+// Nomad servers currently see published. Nomad gives device plugins no
+// release callback, so this is how the plugin learns that a reservation
+// ended; everything is rebuilt from the API on each read, so nothing is lost
+// when the plugin or the Nomad client restarts.
+package alloctrack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/hashicorp/nomad/api"
+)
+
+// Device identity of the two families.
+const (
+	Vendor    = "nvidia"
+	TypeWhole = "gpu"
+	TypeShare = "gpu-share"
+)
+
+// Config says how to reach Nomad and which node is ours.
+type Config struct {
+	// Address of the Nomad HTTP API; empty means NOMAD_ADDR, else
+	// http://127.0.0.1:4646.
+	Address string
+	// Token is the ACL token; empty means NOMAD_TOKEN.
+	Token string
+	// NodeID, if set, is used as is. Otherwise NodeName, if set, is looked
+	// up; otherwise the local agent's own node ID (/v1/agent/self), else the
+	// node whose name is the hostname.
+	NodeID   string
+	NodeName string
+	// Timeout bounds each HTTP request (default 5s).
+	Timeout time.Duration
+}
+
+// GPUUsage is what Nomad says about one GPU.
+type GPUUsage struct {
+	// WholeAllocs are the live allocations holding the GPU whole.
+	WholeAllocs []string
+	// ShareUnits held by live allocations, and by whom.
+	ShareUnits  int
+	ShareAllocs []string
+	// ServerWhole / ServerShare: the servers' view of the node has a
+	// healthy instance of the GPU in the whole / share family.
+	ServerWhole, ServerShare bool
+}
+
+// Snapshot is one read of the node.
+type Snapshot struct {
+	// Started is taken before anything is read, so every placement applied
+	// before Started is in the snapshot.
+	Started time.Time
+	NodeID  string
+	GPUs    map[string]*GPUUsage
+}
+
+// Tracker reads snapshots. It is not safe for concurrent Read calls.
+type Tracker struct {
+	cfg    Config
+	client *api.Client
+	nodeID string
+	now    func() time.Time
+}
+
+// New makes a tracker; it does not contact Nomad yet.
+func New(cfg Config) (*Tracker, error) {
+	ac := api.DefaultConfig() // reads NOMAD_ADDR, NOMAD_TOKEN, TLS variables
+	if cfg.Address != "" {
+		ac.Address = cfg.Address
+	}
+	if cfg.Token != "" {
+		ac.SecretID = cfg.Token
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	c, err := api.NewClient(ac)
+	if err != nil {
+		return nil, fmt.Errorf("nomad API client for %s: %w", ac.Address, err)
+	}
+	return &Tracker{cfg: cfg, client: c, nodeID: cfg.NodeID, now: time.Now}, nil
+}
+
+// Address is the Nomad address in use.
+func (t *Tracker) Address() string { return t.client.Address() }
+
+func (t *Tracker) q(ctx context.Context) (*api.QueryOptions, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.Timeout)
+	return (&api.QueryOptions{AllowStale: true}).WithContext(ctx), cancel
+}
+
+// ErrNodeNotFound is returned when the plugin cannot tell which node it
+// runs on.
+var ErrNodeNotFound = errors.New("nomad node of this plugin not found")
+
+// NodeID returns this plugin's node ID, resolving it once.
+func (t *Tracker) NodeID(ctx context.Context) (string, error) {
+	if t.nodeID != "" {
+		return t.nodeID, nil
+	}
+	name := t.cfg.NodeName
+	if name == "" {
+		// The local agent knows its own node ID.
+		var self api.AgentSelf
+		q, cancel := t.q(ctx)
+		_, err := t.client.Raw().Query("/v1/agent/self", &self, q)
+		cancel()
+		if err == nil {
+			if id := self.Stats["client"]["node_id"]; id != "" {
+				t.nodeID = id
+				return id, nil
+			}
+		}
+		h, err := os.Hostname()
+		if err != nil {
+			return "", fmt.Errorf("%w: set node_id or node_name in the plugin config (hostname: %v)", ErrNodeNotFound, err)
+		}
+		name = h
+	}
+	q, cancel := t.q(ctx)
+	defer cancel()
+	nodes, _, err := t.client.Nodes().List(q)
+	if err != nil {
+		return "", fmt.Errorf("list nodes at %s: %w", t.client.Address(), err)
+	}
+	var match []string
+	for _, n := range nodes {
+		if n.Name == name {
+			match = append(match, n.ID)
+		}
+	}
+	switch len(match) {
+	case 1:
+		t.nodeID = match[0]
+		return t.nodeID, nil
+	case 0:
+		return "", fmt.Errorf("%w: no node named %q at %s; set node_id or node_name in the plugin config", ErrNodeNotFound, name, t.client.Address())
+	default:
+		return "", fmt.Errorf("%w: %d nodes named %q; set node_id in the plugin config", ErrNodeNotFound, len(match), name)
+	}
+}
+
+// Read takes one snapshot of the node.
+func (t *Tracker) Read(ctx context.Context) (Snapshot, error) {
+	started := t.now()
+	nodeID, err := t.NodeID(ctx)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	q, cancel := t.q(ctx)
+	defer cancel()
+	// The servers' view first, then the allocations: a placement made after
+	// the node view was read is still seen in the allocation list.
+	node, _, err := t.client.Nodes().Info(nodeID, q)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("read node %s at %s: %w", nodeID, t.client.Address(), err)
+	}
+	allocs, _, err := t.client.Nodes().Allocations(nodeID, q)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("list allocations of node %s at %s: %w", nodeID, t.client.Address(), err)
+	}
+	snap := Snapshot{Started: started, NodeID: nodeID, GPUs: map[string]*GPUUsage{}}
+	if node.NodeResources != nil {
+		addServerView(snap.GPUs, node.NodeResources.Devices)
+	}
+	AddAllocations(snap.GPUs, allocs)
+	return snap, nil
+}
+
+func get(m map[string]*GPUUsage, uuid string) *GPUUsage {
+	u := m[uuid]
+	if u == nil {
+		u = &GPUUsage{}
+		m[uuid] = u
+	}
+	return u
+}
+
+func addServerView(m map[string]*GPUUsage, groups []*api.NodeDeviceResource) {
+	for _, g := range groups {
+		if g == nil || g.Vendor != Vendor || (g.Type != TypeWhole && g.Type != TypeShare) {
+			continue
+		}
+		for _, inst := range g.Instances {
+			if inst == nil || !inst.Healthy {
+				continue
+			}
+			id, err := ids.Parse(inst.ID)
+			if err != nil {
+				continue
+			}
+			switch {
+			case g.Type == TypeWhole && !id.IsShare:
+				get(m, id.UUID).ServerWhole = true
+			case g.Type == TypeShare && id.IsShare:
+				get(m, id.UUID).ServerShare = true
+			}
+		}
+	}
+}
+
+// Live reports whether an allocation may still be using its devices: every
+// allocation that is not terminal on the client, whatever its desired
+// status (a stopping allocation still runs).
+func Live(a *api.Allocation) bool {
+	return !a.ClientTerminalStatus()
+}
+
+// AddAllocations adds the devices held by the live allocations to m.
+func AddAllocations(m map[string]*GPUUsage, allocs []*api.Allocation) {
+	for _, a := range allocs {
+		if a == nil || !Live(a) || a.AllocatedResources == nil {
+			continue
+		}
+		tasks := make([]string, 0, len(a.AllocatedResources.Tasks))
+		for name := range a.AllocatedResources.Tasks {
+			tasks = append(tasks, name)
+		}
+		sort.Strings(tasks)
+		for _, name := range tasks {
+			tr := a.AllocatedResources.Tasks[name]
+			if tr == nil {
+				continue
+			}
+			for _, d := range tr.Devices {
+				if d == nil || d.Vendor != Vendor {
+					continue
+				}
+				for _, raw := range d.DeviceIDs {
+					id, err := ids.Parse(raw)
+					if err != nil {
+						continue
+					}
+					u := get(m, id.UUID)
+					switch {
+					case d.Type == TypeWhole && !id.IsShare:
+						u.WholeAllocs = appendOnce(u.WholeAllocs, a.ID)
+					case d.Type == TypeShare && id.IsShare:
+						u.ShareUnits++
+						u.ShareAllocs = appendOnce(u.ShareAllocs, a.ID)
+					}
+				}
+			}
+		}
+	}
+}
+
+func appendOnce(s []string, v string) []string {
+	for _, x := range s {
+		if x == v {
+			return s
+		}
+	}
+	return append(s, v)
+}
+
+// String summarizes a snapshot for logs.
+func (s Snapshot) String() string {
+	uuids := make([]string, 0, len(s.GPUs))
+	for u := range s.GPUs {
+		uuids = append(uuids, u)
+	}
+	sort.Strings(uuids)
+	var b strings.Builder
+	for _, u := range uuids {
+		g := s.GPUs[u]
+		fmt.Fprintf(&b, "%s: whole=%v shares=%d server(whole=%v share=%v); ", ids.ShortUUID(u), g.WholeAllocs, g.ShareUnits, g.ServerWhole, g.ServerShare)
+	}
+	return b.String()
+}

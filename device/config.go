@@ -1,0 +1,172 @@
+package device
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/device/gpu"
+	"github.com/hashicorp/nomad/plugins/shared/hclspec"
+)
+
+// Backends.
+const (
+	BackendNVML      = "nvml"
+	BackendSimulated = "simulated"
+)
+
+// Config is the plugin configuration (the `config` block of the plugin's
+// `plugin "nomad-device-gpushare"` stanza in the Nomad client config).
+type Config struct {
+	Backend            string   `codec:"backend"`
+	SimulatedPreset    string   `codec:"simulated_preset"`
+	SimulatedCount     int      `codec:"simulated_count"`
+	SimulatedModel     string   `codec:"simulated_model"`
+	SimulatedMemoryMiB int      `codec:"simulated_memory_mib"`
+	SimulatedSeed      string   `codec:"simulated_seed"`
+	FingerprintPeriod  string   `codec:"fingerprint_period"`
+	IgnoredGPUIDs      []string `codec:"ignored_gpu_ids"`
+	MinIdleShareGPUs   int      `codec:"min_idle_share_gpus"`
+	ShareHeadroom      int      `codec:"share_headroom"`
+	SwitchSettlePeriod string   `codec:"switch_settle_period"`
+	NomadAddress       string   `codec:"nomad_address"`
+	NomadToken         string   `codec:"nomad_token"`
+	NomadPollPeriod    string   `codec:"nomad_poll_period"`
+	NodeID             string   `codec:"node_id"`
+	NodeName           string   `codec:"node_name"`
+	MPSEnabled         bool     `codec:"mps_enabled"`
+	MPSPipeDirectory   string   `codec:"mps_pipe_directory"`
+}
+
+func attr(name, typ, def string) *hclspec.Spec {
+	a := hclspec.NewAttr(name, typ, false)
+	if def == "" {
+		return a
+	}
+	return hclspec.NewDefault(a, hclspec.NewLiteral(def))
+}
+
+// configSpec is the HCL schema with its defaults.
+var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
+	"backend":              attr("backend", "string", `"nvml"`),
+	"simulated_preset":     attr("simulated_preset", "string", `"h100"`),
+	"simulated_count":      attr("simulated_count", "number", `0`),
+	"simulated_model":      attr("simulated_model", "string", ""),
+	"simulated_memory_mib": attr("simulated_memory_mib", "number", `0`),
+	"simulated_seed":       attr("simulated_seed", "string", ""),
+	"fingerprint_period":   attr("fingerprint_period", "string", `"5s"`),
+	"ignored_gpu_ids":      attr("ignored_gpu_ids", "list(string)", `[]`),
+	"min_idle_share_gpus":  attr("min_idle_share_gpus", "number", `1`),
+	"share_headroom":       attr("share_headroom", "number", `50`),
+	"switch_settle_period": attr("switch_settle_period", "string", `"10s"`),
+	"nomad_address":        attr("nomad_address", "string", ""),
+	"nomad_token":          attr("nomad_token", "string", ""),
+	"nomad_poll_period":    attr("nomad_poll_period", "string", `"2s"`),
+	"node_id":              attr("node_id", "string", ""),
+	"node_name":            attr("node_name", "string", ""),
+	"mps_enabled":          attr("mps_enabled", "bool", `false`),
+	"mps_pipe_directory":   attr("mps_pipe_directory", "string", `"/tmp/nvidia-mps"`),
+})
+
+// DefaultConfig is the configuration an empty config block gives.
+func DefaultConfig() Config {
+	return Config{
+		Backend:            BackendNVML,
+		SimulatedPreset:    gpu.PresetH100,
+		FingerprintPeriod:  "5s",
+		MinIdleShareGPUs:   1,
+		ShareHeadroom:      50,
+		SwitchSettlePeriod: "10s",
+		NomadPollPeriod:    "2s",
+		MPSPipeDirectory:   "/tmp/nvidia-mps",
+	}
+}
+
+// settings is a validated Config.
+type settings struct {
+	Config
+	fingerprintPeriod time.Duration
+	settlePeriod      time.Duration
+	pollPeriod        time.Duration
+	ignored           map[string]bool
+}
+
+// FieldError names the config field at fault and how to fix it.
+type FieldError struct {
+	Field, Problem, Fix string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("gpushare plugin config: %s: %s; %s", e.Field, e.Problem, e.Fix)
+}
+
+func period(field, v string, min time.Duration) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, &FieldError{field, fmt.Sprintf("%q is not a duration", v), `use a Go duration such as "5s" or "1m"`}
+	}
+	if d < min {
+		return 0, &FieldError{field, fmt.Sprintf("%s is too short", d), fmt.Sprintf("use at least %s", min)}
+	}
+	return d, nil
+}
+
+// validate checks a Config and returns its settings; errors name the field
+// and the fix.
+func (c Config) validate() (settings, error) {
+	s := settings{Config: c, ignored: map[string]bool{}}
+	var err error
+	switch c.Backend {
+	case BackendNVML:
+	case BackendSimulated:
+		switch c.SimulatedPreset {
+		case gpu.PresetH100, gpu.PresetA100:
+			if c.SimulatedCount < 0 || c.SimulatedCount > 64 {
+				return s, &FieldError{"simulated_count", fmt.Sprintf("%d is out of range", c.SimulatedCount), "use 0 (the preset's 8 GPUs) to 64"}
+			}
+		case gpu.PresetCustom:
+			if c.SimulatedCount < 1 || c.SimulatedCount > 64 {
+				return s, &FieldError{"simulated_count", fmt.Sprintf("%d is out of range for the custom preset", c.SimulatedCount), "use 1 to 64"}
+			}
+			if strings.TrimSpace(c.SimulatedModel) == "" {
+				return s, &FieldError{"simulated_model", "empty", `name the model, e.g. "NVIDIA L4"`}
+			}
+			if c.SimulatedMemoryMiB < 1024 || c.SimulatedMemoryMiB > 1<<22 {
+				return s, &FieldError{"simulated_memory_mib", fmt.Sprintf("%d is out of range", c.SimulatedMemoryMiB), "give the GPU memory in MiB, e.g. 40960"}
+			}
+		default:
+			return s, &FieldError{"simulated_preset", fmt.Sprintf("unknown preset %q", c.SimulatedPreset), `use "h100" (8 x H100 80GB), "a100" (8 x A100 40GB) or "custom" (with simulated_count, simulated_model, simulated_memory_mib)`}
+		}
+	default:
+		return s, &FieldError{"backend", fmt.Sprintf("unknown backend %q", c.Backend), `use "nvml" (real GPUs) or "simulated" (go-nvml mock machines)`}
+	}
+	if s.fingerprintPeriod, err = period("fingerprint_period", c.FingerprintPeriod, 100*time.Millisecond); err != nil {
+		return s, err
+	}
+	if s.pollPeriod, err = period("nomad_poll_period", c.NomadPollPeriod, 100*time.Millisecond); err != nil {
+		return s, err
+	}
+	if s.settlePeriod, err = period("switch_settle_period", c.SwitchSettlePeriod, 0); err != nil {
+		return s, err
+	}
+	if c.MinIdleShareGPUs < 0 || c.MinIdleShareGPUs > 64 {
+		return s, &FieldError{"min_idle_share_gpus", fmt.Sprintf("%d is out of range", c.MinIdleShareGPUs), "use 0 (no share landing place) to 64"}
+	}
+	if c.ShareHeadroom < 0 || c.ShareHeadroom > 100 {
+		return s, &FieldError{"share_headroom", fmt.Sprintf("%d is out of range", c.ShareHeadroom), "give free shares (0 to 100) on an in-use share GPU that count as room; 0 always keeps the idle share GPUs"}
+	}
+	for i, id := range c.IgnoredGPUIDs {
+		if strings.TrimSpace(id) == "" || strings.ContainsAny(id, " \t\n,") {
+			return s, &FieldError{fmt.Sprintf("ignored_gpu_ids[%d]", i), fmt.Sprintf("%q is not a GPU UUID", id), `list GPU UUIDs such as "GPU-8f3a2c1e-...", one per string`}
+		}
+		s.ignored[id] = true
+	}
+	if c.NomadAddress != "" && !strings.HasPrefix(c.NomadAddress, "http://") && !strings.HasPrefix(c.NomadAddress, "https://") {
+		return s, &FieldError{"nomad_address", fmt.Sprintf("%q has no scheme", c.NomadAddress), `use a URL such as "http://127.0.0.1:4646"`}
+	}
+	if c.MPSEnabled && !filepath.IsAbs(c.MPSPipeDirectory) {
+		return s, &FieldError{"mps_pipe_directory", fmt.Sprintf("%q is not an absolute path", c.MPSPipeDirectory), `use the MPS control daemon's CUDA_MPS_PIPE_DIRECTORY, e.g. "/tmp/nvidia-mps"`}
+	}
+	return s, nil
+}

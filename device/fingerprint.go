@@ -1,0 +1,215 @@
+package device
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/gpushare/nomad-gpushare/device/alloctrack"
+	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/device/partition"
+	dev "github.com/hashicorp/nomad/plugins/device"
+	"github.com/hashicorp/nomad/plugins/shared/structs"
+)
+
+// Fingerprint streams the device groups: one "gpu" group per model and one
+// "gpu-share" group per shareable GPU. A new response is sent whenever
+// health or the partition changes.
+//
+// NVML failures are logged and retried; they do not end the stream with an
+// error, because Nomad's client stops a device plugin for good on a
+// fingerprint error (client/devicemanager/instance.go). GPUs already known
+// are then listed unhealthy with the NVML error as the reason.
+func (p *Plugin) Fingerprint(ctx context.Context) (<-chan *dev.FingerprintResponse, error) {
+	if err := p.start(); err != nil {
+		return nil, err
+	}
+	out := make(chan *dev.FingerprintResponse)
+	notify := make(chan struct{}, 1)
+	p.mu.Lock()
+	p.subs[notify] = struct{}{}
+	if p.hwRead {
+		notify <- struct{}{}
+	}
+	p.mu.Unlock()
+	go func() {
+		defer close(out)
+		defer func() {
+			p.mu.Lock()
+			delete(p.subs, notify)
+			p.mu.Unlock()
+		}()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.ctx.Done():
+				return
+			case <-notify:
+			}
+			p.mu.Lock()
+			groups := p.groups
+			p.mu.Unlock()
+			select {
+			case out <- dev.NewFingerprint(groups...):
+			case <-ctx.Done():
+				return
+			case <-p.ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// publishLocked rebuilds the device groups and the Reserve view from the
+// hardware and the partition, and wakes the fingerprint streams when the
+// groups changed. p.mu must be held.
+func (p *Plugin) publishLocked() {
+	pubs := p.machine.Publications()
+	hw := p.sortedHW()
+
+	var groups []*dev.DeviceGroup
+	whole := map[string]*dev.DeviceGroup{}
+	view := &reserveView{gpus: map[string]gpuInfo{}, whole: map[string]bool{}, shares: map[string]int{}}
+	if p.cfg != nil {
+		view.mps, view.mpsDir = p.cfg.MPSEnabled, p.cfg.MPSPipeDirectory
+	}
+	for _, g := range hw {
+		pub := pubs[g.UUID]
+		view.gpus[g.UUID] = gpuInfo{model: g.Model, memMiB: g.MemoryMiB, shareable: !g.MIG}
+		if u := p.usage[g.UUID]; u != nil {
+			view.whole[g.UUID] = len(u.WholeAllocs) > 0
+			view.shares[g.UUID] = u.ShareUnits
+		}
+
+		wg := whole[g.Model]
+		if wg == nil {
+			wg = &dev.DeviceGroup{Vendor: alloctrack.Vendor, Type: alloctrack.TypeWhole, Name: g.Model, Attributes: p.attributes(g, false)}
+			whole[g.Model] = wg
+			groups = append(groups, wg)
+		}
+		healthy, desc := p.health(g, pub, partition.Whole)
+		wg.Devices = append(wg.Devices, &dev.Device{ID: g.UUID, Healthy: healthy, HealthDesc: desc, HwLocality: locality(g)})
+
+		if g.MIG {
+			continue
+		}
+		sg := &dev.DeviceGroup{Vendor: alloctrack.Vendor, Type: alloctrack.TypeShare, Name: shareGroupName(g.GPU), Attributes: p.attributes(g, true)}
+		healthy, desc = p.health(g, pub, partition.Share)
+		sg.Devices = make([]*dev.Device, ids.SharesPerGPU)
+		for k := range sg.Devices {
+			sg.Devices[k] = &dev.Device{ID: ids.Share(g.UUID, k), Healthy: healthy, HealthDesc: desc, HwLocality: locality(g)}
+		}
+		groups = append(groups, sg)
+	}
+	p.view.Store(view)
+
+	sig := signature(groups)
+	if sig == p.groupSig {
+		return
+	}
+	p.groups, p.groupSig = groups, sig
+	for n := range p.subs {
+		select {
+		case n <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func locality(g *hwGPU) *dev.DeviceLocality {
+	if g.PCIBusID == "" {
+		return nil
+	}
+	return &dev.DeviceLocality{PciBusID: g.PCIBusID}
+}
+
+// health says whether a GPU's instances in family fam are allocatable.
+func (p *Plugin) health(g *hwGPU, pub partition.Publication, fam partition.Mode) (bool, string) {
+	switch {
+	case !g.healthy:
+		return false, g.reason
+	case pub.Family == partition.Unknown:
+		return false, pub.Reason
+	case pub.Family != fam && pub.Family == partition.Share:
+		return false, fmt.Sprintf("gpushare: GPU is in share mode (device group %q)", shareGroupName(g.GPU))
+	case pub.Family != fam:
+		return false, "gpushare: GPU is in whole mode"
+	}
+	return true, ""
+}
+
+// attributes are the group attributes of a GPU (for a whole group: of the
+// first GPU of its model).
+func (p *Plugin) attributes(g *hwGPU, share bool) map[string]*structs.Attribute {
+	a := map[string]*structs.Attribute{
+		"model":              structs.NewStringAttribute(g.Model),
+		"memory":             structs.NewIntAttribute(int64(g.MemoryMiB), structs.UnitMiB),
+		"compute_capability": structs.NewStringAttribute(g.ComputeCapability()),
+		"sharing":            structs.NewStringAttribute(map[bool]string{true: "share", false: "whole"}[share]),
+	}
+	if p.driver != "" {
+		a["driver_version"] = structs.NewStringAttribute(p.driver)
+	}
+	if p.cuda != "" {
+		a["cuda_version"] = structs.NewStringAttribute(p.cuda)
+	}
+	if g.Architecture != "" {
+		a["architecture"] = structs.NewStringAttribute(g.Architecture)
+	}
+	if g.CUDACores > 0 {
+		a["cuda_cores"] = structs.NewIntAttribute(int64(g.CUDACores), "")
+	}
+	if g.PCIBandwidthMBps > 0 {
+		a["pci_bandwidth"] = structs.NewIntAttribute(int64(g.PCIBandwidthMBps), structs.UnitMBPerS)
+	}
+	if g.PowerLimitW > 0 {
+		a["power"] = structs.NewIntAttribute(int64(g.PowerLimitW), structs.UnitW)
+	}
+	if g.CoresClockMHz > 0 {
+		a["cores_clock"] = structs.NewIntAttribute(int64(g.CoresClockMHz), structs.UnitMHz)
+	}
+	if g.MemoryClockMHz > 0 {
+		a["memory_clock"] = structs.NewIntAttribute(int64(g.MemoryClockMHz), structs.UnitMHz)
+	}
+	if g.BAR1MiB > 0 {
+		a["bar1"] = structs.NewIntAttribute(int64(g.BAR1MiB), structs.UnitMiB)
+	}
+	if share {
+		a["uuid"] = structs.NewStringAttribute(g.UUID)
+		a["index"] = structs.NewIntAttribute(int64(g.Index), "")
+		a["shares"] = structs.NewIntAttribute(ids.SharesPerGPU, "")
+		a["share_memory"] = structs.NewIntAttribute(int64(g.MemoryMiB/ids.SharesPerGPU), structs.UnitMiB)
+		if g.PCIBusID != "" {
+			a["pci_bus_id"] = structs.NewStringAttribute(g.PCIBusID)
+		}
+	}
+	return a
+}
+
+// signature is a cheap summary of what Nomad would see changing.
+func signature(groups []*dev.DeviceGroup) string {
+	var b strings.Builder
+	for _, g := range groups {
+		fmt.Fprintf(&b, "%s/%s/%s[", g.Vendor, g.Type, g.Name)
+		keys := make([]string, 0, len(g.Attributes))
+		for k := range g.Attributes {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(&b, "%s=%s,", k, g.Attributes[k].GoString())
+		}
+		// A share group's instances share one health; one suffices.
+		for i, d := range g.Devices {
+			if g.Type == alloctrack.TypeShare && i > 0 {
+				break
+			}
+			fmt.Fprintf(&b, "%s:%v:%s;", d.ID, d.Healthy, d.HealthDesc)
+		}
+		b.WriteString("]")
+	}
+	return b.String()
+}

@@ -1,0 +1,430 @@
+package device
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/gpushare/nomad-gpushare/device/gpu"
+	hclog "github.com/hashicorp/go-hclog"
+	dev "github.com/hashicorp/nomad/plugins/device"
+)
+
+// newPlugin configures a plugin on a simulated 4 x A100 40GB machine that
+// reads the fake Nomad. mod adjusts the config.
+func newPlugin(t testing.TB, f *fakeNomad, mod func(*Config)) *Plugin {
+	t.Helper()
+	c := DefaultConfig()
+	c.Backend, c.SimulatedPreset, c.SimulatedCount = BackendSimulated, "a100", 4
+	c.NomadAddress, c.NodeID, c.SwitchSettlePeriod = f.URL, fakeNodeID, "0s"
+	if mod != nil {
+		mod(&c)
+	}
+	p := New(hclog.NewNullLogger())
+	if err := p.configure(c); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Shutdown)
+	p.refreshHardware()
+	return p
+}
+
+// cycle is one round of the plugin's loop followed by the Nomad client
+// pushing the new fingerprint to the servers.
+func cycle(p *Plugin, f *fakeNomad) {
+	p.refreshHardware()
+	p.observe(context.Background())
+	p.mu.Lock()
+	groups := p.groups
+	p.mu.Unlock()
+	f.sync(groups)
+}
+
+// families returns, per GPU index, where it is allocatable: "whole",
+// "share", or "none".
+func families(p *Plugin) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	hw := p.sortedHW()
+	out := make([]string, len(hw))
+	pos := map[string]int{}
+	for i, g := range hw {
+		pos[g.UUID] = i
+		out[i] = "none"
+	}
+	for _, g := range p.groups {
+		for _, d := range g.Devices {
+			if !d.Healthy {
+				continue
+			}
+			u := d.ID
+			if g.Type == "gpu-share" {
+				u = u[:len(u)-4]
+			}
+			if g.Type == "gpu" {
+				out[pos[u]] = "whole"
+			} else {
+				out[pos[u]] = "share"
+			}
+		}
+	}
+	return out
+}
+
+func uuids(p *Plugin) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, g := range p.sortedHW() {
+		out = append(out, g.UUID)
+	}
+	return out
+}
+
+func TestFingerprintGroups(t *testing.T) {
+	f := newFakeNomad(t)
+	p := newPlugin(t, f, nil)
+	cycle(p, f)
+	if got := fmt.Sprint(families(p)); got != "[whole whole whole share]" {
+		t.Fatalf("families = %s", got)
+	}
+	p.mu.Lock()
+	groups := p.groups
+	p.mu.Unlock()
+	if len(groups) != 5 {
+		t.Fatalf("%d groups, want 1 whole + 4 share", len(groups))
+	}
+	w := groups[0]
+	if w.Vendor != "nvidia" || w.Type != "gpu" || w.Name != "Mock NVIDIA A100-SXM4-40GB" || len(w.Devices) != 4 {
+		t.Fatalf("whole group %s/%s/%s with %d devices", w.Vendor, w.Type, w.Name, len(w.Devices))
+	}
+	for _, k := range []string{"memory", "compute_capability", "driver_version", "cuda_version", "pci_bandwidth", "power", "cuda_cores", "model"} {
+		if w.Attributes[k] == nil {
+			t.Errorf("whole group lacks attribute %q", k)
+		}
+	}
+	if v, _ := w.Attributes["memory"].GetInt(); v != 40960 || w.Attributes["memory"].Unit != "MiB" {
+		t.Errorf("memory attribute %v", w.Attributes["memory"])
+	}
+	if w.Devices[3].Healthy || !contains(w.Devices[3].HealthDesc, "share mode") || w.Devices[0].HwLocality.PciBusID == "" {
+		t.Errorf("whole instance of the shared GPU: %+v", w.Devices[3])
+	}
+	names := map[string]bool{}
+	for i, g := range groups[1:] {
+		u := uuids(p)[i]
+		if g.Type != "gpu-share" || len(g.Devices) != 100 || g.Devices[7].ID != u+"-s07" {
+			t.Fatalf("share group %d: %s with %d devices, 8th %s", i, g.Type, len(g.Devices), g.Devices[7].ID)
+		}
+		if s, _ := g.Attributes["uuid"].GetString(); s != u {
+			t.Errorf("share group %d uuid attribute %q", i, s)
+		}
+		for _, k := range []string{"model", "memory", "share_memory", "pci_bus_id", "compute_capability"} {
+			if g.Attributes[k] == nil {
+				t.Errorf("share group lacks attribute %q", k)
+			}
+		}
+		names[g.Name] = true
+	}
+	if len(names) != 4 {
+		t.Errorf("share group names not distinct: %v", names)
+	}
+	// Every group passes Nomad's own validation.
+	for _, g := range groups {
+		if err := g.Validate(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestNothingAllocatableBeforeNomadIsRead(t *testing.T) {
+	f := newFakeNomad(t)
+	f.setDown(true)
+	p := newPlugin(t, f, nil)
+	cycle(p, f)
+	if got := fmt.Sprint(families(p)); got != "[none none none none]" {
+		t.Fatalf("families = %s", got)
+	}
+	p.mu.Lock()
+	desc := p.groups[0].Devices[0].HealthDesc
+	p.mu.Unlock()
+	if !contains(desc, "waiting to read GPU usage from the Nomad API") {
+		t.Errorf("HealthDesc = %q", desc)
+	}
+	f.setDown(false)
+	cycle(p, f)
+	if got := fmt.Sprint(families(p)); got != "[whole whole whole share]" {
+		t.Fatalf("families after Nomad answers = %s", got)
+	}
+}
+
+func TestPartitionFollowsUsage(t *testing.T) {
+	f := newFakeNomad(t)
+	p := newPlugin(t, f, nil)
+	u := uuids(p)
+	cycle(p, f)
+	steps := []struct {
+		do   func()
+		want string
+	}{
+		// The landing place fills up: GPU 2 is withdrawn from the whole family...
+		{func() { f.place("a1", "gpu-share", shares(u[3], 0, 70)...) }, "[whole whole none share]"},
+		// ...the servers see it withdrawn and it settles...
+		{func() {}, "[whole whole none share]"},
+		// ...nothing landed: it is published as shares.
+		{func() {}, "[whole whole share share]"},
+		// A whole job takes GPU 0.
+		{func() { f.place("a2", "gpu", u[0]) }, "[whole whole share share]"},
+		// The share tenant ends: two idle share GPUs, the lower goes whole.
+		{func() { f.finish("a1") }, "[whole whole none share]"},
+		{func() {}, "[whole whole none share]"},
+		{func() {}, "[whole whole whole share]"},
+	}
+	for i, s := range steps {
+		s.do()
+		cycle(p, f)
+		if got := fmt.Sprint(families(p)); got != s.want {
+			t.Fatalf("step %d: families = %s, want %s", i, got, s.want)
+		}
+	}
+}
+
+func TestPlacementRacingASwitchAbortsIt(t *testing.T) {
+	f := newFakeNomad(t)
+	p := newPlugin(t, f, func(c *Config) { c.SwitchSettlePeriod = "1h" })
+	u := uuids(p)
+	cycle(p, f)
+	f.place("a1", "gpu-share", shares(u[3], 0, 70)...)
+	cycle(p, f)
+	cycle(p, f) // servers see GPU 2 withdrawn; settling for an hour
+	if got := fmt.Sprint(families(p)); got != "[whole whole none share]" {
+		t.Fatalf("families = %s", got)
+	}
+	// A whole placement planned before the withdrawal lands on GPU 2.
+	f.place("late", "gpu", u[2])
+	if _, err := p.Reserve([]string{u[2]}); err != nil {
+		t.Fatalf("Reserve of the late whole placement: %v", err)
+	}
+	// Shares of GPU 2 can no longer be reserved.
+	if _, err := p.Reserve(shares(u[2], 0, 10)); err == nil || !contains(err.Error(), "held whole") {
+		t.Fatalf("Reserve of shares on a GPU held whole: %v", err)
+	}
+	cycle(p, f)
+	// GPU 2 stays whole; share mode still lacks room, so GPU 1 becomes the
+	// next landing place.
+	if got := fmt.Sprint(families(p)); got != "[whole none whole share]" {
+		t.Fatalf("families after the late placement = %s", got)
+	}
+}
+
+func TestNomadUnreachableKeepsLastState(t *testing.T) {
+	f := newFakeNomad(t)
+	p := newPlugin(t, f, nil)
+	u := uuids(p)
+	cycle(p, f)
+	f.place("a1", "gpu-share", shares(u[3], 0, 70)...)
+	cycle(p, f) // GPU 2 withdrawn
+	f.setDown(true)
+	for i := 0; i < 3; i++ {
+		cycle(p, f)
+		if got := fmt.Sprint(families(p)); got != "[whole whole none share]" {
+			t.Fatalf("blind cycle %d: families = %s", i, got)
+		}
+	}
+	// Reserve keeps working from cached state while blind.
+	if _, err := p.Reserve([]string{u[0]}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Reserve(shares(u[3], 70, 10)); err != nil {
+		t.Fatal(err)
+	}
+	f.setDown(false)
+	cycle(p, f)
+	cycle(p, f)
+	cycle(p, f)
+	if got := fmt.Sprint(families(p)); got != "[whole whole share share]" {
+		t.Fatalf("after Nomad is back: families = %s", got)
+	}
+}
+
+func TestLostGPUBecomesUnhealthy(t *testing.T) {
+	f := newFakeNomad(t)
+	p := newPlugin(t, f, nil)
+	cycle(p, f)
+	p.sim.SetLost(1, nvml.ERROR_GPU_IS_LOST)
+	cycle(p, f)
+	p.mu.Lock()
+	d := p.groups[0].Devices[1]
+	p.mu.Unlock()
+	if d.Healthy || !contains(d.HealthDesc, "GPU_IS_LOST") {
+		t.Fatalf("lost GPU: healthy=%v desc=%q", d.Healthy, d.HealthDesc)
+	}
+	p.sim.SetLost(1, nvml.SUCCESS)
+	cycle(p, f)
+	if got := fmt.Sprint(families(p)); got != "[whole whole whole share]" {
+		t.Fatalf("after recovery: %s", got)
+	}
+}
+
+func TestMIGGPUIsWholeOnly(t *testing.T) {
+	f := newFakeNomad(t)
+	p := newPlugin(t, f, nil)
+	p.sim.SetMIG(3, true)
+	cycle(p, f)
+	p.mu.Lock()
+	n := len(p.groups)
+	p.mu.Unlock()
+	if got := fmt.Sprint(families(p)); got != "[whole whole share whole]" || n != 4 {
+		t.Fatalf("families = %s with %d groups", got, n)
+	}
+	if _, err := p.Reserve(shares(uuids(p)[3], 0, 5)); err == nil {
+		t.Fatal("shares of a MIG GPU were reserved")
+	}
+}
+
+func TestIgnoredGPUs(t *testing.T) {
+	f := newFakeNomad(t)
+	sim, _ := gpu.NewSimulated(gpu.SimOptions{Preset: "a100", Count: 4})
+	ignored := sim.UUIDs()[0]
+	p := newPlugin(t, f, func(c *Config) { c.IgnoredGPUIDs = []string{ignored} })
+	cycle(p, f)
+	for _, u := range uuids(p) {
+		if u == ignored {
+			t.Fatal("ignored GPU is published")
+		}
+	}
+	if len(uuids(p)) != 3 {
+		t.Fatalf("%d GPUs", len(uuids(p)))
+	}
+}
+
+// TestNVMLInitFailure: a failing NVML is retried and never ends the
+// fingerprint stream with an error.
+func TestNVMLInitFailure(t *testing.T) {
+	f := newFakeNomad(t)
+	sim, _ := gpu.NewSimulated(gpu.SimOptions{Preset: "h100", Count: 2})
+	sim.SetInitError(nvml.ERROR_LIBRARY_NOT_FOUND)
+	p := New(hclog.NewNullLogger())
+	p.newLib = func() nvml.Interface { return sim }
+	c := DefaultConfig()
+	c.NomadAddress, c.NodeID, c.FingerprintPeriod, c.NomadPollPeriod = f.URL, fakeNodeID, "100ms", "100ms"
+	if err := p.configure(c); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Shutdown()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := p.Fingerprint(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := <-ch
+	if first.Error != nil || len(first.Devices) != 0 {
+		t.Fatalf("first response: %+v", first)
+	}
+	p.mu.Lock()
+	hwErr := p.hwErr
+	p.mu.Unlock()
+	if hwErr == nil || !contains(hwErr.Error(), "libnvidia-ml.so.1 not found") {
+		t.Fatalf("recorded error: %v", hwErr)
+	}
+	sim.SetInitError(nvml.SUCCESS)
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case r := <-ch:
+			if r.Error != nil {
+				t.Fatalf("stream error: %v", r.Error)
+			}
+			healthy := 0
+			for _, g := range r.Devices {
+				for _, d := range g.Devices {
+					if d.Healthy {
+						healthy++
+					}
+				}
+			}
+			if healthy == 1+100 { // one whole GPU and one share landing place
+				return
+			}
+		case <-deadline:
+			t.Fatal("GPUs never published after NVML healed")
+		}
+	}
+}
+
+func TestStats(t *testing.T) {
+	f := newFakeNomad(t)
+	p := newPlugin(t, f, nil)
+	u := uuids(p)
+	f.place("a1", "gpu-share", shares(u[3], 0, 30)...)
+	cycle(p, f)
+	p.sim.SetUsage(3, 10240, 55)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := p.Stats(ctx, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	if r.Error != nil {
+		t.Fatal(r.Error)
+	}
+	var whole, share *dev.DeviceGroupStats
+	for _, g := range r.Groups {
+		if g.Type == "gpu" {
+			whole = g
+		} else if g.InstanceStats[u[3]+"-s00"] != nil {
+			share = g
+		}
+	}
+	if whole == nil || len(whole.InstanceStats) != 4 || share == nil || len(share.InstanceStats) != 100 {
+		t.Fatalf("groups: %+v", r.Groups)
+	}
+	s := share.InstanceStats[u[3]+"-s42"]
+	if *s.Summary.IntNumeratorVal != 10240 || *s.Summary.IntDenominatorVal != 40960 {
+		t.Errorf("summary %d/%d", *s.Summary.IntNumeratorVal, *s.Summary.IntDenominatorVal)
+	}
+	a := s.Stats.Attributes
+	if *a["gpu_utilization"].IntNumeratorVal != 55 || *a["shares_held"].IntNumeratorVal != 30 || a["temperature"] == nil || a["power"] == nil {
+		t.Errorf("attributes %v", a)
+	}
+}
+
+func TestFingerprintStreamsChanges(t *testing.T) {
+	f := newFakeNomad(t)
+	p := newPlugin(t, f, func(c *Config) { c.FingerprintPeriod, c.NomadPollPeriod = "100ms", "100ms" })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := p.Fingerprint(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case r := <-ch:
+			var desc []string
+			for _, d := range r.Devices[0].Devices {
+				desc = append(desc, fmt.Sprint(d.Healthy))
+			}
+			if strings.Join(desc, ",") == "true,true,true,false" {
+				return
+			}
+		case <-deadline:
+			t.Fatal("no fingerprint with the GPUs published")
+		}
+	}
+}
+
+func sortedKeys(m map[string]string) []string {
+	var k []string
+	for x := range m {
+		k = append(k, x)
+	}
+	sort.Strings(k)
+	return k
+}
