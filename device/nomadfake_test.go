@@ -26,7 +26,7 @@ type fakeNomad struct {
 
 const fakeNodeID = "11111111-2222-3333-4444-555555555555"
 
-func newFakeNomad(t *testing.T) *fakeNomad {
+func newFakeNomad(t testing.TB) *fakeNomad {
 	f := &fakeNomad{}
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()

@@ -78,6 +78,9 @@ type Plugin struct {
 
 // New returns an unconfigured plugin.
 func New(logger hclog.Logger) *Plugin {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Plugin{
 		logger:  logger.Named(PluginName),

@@ -240,11 +240,12 @@ func AddAllocations(m map[string]*GPUUsage, allocs []*api.Allocation) {
 					if err != nil {
 						continue
 					}
-					u := get(m, id.UUID)
 					switch {
 					case d.Type == TypeWhole && !id.IsShare:
+						u := get(m, id.UUID)
 						u.WholeAllocs = appendOnce(u.WholeAllocs, a.ID)
 					case d.Type == TypeShare && id.IsShare:
+						u := get(m, id.UUID)
 						u.ShareUnits++
 						u.ShareAllocs = appendOnce(u.ShareAllocs, a.ID)
 					}

@@ -1,0 +1,142 @@
+package alloctrack
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+func alloc(id, status string, devs ...*api.AllocatedDeviceResource) *api.Allocation {
+	return &api.Allocation{ID: id, ClientStatus: status, AllocatedResources: &api.AllocatedResources{
+		Tasks: map[string]*api.AllocatedTaskResources{"t": {Devices: devs}},
+	}}
+}
+
+func devs(typ string, ids ...string) *api.AllocatedDeviceResource {
+	return &api.AllocatedDeviceResource{Vendor: "nvidia", Type: typ, Name: "any", DeviceIDs: ids}
+}
+
+func TestAddAllocations(t *testing.T) {
+	tests := []struct {
+		name   string
+		allocs []*api.Allocation
+		want   map[string]GPUUsage
+	}{
+		{name: "nothing", want: map[string]GPUUsage{}},
+		{
+			name: "whole and shares of different GPUs",
+			allocs: []*api.Allocation{
+				alloc("a", "running", devs("gpu", "GPU-1")),
+				alloc("b", "pending", devs("gpu-share", "GPU-2-s00", "GPU-2-s01")),
+				alloc("c", "running", devs("gpu-share", "GPU-2-s02")),
+			},
+			want: map[string]GPUUsage{
+				"GPU-1": {WholeAllocs: []string{"a"}},
+				"GPU-2": {ShareUnits: 3, ShareAllocs: []string{"b", "c"}},
+			},
+		},
+		{
+			name: "terminal allocations hold nothing; unknown (disconnected) ones still do",
+			allocs: []*api.Allocation{
+				alloc("done", "complete", devs("gpu", "GPU-1")),
+				alloc("failed", "failed", devs("gpu-share", "GPU-2-s00")),
+				alloc("lost", "lost", devs("gpu", "GPU-3")),
+				alloc("unknown", "unknown", devs("gpu", "GPU-4")),
+			},
+			want: map[string]GPUUsage{"GPU-4": {WholeAllocs: []string{"unknown"}}},
+		},
+		{
+			name: "other vendors, types and malformed IDs are ignored",
+			allocs: []*api.Allocation{
+				alloc("x", "running",
+					&api.AllocatedDeviceResource{Vendor: "amd", Type: "gpu", DeviceIDs: []string{"GPU-1"}},
+					devs("fpga", "GPU-1"),
+					devs("gpu", "GPU-1-s03"), // a share ID under the whole type
+					devs("gpu-share", "GPU-1"),
+					devs("gpu", "bad id")),
+				{ID: "noresources", ClientStatus: "running"},
+				nil,
+			},
+			want: map[string]GPUUsage{},
+		},
+		{
+			name: "several tasks of one allocation",
+			allocs: []*api.Allocation{{ID: "m", ClientStatus: "running", AllocatedResources: &api.AllocatedResources{
+				Tasks: map[string]*api.AllocatedTaskResources{
+					"a": {Devices: []*api.AllocatedDeviceResource{devs("gpu-share", "GPU-9-s10")}},
+					"b": {Devices: []*api.AllocatedDeviceResource{devs("gpu-share", "GPU-9-s11", "GPU-9-s12")}},
+				}}}},
+			want: map[string]GPUUsage{"GPU-9": {ShareUnits: 3, ShareAllocs: []string{"m"}}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := map[string]*GPUUsage{}
+			AddAllocations(m, tt.allocs)
+			got := map[string]GPUUsage{}
+			for u, g := range m {
+				sort.Strings(g.ShareAllocs)
+				got[u] = *g
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("got %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRead covers the HTTP path against a fake of the three endpoints used;
+// the real agent is covered by the device package's integration test.
+func TestRead(t *testing.T) {
+	node := &api.Node{ID: "n1", Name: "host-a", NodeResources: &api.NodeResources{Devices: []*api.NodeDeviceResource{
+		{Vendor: "nvidia", Type: "gpu", Name: "A100", Instances: []*api.NodeDevice{{ID: "GPU-1", Healthy: true}, {ID: "GPU-2", Healthy: false}}},
+		{Vendor: "nvidia", Type: "gpu-share", Name: "A100-2", Instances: []*api.NodeDevice{{ID: "GPU-2-s00", Healthy: true}}},
+	}}}
+	allocs := []*api.Allocation{alloc("a", "running", devs("gpu-share", "GPU-2-s00"))}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/agent/self":
+			json.NewEncoder(w).Encode(map[string]any{"stats": map[string]map[string]string{"client": {"node_id": "n1"}}})
+		case "/v1/nodes":
+			json.NewEncoder(w).Encode([]*api.NodeListStub{{ID: "n1", Name: "host-a"}, {ID: "n2", Name: "host-b"}})
+		case "/v1/node/n1":
+			json.NewEncoder(w).Encode(node)
+		case "/v1/node/n1/allocations":
+			json.NewEncoder(w).Encode(allocs)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+
+	for _, cfg := range []Config{{Address: srv.URL}, {Address: srv.URL, NodeName: "host-a"}, {Address: srv.URL, NodeID: "n1"}} {
+		tr, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap, err := tr.Read(context.Background())
+		if err != nil {
+			t.Fatalf("%+v: %v", cfg, err)
+		}
+		g1, g2 := snap.GPUs["GPU-1"], snap.GPUs["GPU-2"]
+		if snap.NodeID != "n1" || !g1.ServerWhole || g1.ServerShare || g2.ServerWhole || !g2.ServerShare || g2.ShareUnits != 1 {
+			t.Fatalf("%+v: snapshot %s", cfg, snap)
+		}
+	}
+	tr, _ := New(Config{Address: srv.URL, NodeName: "nope"})
+	if _, err := tr.Read(context.Background()); err == nil || !strings.Contains(err.Error(), `no node named "nope"`) {
+		t.Fatalf("unknown node name: %v", err)
+	}
+	srv.Close()
+	tr, _ = New(Config{Address: srv.URL, NodeID: "n1"})
+	if _, err := tr.Read(context.Background()); err == nil || !strings.Contains(err.Error(), srv.URL) {
+		t.Fatalf("unreachable Nomad: %v", err)
+	}
+}

@@ -1,0 +1,149 @@
+package device
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/nomad/helper/pluginutils/hclutils"
+	"github.com/hashicorp/nomad/plugins/base"
+)
+
+// parse decodes a plugin config block the way the Nomad client does
+// (schema defaults included) and passes it through SetConfig's msgpack path.
+func parse(t *testing.T, hcl string) *base.Config {
+	t.Helper()
+	var c Config
+	hclutils.NewConfigParser(configSpec).ParseHCL(t, hcl, &c)
+	var buf []byte
+	if err := base.MsgPackEncode(&buf, &c); err != nil {
+		t.Fatal(err)
+	}
+	return &base.Config{PluginConfig: buf}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	var c Config
+	hclutils.NewConfigParser(configSpec).ParseHCL(t, `config {}`, &c)
+	d := DefaultConfig()
+	if c.Backend != d.Backend || c.FingerprintPeriod != d.FingerprintPeriod || c.MinIdleShareGPUs != d.MinIdleShareGPUs ||
+		c.ShareHeadroom != d.ShareHeadroom || c.SwitchSettlePeriod != d.SwitchSettlePeriod || c.NomadPollPeriod != d.NomadPollPeriod ||
+		c.MPSPipeDirectory != d.MPSPipeDirectory || c.SimulatedPreset != d.SimulatedPreset || c.MPSEnabled {
+		t.Fatalf("schema defaults %+v differ from DefaultConfig %+v", c, d)
+	}
+}
+
+func TestSetConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		hcl     string
+		wantErr []string // substrings: the field and the fix
+	}{
+		{name: "simulated 4 GPU test node", hcl: `config {
+  backend = "simulated"
+  simulated_preset = "a100"
+  simulated_count = 4
+  fingerprint_period = "1s"
+  nomad_poll_period = "1s"
+  switch_settle_period = "5s"
+  min_idle_share_gpus = 1
+}`},
+		{name: "custom model", hcl: `config {
+  backend = "simulated"
+  simulated_preset = "custom"
+  simulated_count = 2
+  simulated_model = "NVIDIA L4"
+  simulated_memory_mib = 23034
+  ignored_gpu_ids = ["GPU-1"]
+  mps_enabled = true
+  mps_pipe_directory = "/run/mps"
+  nomad_address = "https://nomad.example:4646"
+}`},
+		{name: "nvml backend", hcl: `config { backend = "nvml" }`},
+		{name: "bad backend", hcl: `config { backend = "cuda" }`, wantErr: []string{"backend", `use "nvml"`}},
+		{name: "bad preset", hcl: `config {
+  backend = "simulated"
+  simulated_preset = "v100"
+}`, wantErr: []string{"simulated_preset", `"h100"`}},
+		{name: "custom without model", hcl: `config {
+  backend = "simulated"
+  simulated_preset = "custom"
+  simulated_count = 2
+  simulated_memory_mib = 4096
+}`, wantErr: []string{"simulated_model", "name the model"}},
+		{name: "custom without memory", hcl: `config {
+  backend = "simulated"
+  simulated_preset = "custom"
+  simulated_count = 2
+  simulated_model = "x"
+}`, wantErr: []string{"simulated_memory_mib", "MiB"}},
+		{name: "too many GPUs", hcl: `config {
+  backend = "simulated"
+  simulated_count = 1000
+}`, wantErr: []string{"simulated_count", "64"}},
+		{name: "bad period", hcl: `config { fingerprint_period = "often" }`, wantErr: []string{"fingerprint_period", "Go duration"}},
+		{name: "too short period", hcl: `config { nomad_poll_period = "1ms" }`, wantErr: []string{"nomad_poll_period", "at least"}},
+		{name: "bad settle", hcl: `config { switch_settle_period = "-1s" }`, wantErr: []string{"switch_settle_period"}},
+		{name: "negative landing places", hcl: `config { min_idle_share_gpus = -1 }`, wantErr: []string{"min_idle_share_gpus", "0"}},
+		{name: "headroom over 100", hcl: `config { share_headroom = 101 }`, wantErr: []string{"share_headroom", "0 to 100"}},
+		{name: "empty ignored id", hcl: `config { ignored_gpu_ids = ["GPU-1", ""] }`, wantErr: []string{"ignored_gpu_ids[1]", "UUID"}},
+		{name: "address without scheme", hcl: `config { nomad_address = "127.0.0.1:4646" }`, wantErr: []string{"nomad_address", "http://"}},
+		{name: "relative MPS dir", hcl: `config {
+  mps_enabled = true
+  mps_pipe_directory = "mps"
+}`, wantErr: []string{"mps_pipe_directory", "absolute"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := New(nil)
+			defer p.Shutdown()
+			err := p.SetConfig(parse(t, tt.hcl))
+			if len(tt.wantErr) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestSetConfigEmpty(t *testing.T) {
+	p := New(nil)
+	defer p.Shutdown()
+	if err := p.SetConfig(&base.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if p.cfg.Backend != BackendNVML {
+		t.Fatalf("backend %q", p.cfg.Backend)
+	}
+}
+
+func FuzzConfigValidate(f *testing.F) {
+	f.Add("simulated", "custom", 4, "m", 40960, "5s", "10s", "2s", 1, 50, "GPU-1", "http://x", true, "/tmp/mps")
+	f.Add("nvml", "", 0, "", 0, "", "", "", -1, 200, "", "", false, "")
+	f.Fuzz(func(t *testing.T, backend, preset string, count int, model string, mem int, fp, settle, poll string,
+		idle, headroom int, ignored, addr string, mps bool, mpsDir string) {
+		c := Config{Backend: backend, SimulatedPreset: preset, SimulatedCount: count, SimulatedModel: model,
+			SimulatedMemoryMiB: mem, FingerprintPeriod: fp, SwitchSettlePeriod: settle, NomadPollPeriod: poll,
+			MinIdleShareGPUs: idle, ShareHeadroom: headroom, IgnoredGPUIDs: []string{ignored}, NomadAddress: addr,
+			MPSEnabled: mps, MPSPipeDirectory: mpsDir}
+		s, err := c.validate()
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "gpushare plugin config: ") {
+				t.Fatalf("error without the field: %v", err)
+			}
+			return
+		}
+		if s.fingerprintPeriod <= 0 || s.pollPeriod <= 0 || s.settlePeriod < 0 || s.MinIdleShareGPUs < 0 {
+			t.Fatalf("accepted invalid settings %+v", s)
+		}
+	})
+}

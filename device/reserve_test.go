@@ -1,0 +1,154 @@
+package device
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestReserve(t *testing.T) {
+	f := newFakeNomad(t)
+	p := newPlugin(t, f, nil)
+	u := uuids(p)
+	// GPU 0 held whole, GPU 3 has 30 shares held.
+	f.place("w", "gpu", u[0])
+	f.place("s", "gpu-share", shares(u[3], 0, 30)...)
+	cycle(p, f)
+
+	tests := []struct {
+		name    string
+		ids     []string
+		wantEnv map[string]string
+		wantErr string // substrings separated by "|"
+	}{
+		{name: "nothing", ids: nil, wantEnv: map[string]string{}},
+		{name: "one whole GPU", ids: []string{u[1]}, wantEnv: map[string]string{
+			"NVIDIA_VISIBLE_DEVICES": u[1], "CUDA_VISIBLE_DEVICES": u[1]}},
+		{name: "two whole GPUs", ids: []string{u[1], u[2]}, wantEnv: map[string]string{
+			"NVIDIA_VISIBLE_DEVICES": u[1] + "," + u[2]}},
+		{name: "25 shares", ids: shares(u[3], 30, 25), wantEnv: map[string]string{
+			"NVIDIA_VISIBLE_DEVICES": u[3], "CUDA_VISIBLE_DEVICES": u[3],
+			"GPUSHARE_MEMORY_LIMIT_MIB": "10240", "GPUSHARE_FRACTION": "0.25",
+			"TF_FORCE_GPU_ALLOW_GROWTH": "true", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+			"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.25"}},
+		{name: "one share", ids: shares(u[3], 99, 1), wantEnv: map[string]string{
+			"GPUSHARE_FRACTION": "0.01", "GPUSHARE_MEMORY_LIMIT_MIB": "409"}},
+		{name: "unknown IDs", ids: []string{"GPU-nope", u[1]}, wantErr: "unknown device IDs: GPU-nope"},
+		{name: "unknown share", ids: []string{"GPU-nope-s01"}, wantErr: "unknown device IDs: GPU-nope-s01"},
+		{name: "malformed", ids: []string{"a b"}, wantErr: `unknown device IDs: "a b"`},
+		{name: "whole and share mixed", ids: []string{u[1], u[3] + "-s50"}, wantErr: "mixes whole GPUs (" + u[1] + ") and GPU shares (" + u[3] + "-s50)"},
+		{name: "shares of two GPUs", ids: []string{u[2] + "-s01", u[3] + "-s50"}, wantErr: "must come from one GPU, got |" + u[2] + ": " + u[2] + "-s01|" + u[3] + ": " + u[3] + "-s50"},
+		{name: "duplicate", ids: []string{u[1], u[1]}, wantErr: "requested twice"},
+		{name: "whole GPU with share tenants", ids: []string{u[3]}, wantErr: "refusing whole GPU " + u[3] + ": it has share tenants (30 shares held)"},
+		{name: "shares of a GPU held whole", ids: shares(u[0], 0, 2), wantErr: "refusing shares " + u[0] + "-s00, " + u[0] + "-s01: GPU " + u[0] + " is held whole"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := p.Reserve(tt.ids)
+			if tt.wantErr != "" {
+				if err == nil {
+					t.Fatalf("no error, want %q", tt.wantErr)
+				}
+				for _, w := range strings.Split(tt.wantErr, "|") {
+					if !strings.Contains(err.Error(), w) {
+						t.Fatalf("err = %v, want %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range tt.wantEnv {
+				if r.Envs[k] != v {
+					t.Errorf("%s = %q, want %q", k, r.Envs[k], v)
+				}
+			}
+			if len(tt.wantEnv) == 0 && len(r.Envs) != 0 {
+				t.Errorf("envs %v", r.Envs)
+			}
+			if _, mps := r.Envs["CUDA_MPS_PIPE_DIRECTORY"]; mps || len(r.Mounts) != 0 {
+				t.Errorf("MPS settings without MPS: %v %v", r.Envs, r.Mounts)
+			}
+		})
+	}
+}
+
+func TestReserveMPS(t *testing.T) {
+	f := newFakeNomad(t)
+	p := newPlugin(t, f, func(c *Config) { c.MPSEnabled, c.MPSPipeDirectory = true, "/run/nvidia-mps" })
+	cycle(p, f)
+	u := uuids(p)
+	r, err := p.Reserve(shares(u[3], 0, 40))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"CUDA_MPS_PIPE_DIRECTORY":           "/run/nvidia-mps",
+		"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT":  u[3] + "=16384M",
+		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "40",
+		"GPUSHARE_FRACTION":                 "0.4",
+	}
+	for k, v := range want {
+		if r.Envs[k] != v {
+			t.Errorf("%s = %q, want %q", k, r.Envs[k], v)
+		}
+	}
+	if len(r.Mounts) != 1 || r.Mounts[0].HostPath != "/run/nvidia-mps" || r.Mounts[0].TaskPath != "/run/nvidia-mps" {
+		t.Errorf("mounts %+v", r.Mounts)
+	}
+	// Whole GPUs get no MPS limits.
+	r, err = p.Reserve([]string{u[0]})
+	if err != nil || r.Envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != "" {
+		t.Errorf("whole GPU with MPS: %v %v", r, err)
+	}
+}
+
+// TestReserveBetweenReads: two reservations between two Nomad reads cannot
+// give one GPU both ways; once a read accounts for them, the record goes.
+func TestReserveBetweenReads(t *testing.T) {
+	f := newFakeNomad(t)
+	p := newPlugin(t, f, nil)
+	cycle(p, f)
+	u := uuids(p)
+	if _, err := p.Reserve([]string{u[2]}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Reserve(shares(u[2], 0, 5)); err == nil || !strings.Contains(err.Error(), "held whole") {
+		t.Fatalf("shares after a whole reservation: %v", err)
+	}
+	if _, err := p.Reserve(shares(u[1], 0, 5)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Reserve([]string{u[1]}); err == nil || !strings.Contains(err.Error(), "share tenants") {
+		t.Fatalf("whole after a share reservation: %v", err)
+	}
+	// The next read shows neither allocation (they ended): both are free.
+	p.observe(context.Background())
+	if _, err := p.Reserve(shares(u[2], 0, 5)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReserveBeforeFingerprint(t *testing.T) {
+	p := New(nil)
+	if _, err := p.Reserve([]string{"GPU-x"}); err == nil {
+		t.Fatal("Reserve before any fingerprint succeeded")
+	}
+}
+
+func FuzzReserve(f *testing.F) {
+	fake := newFakeNomad(f)
+	p := newPlugin(f, fake, nil)
+	p.observe(context.Background())
+	u := uuids(p)
+	f.Add("GPU-x", "GPU-x-s01", 2)
+	f.Add("", "-s", 0)
+	f.Fuzz(func(t *testing.T, a, b string, n int) {
+		in := []string{a, b}
+		if n >= 0 && n < len(u) {
+			in = append(in, u[n], u[n]+"-s"+a)
+		}
+		_, _ = p.Reserve(in) // must never panic
+	})
+}
