@@ -284,15 +284,23 @@ func (s *state) encodeModel(m string, mode model.Mode) string {
 	return e
 }
 
-// task converts an ask to a placement task.
-func (s *state) task(a model.Ask) placement.Task {
+// baseTask converts an ask to a placement task without model restrictions.
+func baseTask(a model.Ask) placement.Task {
 	t := placement.Task{CPUMilli: a.CPUMilli, MemoryMiB: a.MemoryMiB}
 	switch {
 	case a.WholeGPUs > 0:
 		t.GPUCount, t.GPUMilli = a.WholeGPUs, int(model.SharesPerGPU)*milliPerShare
 	case a.Shares > 0:
 		t.GPUCount, t.GPUMilli = 1, int(a.Shares)*milliPerShare
-	default:
+	}
+	return t
+}
+
+// task converts an ask to a placement task, with the models (and GPU modes)
+// it may use.
+func (s *state) task(a model.Ask) placement.Task {
+	t := baseTask(a)
+	if t.GPUCount == 0 {
 		return t
 	}
 	if !s.hasModes {
