@@ -24,7 +24,6 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
-	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
@@ -45,8 +44,10 @@ type Config struct {
 	MaxStaleness time.Duration
 	// ResumeHold and SuspendHold: see package actuator.
 	ResumeHold, SuspendHold time.Duration
-	// Policy places on idle capacity (nil: first fit).
-	Policy placement.Policy
+	// PolicyName names the placement policy for idle capacity
+	// (placement.Names; empty: first fit). It is built each cycle with
+	// the cycle's snapshot as its expected task mix (plan.PolicyByName).
+	PolicyName string
 	// Registry receives the metrics (nil: a new registry).
 	Registry *prometheus.Registry
 	// SessionTTL and LockDelay tune the leader lock.
@@ -220,7 +221,14 @@ func (s *Service) Cycle(ctx context.Context) {
 		return
 	}
 	s.metrics.LastRelist.Set(float64(view.ListedAt.Unix()))
-	res, err := plan.Plan(view.Snapshot, plan.Options{Policy: s.cfg.Policy})
+	var opts plan.Options
+	if s.cfg.PolicyName != "" {
+		if opts.Policy, err = plan.PolicyByName(s.cfg.PolicyName, 1, view.Snapshot); err != nil {
+			fail("plan", err)
+			return
+		}
+	}
+	res, err := plan.Plan(view.Snapshot, opts)
 	if err != nil {
 		fail("plan", err)
 		return

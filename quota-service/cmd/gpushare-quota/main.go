@@ -33,7 +33,8 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/httpapi"
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
-	"github.com/gpushare/nomad-gpushare/scheduler/placement"
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -62,11 +63,20 @@ func run(args []string) error {
 	consulToken := fs.String("consul-token", env("CONSUL_HTTP_TOKEN", ""), "Consul ACL token")
 	prefix := fs.String("kv-prefix", env("GPUSHARE_KV_PREFIX", kvlayout.DefaultRoot), "root of the service's Consul KV keys")
 	listen := fs.String("listen", env("GPUSHARE_LISTEN", "127.0.0.1:9646"), "HTTP API listen address")
+	var envErrs []error
+	durEnv := func(name string, def time.Duration) time.Duration {
+		d, err := durationEnv(name, def)
+		envErrs = append(envErrs, err)
+		return d
+	}
 	interval := fs.Duration("plan-interval", durEnv("GPUSHARE_PLAN_INTERVAL", 10*time.Second), "safety-net full re-list and plan period")
 	staleness := fs.Duration("max-staleness", durEnv("GPUSHARE_MAX_STALENESS", 15*time.Second), "take no action on data listed longer ago")
 	policyName := fs.String("policy", env("GPUSHARE_POLICY", "gpushare"), "placement policy for idle capacity")
 	instance := fs.String("instance", env("GPUSHARE_INSTANCE", fmt.Sprintf("%s-%d", host, os.Getpid())), "name of this instance")
 	level := fs.String("log-level", env("GPUSHARE_LOG_LEVEL", "info"), "log level")
+	if err := errors.Join(envErrs...); err != nil {
+		return err
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -74,8 +84,7 @@ func run(args []string) error {
 	if *interval <= 0 || *staleness <= 0 {
 		return errors.New("-plan-interval and -max-staleness must be positive durations such as 10s")
 	}
-	policy, err := placement.ByName(*policyName, 1)
-	if err != nil {
+	if _, err := plan.PolicyByName(*policyName, 1, &model.Snapshot{}); err != nil {
 		return fmt.Errorf("-policy %q: %w", *policyName, err)
 	}
 	nomad, err := nomadapi.NewClient(&nomadapi.Config{Address: *nomadAddr, SecretID: *nomadToken})
@@ -89,7 +98,7 @@ func run(args []string) error {
 		return fmt.Errorf("-consul-addr %q: %w", *consulAddr, err)
 	}
 	svc := service.New(service.Config{Nomad: nomad, Consul: consul, Layout: kvlayout.New(*prefix), Log: log,
-		Instance: *instance, PlanInterval: *interval, MaxStaleness: *staleness, Policy: policy})
+		Instance: *instance, PlanInterval: *interval, MaxStaleness: *staleness, PolicyName: *policyName})
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -113,11 +122,16 @@ func run(args []string) error {
 	return runErr
 }
 
-func durEnv(name string, def time.Duration) time.Duration {
-	if v := os.Getenv(name); v != "" {
-		if d, err := time.ParseDuration(v); err == nil {
-			return d
-		}
+// durationEnv reads a duration from the environment variable name, or
+// returns def when it is unset.
+func durationEnv(name string, def time.Duration) (time.Duration, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
 	}
-	return def
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return def, fmt.Errorf("%s=%q is not a duration: use a value such as 10s or 1m30s", name, v)
+	}
+	return d, nil
 }
