@@ -22,6 +22,9 @@ import (
 const (
 	pluginPkg     = "device/cmd/nomad-device-gpushare"
 	pluginConfig  = "jobspecs/demo/plugin.hcl"
+	quotaPkg      = "quota-service/cmd/gpushare-quota"
+	quotaJob      = "jobspecs/quota-service.nomad.hcl"
+	quotasGlob    = "jobspecs/demo/quotas/*.json"
 	examplesGlob  = "jobspecs/examples/*.nomad.hcl"
 	modulePath    = "github.com/gpushare/nomad-gpushare"
 	readyBanner   = "gpushare demo is up. Press Ctrl-C to stop it."
@@ -80,6 +83,10 @@ func Run(ctx context.Context, cfg Config) error {
 		fmt.Fprintln(cfg.Out, stoppedBanner)
 	}()
 
+	quotaURL, err := startQuotaService(ctx, cluster, cfg)
+	if err != nil {
+		return err
+	}
 	jobs, err := runExamples(cluster, cfg.RepoRoot)
 	if err != nil {
 		return err
@@ -87,7 +94,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := writeEnv(cfg.Dir, cluster); err != nil {
 		return err
 	}
-	printWelcome(cfg.Out, cfg.Dir, cluster, jobs)
+	printWelcome(cfg.Out, cfg.Dir, cluster, jobs, quotaURL)
 	if cfg.Ready != nil {
 		cfg.Ready(cluster)
 	}
@@ -134,9 +141,12 @@ func writeEnv(dir string, c *testcluster.Cluster) error {
 	return nil
 }
 
-func printWelcome(w io.Writer, dir string, c *testcluster.Cluster, jobs []string) {
+func printWelcome(w io.Writer, dir string, c *testcluster.Cluster, jobs []string, quotaURL string) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nConsul UI:  %s/ui\n", c.ConsulAddr)
+	fmt.Fprintf(&b, "\nConsul UI:  %s/ui  (quotas and state under Key/Value > gpushare)\n", c.ConsulAddr)
+	if quotaURL != "" {
+		fmt.Fprintf(&b, "Quotas:     %s/  (dashboard; %s/v1/projects, %s/metrics)\n", quotaURL, quotaURL, quotaURL)
+	}
 	fmt.Fprintf(&b, "Nomad API:  %s (the source-built agent has no web UI; use the CLI)\n", c.NomadAddr)
 	fmt.Fprintf(&b, "Logs:       %s\n", c.Dir)
 	if len(jobs) > 0 {

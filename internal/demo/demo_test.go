@@ -65,8 +65,26 @@ func TestDemoComesUpAndStopsCleanly(t *testing.T) {
 		t.Fatalf("listing jobs: %v", err)
 	}
 	examples, _ := filepath.Glob(filepath.Join(root, examplesGlob))
-	if len(jobs) != len(examples) {
-		t.Fatalf("%d jobs submitted, want one per example (%d)", len(jobs), len(examples))
+	if len(jobs) != len(examples)+1 {
+		t.Fatalf("%d jobs submitted, want one per example (%d) and the quota service", len(jobs), len(examples))
+	}
+	// The quota service answers on the address the demo printed.
+	var quotaURL string
+	for _, line := range strings.Split(out.String(), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Quotas:"); ok {
+			quotaURL = strings.Fields(rest)[0]
+		}
+	}
+	if quotaURL == "" {
+		t.Fatalf("demo printed no quota service address:\n%s", out.String())
+	}
+	resp, err := http.Get(quotaURL + "v1/health")
+	if err != nil {
+		t.Fatalf("quota service at %s: %v", quotaURL, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("quota service health: %s", resp.Status)
 	}
 
 	cancel()

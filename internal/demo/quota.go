@@ -1,0 +1,106 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/internal/testcluster"
+	consulapi "github.com/hashicorp/consul/api"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+// quotaService is the Consul service name the quota service registers.
+const quotaService = "gpushare-quota"
+
+// startQuotaService writes the demo's quotas into Consul KV, creates a Nomad
+// namespace for each, builds the quota service and runs its job, and returns
+// the address of a healthy instance's HTTP API. Without the quota service in
+// the tree it does nothing.
+func startQuotaService(ctx context.Context, c *testcluster.Cluster, cfg Config) (string, error) {
+	if !exists(filepath.Join(cfg.RepoRoot, quotaPkg)) {
+		return "", nil
+	}
+	if err := seedQuotas(c, cfg.RepoRoot); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(cfg.Out, "building the quota service (%s)\n", quotaPkg)
+	bin := filepath.Join(cfg.Dir, "bin", "gpushare-quota")
+	if err := testcluster.BuildBinary(modulePath+"/"+quotaPkg, bin); err != nil {
+		return "", fmt.Errorf("building the quota service: %w", err)
+	}
+	src, err := os.ReadFile(filepath.Join(cfg.RepoRoot, quotaJob))
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", quotaJob, err)
+	}
+	vars := fmt.Sprintf("binary = %q\nnomad_addr = %q\nconsul_addr = %q\n",
+		bin, c.NomadAddr, strings.TrimPrefix(c.ConsulAddr, "http://"))
+	job, err := c.Nomad.Jobs().ParseHCLOpts(&nomadapi.JobsParseRequest{
+		JobHCL: string(src), Variables: vars, Canonicalize: true})
+	if err != nil {
+		return "", fmt.Errorf("parsing %s: %w", quotaJob, err)
+	}
+	if _, _, err := c.Nomad.Jobs().Register(job, nil); err != nil {
+		return "", fmt.Errorf("submitting %s: %w", quotaJob, err)
+	}
+	fmt.Fprintln(cfg.Out, "waiting for the quota service to pass its health check")
+	return waitHealthy(ctx, c.Consul, 2*time.Minute)
+}
+
+// seedQuotas puts each jobspecs/demo/quotas/<project>.json into KV and
+// creates the project's namespace.
+func seedQuotas(c *testcluster.Cluster, root string) error {
+	files, err := filepath.Glob(filepath.Join(root, quotasGlob))
+	if err != nil {
+		return fmt.Errorf("listing quotas: %w", err)
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		doc, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", f, err)
+		}
+		project := strings.TrimSuffix(filepath.Base(f), ".json")
+		key := "gpushare/quotas/" + project
+		if _, err := c.Consul.KV().Put(&consulapi.KVPair{Key: key, Value: doc}, nil); err != nil {
+			return fmt.Errorf("writing %s: %w", key, err)
+		}
+		if project == "default" {
+			continue
+		}
+		ns := &nomadapi.Namespace{Name: project, Description: "gpushare project " + project}
+		if _, err := c.Nomad.Namespaces().Register(ns, nil); err != nil {
+			return fmt.Errorf("creating namespace %s: %w", project, err)
+		}
+	}
+	return nil
+}
+
+// waitHealthy polls Consul until an instance of the quota service passes
+// its health check, and returns its HTTP address.
+func waitHealthy(ctx context.Context, consul *consulapi.Client, timeout time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		entries, _, err := consul.Health().Service(quotaService, "", true, nil)
+		if err == nil && len(entries) > 0 {
+			svc := entries[0].Service
+			return fmt.Sprintf("http://%s:%d", svc.Address, svc.Port), nil
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = errors.New("no instance passes its health check")
+			}
+			return "", fmt.Errorf("quota service not healthy after %s: %w", timeout, err)
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,95 @@
+# The gpushare quota service: two instances; a Consul lock makes one of them
+# act, the other takes over within seconds. Each serves the HTTP status API,
+# the dashboard and Prometheus metrics on a dynamic port registered in
+# Consul as "gpushare-quota".
+#
+#   nomad job run -var binary=/usr/local/bin/gpushare-quota jobspecs/quota-service.nomad.hcl
+
+variable "binary" {
+  description = "Path of the gpushare-quota binary on the client nodes."
+  type        = string
+  default     = "/usr/local/bin/gpushare-quota"
+}
+
+variable "nomad_addr" {
+  description = "Nomad HTTP API the service watches and acts through."
+  type        = string
+  default     = "http://127.0.0.1:4646"
+}
+
+variable "consul_addr" {
+  description = "Consul HTTP API holding quotas, state and the leader lock."
+  type        = string
+  default     = "127.0.0.1:8500"
+}
+
+variable "kv_prefix" {
+  description = "Root of the service's Consul keys."
+  type        = string
+  default     = "gpushare"
+}
+
+job "gpushare-quota" {
+  type     = "service"
+  priority = 90
+
+  group "quota" {
+    count = 2
+
+    # Two instances on different nodes where there are several.
+    spread {
+      attribute = "${node.unique.id}"
+    }
+
+    network {
+      port "http" {}
+    }
+
+    service {
+      name     = "gpushare-quota"
+      provider = "consul"
+      port     = "http"
+
+      check {
+        type     = "http"
+        path     = "/v1/health"
+        interval = "10s"
+        timeout  = "2s"
+      }
+    }
+
+    restart {
+      attempts = 10
+      interval = "5m"
+      delay    = "5s"
+      mode     = "delay"
+    }
+
+    task "quota" {
+      driver = "raw_exec"
+
+      config {
+        command = var.binary
+        args = [
+          "-listen", "${NOMAD_ADDR_http}",
+          "-instance", "${NOMAD_ALLOC_ID}",
+        ]
+      }
+
+      env {
+        NOMAD_ADDR         = var.nomad_addr
+        CONSUL_HTTP_ADDR   = var.consul_addr
+        GPUSHARE_KV_PREFIX = var.kv_prefix
+      }
+
+      # The service reads NOMAD_TOKEN and CONSUL_HTTP_TOKEN from its
+      # environment; with ACLs on, give it tokens for the policies in
+      # jobspecs/acl/ (for example through a template from Nomad Variables).
+
+      resources {
+        cpu    = 200
+        memory = 128
+      }
+    }
+  }
+}
