@@ -1,0 +1,246 @@
+package device_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/internal/testcluster"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+// The simulated 4-GPU test node (as jobspecs/demo/plugin.hcl).
+const pluginConfig = `
+plugin "nomad-device-gpushare" {
+  config {
+    backend              = "simulated"
+    simulated_preset     = "h100"
+    simulated_count      = 4
+    fingerprint_period   = "1s"
+    nomad_poll_period    = "500ms"
+    min_idle_share_gpus  = 1
+    switch_settle_period = "2s"
+  }
+}
+`
+
+// startCluster builds the plugin and starts real Consul and Nomad agents
+// with it. Skipped in -short mode.
+func startCluster(t *testing.T) *testcluster.Cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs real agents; run without -short")
+	}
+	dir := t.TempDir()
+	if err := testcluster.BuildBinary("github.com/gpushare/nomad-gpushare/device/cmd/nomad-device-gpushare", filepath.Join(dir, "nomad-device-gpushare")); err != nil {
+		t.Fatal(err)
+	}
+	return testcluster.Start(t, testcluster.Options{PluginDir: dir, PluginConfig: pluginConfig, WaitForDevices: []string{"nvidia/gpu", "nvidia/gpu-share"}})
+}
+
+// layout summarizes the node's devices as the servers see them: healthy
+// whole instances, and how many share groups have healthy instances.
+func layout(c *testcluster.Cluster) (whole int, shareGroups []string, err error) {
+	node, _, err := c.Nomad.Nodes().Info(c.NodeID, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	for _, g := range node.NodeResources.Devices {
+		healthy := 0
+		for _, d := range g.Instances {
+			if d.Healthy {
+				healthy++
+			}
+		}
+		switch {
+		case g.Vendor == "nvidia" && g.Type == "gpu":
+			whole += healthy
+		case g.Vendor == "nvidia" && g.Type == "gpu-share" && healthy > 0:
+			shareGroups = append(shareGroups, g.Name)
+		}
+	}
+	sort.Strings(shareGroups)
+	return whole, shareGroups, nil
+}
+
+func waitLayout(t *testing.T, c *testcluster.Cluster, wantWhole, wantShare int) []string {
+	t.Helper()
+	var groups []string
+	testcluster.Eventually(t, 60*time.Second, func() error {
+		w, s, err := layout(c)
+		if err != nil {
+			return err
+		}
+		groups = s
+		if w != wantWhole || len(s) != wantShare {
+			return fmt.Errorf("%d whole GPUs and %d share groups allocatable, want %d and %d", w, len(s), wantWhole, wantShare)
+		}
+		return nil
+	})
+	return groups
+}
+
+// gpuJob registers a raw_exec service job whose task prints its GPU
+// environment and then sleeps.
+func gpuJob(t *testing.T, c *testcluster.Cluster, name, deviceType string, count uint64) {
+	t.Helper()
+	job := nomadapi.NewServiceJob(name, name, "global", 50)
+	job.Datacenters = []string{"dc1"}
+	task := nomadapi.NewTask("main", "raw_exec").
+		SetConfig("command", "/bin/sh").
+		SetConfig("args", []string{"-c", `env | grep -E '^(NVIDIA_VISIBLE_DEVICES|CUDA_VISIBLE_DEVICES|GPUSHARE_|TF_FORCE|XLA_)' | sort; exec sleep 3600`})
+	task.Resources = &nomadapi.Resources{CPU: ptr(50), MemoryMB: ptr(32),
+		Devices: []*nomadapi.RequestedDevice{{Name: "nvidia/" + deviceType, Count: &count}}}
+	group := nomadapi.NewTaskGroup("main", 1).AddTask(task)
+	job.AddTaskGroup(group)
+	if _, _, err := c.Nomad.Jobs().Register(job, nil); err != nil {
+		t.Fatalf("registering %s: %v", name, err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// runningEnv waits for the job's allocation to run and returns the
+// environment its task printed.
+func runningEnv(t *testing.T, c *testcluster.Cluster, job string) (map[string]string, *nomadapi.Allocation) {
+	t.Helper()
+	var env map[string]string
+	var alloc *nomadapi.Allocation
+	testcluster.Eventually(t, 90*time.Second, func() error {
+		stubs, _, err := c.Nomad.Jobs().Allocations(job, false, nil)
+		if err != nil {
+			return err
+		}
+		for _, s := range stubs {
+			if s.ClientStatus == "failed" {
+				a, _, _ := c.Nomad.Allocations().Info(s.ID, nil)
+				return fmt.Errorf("allocation %s failed: %v", s.ID, taskEvents(a))
+			}
+			if s.ClientStatus != "running" {
+				continue
+			}
+			a, _, err := c.Nomad.Allocations().Info(s.ID, nil)
+			if err != nil {
+				return err
+			}
+			rc, err := c.Nomad.AllocFS().Cat(a, "alloc/logs/main.stdout.0", nil)
+			if err != nil {
+				return err
+			}
+			buf := new(strings.Builder)
+			_, _ = fmt.Fprint(buf, readAll(rc))
+			env = map[string]string{}
+			for _, line := range strings.Split(buf.String(), "\n") {
+				if k, v, ok := strings.Cut(line, "="); ok {
+					env[k] = v
+				}
+			}
+			if env["NVIDIA_VISIBLE_DEVICES"] == "" {
+				return fmt.Errorf("allocation %s printed no GPU environment yet", s.ID)
+			}
+			alloc = a
+			return nil
+		}
+		return fmt.Errorf("no running allocation of %s (%d allocations)", job, len(stubs))
+	})
+	return env, alloc
+}
+
+func taskEvents(a *nomadapi.Allocation) string {
+	if a == nil {
+		return ""
+	}
+	var b strings.Builder
+	for name, st := range a.TaskStates {
+		for _, e := range st.Events {
+			fmt.Fprintf(&b, "%s: %s %s; ", name, e.Type, e.DisplayMessage)
+		}
+	}
+	return b.String()
+}
+
+func readAll(rc interface {
+	Read([]byte) (int, error)
+	Close() error
+}) string {
+	defer rc.Close()
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := rc.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			return b.String()
+		}
+	}
+}
+
+func stopJob(t *testing.T, c *testcluster.Cluster, job string) {
+	t.Helper()
+	if _, _, err := c.Nomad.Jobs().Deregister(job, true, nil); err != nil {
+		t.Fatalf("stopping %s: %v", job, err)
+	}
+}
+
+// TestPluginOnRealNomad runs the plugin under a real Nomad agent on a
+// simulated 4 x H100 node: the partition, Reserve's environment, release
+// tracking from the Nomad API, and a Nomad client restart.
+func TestPluginOnRealNomad(t *testing.T) {
+	c := startCluster(t)
+	defer func() {
+		if t.Failed() {
+			t.Logf("nomad log tail:\n%s", c.NomadLogTail(60))
+		}
+	}()
+
+	// An idle node: three whole GPUs and one share landing place.
+	landing := waitLayout(t, c, 3, 1)
+
+	// A quarter GPU lands on the share GPU and gets its fraction.
+	gpuJob(t, c, "quarter", "gpu-share", 25)
+	env, alloc := runningEnv(t, c, "quarter")
+	want := map[string]string{"GPUSHARE_FRACTION": "0.25", "GPUSHARE_MEMORY_LIMIT_MIB": "20480",
+		"TF_FORCE_GPU_ALLOW_GROWTH": "true", "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.25"}
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("%s = %q, want %q", k, env[k], v)
+		}
+	}
+	dev := alloc.AllocatedResources.Tasks["main"].Devices[0]
+	if dev.Name != landing[0] || !strings.HasPrefix(dev.DeviceIDs[0], env["NVIDIA_VISIBLE_DEVICES"]+"-s") || env["CUDA_VISIBLE_DEVICES"] != env["NVIDIA_VISIBLE_DEVICES"] {
+		t.Errorf("shares %v of group %s, env GPU %s", dev.DeviceIDs, dev.Name, env["NVIDIA_VISIBLE_DEVICES"])
+	}
+	// 75 shares left is room enough (share_headroom 50): nothing switches.
+	waitLayout(t, c, 3, 1)
+
+	// A whole-GPU job gets one GPU by UUID.
+	gpuJob(t, c, "whole", "gpu", 1)
+	env, alloc = runningEnv(t, c, "whole")
+	if id := alloc.AllocatedResources.Tasks["main"].Devices[0].DeviceIDs[0]; env["NVIDIA_VISIBLE_DEVICES"] != id || env["GPUSHARE_FRACTION"] != "" {
+		t.Errorf("whole GPU %s, env %v", id, env)
+	}
+
+	// 70 more shares fill the landing GPU past its room: an idle whole GPU
+	// is withdrawn, settles and is published as shares.
+	gpuJob(t, c, "big", "gpu-share", 70)
+	runningEnv(t, c, "big")
+	waitLayout(t, c, 2, 2)
+
+	// The Nomad client restarts; the tasks keep running and the plugin
+	// rebuilds its state from the API: the same layout, nothing switched.
+	if err := c.RestartNomad(); err != nil {
+		t.Fatalf("restarting nomad: %v", err)
+	}
+	waitLayout(t, c, 2, 2)
+
+	// Releases are seen through the API: when the share jobs stop, the
+	// extra share GPU goes back to whole.
+	stopJob(t, c, "quarter")
+	stopJob(t, c, "big")
+	waitLayout(t, c, 3, 1)
+	stopJob(t, c, "whole")
+	waitLayout(t, c, 3, 1)
+}
