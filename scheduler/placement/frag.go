@@ -5,8 +5,10 @@ package placement
 // frequency, of the free GPU capacity a task of that type could not use on
 // the node. That is all of the node's free GPU capacity when the task does
 // not fit there at all (CPU, model or GPUs), and otherwise the free capacity
-// on GPUs with less free than the task's per-GPU ask. A CPU-only type that
-// fits wastes nothing; one that does not fit strands all free GPUs.
+// on GPUs with less free than the task's per-GPU ask. A CPU-only type can
+// use none of the free GPU capacity, so all of it counts for that type
+// whether or not the task fits (as in the paper's simulator, where such
+// types only shift every node's measure alike and never steer a choice).
 //
 // Results are memoized by node state (free CPU, GPU model, sorted free GPU
 // list): the measure depends on nothing else, and many nodes share a state.
@@ -107,11 +109,8 @@ func (f *fragMeter) computeFGD(n *Node, cpu int64, free []int) float64 {
 	var sum float64
 	for ti := range f.w.Types {
 		tt := &f.w.Types[ti]
-		if cpu < tt.CPUMilli {
+		if tt.GPUCount == 0 || cpu < tt.CPUMilli {
 			sum += tt.Weight * float64(total)
-			continue
-		}
-		if tt.GPUCount == 0 {
 			continue
 		}
 		fit, unusable := 0, 0
@@ -182,18 +181,7 @@ func (f *fragMeter) bestOnNode(n *Node, t Task) (float64, int) {
 	}
 	best, bestGPU := 0.0, -1
 	for g := range n.GPUs {
-		v := n.GPUs[g].FreeMilli
-		if v < t.GPUMilli || !t.ModelAllowed(n.GPUs[g].Model) {
-			continue
-		}
-		dup := false
-		for h := 0; h < g; h++ {
-			if n.GPUs[h].FreeMilli == v && n.GPUs[h].Model == n.GPUs[g].Model {
-				dup = true
-				break
-			}
-		}
-		if dup {
+		if !f.shareCandidate(n, t, g) {
 			continue
 		}
 		d := f.afterShare(n, t, g) - before
@@ -202,6 +190,22 @@ func (f *fragMeter) bestOnNode(n *Node, t Task) (float64, int) {
 		}
 	}
 	return best, bestGPU
+}
+
+// shareCandidate reports whether share t fits GPU g of n and no
+// lower-numbered GPU of the same model has the same free capacity (such
+// GPUs are alike, so only the first of them needs trying).
+func (f *fragMeter) shareCandidate(n *Node, t Task, g int) bool {
+	v := n.GPUs[g].FreeMilli
+	if v < t.GPUMilli || !t.ModelAllowed(n.GPUs[g].Model) {
+		return false
+	}
+	for h := 0; h < g; h++ {
+		if n.GPUs[h].FreeMilli == v && n.GPUs[h].Model == n.GPUs[g].Model {
+			return false
+		}
+	}
+	return true
 }
 
 // choice builds the Choice for t on node i, given the GPU bestOnNode chose.

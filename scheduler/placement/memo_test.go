@@ -32,8 +32,11 @@ func TestFragMemoBounded(t *testing.T) {
 			unbounded := newFragMeter(w)
 			unbounded.fill = tc.fill
 			unbounded.memoCap = 1 << 30
-			pb := &FGD{rng: rand.New(rand.NewSource(1)), frag: bounded}
-			pu := &FGD{rng: rand.New(rand.NewSource(1)), frag: unbounded}
+			var pb, pu Policy = &FGD{frag: bounded}, &FGD{frag: unbounded}
+			if tc.fill {
+				pb = &GPUShare{rng: rand.New(rand.NewSource(1)), frag: bounded}
+				pu = &GPUShare{rng: rand.New(rand.NewSource(1)), frag: unbounded}
+			}
 			maxLen := 0
 			for i := range 2000 {
 				task := tasks[rng.Intn(len(tasks))]

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -234,6 +235,80 @@ func TestPlaceDeterministic(t *testing.T) {
 			if a[i].Node != b[i].Node || a[i].GPUs[0] != b[i].GPUs[0] {
 				t.Fatalf("%s: run differs at %d: %+v vs %+v", name, i, a[i], b[i])
 			}
+		}
+	}
+}
+
+func TestFGDScore(t *testing.T) {
+	tests := []struct {
+		delta float64
+		want  int64
+	}{
+		{0, 50},
+		{1, 49},     // any growth loses to none
+		{-30, 50},   // a small shrink ties with none
+		{-50, 51},   // 100*sigmoid(0.05) = 51.2
+		{1000, 26},  // 100*sigmoid(-1) = 26.9
+		{-1000, 73}, // 100*sigmoid(1) = 73.1
+		{1e6, 0},
+	}
+	for _, tc := range tests {
+		if got := fgdScore(tc.delta); got != tc.want {
+			t.Errorf("fgdScore(%v) = %d, want %d", tc.delta, got, tc.want)
+		}
+	}
+}
+
+func TestFGDTiesGoToFirstNode(t *testing.T) {
+	tests := []struct {
+		name  string
+		task  Task
+		node  int
+		gpus  []int
+		setup func(c *Cluster)
+	}{
+		{"identical idle nodes", whole(1000, 1), 0, []int{0}, func(*Cluster) {}},
+		{"share on identical GPUs", share(1000, 500), 0, []int{0}, func(*Cluster) {}},
+		// Node 0 is full; the rest tie.
+		{"first feasible", whole(1000, 2), 1, []int{0, 1}, func(c *Cluster) {
+			for i := range c.Nodes[0].GPUs {
+				c.Nodes[0].GPUs[i].FreeMilli = 0
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Cluster{Nodes: []Node{node("a", 64000, 1<<20, 4, "G2"), node("b", 64000, 1<<20, 4, "G2"), node("c", 64000, 1<<20, 4, "G2")}}
+			tc.setup(c)
+			for seed := int64(1); seed <= 5; seed++ {
+				p, _ := ByName("fgd", seed, WithWorkload(testWorkload()))
+				ch, ok := p.Place(c, tc.task)
+				if !ok || ch.Node != tc.node || !slices.Equal(ch.GPUs, tc.gpus) {
+					t.Fatalf("seed %d: Place = %+v, %v; want node %d GPUs %v", seed, ch, ok, tc.node, tc.gpus)
+				}
+			}
+		})
+	}
+}
+
+func TestFragMeasureCPUOnlyType(t *testing.T) {
+	// A CPU-only task can use no GPU capacity: its type counts all free GPU
+	// capacity, whether or not the task fits the node's CPU.
+	w := NewWorkload([]Task{{CPUMilli: 4000}, whole(4000, 1)}, 1)
+	n := node("n", 8000, 1<<20, 2, "T4")
+	tests := []struct {
+		name string
+		cpu  int64
+		free []int
+		want float64
+	}{
+		{"fits", 8000, []int{1000, 600}, 0.5*1600 + 0.5*600},
+		{"no cpu", 0, []int{1000, 600}, 1600},
+		{"no gpu free", 8000, []int{0, 0}, 0},
+	}
+	for _, tc := range tests {
+		if got := newFragMeter(w).frag(&n, tc.cpu, tc.free); got != tc.want {
+			t.Errorf("%s: measure %.1f, want %.1f", tc.name, got, tc.want)
 		}
 	}
 }
