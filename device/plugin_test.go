@@ -10,6 +10,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/gpushare/nomad-gpushare/device/gpu"
+	"github.com/gpushare/nomad-gpushare/device/partition"
 	hclog "github.com/hashicorp/go-hclog"
 	dev "github.com/hashicorp/nomad/plugins/device"
 )
@@ -29,7 +30,10 @@ func newPlugin(t testing.TB, f *fakeNomad, mod func(*Config)) *Plugin {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Shutdown)
-	p.refreshHardware()
+	// Boot: the first read finds the GPUs published nowhere; they settle
+	// and are published on the next.
+	cycle(p, f)
+	cycle(p, f)
 	return p
 }
 
@@ -156,6 +160,10 @@ func TestNothingAllocatableBeforeNomadIsRead(t *testing.T) {
 	}
 	f.setDown(false)
 	cycle(p, f)
+	if got := fmt.Sprint(families(p)); got != "[none none none none]" {
+		t.Fatalf("families while settling = %s", got)
+	}
+	cycle(p, f)
 	if got := fmt.Sprint(families(p)); got != "[whole whole whole share]" {
 		t.Fatalf("families after Nomad answers = %s", got)
 	}
@@ -194,9 +202,11 @@ func TestPartitionFollowsUsage(t *testing.T) {
 
 func TestPlacementRacingASwitchAbortsIt(t *testing.T) {
 	f := newFakeNomad(t)
-	p := newPlugin(t, f, func(c *Config) { c.SwitchSettlePeriod = "1h" })
+	p := newPlugin(t, f, nil)
+	p.mu.Lock()
+	p.machine.SetPolicy(partition.Policy{MinIdleShareGPUs: 1, ShareHeadroom: 50, SettlePeriod: time.Hour})
+	p.mu.Unlock()
 	u := uuids(p)
-	cycle(p, f)
 	f.place("a1", "gpu-share", shares(u[3], 0, 70)...)
 	cycle(p, f)
 	cycle(p, f) // servers see GPU 2 withdrawn; settling for an hour
@@ -273,6 +283,8 @@ func TestMIGGPUIsWholeOnly(t *testing.T) {
 	f := newFakeNomad(t)
 	p := newPlugin(t, f, nil)
 	p.sim.SetMIG(3, true)
+	cycle(p, f) // GPU 3 is whole only now; GPU 2 is withdrawn to become the landing place
+	cycle(p, f)
 	cycle(p, f)
 	p.mu.Lock()
 	n := len(p.groups)
@@ -310,7 +322,7 @@ func TestNVMLInitFailure(t *testing.T) {
 	p := New(hclog.NewNullLogger())
 	p.newLib = func() nvml.Interface { return sim }
 	c := DefaultConfig()
-	c.NomadAddress, c.NodeID, c.FingerprintPeriod, c.NomadPollPeriod = f.URL, fakeNodeID, "100ms", "100ms"
+	c.NomadAddress, c.NodeID, c.FingerprintPeriod, c.NomadPollPeriod, c.SwitchSettlePeriod = f.URL, fakeNodeID, "100ms", "100ms", "0s"
 	if err := p.configure(c); err != nil {
 		t.Fatal(err)
 	}

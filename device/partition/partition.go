@@ -19,6 +19,9 @@
 //     node shows it withdrawn, the machine waits Policy.SettlePeriod and then
 //     requires an observation taken after that period to show the GPU
 //     still unused before it publishes the GPU in the other family.
+//   - A GPU published nowhere yet (plugin start) settles the same way
+//     before its first publication, since placements planned against the
+//     previous plugin's publication may still be in flight.
 //   - While blind (Nomad API unreachable) nothing is switched or published
 //     anew; the last decisions stay.
 package partition
@@ -155,6 +158,9 @@ func New(p Policy) *Machine {
 	return &Machine{policy: p, gpus: map[string]*GPUState{}, obs: map[string]GPUObs{}}
 }
 
+// SetPolicy changes the policy; it applies from the next Step.
+func (m *Machine) SetPolicy(p Policy) { m.policy = p }
+
 // Event records one decision of a Step, for logging.
 type Event struct {
 	UUID string
@@ -183,6 +189,8 @@ func (m *Machine) publication(s *GPUState) Publication {
 	switch {
 	case !m.seen || s.Mode == Unknown && s.Phase == Published:
 		return Publication{Reason: "gpushare: waiting to read GPU usage from the Nomad API"}
+	case s.Mode == Unknown && !s.Conflict:
+		return Publication{Reason: fmt.Sprintf("gpushare: settling before first publication in %s mode", s.Target)}
 	case s.Conflict:
 		return Publication{Reason: "gpushare: GPU is held both whole and shared; withdrawn until one side ends"}
 	case s.Phase != Published:
@@ -293,7 +301,7 @@ func (m *Machine) Step(o Observation) []Event {
 	}
 
 	// 4. Policy: split the idle GPUs.
-	m.balance(uuids, add)
+	m.balance(o.At, uuids, add)
 	return ev
 }
 
@@ -311,7 +319,7 @@ func (m *Machine) force(u string, s *GPUState, to Mode, why string, add func(str
 
 // balance starts switches (and makes first assignments) so that the number
 // of idle share-mode GPUs meets the policy.
-func (m *Machine) balance(uuids []string, add func(string, string, ...any)) {
+func (m *Machine) balance(now time.Time, uuids []string, add func(string, string, ...any)) {
 	need := m.policy.MinIdleShareGPUs
 	var idleShare, room int
 	var wholeCands, shareCands, fresh []string
@@ -333,6 +341,9 @@ func (m *Machine) balance(uuids []string, add func(string, string, ...any)) {
 			continue
 		}
 		switch {
+		case s.Mode == Unknown && s.Phase == Settling:
+			// Never published yet: its target may still change.
+			fresh = append(fresh, u)
 		case s.Phase != Published:
 			if s.Target == Share {
 				idleShare++
@@ -349,17 +360,25 @@ func (m *Machine) balance(uuids []string, add func(string, string, ...any)) {
 	if m.policy.ShareHeadroom > 0 && room >= m.policy.ShareHeadroom {
 		need = 0
 	}
-	// Fresh GPUs, published nowhere: assign directly, landing place from
-	// the highest-ordered end.
+	// Fresh GPUs, published nowhere: a placement planned against an earlier
+	// publication (before a plugin restart) may still be in flight, so they
+	// settle like a switch before their first publication. The landing
+	// place comes from the highest-ordered end.
 	for i := len(fresh) - 1; i >= 0; i-- {
 		u := fresh[i]
+		s := m.gpus[u]
+		target := Whole
 		if idleShare < need {
-			m.gpus[u].Mode = Share
+			target = Share
 			idleShare++
-		} else {
-			m.gpus[u].Mode = Whole
 		}
-		add(u, "assigned %s mode", m.gpus[u].Mode)
+		if s.Phase == Published {
+			s.Phase, s.Since = Settling, now
+		} else if s.Target == target {
+			continue
+		}
+		s.Target = target
+		add(u, "assigning %s mode after settling", s.Target)
 	}
 	for i := len(wholeCands) - 1; i >= 0 && idleShare < need; i-- {
 		u := wholeCands[i]

@@ -133,7 +133,9 @@ func TestFirstAssignment(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			run(t, tt.pol, []step{{gpus: tt.gpus, want: tt.want}})
+			// Idle GPUs published nowhere settle before their first
+			// publication; GPUs in use are published at once.
+			run(t, tt.pol, []step{{gpus: tt.gpus}, {at: tt.pol.SettlePeriod, gpus: tt.gpus, want: tt.want}})
 		})
 	}
 }
@@ -141,7 +143,19 @@ func TestFirstAssignment(t *testing.T) {
 func TestNothingPublishedUntilNomadIsRead(t *testing.T) {
 	run(t, pol, []step{
 		{blind: true, gpus: map[string]GPUObs{"a": gpu(0), "b": gpu(1)}, want: map[string]string{"a": "none", "b": "none"}},
-		{at: time.Second, gpus: map[string]GPUObs{"a": gpu(0), "b": gpu(1)}, want: map[string]string{"a": "whole", "b": "share"}},
+		{at: time.Second, gpus: map[string]GPUObs{"a": gpu(0), "b": gpu(1)}, want: map[string]string{"a": "none", "b": "none"}},
+		{at: 10 * time.Second, gpus: map[string]GPUObs{"a": gpu(0), "b": gpu(1)}, want: map[string]string{"a": "none", "b": "none"}},
+		{at: 11 * time.Second, gpus: map[string]GPUObs{"a": gpu(0), "b": gpu(1)}, want: map[string]string{"a": "whole", "b": "share"}},
+	})
+}
+
+func TestInFlightPlacementAfterPluginRestart(t *testing.T) {
+	// The plugin restarts and publishes nothing; a whole placement planned
+	// against its previous publication lands while GPU a settles.
+	run(t, pol, []step{
+		{at: 0, gpus: map[string]GPUObs{"a": gpu(0), "b": gpu(1)}, want: map[string]string{"a": "none", "b": "none"}},
+		{at: 5 * time.Second, gpus: map[string]GPUObs{"a": gpu(0), "b": gpu(1, "W")}, want: map[string]string{"a": "none", "b": "whole"}},
+		{at: 10 * time.Second, gpus: map[string]GPUObs{"a": gpu(0), "b": gpu(1, "W", "pw")}, want: map[string]string{"a": "share", "b": "whole"}},
 	})
 }
 
@@ -248,7 +262,16 @@ func TestSwitch(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { run(t, pol, tt.steps) })
+		t.Run(tt.name, func(t *testing.T) {
+			// Boot: idle GPUs settle before their first publication; the
+			// scenario starts once they are published.
+			steps := []step{{gpus: tt.steps[0].gpus}}
+			for _, st := range tt.steps {
+				st.at += pol.SettlePeriod
+				steps = append(steps, st)
+			}
+			run(t, pol, steps)
+		})
 	}
 }
 
