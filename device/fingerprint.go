@@ -20,7 +20,8 @@ import (
 // NVML failures are logged and retried; they do not end the stream with an
 // error, because Nomad's client stops a device plugin for good on a
 // fingerprint error (client/devicemanager/instance.go). GPUs already known
-// are then listed unhealthy with the NVML error as the reason.
+// are then listed unhealthy with the NVML error as the reason; when none is
+// known, a placeholder group UnavailableGroup carries the error.
 func (p *Plugin) Fingerprint(ctx context.Context) (<-chan *dev.FingerprintResponse, error) {
 	if err := p.start(); err != nil {
 		return nil, err
@@ -63,6 +64,11 @@ func (p *Plugin) Fingerprint(ctx context.Context) (<-chan *dev.FingerprintRespon
 	return out, nil
 }
 
+// UnavailableGroup names the placeholder device group (one unhealthy
+// instance) listed while NVML fails and no GPU is known; its HealthDesc is
+// the NVML error.
+const UnavailableGroup = "nvml-unavailable"
+
 // publishLocked rebuilds the device groups and the Reserve view from the
 // hardware and the partition, and wakes the fingerprint streams when the
 // groups changed. p.mu must be held.
@@ -103,6 +109,12 @@ func (p *Plugin) publishLocked() {
 			sg.Devices[k] = &dev.Device{ID: ids.Share(g.UUID, k), Healthy: healthy, HealthDesc: desc, HwLocality: locality(g)}
 		}
 		groups = append(groups, sg)
+	}
+	if len(hw) == 0 && p.hwErr != nil {
+		// Nothing to list, but make the NVML failure visible in the node's
+		// devices (`nomad node status -verbose`) without ending the stream.
+		groups = append(groups, &dev.DeviceGroup{Vendor: alloctrack.Vendor, Type: alloctrack.TypeWhole, Name: UnavailableGroup,
+			Devices: []*dev.Device{{ID: UnavailableGroup, Healthy: false, HealthDesc: fmt.Sprintf("gpushare: %v (retrying every %s)", p.hwErr, p.cfg.fingerprintPeriod)}}})
 	}
 	p.view.Store(view)
 

@@ -136,6 +136,7 @@ func (p *Plugin) configure(c Config) error {
 		return &FieldError{"nomad_address", err.Error(), `use a URL such as "http://127.0.0.1:4646"`}
 	}
 	p.mu.Lock()
+	wasRunning := p.running
 	if p.stopLoop != nil {
 		p.stopLoop()
 		p.stopLoop, p.running = nil, false
@@ -149,6 +150,12 @@ func (p *Plugin) configure(c Config) error {
 	})
 	p.hw, p.hwRead, p.usage, p.groups, p.groupSig = map[string]*hwGPU{}, false, nil, nil, "(nothing published)"
 	p.mu.Unlock()
+	if wasRunning {
+		// Reconfigured while streaming: the open streams follow the new loop.
+		if err := p.start(); err != nil {
+			return err
+		}
+	}
 	p.logger.Info("configured", "backend", s.Backend, "nomad", tr.Address(), "min_idle_share_gpus", s.MinIdleShareGPUs,
 		"share_headroom", s.ShareHeadroom, "switch_settle_period", s.settlePeriod, "mps", s.MPSEnabled)
 	return nil
@@ -292,7 +299,9 @@ func (p *Plugin) observe(ctx context.Context) {
 		p.blind = false
 		o.At = snap.Started
 		p.usage = snap.GPUs
-		p.logger.Trace("usage", "snapshot", snap.String())
+		if p.logger.IsTrace() {
+			p.logger.Trace("usage", "snapshot", snap.String())
+		}
 	}
 	for u, h := range p.hw {
 		g := partition.GPUObs{Order: h.Index, Healthy: h.healthy, Shareable: !h.MIG}

@@ -334,8 +334,12 @@ func TestNVMLInitFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := <-ch
-	if first.Error != nil || len(first.Devices) != 0 {
+	if first.Error != nil || len(first.Devices) != 1 || first.Devices[0].Name != UnavailableGroup ||
+		first.Devices[0].Devices[0].Healthy || !contains(first.Devices[0].Devices[0].HealthDesc, "NVML failed to initialize") {
 		t.Fatalf("first response: %+v", first)
+	}
+	if err := first.Devices[0].Validate(); err != nil {
+		t.Fatal(err)
 	}
 	p.mu.Lock()
 	hwErr := p.hwErr
