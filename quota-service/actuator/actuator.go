@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -65,6 +66,11 @@ type Actuator struct {
 	// ResumeHold and SuspendHold prevent flapping (defaults 60 s, 5 s).
 	ResumeHold  time.Duration
 	SuspendHold time.Duration
+	// ReclaimHold is how long a suspended job is kept from resuming
+	// while the workload it was suspended for has not been placed yet
+	// (default 30 s): the capacity it freed is that workload's, even
+	// while Nomad has not re-evaluated it and reports nothing queued.
+	ReclaimHold time.Duration
 	// InFlightTimeout is how long an issued action is awaited before the
 	// job may be acted on again (default 30 s).
 	InFlightTimeout time.Duration
@@ -195,6 +201,10 @@ func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Resul
 			if !ok {
 				continue
 			}
+			if why := a.holdForBeneficiary(v, rec, now); why != "" {
+				rep.Skipped = append(rep.Skipped, fmt.Sprintf("resume %s: %s", act.Job, why))
+				continue
+			}
 			if why := a.holdResume(act.Job, now); why != "" {
 				rep.Skipped = append(rep.Skipped, fmt.Sprintf("resume %s: %s", act.Job, why))
 				continue
@@ -238,6 +248,27 @@ func (a *Actuator) holdSuspend(key string, forGuarantee bool, now time.Time) str
 		return fmt.Sprintf("resumed %s ago and the workload is above its project's guarantee", now.Sub(t).Round(time.Second))
 	}
 	return ""
+}
+
+// holdForBeneficiary says why rec's job must not resume yet: the work it
+// was suspended for is still registered, unfinished and not placed, and
+// the suspension is younger than ReclaimHold.
+func (a *Actuator) holdForBeneficiary(v *nomadwatch.View, rec state.Suspension, now time.Time) string {
+	if rec.ForWorkload == "" || now.Sub(rec.Time) >= orDefault(a.ReclaimHold, 30*time.Second) {
+		return ""
+	}
+	job := rec.ForWorkload
+	if i := strings.LastIndex(job, "/"); i > 0 {
+		job = job[:i] // "namespace/job/group" -> "namespace/job"
+	}
+	if job == nomadwatch.Key(rec.Namespace, rec.Job) {
+		return ""
+	}
+	info := v.Jobs[job]
+	if info == nil || info.Stop || info.Live > 0 || info.Status == "dead" {
+		return ""
+	}
+	return fmt.Sprintf("the capacity it freed %s ago is kept for %s, not placed yet", now.Sub(rec.Time).Round(time.Millisecond), rec.ForWorkload)
 }
 
 func (a *Actuator) holdResume(key string, now time.Time) string {

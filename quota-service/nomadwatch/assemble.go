@@ -52,6 +52,9 @@ type JobInfo struct {
 	Groups         map[string]int
 	// Running is the number of its allocations that run.
 	Running int
+	// Live is the number of its allocations placed and not finished
+	// (desired to run, client status pending or running).
+	Live int
 	// Queued is the number of its allocations waiting for placement.
 	Queued int
 }
@@ -286,8 +289,11 @@ func Assemble(in Inputs) *View {
 		}
 		key := Key(a.Namespace, a.JobID)
 		info := v.Jobs[key]
-		if info != nil && a.ClientStatus == "running" {
-			info.Running++
+		if info != nil {
+			info.Live++
+			if a.ClientStatus == "running" {
+				info.Running++
+			}
 		}
 		if a.AllocatedResources == nil {
 			continue

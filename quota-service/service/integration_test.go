@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 	if testing.Short() {
 		os.Exit(m.Run())
 	}
-	c, err := testcluster.New(testcluster.Options{})
+	c, err := newGPUCluster(wholeOnlyPluginConfig, "nvidia/gpu")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting test cluster:", err)
 		os.Exit(1)
@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func needCluster(t *testing.T) *testcluster.Cluster {
+func needCluster(t testing.TB) *testcluster.Cluster {
 	t.Helper()
 	if cluster == nil {
 		t.Skip("integration test: needs real agents; run without -short")
@@ -54,11 +54,15 @@ func needCluster(t *testing.T) *testcluster.Cluster {
 	return cluster
 }
 
-func logger(t *testing.T) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Info, Output: testWriter{t}})
+func logger(t testing.TB) hclog.Logger {
+	level := hclog.Info
+	if l := os.Getenv("GPUSHARE_TEST_LOG"); l != "" {
+		level = hclog.LevelFromString(l)
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: level, Output: testWriter{t}})
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))

@@ -19,6 +19,7 @@ type Metrics struct {
 	ReclaimLatency prometheus.Histogram
 	Cycle          prometheus.Histogram
 	CycleErrors    *prometheus.CounterVec
+	Triggers       *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics with reg.
@@ -42,8 +43,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Cycle: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "gpushare", Name: "cycle_seconds",
 			Help: "Duration of one re-list, plan and act cycle.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)}),
 		CycleErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpushare", Name: "cycle_errors_total", Help: "Cycles that took no action, by cause."}, []string{"cause"}),
+		Triggers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpushare", Name: "cycle_triggers_total",
+			Help: "Leader cycles by what started them (nomad-event, quota-change, follow-up, interval)."}, []string{"trigger"}),
 	}
 	reg.MustRegister(m.Guaranteed, m.Allocated, m.Deserved, m.Pending, m.Suspended, m.Queue, m.Leader, m.LastRelist,
-		m.Reclaims, m.Resumes, m.ReclaimLatency, m.Cycle, m.CycleErrors)
+		m.Reclaims, m.Resumes, m.ReclaimLatency, m.Cycle, m.CycleErrors, m.Triggers)
 	return m
 }

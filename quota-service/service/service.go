@@ -40,6 +40,10 @@ type Config struct {
 	Instance string
 	// PlanInterval is the safety-net re-list period (default 10 s).
 	PlanInterval time.Duration
+	// FollowUpWindow and FollowUpPeriod: after a Nomad event or quota
+	// change, cycles repeat every FollowUpPeriod (default 500 ms) for
+	// FollowUpWindow (default 3 s).
+	FollowUpWindow, FollowUpPeriod time.Duration
 	// MaxStaleness: no action on data older than this (default 15 s).
 	MaxStaleness time.Duration
 	// ResumeHold and SuspendHold: see package actuator.
@@ -110,6 +114,12 @@ func New(cfg Config) *Service {
 	if cfg.PlanInterval <= 0 {
 		cfg.PlanInterval = 10 * time.Second
 	}
+	if cfg.FollowUpWindow <= 0 {
+		cfg.FollowUpWindow = 3 * time.Second
+	}
+	if cfg.FollowUpPeriod <= 0 {
+		cfg.FollowUpPeriod = 500 * time.Millisecond
+	}
 	if cfg.MaxStaleness <= 0 {
 		cfg.MaxStaleness = 15 * time.Second
 	}
@@ -152,7 +162,13 @@ func (s *Service) Run(ctx context.Context) error {
 	return lerr
 }
 
-// lead is the leader's loop.
+// lead is the leader's loop. A cycle runs after every Nomad event or
+// quota change (events coalesced over 100 ms), then again every
+// FollowUpPeriod for FollowUpWindow: Nomad publishes a job's registration
+// before its evaluation reports queued work, and a burst of short
+// follow-ups sees that work within a second instead of at the next
+// PlanInterval. A cycle that held an action back (a hold that expires)
+// is retried after FollowUpPeriod too.
 func (s *Service) lead(ctx context.Context) {
 	s.setLeader(true)
 	defer s.setLeader(false)
@@ -160,14 +176,28 @@ func (s *Service) lead(ctx context.Context) {
 	go nomadwatch.Watch(ctx, s.cfg.Nomad, s.log, signal)
 	tick := time.NewTicker(s.cfg.PlanInterval)
 	defer tick.Stop()
-	s.Cycle(ctx)
+	follow := time.NewTimer(s.cfg.FollowUpPeriod)
+	defer follow.Stop()
+	var followUntil time.Time
+	held := s.cycle(ctx)
 	for {
+		trigger := ""
 		select {
 		case <-ctx.Done():
 			return
 		case <-wake:
+			trigger = "nomad-event"
+			followUntil = time.Now().Add(s.cfg.FollowUpWindow)
 		case <-s.watcher.Changed():
+			trigger = "quota-change"
+			followUntil = time.Now().Add(s.cfg.FollowUpWindow)
 		case <-tick.C:
+			trigger = "interval"
+		case <-follow.C:
+			if !held && time.Now().After(followUntil) {
+				continue
+			}
+			trigger = "follow-up"
 		}
 		// Coalesce bursts of events into one cycle.
 		select {
@@ -175,7 +205,10 @@ func (s *Service) lead(ctx context.Context) {
 			return
 		case <-time.After(100 * time.Millisecond):
 		}
-		s.Cycle(ctx)
+		s.log.Trace("cycle", "trigger", trigger)
+		s.metrics.Triggers.WithLabelValues(trigger).Inc()
+		held = s.cycle(ctx)
+		follow.Reset(s.cfg.FollowUpPeriod)
 	}
 }
 
@@ -192,7 +225,11 @@ func (s *Service) setLeader(v bool) {
 }
 
 // Cycle re-lists, plans and acts once. It is exported for tests.
-func (s *Service) Cycle(ctx context.Context) {
+func (s *Service) Cycle(ctx context.Context) { s.cycle(ctx) }
+
+// cycle is Cycle; held reports that an action was held back or failed, so
+// that the leader retries soon.
+func (s *Service) cycle(ctx context.Context) (held bool) {
 	start := time.Now()
 	defer func() { s.metrics.Cycle.Observe(time.Since(start).Seconds()) }()
 	fail := func(cause string, err error) {
@@ -204,12 +241,12 @@ func (s *Service) Cycle(ctx context.Context) {
 	}
 	if s.watcher.LastSync().IsZero() {
 		fail("quotas-unread", errors.New("quota documents not read from Consul yet"))
-		return
+		return false
 	}
 	recs, bad, err := s.store.Suspensions(ctx)
 	if err != nil {
 		fail("consul", err)
-		return
+		return false
 	}
 	for k, e := range bad {
 		s.log.Error("ignoring unreadable suspension record", "key", k, "error", e)
@@ -218,28 +255,29 @@ func (s *Service) Cycle(ctx context.Context) {
 	view, err := s.builder.Build(ctx, settings, recs)
 	if err != nil {
 		fail("nomad", err)
-		return
+		return false
 	}
 	s.metrics.LastRelist.Set(float64(view.ListedAt.Unix()))
 	var opts plan.Options
 	if s.cfg.PolicyName != "" {
 		if opts.Policy, err = plan.PolicyByName(s.cfg.PolicyName, 1, view.Snapshot); err != nil {
 			fail("plan", err)
-			return
+			return false
 		}
 	}
 	res, err := plan.Plan(view.Snapshot, opts)
 	if err != nil {
 		fail("plan", err)
-		return
+		return false
 	}
+	s.log.Trace("planned", "pending", len(view.Snapshot.Pending), "allocations", len(view.Snapshot.Allocations), "actions", len(res.Actions), "unplaced", len(res.Unplaced))
 	var rep actuator.Report
 	acted := false
 	if s.leading() {
 		rep, err = s.act.Apply(ctx, view, res)
 		if err != nil {
 			fail("stale", err)
-			return
+			return false
 		}
 		acted = true
 		for _, e := range rep.Errors {
@@ -250,6 +288,7 @@ func (s *Service) Cycle(ctx context.Context) {
 		}
 	}
 	s.record(ctx, view, res, rep, settings, acted)
+	return len(rep.Skipped) > 0 || len(rep.Errors) > 0
 }
 
 func (s *Service) leading() bool {
