@@ -85,7 +85,7 @@ func waitLayout(t *testing.T, c *testcluster.Cluster, wantWhole, wantShare int) 
 
 // gpuJob registers a raw_exec service job whose task prints its GPU
 // environment and then sleeps.
-func gpuJob(t *testing.T, c *testcluster.Cluster, name, deviceType string, count uint64) {
+func gpuJob(t *testing.T, c *testcluster.Cluster, name, deviceType string, count uint64, constraints ...*nomadapi.Constraint) {
 	t.Helper()
 	job := nomadapi.NewServiceJob(name, name, "global", 50)
 	job.Datacenters = []string{"dc1"}
@@ -93,7 +93,7 @@ func gpuJob(t *testing.T, c *testcluster.Cluster, name, deviceType string, count
 		SetConfig("command", "/bin/sh").
 		SetConfig("args", []string{"-c", `env | grep -E '^(NVIDIA_VISIBLE_DEVICES|CUDA_VISIBLE_DEVICES|GPUSHARE_|TF_FORCE|XLA_)' | sort; exec sleep 3600`})
 	task.Resources = &nomadapi.Resources{CPU: ptr(50), MemoryMB: ptr(32),
-		Devices: []*nomadapi.RequestedDevice{{Name: "nvidia/" + deviceType, Count: &count}}}
+		Devices: []*nomadapi.RequestedDevice{{Name: "nvidia/" + deviceType, Count: &count, Constraints: constraints}}}
 	group := nomadapi.NewTaskGroup("main", 1).AddTask(task)
 	job.AddTaskGroup(group)
 	if _, _, err := c.Nomad.Jobs().Register(job, nil); err != nil {
@@ -200,7 +200,9 @@ func TestPluginOnRealNomad(t *testing.T) {
 	landing := waitLayout(t, c, 3, 1)
 
 	// A quarter GPU lands on the share GPU and gets its fraction.
-	gpuJob(t, c, "quarter", "gpu-share", 25)
+	gpuJob(t, c, "quarter", "gpu-share", 25,
+		&nomadapi.Constraint{LTarget: "${device.attr.memory}", Operand: ">=", RTarget: "40 GiB"},
+		&nomadapi.Constraint{LTarget: "${device.attr.model}", Operand: "=", RTarget: "NVIDIA H100 80GB HBM3"})
 	env, alloc := runningEnv(t, c, "quarter")
 	want := map[string]string{"GPUSHARE_FRACTION": "0.25", "GPUSHARE_MEMORY_LIMIT_MIB": "20480",
 		"TF_FORCE_GPU_ALLOW_GROWTH": "true", "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.25"}
@@ -215,6 +217,27 @@ func TestPluginOnRealNomad(t *testing.T) {
 	}
 	// 75 shares left is room enough (share_headroom 50): nothing switches.
 	waitLayout(t, c, 3, 1)
+
+	// Stats reach the node's stats, per GPU and per share group.
+	testcluster.Eventually(t, 30*time.Second, func() error {
+		hs, err := c.Nomad.Nodes().Stats(c.NodeID, nil)
+		if err != nil {
+			return err
+		}
+		for _, g := range hs.DeviceStats {
+			if g.Type == "gpu-share" && g.Name == landing[0] {
+				st := g.InstanceStats[dev.DeviceIDs[0]]
+				if st == nil || st.Stats == nil || st.Stats.Attributes["shares_held"] == nil {
+					return fmt.Errorf("share stats %+v", st)
+				}
+				if held := *st.Stats.Attributes["shares_held"].IntNumeratorVal; held != 25 {
+					return fmt.Errorf("shares_held = %d, want 25", held)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no stats for share group %s in %d groups", landing[0], len(hs.DeviceStats))
+	})
 
 	// A whole-GPU job gets one GPU by UUID.
 	gpuJob(t, c, "whole", "gpu", 1)
@@ -235,6 +258,12 @@ func TestPluginOnRealNomad(t *testing.T) {
 		t.Fatalf("restarting nomad: %v", err)
 	}
 	waitLayout(t, c, 2, 2)
+	// Reserve works from the rebuilt state: a new share job lands.
+	gpuJob(t, c, "after-restart", "gpu-share", 5)
+	if env, _ := runningEnv(t, c, "after-restart"); env["GPUSHARE_FRACTION"] != "0.05" {
+		t.Errorf("after restart: GPUSHARE_FRACTION = %q", env["GPUSHARE_FRACTION"])
+	}
+	stopJob(t, c, "after-restart")
 
 	// Releases are seen through the API: when the share jobs stop, the
 	// extra share GPU goes back to whole.
