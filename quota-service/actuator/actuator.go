@@ -77,7 +77,13 @@ type Actuator struct {
 	// Now is the clock (tests); nil means time.Now.
 	Now func() time.Time
 
+	// NudgeEvery bounds how often a job the service made room for, which
+	// the plan places but Nomad still holds queued, is re-evaluated
+	// (default 3 s).
+	NudgeEvery time.Duration
+
 	mu          sync.Mutex
+	nudgedAt    map[string]time.Time
 	resumedAt   map[string]time.Time
 	suspendedAt map[string]time.Time
 	inflight    map[string]inflight
@@ -91,7 +97,7 @@ type inflight struct {
 // New returns an actuator; instance names this service instance in records.
 func New(client *nomadapi.Client, store *state.Store, log hclog.Logger, instance string) *Actuator {
 	return &Actuator{nomad: client, store: store, log: log.Named("actuator"), instance: instance,
-		resumedAt: map[string]time.Time{}, suspendedAt: map[string]time.Time{}, inflight: map[string]inflight{}}
+		nudgedAt: map[string]time.Time{}, resumedAt: map[string]time.Time{}, suspendedAt: map[string]time.Time{}, inflight: map[string]inflight{}}
 }
 
 func (a *Actuator) now() time.Time {
@@ -189,8 +195,16 @@ func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Resul
 			rep.Done = append(rep.Done, Done{Kind: "suspend", Namespace: info.Namespace, Job: info.ID, Project: act.Project,
 				ForWorkload: rec.ForWorkload, ForProject: w.Project, ForGuarantee: withinGuarantee[w.Project], Reason: act.Reason})
 		case plan.Place:
-			if !w.Suspended || resumed[act.Job] {
-				continue // Nomad places queued work itself
+			if !w.Suspended {
+				// Nomad places queued work itself, but an evaluation
+				// blocked while the device family had no healthy
+				// instance may stay blocked after capacity returns;
+				// work the service made room for is re-evaluated.
+				a.nudge(ctx, v, &rep, act.Job, now)
+				continue
+			}
+			if resumed[act.Job] {
+				continue
 			}
 			resumed[act.Job] = true
 			if placedOf[act.Job] < pendingOf[act.Job] {
@@ -218,6 +232,43 @@ func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Resul
 		}
 	}
 	return rep, nil
+}
+
+// nudge asks Nomad to evaluate job again when the service suspended work
+// for it (a suspension record names it) and the job is still queued.
+func (a *Actuator) nudge(ctx context.Context, v *nomadwatch.View, rep *Report, job string, now time.Time) {
+	info := v.Jobs[job]
+	if info == nil || info.Stop || info.Queued == 0 {
+		return
+	}
+	beneficiary := false
+	for _, rec := range v.Suspended {
+		if strings.HasPrefix(rec.ForWorkload, job+"/") {
+			beneficiary = true
+			break
+		}
+	}
+	if !beneficiary {
+		return
+	}
+	a.mu.Lock()
+	last, ok := a.nudgedAt[job]
+	if ok && now.Sub(last) < orDefault(a.NudgeEvery, 3*time.Second) {
+		a.mu.Unlock()
+		return
+	}
+	a.nudgedAt[job] = now
+	for k, t := range a.nudgedAt {
+		if now.Sub(t) > time.Hour {
+			delete(a.nudgedAt, k)
+		}
+	}
+	a.mu.Unlock()
+	if _, _, err := a.nomad.Jobs().EvaluateWithOpts(info.ID, nomadapi.EvalOptions{}, (&nomadapi.WriteOptions{Namespace: info.Namespace}).WithContext(ctx)); err != nil {
+		rep.Errors = append(rep.Errors, fmt.Errorf("re-evaluating %s, which capacity was freed for: %w", job, err))
+		return
+	}
+	a.log.Debug("re-evaluated a job the plan places but Nomad holds queued", "job", job)
 }
 
 func (a *Actuator) settleInflight(v *nomadwatch.View, now time.Time) {

@@ -442,3 +442,107 @@ func keys[V any](m map[string]V) []string {
 	sort.Strings(out)
 	return out
 }
+
+// TestReclaimVictimOrder is issue 5's third behaviour: with two
+// over-quota projects the lower-priority one is reclaimed first; at equal
+// priority, the one most over its fair share.
+func TestReclaimVictimOrder(t *testing.T) {
+	c := needCluster(t)
+	tests := []struct {
+		name string
+		// quotas of the two over-quota projects x and y
+		quotaX, quotaY string
+		// jobs they run (whole GPUs, one each)
+		jobsX, jobsY int
+		wantVictim   string // namespace the suspended job belongs to
+	}{
+		{name: "lower priority first", quotaX: `{"guaranteed": 0, "priority": 1}`, quotaY: `{"guaranteed": 0, "priority": 5}`,
+			jobsX: 1, jobsY: 2, wantVictim: "team-x"},
+		{name: "equal priority: most over fair share", quotaX: `{"guaranteed": 0}`, quotaY: `{"guaranteed": 0}`,
+			jobsX: 1, jobsY: 3, wantVictim: "team-y"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newScenario(t, c, fmt.Sprintf("order-test-%d", i))
+			s.quota("team-x", tt.quotaX)
+			s.quota("team-y", tt.quotaY)
+			s.quota("team-p", `{"guaranteed": 1}`)
+			svc, _ := s.startQuotaService("q", nil)
+			waitLeader(t, svc)
+			x, y := jobsOf("team-x", tt.jobsX, 1), jobsOf("team-y", tt.jobsY, 1)
+			running := append(append([]gpuJob(nil), x...), y...)
+			for _, j := range running {
+				s.submit(j)
+			}
+			s.wait(90*time.Second, "running", isRunning, running...)
+			latency, suspended := s.reclaim(running, jobsOf("team-p", 1, 1), 1)
+			t.Logf("team-p's job runs %.2fs after submission; suspended %s/%s", latency.Seconds(), suspended[0].ns, suspended[0].id)
+			if suspended[0].ns != tt.wantVictim {
+				t.Fatalf("suspended %s/%s, want a job of %s", suspended[0].ns, suspended[0].id, tt.wantVictim)
+			}
+		})
+	}
+}
+
+// TestReclaimWholeGPUFromShareTenants is issue 5's second behaviour on
+// the demo's plugin configuration (one idle GPU kept in the share family):
+// a project under its guarantee that needs a whole GPU gets one held by
+// two 0.5 share tenants (count = 50 each) of an over-quota project. It
+// runs its own cluster.
+func TestReclaimWholeGPUFromShareTenants(t *testing.T) {
+	needCluster(t)
+	c, err := newGPUCluster(demoPluginConfig, "nvidia/gpu", "nvidia/gpu-share")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s := newScenario(t, c, "share-test")
+	s.quota("team-x", `{"guaranteed": 0}`)   // over quota: its tenants are the victims
+	s.quota("team-y", `{"guaranteed": 0.5}`) // one tenant within its guarantee
+	s.quota("team-f", `{"guaranteed": 2}`)   // two whole GPUs within its guarantee
+	s.quota("team-p", `{"guaranteed": 1}`)   // needs a whole GPU
+	svc, _ := s.startQuotaService("q", nil)
+	waitLeader(t, svc)
+
+	// The idle node publishes three whole GPUs and one share GPU. X's two
+	// tenants fill the share GPU; the plugin then moves an idle GPU to
+	// the share family, where Y's tenant lands (leaving room, so no
+	// further GPU is kept for shares); F takes the two whole GPUs left.
+	x := []gpuJob{{ns: "team-x", id: "x-half1", shares: 50}, {ns: "team-x", id: "x-half2", shares: 50}}
+	for _, j := range x {
+		s.submit(j)
+	}
+	s.wait(90*time.Second, "running", isRunning, x...)
+	y := []gpuJob{{ns: "team-y", id: "y-half", shares: 50}}
+	s.submit(y[0])
+	s.wait(90*time.Second, "running", isRunning, y...)
+	f := jobsOf("team-f", 2, 1)
+	for _, j := range f {
+		s.submit(j)
+	}
+	s.wait(90*time.Second, "running", isRunning, f...)
+	stop := s.watchNothingLost(append(append(append([]gpuJob(nil), x...), y...), f...))
+
+	start := time.Now()
+	p := jobsOf("team-p", 1, 1)
+	s.submit(p[0])
+	s.wait(90*time.Second, "running", isRunning, p...)
+	t.Logf("team-p's whole-GPU job runs %.2fs after submission", time.Since(start).Seconds())
+	s.wait(10*time.Second, "suspended", func(st jobState) bool { return st.stopped && st.running == 0 }, x...)
+	s.wait(10*time.Second, "still running", isRunning, append(append([]gpuJob(nil), y...), f...)...)
+	recs, err := s.records()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range x {
+		if r, ok := recs[j.ns+"/"+j.id]; !ok || r.ForProject != "team-p" {
+			t.Fatalf("record of %s/%s = %+v, want one for team-p", j.ns, j.id, r)
+		}
+	}
+	// When P finishes, X's tenants come back.
+	s.finish("team-p", "")
+	s.wait(90*time.Second, "running again", isRunning, x...)
+	if violations, polls := stop(); len(violations) > 0 {
+		t.Fatalf("jobs lost at %d of %d polls:\n%s", len(violations), polls, strings.Join(violations, "\n"))
+	}
+}
