@@ -3,8 +3,11 @@ package device_test
 import (
 	"fmt"
 	"path/filepath"
+	"os"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,7 +32,7 @@ plugin "nomad-device-gpushare" {
 
 // startCluster builds the plugin and starts real Consul and Nomad agents
 // with it. Skipped in -short mode.
-func startCluster(t *testing.T) *testcluster.Cluster {
+func startCluster(t *testing.T) (*testcluster.Cluster, string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs real agents; run without -short")
@@ -38,7 +41,25 @@ func startCluster(t *testing.T) *testcluster.Cluster {
 	if err := testcluster.BuildBinary("github.com/gpushare/nomad-gpushare/device/cmd/nomad-device-gpushare", filepath.Join(dir, "nomad-device-gpushare")); err != nil {
 		t.Fatal(err)
 	}
-	return testcluster.Start(t, testcluster.Options{PluginDir: dir, PluginConfig: pluginConfig, WaitForDevices: []string{"nvidia/gpu", "nvidia/gpu-share"}})
+	return testcluster.Start(t, testcluster.Options{PluginDir: dir, PluginConfig: pluginConfig, WaitForDevices: []string{"nvidia/gpu", "nvidia/gpu-share"}}), dir
+}
+
+// pluginPIDs lists the running processes of the plugin binary in dir (the
+// ones this test's Nomad agent started).
+func pluginPIDs(dir string) []int {
+	want := filepath.Join(dir, "nomad-device-gpushare")
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && exe == want {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // layout summarizes the node's devices as the servers see them: healthy
@@ -189,7 +210,7 @@ func stopJob(t *testing.T, c *testcluster.Cluster, job string) {
 // simulated 4 x H100 node: the partition, Reserve's environment, release
 // tracking from the Nomad API, and a Nomad client restart.
 func TestPluginOnRealNomad(t *testing.T) {
-	c := startCluster(t)
+	c, pluginDir := startCluster(t)
 	defer func() {
 		if t.Failed() {
 			t.Logf("nomad log tail:\n%s", c.NomadLogTail(60))
@@ -265,6 +286,25 @@ func TestPluginOnRealNomad(t *testing.T) {
 	}
 	stopJob(t, c, "after-restart")
 
+	// The plugin itself crashes; Nomad starts it again and it rebuilds the
+	// same state from the API.
+	old := pluginPIDs(pluginDir)
+	if len(old) != 1 {
+		t.Fatalf("plugin processes: %v", old)
+	}
+	if err := syscall.Kill(old[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testcluster.Eventually(t, 60*time.Second, func() error {
+		if now := pluginPIDs(pluginDir); len(now) != 1 || now[0] == old[0] {
+			return fmt.Errorf("plugin processes %v (killed %d)", now, old[0])
+		}
+		return nil
+	})
+	if got := waitLayout(t, c, 2, 2); !contains(got, landing[0]) {
+		t.Errorf("share groups after the plugin restart %v lack %s, which has tenants", got, landing[0])
+	}
+
 	// Releases are seen through the API: when the share jobs stop, the
 	// extra share GPU goes back to whole.
 	stopJob(t, c, "quarter")
@@ -272,4 +312,13 @@ func TestPluginOnRealNomad(t *testing.T) {
 	waitLayout(t, c, 3, 1)
 	stopJob(t, c, "whole")
 	waitLayout(t, c, 3, 1)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }
