@@ -2,8 +2,8 @@ package device_test
 
 import (
 	"fmt"
-	"path/filepath"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
