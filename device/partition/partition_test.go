@@ -340,3 +340,77 @@ func TestEventsAreDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestExhaustiveTwoGPUs enumerates every sequence of three observations of
+// a two-GPU node (each GPU idle, held whole, or holding 30 or 70 shares,
+// in any family, races included; Nomad readable or not) after boot, with
+// the servers seeing the previous publication, and checks the safety rules
+// after every step.
+func TestExhaustiveTwoGPUs(t *testing.T) {
+	usages := []string{"", "W", "S30", "S70"}
+	const steps = 3
+	choices := len(usages) * len(usages) * 2
+	total := 1
+	for i := 0; i < steps; i++ {
+		total *= choices
+	}
+	for seq := 0; seq < total; seq++ {
+		m := New(pol)
+		boot := map[string]GPUObs{"a": gpu(0), "b": gpu(1)}
+		m.Step(Observation{At: t0, GPUs: boot})
+		m.Step(Observation{At: t0.Add(pol.SettlePeriod), GPUs: boot})
+		pub := m.Publications()
+		code := seq
+		var trace []string
+		for i := 0; i < steps; i++ {
+			c := code % choices
+			code /= choices
+			ua, ub, blind := usages[c%4], usages[c/4%4], c/16 == 1
+			o := Observation{At: t0.Add(time.Duration(i+2) * pol.SettlePeriod), Blind: blind, GPUs: map[string]GPUObs{}}
+			for u, use := range map[string]string{"a": ua, "b": ub} {
+				flags := []string{}
+				if use != "" {
+					flags = append(flags, use)
+				}
+				switch pub[u].Family {
+				case Whole:
+					flags = append(flags, "pw")
+				case Share:
+					flags = append(flags, "ps")
+				}
+				order := 0
+				if u == "b" {
+					order = 1
+				}
+				o.GPUs[u] = gpu(order, flags...)
+			}
+			trace = append(trace, fmt.Sprintf("a=%q b=%q blind=%v", ua, ub, blind))
+			m.Step(o)
+			next := m.Publications()
+			for _, u := range []string{"a", "b"} {
+				g, p, was := o.GPUs[u], next[u].Family, pub[u].Family
+				if blind {
+					if p != Unknown && p != was {
+						t.Fatalf("%v: %s published %v while blind (was %v)", trace, u, p, was)
+					}
+					continue
+				}
+				if g.WholeHeld && p == Share || g.ShareUnits > 0 && p == Whole {
+					t.Fatalf("%v: %s in use %+v but published %v", trace, u, g, p)
+				}
+				forced := g.WholeHeld && p == Whole || g.ShareUnits > 0 && p == Share
+				if was != Unknown && p != Unknown && was != p && !forced {
+					t.Fatalf("%v: %s switched %v -> %v without withdrawal or usage", trace, u, was, p)
+				}
+				if g.idle() && was == Unknown && p != Unknown && m.gpus[u].Phase == Published {
+					// An idle GPU published after being withdrawn must have
+					// settled: the servers saw it withdrawn a period ago.
+					if st := m.gpus[u]; st.Since.Add(pol.SettlePeriod).After(o.At) {
+						t.Fatalf("%v: %s published before settling", trace, u)
+					}
+				}
+			}
+			pub = next
+		}
+	}
+}
