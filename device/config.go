@@ -19,24 +19,52 @@ const (
 // Config is the plugin configuration (the `config` block of the plugin's
 // `plugin "nomad-device-gpushare"` stanza in the Nomad client config).
 type Config struct {
-	Backend            string   `codec:"backend"`
-	SimulatedPreset    string   `codec:"simulated_preset"`
-	SimulatedCount     int      `codec:"simulated_count"`
-	SimulatedModel     string   `codec:"simulated_model"`
-	SimulatedMemoryMiB int      `codec:"simulated_memory_mib"`
-	SimulatedSeed      string   `codec:"simulated_seed"`
-	FingerprintPeriod  string   `codec:"fingerprint_period"`
-	IgnoredGPUIDs      []string `codec:"ignored_gpu_ids"`
-	MinIdleShareGPUs   int      `codec:"min_idle_share_gpus"`
-	ShareHeadroom      int      `codec:"share_headroom"`
-	SwitchSettlePeriod string   `codec:"switch_settle_period"`
-	NomadAddress       string   `codec:"nomad_address"`
-	NomadToken         string   `codec:"nomad_token"`
-	NomadPollPeriod    string   `codec:"nomad_poll_period"`
-	NodeID             string   `codec:"node_id"`
-	NodeName           string   `codec:"node_name"`
-	MPSEnabled         bool     `codec:"mps_enabled"`
-	MPSPipeDirectory   string   `codec:"mps_pipe_directory"`
+	// Backend: "nvml" (real GPUs through libnvidia-ml) or "simulated"
+	// (go-nvml mock machines). Default "nvml".
+	Backend string `codec:"backend"`
+	// SimulatedPreset: "h100" (8 x H100 80GB, mock/dgxh100), "a100"
+	// (8 x A100 40GB, mock/dgxa100) or "custom". Default "h100".
+	SimulatedPreset string `codec:"simulated_preset"`
+	// SimulatedCount: GPUs of the simulated machine (0: the preset's 8;
+	// required for custom).
+	SimulatedCount int `codec:"simulated_count"`
+	// SimulatedModel and SimulatedMemoryMiB: the custom preset's GPUs.
+	SimulatedModel     string `codec:"simulated_model"`
+	SimulatedMemoryMiB int    `codec:"simulated_memory_mib"`
+	// SimulatedSeed derives the simulated GPUs' UUIDs (stable across
+	// restarts). Default "gpushare".
+	SimulatedSeed string `codec:"simulated_seed"`
+	// FingerprintPeriod: how often NVML is read. Default "5s".
+	FingerprintPeriod string `codec:"fingerprint_period"`
+	// IgnoredGPUIDs: GPU UUIDs never offered.
+	IgnoredGPUIDs []string `codec:"ignored_gpu_ids"`
+	// MinIdleShareGPUs: idle GPUs kept in share mode as a landing place
+	// while in-use share GPUs lack room. Default 1.
+	MinIdleShareGPUs int `codec:"min_idle_share_gpus"`
+	// ShareHeadroom: free shares on an in-use share GPU that count as room
+	// (then no idle GPU is kept in share mode); 0 always keeps them.
+	// Default 50.
+	ShareHeadroom int `codec:"share_headroom"`
+	// SwitchSettlePeriod: how long a withdrawn GPU waits, once the servers
+	// see it withdrawn, for placements in flight. Default "10s".
+	SwitchSettlePeriod string `codec:"switch_settle_period"`
+	// NomadAddress and NomadToken: the Nomad HTTP API. Empty: NOMAD_ADDR
+	// (else http://127.0.0.1:4646) and NOMAD_TOKEN from the environment the
+	// plugin inherits from the Nomad client.
+	NomadAddress string `codec:"nomad_address"`
+	NomadToken   string `codec:"nomad_token"`
+	// NomadPollPeriod: how often the node's allocations are read. Default
+	// "2s".
+	NomadPollPeriod string `codec:"nomad_poll_period"`
+	// NodeID or NodeName pick this plugin's node; empty: the local agent's
+	// node (/v1/agent/self), else the node named like the hostname.
+	NodeID   string `codec:"node_id"`
+	NodeName string `codec:"node_name"`
+	// MPSEnabled: shares get CUDA MPS limits and the pipe directory mount.
+	MPSEnabled bool `codec:"mps_enabled"`
+	// MPSPipeDirectory: the MPS control daemon's pipe directory. Default
+	// "/tmp/nvidia-mps".
+	MPSPipeDirectory string `codec:"mps_pipe_directory"`
 }
 
 func attr(name, typ, def string) *hclspec.Spec {
