@@ -3,7 +3,6 @@ package device
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -434,13 +433,4 @@ func TestFingerprintStreamsChanges(t *testing.T) {
 			t.Fatal("no fingerprint with the GPUs published")
 		}
 	}
-}
-
-func sortedKeys(m map[string]string) []string {
-	var k []string
-	for x := range m {
-		k = append(k, x)
-	}
-	sort.Strings(k)
-	return k
 }
