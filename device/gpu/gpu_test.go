@@ -127,3 +127,30 @@ func TestStats(t *testing.T) {
 		t.Errorf("busy GPU stats %+v", s1)
 	}
 }
+
+// TestRealNVML reads the machine's real NVML: without a driver it must fail
+// with a clear initialization error; with GPUs, each one is described.
+func TestRealNVML(t *testing.T) {
+	src := NewSource(nvml.New())
+	defer src.Close()
+	inv, err := src.Inventory()
+	if err != nil {
+		if !errors.Is(err, ErrInit) || !strings.Contains(err.Error(), "NVML failed to initialize") {
+			t.Fatalf("no NVML here, but the error is unclear: %v", err)
+		}
+		t.Logf("no NVML on this machine: %v", err)
+		return
+	}
+	for _, g := range inv.GPUs {
+		if g.Err != nil {
+			t.Errorf("GPU %d: %v", g.Index, g.Err)
+			continue
+		}
+		if !strings.HasPrefix(g.UUID, "GPU-") || g.MemoryMiB == 0 || g.Model == "" || g.PCIBusID == "" {
+			t.Errorf("GPU %d described as %+v", g.Index, g)
+		}
+	}
+	if _, err := src.Stats(); err != nil {
+		t.Fatal(err)
+	}
+}
