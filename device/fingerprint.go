@@ -15,7 +15,8 @@ import (
 
 // Fingerprint streams the device groups: one "gpu" group per model and one
 // "gpu-share" group per shareable GPU. A new response is sent whenever
-// health or the partition changes.
+// health or the partition changes; each group's OfferedAttr attribute then
+// changes with it, so that Nomad re-evaluates jobs blocked on the node.
 //
 // NVML failures are logged and retried; they do not end the stream with an
 // error, because Nomad's client stops a device plugin for good on a
@@ -116,6 +117,9 @@ func (p *Plugin) publishLocked() {
 		groups = append(groups, &dev.DeviceGroup{Vendor: alloctrack.Vendor, Type: alloctrack.TypeWhole, Name: UnavailableGroup,
 			Devices: []*dev.Device{{ID: UnavailableGroup, Healthy: false, HealthDesc: fmt.Sprintf("gpushare: %v (retrying every %s)", p.hwErr, p.cfg.fingerprintPeriod)}}})
 	}
+	for _, g := range groups {
+		setOffered(g)
+	}
 	p.view.Store(view)
 
 	sig := signature(groups)
@@ -129,6 +133,42 @@ func (p *Plugin) publishLocked() {
 		default:
 		}
 	}
+}
+
+// OfferedAttr names the device-group attribute that counts the group's
+// healthy (allocatable) instances: for a whole group the GPUs of its model
+// currently offered whole, for a share group SharesPerGPU while the GPU is
+// in share mode and 0 while it is withdrawn or whole.
+//
+// It exists for Nomad's blocked evaluations. The device feasibility check
+// is cached per computed node class, and a node's computed class hashes its
+// device groups' vendor, type, name and attributes but not instance health
+// (nomad/structs/node_class.go). An evaluation whose device request found no
+// healthy instance marks the node's class ineligible, and
+// BlockedEvals.Unblock skips evaluations that marked the class ineligible:
+// without this attribute a job submitted while its family had no healthy
+// instance (plugin start, a switch in progress, every GPU in the other
+// family) stays blocked forever once the family is published. With it,
+// every change of which instances are allocatable changes the computed
+// class, so the node update unblocks the waiting evaluations. The device
+// feasibility check depends only on attributes and healthy counts, so the
+// class stays an exact cache key; the count changes only with health or the
+// partition, never per fingerprint or with stats. It must stay outside the
+// "unique." attribute namespace, which the class hash leaves out.
+const OfferedAttr = "offered"
+
+// setOffered sets a group's OfferedAttr from its instances' health.
+func setOffered(g *dev.DeviceGroup) {
+	n := 0
+	for _, d := range g.Devices {
+		if d.Healthy {
+			n++
+		}
+	}
+	if g.Attributes == nil {
+		g.Attributes = map[string]*structs.Attribute{}
+	}
+	g.Attributes[OfferedAttr] = structs.NewIntAttribute(int64(n), "")
 }
 
 func locality(g *hwGPU) *dev.DeviceLocality {
