@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
@@ -79,8 +80,13 @@ type Store struct {
 	kv     *consulapi.KV
 	layout kvlayout.Layout
 	// HistoryMax bounds the history; older entries are deleted. Zero
-	// means 500.
+	// means 500. The folder is listed to trim it on the first append and
+	// then every HistoryMax/10 appends, so it may hold up to that many
+	// entries above HistoryMax between trims.
 	HistoryMax int
+
+	mu      sync.Mutex
+	appends int
 }
 
 // New returns a store over client's KV with layout's keys.
@@ -158,6 +164,13 @@ func (s *Store) AddHistory(ctx context.Context, e Entry) error {
 	max := s.HistoryMax
 	if max <= 0 {
 		max = 500
+	}
+	s.mu.Lock()
+	n := s.appends
+	s.appends++
+	s.mu.Unlock()
+	if every := max / 10; every > 1 && n%every != 0 {
+		return nil
 	}
 	keys, _, err := s.kv.Keys(s.layout.History(), "", (&consulapi.QueryOptions{}).WithContext(ctx))
 	if err != nil {
