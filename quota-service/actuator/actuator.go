@@ -82,6 +82,13 @@ type Actuator struct {
 	// (default 3 s).
 	NudgeEvery time.Duration
 
+	// BeforeStop, when set, is called by a suspension after its record
+	// and history entry are written and before the job is stopped. It is
+	// a test hook (a leader dying between the record and the stop) and is
+	// nil in production. When ctx has ended once it returns, the stop is
+	// abandoned and the record stays for the next leader to finish.
+	BeforeStop func(ctx context.Context, rec state.Suspension)
+
 	mu          sync.Mutex
 	nudgedAt    map[string]time.Time
 	resumedAt   map[string]time.Time
@@ -124,6 +131,9 @@ func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Resul
 	a.settleInflight(v, now)
 
 	// Finish what a predecessor started, and clear records of running jobs.
+	// The plan counted those jobs' allocations as running: a cycle that
+	// finishes a suspension issues no new one (the next cycle plans on
+	// the freed capacity), or it would suspend more than needed.
 	for _, rec := range v.Unfinished {
 		key := nomadwatch.Key(rec.Namespace, rec.Job)
 		if a.busy(key) {
@@ -173,6 +183,11 @@ func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Resul
 		w := snap.Pending[act.Workload]
 		switch act.Kind {
 		case plan.Suspend:
+			if len(v.Unfinished) > 0 {
+				skipWorkload[act.Workload] = true
+				rep.Skipped = append(rep.Skipped, fmt.Sprintf("suspend %s: a recorded suspension is being finished; planning again on the capacity it frees", act.Job))
+				continue
+			}
 			info := v.Jobs[act.Job]
 			if info == nil {
 				skipWorkload[act.Workload] = true
@@ -357,6 +372,12 @@ func (a *Actuator) suspend(ctx context.Context, rec *state.Suspension) error {
 	}
 	var rep Report
 	a.history(ctx, &rep, state.Entry{Event: "suspend", Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, Reason: rec.Reason, ForWorkload: rec.ForWorkload})
+	if a.BeforeStop != nil {
+		a.BeforeStop(ctx, *rec)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("suspending %s/%s: recorded but not stopped (the next leader finishes it): %w", rec.Namespace, rec.Job, err)
+		}
+	}
 	return a.stop(ctx, *rec)
 }
 

@@ -14,6 +14,7 @@ type Metrics struct {
 	Queue          prometheus.Gauge
 	Leader         prometheus.Gauge
 	LastRelist     prometheus.Gauge
+	CycleOK        prometheus.Gauge
 	Reclaims       *prometheus.CounterVec
 	Resumes        *prometheus.CounterVec
 	ReclaimLatency prometheus.Histogram
@@ -36,8 +37,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Queue:      prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpushare", Name: "pending_workloads", Help: "Pending GPU workloads (task groups) including suspended ones."}),
 		Leader:     prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpushare", Name: "leader", Help: "1 when this instance acts."}),
 		LastRelist: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpushare", Name: "last_relist_timestamp_seconds", Help: "When Nomad was last listed successfully."}),
-		Reclaims:   prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpushare", Name: "suspensions_total", Help: "Jobs suspended, by victim project and kind (reclaim or preempt)."}, []string{"project", "kind"}),
-		Resumes:    prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpushare", Name: "resumes_total", Help: "Suspended jobs resumed, by project."}, []string{"project"}),
+		CycleOK: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpushare", Name: "cycle_ok",
+			Help: "1 when the last cycle read Nomad and Consul and planned; 0 while the service is blind (it takes no action then)."}),
+		Reclaims: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpushare", Name: "suspensions_total", Help: "Jobs suspended, by victim project and kind (reclaim or preempt)."}, []string{"project", "kind"}),
+		Resumes:  prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpushare", Name: "resumes_total", Help: "Suspended jobs resumed, by project."}, []string{"project"}),
 		ReclaimLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "gpushare", Name: "reclaim_latency_seconds",
 			Help: "From the first suspension made for a workload until the workload is no longer pending.", Buckets: prometheus.ExponentialBuckets(0.25, 2, 10)}),
 		Cycle: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "gpushare", Name: "cycle_seconds",
@@ -46,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Triggers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpushare", Name: "cycle_triggers_total",
 			Help: "Leader cycles by what started them (nomad-event, quota-change, follow-up, interval)."}, []string{"trigger"}),
 	}
-	reg.MustRegister(m.Guaranteed, m.Allocated, m.Deserved, m.Pending, m.Suspended, m.Queue, m.Leader, m.LastRelist,
+	reg.MustRegister(m.Guaranteed, m.Allocated, m.Deserved, m.Pending, m.Suspended, m.Queue, m.Leader, m.LastRelist, m.CycleOK,
 		m.Reclaims, m.Resumes, m.ReclaimLatency, m.Cycle, m.CycleErrors, m.Triggers)
 	return m
 }

@@ -99,6 +99,9 @@ type Service struct {
 	metrics *Metrics
 	reg     *prometheus.Registry
 
+	// cycleMu serializes cycles: the leader's and the standby's.
+	cycleMu sync.Mutex
+
 	mu         sync.Mutex
 	status     Status
 	written    map[string]state.ProjectStatus
@@ -147,11 +150,15 @@ func (s *Service) Registry() *prometheus.Registry { return s.reg }
 func (s *Service) Store() *state.Store { return s.store }
 
 // Run runs until ctx ends: the quota watcher, the leader election, and the
-// cycles (acting only while leader).
+// cycles (acting only while leader). A standby instance cycles every
+// PlanInterval without acting, so that its /v1/status shows the same
+// read-only view as the leader's and its health says whether it can read
+// Nomad and Consul.
 func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); s.watcher.Run(ctx) }()
+	go func() { defer wg.Done(); s.standby(ctx) }()
 	var lerr error
 	go func() {
 		defer wg.Done()
@@ -212,6 +219,23 @@ func (s *Service) lead(ctx context.Context) {
 	}
 }
 
+// standby cycles without acting every PlanInterval while this instance
+// does not lead.
+func (s *Service) standby(ctx context.Context) {
+	tick := time.NewTicker(s.cfg.PlanInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if !s.leading() && !s.watcher.LastSync().IsZero() {
+			s.observe(ctx)
+		}
+	}
+}
+
 func (s *Service) setLeader(v bool) {
 	s.mu.Lock()
 	s.isLeader = v
@@ -229,11 +253,19 @@ func (s *Service) Cycle(ctx context.Context) { s.cycle(ctx) }
 
 // cycle is Cycle; held reports that an action was held back or failed, so
 // that the leader retries soon.
-func (s *Service) cycle(ctx context.Context) (held bool) {
+func (s *Service) cycle(ctx context.Context) (held bool) { return s.run(ctx, true) }
+
+// observe is a cycle that never acts (standby).
+func (s *Service) observe(ctx context.Context) { s.run(ctx, false) }
+
+func (s *Service) run(ctx context.Context, mayAct bool) (held bool) {
+	s.cycleMu.Lock()
+	defer s.cycleMu.Unlock()
 	start := time.Now()
 	defer func() { s.metrics.Cycle.Observe(time.Since(start).Seconds()) }()
 	fail := func(cause string, err error) {
 		s.metrics.CycleErrors.WithLabelValues(cause).Inc()
+		s.metrics.CycleOK.Set(0)
 		s.log.Warn("cycle took no action", "cause", cause, "error", err)
 		s.mu.Lock()
 		s.status.LastCycle, s.status.LastError = time.Now(), err.Error()
@@ -273,7 +305,7 @@ func (s *Service) cycle(ctx context.Context) (held bool) {
 	s.log.Trace("planned", "pending", len(view.Snapshot.Pending), "allocations", len(view.Snapshot.Allocations), "actions", len(res.Actions), "unplaced", len(res.Unplaced))
 	var rep actuator.Report
 	acted := false
-	if s.leading() {
+	if mayAct && s.leading() {
 		rep, err = s.act.Apply(ctx, view, res)
 		if err != nil {
 			fail("stale", err)
@@ -287,6 +319,7 @@ func (s *Service) cycle(ctx context.Context) (held bool) {
 			s.log.Debug("action held back", "why", sk)
 		}
 	}
+	s.metrics.CycleOK.Set(1)
 	s.record(ctx, view, res, rep, settings, acted)
 	return len(rep.Skipped) > 0 || len(rep.Errors) > 0
 }
@@ -441,14 +474,15 @@ func (s *Service) Status() Status {
 func (s *Service) Projects() []ProjectView { return s.Status().Projects }
 
 // Health says whether the service works: its last cycle succeeded and is
-// recent. A standby instance is healthy when it can read.
+// recent. A standby instance is healthy when it can read (its read-only
+// cycles succeed).
 func (s *Service) Health() Health {
 	st := s.Status()
 	h := Health{OK: true, Leader: st.Leader}
 	switch {
-	case st.Leader && st.LastError != "":
+	case st.LastError != "":
 		h.OK, h.Reason = false, st.LastError
-	case st.Leader && time.Since(st.LastRelist) > s.cfg.MaxStaleness+s.cfg.PlanInterval:
+	case !st.LastCycle.IsZero() && time.Since(st.LastRelist) > s.cfg.MaxStaleness+s.cfg.PlanInterval:
 		h.OK, h.Reason = false, fmt.Sprintf("no successful re-list of Nomad since %s", st.LastRelist.Format(time.RFC3339))
 	case !st.Leader:
 		h.Reason = "standby: another instance holds the leader lock"
