@@ -3,6 +3,7 @@ package demo
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -86,6 +87,24 @@ func TestDemoComesUpAndStopsCleanly(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("quota service health: %s", resp.Status)
 	}
+
+	// Every example runs: the whole-GPU training job, the notebook and the
+	// four inference replicas on shares.
+	testcluster.Eventually(t, 2*time.Minute, func() error {
+		for _, j := range jobs {
+			summary, _, err := cluster.Nomad.Jobs().Summary(j.ID, nil)
+			if err != nil {
+				return err
+			}
+			for group, s := range summary.Summary {
+				if s.Queued > 0 || s.Starting > 0 || (s.Running == 0 && s.Complete == 0) {
+					return fmt.Errorf("job %s group %s: %d queued, %d starting, %d running",
+						j.ID, group, s.Queued, s.Starting, s.Running)
+				}
+			}
+		}
+		return nil
+	})
 
 	cancel()
 	select {
