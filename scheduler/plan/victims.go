@@ -40,18 +40,6 @@ func compareVictims(a, b victimKey) int {
 	return cmp.Compare(a.job, b.job)
 }
 
-func (s *state) victimKey(j int32) victimKey {
-	job := &s.jobs[j]
-	p := &s.projects[job.project]
-	return victimKey{
-		projectPriority: p.priority,
-		overDeserved:    p.usage - p.deserved,
-		jobPriority:     job.priority,
-		start:           job.newest,
-		job:             job.name,
-	}
-}
-
 // compareJobs is compareVictims for two jobs of the same project, whose
 // project fields are equal: lowest job priority, then newest, then name.
 func (s *state) compareJobs(a, b int32) int {
