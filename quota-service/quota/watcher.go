@@ -234,5 +234,5 @@ func sanitize(name string) string {
 	if len(b) > 128 {
 		b = b[:128]
 	}
-	return fmt.Sprintf("%s", b)
+	return string(b)
 }
