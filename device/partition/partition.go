@@ -14,6 +14,23 @@
 //     Policy.MinIdleShareGPUs idle GPUs in share mode as a landing place
 //     while in-use share GPUs lack room (no in-use share GPU has
 //     Policy.ShareHeadroom free shares); all other idle GPUs are whole.
+//   - Waiting demand (Observation.Demand: device requests of allocations
+//     that the scheduler could not place and that this node could serve)
+//     overrides that split. Demand is served oldest first (Since, then
+//     Key): a whole request takes idle GPUs for the whole family; a share
+//     request first fits into the free shares of an in-use share GPU, then
+//     of an idle GPU already opened for share demand, else opens an idle
+//     GPU for the share family. The landing-place rule applies only to the
+//     idle GPUs that demand leaves over. So a whole job never waits while
+//     an idle GPU sits in share mode that no share demand needs, and a
+//     share job never waits while an idle whole GPU is not needed by older
+//     whole demand.
+//   - Hysteresis: demand not seen in an observation is held for
+//     Policy.DemandHold after it was last seen (an evaluation being retried
+//     is briefly not blocked). Held demand only keeps GPUs where they are;
+//     switches start only for the demand of the current observation. The
+//     idle share-mode count moves up only below the lower of the two
+//     targets and down only above the higher one.
 //   - A switch is safe against placements in flight: the GPU is first
 //     withdrawn from both families; once the Nomad servers' view of the
 //     node shows it withdrawn, the machine waits Policy.SettlePeriod and then
@@ -67,6 +84,31 @@ type Policy struct {
 	// SettlePeriod is how long to wait, after the Nomad servers see a GPU
 	// withdrawn, for placements planned earlier to land.
 	SettlePeriod time.Duration
+	// DemandHold is how long demand that is no longer observed still
+	// counts for keeping GPUs in their family (never for starting a
+	// switch). 0 holds nothing.
+	DemandHold time.Duration
+}
+
+// Demand is one device request of an allocation that waits to be placed
+// and that this node could serve.
+type Demand struct {
+	// Key identifies the request across observations (for example
+	// namespace/job/group/request#alloc).
+	Key string
+	// Since is when it began waiting: older demand is served first, ties
+	// broken on Key.
+	Since time.Time
+	// Whole is the number of whole GPUs the request wants; Shares the
+	// number of shares it wants on one GPU. Exactly one is positive.
+	Whole, Shares int
+}
+
+func (d Demand) String() string {
+	if d.Whole > 0 {
+		return fmt.Sprintf("%s(%d whole)", d.Key, d.Whole)
+	}
+	return fmt.Sprintf("%s(%d shares)", d.Key, d.Shares)
 }
 
 // GPUObs is what is known about one GPU at the time of an observation.
@@ -96,6 +138,8 @@ type Observation struct {
 	// server fields of GPUs are then ignored.
 	Blind bool
 	GPUs  map[string]GPUObs
+	// Demand waiting for this node; ignored when Blind.
+	Demand []Demand
 }
 
 // Phase is where a GPU is in a switch.
@@ -150,12 +194,22 @@ type Machine struct {
 	gpus   map[string]*GPUState
 	obs    map[string]GPUObs
 	seen   bool // at least one non-blind observation
+	// demand is the demand of the last non-blind observation; held adds
+	// the demand seen within Policy.DemandHold (by Key, with when it was
+	// last seen).
+	demand []Demand
+	held   map[string]heldDemand
+}
+
+type heldDemand struct {
+	d        Demand
+	lastSeen time.Time
 }
 
 // New returns a machine that has seen nothing yet: every GPU it learns of is
 // published nowhere until the first non-blind observation.
 func New(p Policy) *Machine {
-	return &Machine{policy: p, gpus: map[string]*GPUState{}, obs: map[string]GPUObs{}}
+	return &Machine{policy: p, gpus: map[string]*GPUState{}, obs: map[string]GPUObs{}, held: map[string]heldDemand{}}
 }
 
 // SetPolicy changes the policy; it applies from the next Step.
@@ -230,6 +284,19 @@ func (m *Machine) Step(o Observation) []Event {
 	m.obs = make(map[string]GPUObs, len(o.GPUs))
 	for u, g := range o.GPUs {
 		m.obs[u] = g
+	}
+	m.demand = append(m.demand[:0], o.Demand...)
+	for _, d := range o.Demand {
+		if _, ok := m.held[d.Key]; !ok {
+			add("", "demand waits: %s", d)
+		}
+		m.held[d.Key] = heldDemand{d: d, lastSeen: o.At}
+	}
+	for _, k := range sortedKeys(m.held) {
+		if h := m.held[k]; o.At.Sub(h.lastSeen) > m.policy.DemandHold {
+			delete(m.held, k)
+			add("", "demand no longer waits: %s", h.d)
+		}
 	}
 
 	uuids := m.sorted()
@@ -318,10 +385,10 @@ func (m *Machine) force(u string, s *GPUState, to Mode, why string, add func(str
 }
 
 // balance starts switches (and makes first assignments) so that the number
-// of idle share-mode GPUs meets the policy.
+// of idle share-mode GPUs meets the policy and the waiting demand.
 func (m *Machine) balance(now time.Time, uuids []string, add func(string, string, ...any)) {
-	need := m.policy.MinIdleShareGPUs
-	var idleShare, room int
+	var idleShare, room, flex, fixed int
+	var free []int // free shares of the in-use share GPUs, in GPU order
 	var wholeCands, shareCands, fresh []string
 	for _, u := range uuids {
 		g, s := m.obs[u], m.gpus[u]
@@ -329,17 +396,22 @@ func (m *Machine) balance(now time.Time, uuids []string, add func(string, string
 			continue
 		}
 		if s.Mode == Share && s.Phase == Published && g.Healthy && g.ShareUnits > 0 {
-			if free := 100 - g.ShareUnits; free > room {
-				room = free
-			}
+			f := 100 - g.ShareUnits
+			room = max(room, f)
+			free = append(free, f)
 		}
 		if s.Mode == Unknown && s.Phase == Published && (!g.Healthy || !g.Shareable) {
 			s.Mode = Whole // published (unhealthy, or never shared) as whole
 			add(u, "assigned whole mode")
 		}
-		if !g.idle() || !g.Healthy || !g.Shareable {
+		if !g.idle() || !g.Healthy {
 			continue
 		}
+		if !g.Shareable {
+			fixed++ // an idle whole GPU that never moves
+			continue
+		}
+		flex++
 		switch {
 		case s.Mode == Unknown && s.Phase == Settling:
 			// Never published yet: its target may still change.
@@ -357,9 +429,18 @@ func (m *Machine) balance(now time.Time, uuids []string, add func(string, string
 			fresh = append(fresh, u)
 		}
 	}
+	base := m.policy.MinIdleShareGPUs
 	if m.policy.ShareHeadroom > 0 && room >= m.policy.ShareHeadroom {
-		need = 0
+		base = 0
 	}
+	held := make([]Demand, 0, len(m.held))
+	for _, k := range sortedKeys(m.held) {
+		held = append(held, m.held[k].d)
+	}
+	a := shareNeed(m.demand, free, flex, fixed, base)
+	b := shareNeed(held, free, flex, fixed, base)
+	lo, hi := min(a, b), max(a, b)
+
 	// Fresh GPUs, published nowhere: a placement planned against an earlier
 	// publication (before a plugin restart) may still be in flight, so they
 	// settle like a switch before their first publication. The landing
@@ -367,8 +448,12 @@ func (m *Machine) balance(now time.Time, uuids []string, add func(string, string
 	for i := len(fresh) - 1; i >= 0; i-- {
 		u := fresh[i]
 		s := m.gpus[u]
+		want := lo
+		if s.Phase != Published && s.Target == Share {
+			want = hi
+		}
 		target := Whole
-		if idleShare < need {
+		if idleShare < want {
 			target = Share
 			idleShare++
 		}
@@ -380,20 +465,78 @@ func (m *Machine) balance(now time.Time, uuids []string, add func(string, string
 		s.Target = target
 		add(u, "assigning %s mode after settling", s.Target)
 	}
-	for i := len(wholeCands) - 1; i >= 0 && idleShare < need; i-- {
+	for i := len(wholeCands) - 1; i >= 0 && idleShare < lo; i-- {
 		u := wholeCands[i]
 		s := m.gpus[u]
 		s.Phase, s.Target = Withdrawing, Share
 		idleShare++
-		add(u, "switching whole -> share: withdrawn")
+		add(u, "switching whole -> share (%d idle share GPUs wanted): withdrawn", lo)
 	}
-	for i := 0; i < len(shareCands) && idleShare > need; i++ {
+	for i := 0; i < len(shareCands) && idleShare > hi; i++ {
 		u := shareCands[i]
 		s := m.gpus[u]
 		s.Phase, s.Target = Withdrawing, Whole
 		idleShare--
-		add(u, "switching share -> whole: withdrawn")
+		add(u, "switching share -> whole (%d idle share GPUs wanted): withdrawn", hi)
 	}
+}
+
+// shareNeed is how many of the flex idle shareable GPUs should be in share
+// mode, given the waiting demand, the free shares of the in-use share GPUs,
+// fixed idle GPUs that are whole for good (not shareable), and base, the
+// landing places wanted without demand. Demand is served oldest first; a
+// request that cannot be served whole is skipped (it takes nothing from
+// younger demand that fits). The idle GPUs left over follow the
+// landing-place rule.
+func shareNeed(demand []Demand, free []int, flex, fixed, base int) int {
+	ds := append([]Demand(nil), demand...)
+	sort.Slice(ds, func(i, j int) bool {
+		if !ds[i].Since.Equal(ds[j].Since) {
+			return ds[i].Since.Before(ds[j].Since)
+		}
+		return ds[i].Key < ds[j].Key
+	})
+	free = append([]int(nil), free...)
+	var opened []int // free shares of idle GPUs opened for share demand
+	fit := func(bins []int, n int) bool {
+		for i, f := range bins {
+			if f >= n {
+				bins[i] -= n
+				return true
+			}
+		}
+		return false
+	}
+	for _, d := range ds {
+		switch {
+		case d.Whole > 0:
+			take := min(d.Whole, fixed)
+			if rest := d.Whole - take; rest <= flex {
+				fixed -= take
+				flex -= rest
+			}
+		case d.Shares > 0 && d.Shares <= 100:
+			if fit(free, d.Shares) || fit(opened, d.Shares) || flex == 0 {
+				continue
+			}
+			flex--
+			opened = append(opened, 100-d.Shares)
+		}
+	}
+	n := len(opened)
+	if n < base {
+		n += min(flex, base-n)
+	}
+	return n
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func (m *Machine) sorted() []string {

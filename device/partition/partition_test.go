@@ -43,6 +43,8 @@ type step struct {
 	at    time.Duration // since t0
 	blind bool
 	gpus  map[string]GPUObs
+	// demand waiting for the node.
+	demand []Demand
 	// want maps UUID to the published family: "whole", "share" or "none".
 	want map[string]string
 }
@@ -59,7 +61,7 @@ func run(t *testing.T, pol Policy, steps []step) *Machine {
 	t.Helper()
 	m := New(pol)
 	for i, st := range steps {
-		ev := m.Step(Observation{At: t0.Add(st.at), Blind: st.blind, GPUs: st.gpus})
+		ev := m.Step(Observation{At: t0.Add(st.at), Blind: st.blind, GPUs: st.gpus, Demand: st.demand})
 		got := map[string]string{}
 		for u, p := range m.Publications() {
 			got[u] = pubString(p)
@@ -275,17 +277,28 @@ func TestSwitch(t *testing.T) {
 	}
 }
 
-// TestInvariants drives the machine with pseudo-random usage and checks the
-// safety rules after every step.
+// TestInvariants drives the machine with pseudo-random usage and waiting
+// demand and checks the safety rules after every step.
 func TestInvariants(t *testing.T) {
 	uuids := []string{"a", "b", "c", "d"}
 	for seed := uint64(1); seed <= 200; seed++ {
 		r := seed
 		rnd := func(n int) int { r = r*6364136223846793005 + 1442695040888963407; return int((r >> 33) % uint64(n)) }
-		m := New(pol)
+		p := pol
+		p.DemandHold = time.Duration(rnd(3)) * 3 * time.Second
+		m := New(p)
 		pub := map[string]Publication{}
 		for i := 0; i < 60; i++ {
 			o := Observation{At: t0.Add(time.Duration(i) * 3 * time.Second), Blind: rnd(10) == 0, GPUs: map[string]GPUObs{}}
+			for k, n := 0, rnd(4); k < n; k++ {
+				d := Demand{Key: fmt.Sprint("d", rnd(6)), Since: t0.Add(time.Duration(rnd(100)) * time.Second)}
+				if rnd(2) == 0 {
+					d.Whole = 1 + rnd(3)
+				} else {
+					d.Shares = 1 + rnd(100)
+				}
+				o.Demand = append(o.Demand, d)
+			}
 			for j, u := range uuids {
 				g := gpu(j)
 				// The servers see last step's publication.
