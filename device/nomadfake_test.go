@@ -7,21 +7,27 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/hashicorp/nomad/api"
 	dev "github.com/hashicorp/nomad/plugins/device"
 )
 
-// fakeNomad serves the two endpoints the plugin reads,
-// /v1/node/:id and /v1/node/:id/allocations, for unit tests; the real agent
-// is covered by the integration tests.
+// fakeNomad serves the endpoints the plugin reads, /v1/node/:id,
+// /v1/node/:id/allocations, /v1/evaluations?status=blocked and
+// /v1/job/:id, for unit tests; the real agent is covered by the
+// integration tests.
 type fakeNomad struct {
 	*httptest.Server
 	mu     sync.Mutex
 	allocs []*api.Allocation
 	view   []*api.NodeDeviceResource
+	evals  []*api.Evaluation
+	jobs   map[string]*api.Job
 	down   bool
+	// jobReads counts /v1/job/:id requests.
+	jobReads int
 }
 
 const fakeNodeID = "11111111-2222-3333-4444-555555555555"
@@ -38,16 +44,61 @@ func newFakeNomad(t testing.TB) *fakeNomad {
 		w.Header().Set("X-Nomad-Index", "1")
 		switch r.URL.Path {
 		case "/v1/node/" + fakeNodeID:
-			json.NewEncoder(w).Encode(&api.Node{ID: fakeNodeID, NodeResources: &api.NodeResources{Devices: f.view}})
+			json.NewEncoder(w).Encode(&api.Node{ID: fakeNodeID, Datacenter: "dc1", NodePool: "default", NodeResources: &api.NodeResources{Devices: f.view}})
 		case "/v1/node/" + fakeNodeID + "/allocations":
 			json.NewEncoder(w).Encode(f.allocs)
+		case "/v1/evaluations":
+			if r.URL.Query().Get("status") != "blocked" || r.URL.Query().Get("namespace") != "*" {
+				http.Error(w, "fake: want status=blocked&namespace=*", http.StatusBadRequest)
+				return
+			}
+			json.NewEncoder(w).Encode(append([]*api.Evaluation{}, f.evals...))
 		default:
+			if j := f.jobs[strings.TrimPrefix(r.URL.Path, "/v1/job/")]; j != nil && strings.HasPrefix(r.URL.Path, "/v1/job/") {
+				f.jobReads++
+				json.NewEncoder(w).Encode(j)
+				return
+			}
 			http.NotFound(w, r)
 		}
 	}))
 	t.Cleanup(f.Close)
 	return f
 }
+
+// block registers a job with one group "main" whose task asks for count
+// devices of typ, and a blocked evaluation for it that failed on missing
+// devices.
+func (f *fakeNomad) block(jobID, typ string, count uint64, submitted time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.jobs == nil {
+		f.jobs = map[string]*api.Job{}
+	}
+	job := api.NewBatchJob(jobID, jobID, "global", 50)
+	job.Datacenters = []string{"dc1"}
+	job.JobModifyIndex, job.SubmitTime = ptrTo(uint64(7)), ptrTo(submitted.UnixNano())
+	task := api.NewTask("main", "raw_exec")
+	task.Resources = &api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/" + typ, Count: &count}}}
+	job.AddTaskGroup(api.NewTaskGroup("main", 1).AddTask(task))
+	f.jobs[jobID] = job
+	f.evals = append(f.evals, &api.Evaluation{ID: "eval-" + jobID, Namespace: "default", JobID: jobID, JobModifyIndex: 7, Status: "blocked",
+		FailedTGAllocs: map[string]*api.AllocationMetric{"main": {ConstraintFiltered: map[string]int{"missing devices": 1}}}})
+}
+
+// unblock removes the job's blocked evaluation.
+func (f *fakeNomad) unblock(jobID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, e := range f.evals {
+		if e.JobID == jobID {
+			f.evals = append(f.evals[:i], f.evals[i+1:]...)
+			return
+		}
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
 
 // setDown makes every request fail (Nomad unreachable).
 func (f *fakeNomad) setDown(down bool) {

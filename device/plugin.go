@@ -50,24 +50,25 @@ type Plugin struct {
 	// newLib makes the nvml.Interface of the nvml backend (tests replace it).
 	newLib func() nvml.Interface
 
-	mu       sync.Mutex
-	cfg      *settings
-	src      *gpu.Source
-	sim      *gpu.Simulated
-	tracker  *alloctrack.Tracker
-	machine  *partition.Machine
-	hw       map[string]*hwGPU
-	driver   string
-	cuda     string
-	hwErr    error
-	hwRead   bool
-	blind    bool
-	usage    map[string]*alloctrack.GPUUsage
-	groups   []*dev.DeviceGroup
-	groupSig string
-	subs     map[chan struct{}]struct{}
-	running  bool
-	stopLoop context.CancelFunc
+	mu        sync.Mutex
+	cfg       *settings
+	src       *gpu.Source
+	sim       *gpu.Simulated
+	tracker   *alloctrack.Tracker
+	machine   *partition.Machine
+	hw        map[string]*hwGPU
+	driver    string
+	cuda      string
+	hwErr     error
+	hwRead    bool
+	blind     bool
+	demandErr string // the last demand read error, "-" before the first read
+	usage     map[string]*alloctrack.GPUUsage
+	groups    []*dev.DeviceGroup
+	groupSig  string
+	subs      map[chan struct{}]struct{}
+	running   bool
+	stopLoop  context.CancelFunc
 
 	view    atomic.Pointer[reserveView]
 	pendMu  sync.Mutex
@@ -91,6 +92,8 @@ func New(logger hclog.Logger) *Plugin {
 		subs:    map[chan struct{}]struct{}{},
 		pending: map[string]*pendingUse{},
 		now:     time.Now,
+
+		demandErr: "-",
 	}
 }
 
@@ -131,7 +134,8 @@ func (p *Plugin) configure(c Config) error {
 	} else {
 		lib = p.newLib()
 	}
-	tr, err := alloctrack.New(alloctrack.Config{Address: s.NomadAddress, Token: s.NomadToken, NodeID: s.NodeID, NodeName: s.NodeName})
+	tr, err := alloctrack.New(alloctrack.Config{Address: s.NomadAddress, Token: s.NomadToken, NodeID: s.NodeID, NodeName: s.NodeName,
+		Demand: true, Logger: p.logger.Named("demand")})
 	if err != nil {
 		return &FieldError{"nomad_address", err.Error(), `use a URL such as "http://127.0.0.1:4646"`}
 	}
@@ -147,6 +151,7 @@ func (p *Plugin) configure(c Config) error {
 	p.cfg, p.src, p.sim, p.tracker = &s, gpu.NewSource(lib), sim, tr
 	p.machine = partition.New(partition.Policy{
 		MinIdleShareGPUs: s.MinIdleShareGPUs, ShareHeadroom: s.ShareHeadroom, SettlePeriod: s.settlePeriod,
+		DemandHold: demandHold(s.pollPeriod),
 	})
 	p.hw, p.hwRead, p.usage, p.groups, p.groupSig = map[string]*hwGPU{}, false, nil, nil, "(nothing published)"
 	p.mu.Unlock()
@@ -299,6 +304,17 @@ func (p *Plugin) observe(ctx context.Context) {
 		p.blind = false
 		o.At = snap.Started
 		p.usage = snap.GPUs
+		switch {
+		case snap.DemandErr != nil && p.demandErr != snap.DemandErr.Error():
+			p.logger.Warn("cannot read waiting GPU demand from the Nomad API; partitioning by usage alone until it answers", "error", snap.DemandErr)
+			p.demandErr = snap.DemandErr.Error()
+		case snap.DemandErr == nil && p.demandErr != "":
+			p.logger.Info("reading waiting GPU demand from the Nomad API (blocked evaluations)")
+			p.demandErr = ""
+		}
+		for _, d := range snap.Demand {
+			o.Demand = append(o.Demand, partition.Demand{Key: d.Key, Since: d.Since, Whole: d.Whole, Shares: d.Shares})
+		}
 		if p.logger.IsTrace() {
 			p.logger.Trace("usage", "snapshot", snap.String())
 		}
@@ -319,6 +335,13 @@ func (p *Plugin) observe(ctx context.Context) {
 		p.dropPending(snap.Started)
 	}
 	p.publishLocked()
+}
+
+// demandHold is how long demand that is no longer seen keeps GPUs in the
+// family it needs: an evaluation that Nomad retries is not blocked for a
+// moment, and one poll may fall in that moment.
+func demandHold(poll time.Duration) time.Duration {
+	return max(3*poll, 3*time.Second)
 }
 
 // sortedHW returns the GPUs in index order. p.mu must be held.

@@ -434,3 +434,54 @@ func TestFingerprintStreamsChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestDemandMovesIdleGPUs: waiting demand read from blocked evaluations
+// moves idle GPUs between the families (issue 3), and each job version is
+// read once.
+func TestDemandMovesIdleGPUs(t *testing.T) {
+	f := newFakeNomad(t)
+	p := newPlugin(t, f, nil)
+	u := uuids(p)
+	cycle(p, f)
+	t1 := time.Now()
+	steps := []struct {
+		do   func()
+		want string
+	}{
+		{func() {}, "[whole whole whole share]"},
+		// Three whole jobs run; a fourth waits: the idle landing place,
+		// which no share demand needs, goes whole.
+		{func() {
+			f.place("w0", "gpu", u[0])
+			f.place("w1", "gpu", u[1])
+			f.place("w2", "gpu", u[2])
+			f.block("w3", "gpu", 1, t1)
+		}, "[whole whole whole none]"},
+		{func() {}, "[whole whole whole none]"},
+		{func() {}, "[whole whole whole whole]"},
+		{func() { f.unblock("w3"); f.place("w3", "gpu", u[3]) }, "[whole whole whole whole]"},
+		// All end; a 50-share tenant on GPU 3 leaves 50 free shares (room):
+		// the plain policy keeps no idle share GPU. A 60-share job waits:
+		// GPU 2 goes share.
+		{func() {
+			for _, a := range []string{"w0", "w1", "w2", "w3"} {
+				f.finish(a)
+			}
+			f.place("s50", "gpu-share", shares(u[3], 0, 50)...)
+		}, "[whole whole whole share]"},
+		{func() { f.block("s60", "gpu-share", 60, t1.Add(time.Second)) }, "[whole whole none share]"},
+		{func() {}, "[whole whole none share]"},
+		{func() {}, "[whole whole share share]"},
+		{func() { f.unblock("s60"); f.place("s60", "gpu-share", shares(u[2], 0, 60)...) }, "[whole whole share share]"},
+	}
+	for i, s := range steps {
+		s.do()
+		cycle(p, f)
+		if got := fmt.Sprint(families(p)); got != s.want {
+			t.Fatalf("step %d: families = %s, want %s", i, got, s.want)
+		}
+	}
+	if f.jobReads != 2 {
+		t.Errorf("job specifications read %d times, want 2 (once per job version)", f.jobReads)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/ids"
+	hclog "github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -40,6 +41,10 @@ type Config struct {
 	NodeName string
 	// Timeout bounds each HTTP request (default 5s).
 	Timeout time.Duration
+	// Demand: Read also lists the waiting demand (see Demand).
+	Demand bool
+	// Logger, if set, gets debug messages.
+	Logger hclog.Logger
 }
 
 // GPUUsage is what Nomad says about one GPU.
@@ -61,6 +66,10 @@ type Snapshot struct {
 	Started time.Time
 	NodeID  string
 	GPUs    map[string]*GPUUsage
+	// Demand waiting that this node could serve (Config.Demand). When it
+	// could not be read, DemandErr says why and Demand is empty.
+	Demand    []Demand
+	DemandErr error
 }
 
 // Tracker reads snapshots. It is not safe for concurrent Read calls.
@@ -69,6 +78,7 @@ type Tracker struct {
 	client *api.Client
 	nodeID string
 	now    func() time.Time
+	jobs   jobCache
 }
 
 // New makes a tracker; it does not contact Nomad yet.
@@ -173,6 +183,9 @@ func (t *Tracker) Read(ctx context.Context) (Snapshot, error) {
 		addServerView(snap.GPUs, node.NodeResources.Devices)
 	}
 	AddAllocations(snap.GPUs, allocs)
+	if t.cfg.Demand {
+		snap.Demand, snap.DemandErr = t.readDemand(ctx, node)
+	}
 	return snap, nil
 }
 

@@ -1,0 +1,267 @@
+package alloctrack
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// Demand is one device request of an allocation that the Nomad scheduler
+// could not place and that this node could serve.
+type Demand struct {
+	// Key is stable across re-evaluations:
+	// namespace/job/group/task/request#n, n counting the group's failed
+	// allocations.
+	Key string
+	// Since is the job's submission time.
+	Since time.Time
+	// Whole GPUs, or Shares of one GPU, that the request wants.
+	Whole, Shares int
+}
+
+func (d Demand) String() string {
+	if d.Whole > 0 {
+		return fmt.Sprintf("%s(%d whole)", d.Key, d.Whole)
+	}
+	return fmt.Sprintf("%s(%d shares)", d.Key, d.Shares)
+}
+
+// Which waiting demand counts for this node is approximated, not
+// re-derived from Nomad's feasibility checks:
+//   - the demand is a blocked evaluation's failed task group whose failure
+//     names devices (the "missing devices" constraint or an exhausted
+//     "devices: ..." dimension); count is its failed allocations
+//     (CoalescedFailures + 1);
+//   - the job's datacenters (glob patterns) and node pool admit this node;
+//   - the request names vendor nvidia (or none) and type gpu or gpu-share,
+//     and if it names a device group, a group of this node of that type.
+//
+// Other constraints and device constraints or affinities are not
+// evaluated: such demand may switch a GPU it cannot use. It then still
+// waits, so it keeps that GPU from going back, but it never takes more
+// than it asks for, and older demand is served first.
+
+// jobCache keeps job specifications by namespace/ID at the evaluation's job
+// modify index, so each job version is read once.
+type jobCache map[string]*api.Job
+
+func jobKey(ns, id string) string { return ns + "/" + id }
+
+// readDemand lists the blocked evaluations (one request) and reads the
+// specifications of jobs not in the cache. The cache is trimmed to the
+// jobs that wait.
+func (t *Tracker) readDemand(ctx context.Context, node *api.Node) ([]Demand, error) {
+	q, cancel := t.q(ctx)
+	defer cancel()
+	q.Namespace = "*"
+	q.Params = map[string]string{"status": "blocked"}
+	evals, _, err := t.client.Evaluations().List(q)
+	if err != nil {
+		return nil, fmt.Errorf("list blocked evaluations at %s: %w", t.client.Address(), err)
+	}
+	// One blocked evaluation per job is the rule; keep the newest.
+	latest := map[string]*api.Evaluation{}
+	for _, e := range evals {
+		if e == nil || e.Status != "blocked" {
+			continue
+		}
+		k := jobKey(e.Namespace, e.JobID)
+		if o := latest[k]; o == nil || e.CreateIndex > o.CreateIndex {
+			latest[k] = e
+		}
+	}
+	if t.jobs == nil {
+		t.jobs = jobCache{}
+	}
+	for k := range t.jobs {
+		if latest[k] == nil {
+			delete(t.jobs, k)
+		}
+	}
+	groups := deviceGroupNames(node)
+	var out []Demand
+	for _, k := range sortedKeys(latest) {
+		e := latest[k]
+		if !anyDeviceFailure(e.FailedTGAllocs) {
+			continue
+		}
+		job := t.jobs[k]
+		if job == nil || job.JobModifyIndex == nil || *job.JobModifyIndex != e.JobModifyIndex {
+			jq, jcancel := t.q(ctx)
+			jq.Namespace = e.Namespace
+			job, _, err = t.client.Jobs().Info(e.JobID, jq)
+			jcancel()
+			if err != nil {
+				// Deregistered meanwhile, or a transient error: skip the
+				// job this time.
+				t.debug("cannot read job of a blocked evaluation", "job", k, "error", err)
+				continue
+			}
+			t.jobs[k] = job
+		}
+		if !admits(job, node) {
+			continue
+		}
+		out = append(out, jobDemand(k, job, e.FailedTGAllocs, groups)...)
+	}
+	return out, nil
+}
+
+func (t *Tracker) debug(msg string, args ...any) {
+	if t.cfg.Logger != nil {
+		t.cfg.Logger.Debug(msg, args...)
+	}
+}
+
+func anyDeviceFailure(m map[string]*api.AllocationMetric) bool {
+	for _, am := range m {
+		if deviceFailure(am) {
+			return true
+		}
+	}
+	return false
+}
+
+// deviceFailure reports whether a task group failed (also) for devices.
+func deviceFailure(am *api.AllocationMetric) bool {
+	if am == nil {
+		return false
+	}
+	if am.ConstraintFiltered["missing devices"] > 0 {
+		return true
+	}
+	for dim := range am.DimensionExhausted {
+		if strings.HasPrefix(dim, "devices") {
+			return true
+		}
+	}
+	return false
+}
+
+// admits reports whether the job's datacenters and node pool include the
+// node.
+func admits(job *api.Job, node *api.Node) bool {
+	pool := ""
+	if job.NodePool != nil {
+		pool = *job.NodePool
+	}
+	switch pool {
+	case "all":
+	case "":
+		if node.NodePool != "" && node.NodePool != "default" {
+			return false
+		}
+	default:
+		if pool != node.NodePool {
+			return false
+		}
+	}
+	if len(job.Datacenters) == 0 {
+		return true
+	}
+	for _, dc := range job.Datacenters {
+		if ok, _ := path.Match(dc, node.Datacenter); ok || dc == node.Datacenter {
+			return true
+		}
+	}
+	return false
+}
+
+// deviceGroupNames lists the node's gpushare device group names by type.
+func deviceGroupNames(node *api.Node) map[string]map[string]bool {
+	out := map[string]map[string]bool{TypeWhole: {}, TypeShare: {}}
+	if node.NodeResources == nil {
+		return out
+	}
+	for _, g := range node.NodeResources.Devices {
+		if g != nil && g.Vendor == Vendor && out[g.Type] != nil {
+			out[g.Type][g.Name] = true
+		}
+	}
+	return out
+}
+
+// parseRequest splits a device request name (type, vendor/type or
+// vendor/type/name) and says whether it asks for a gpushare family.
+func parseRequest(name string, groups map[string]map[string]bool) (typ string, ok bool) {
+	parts := strings.SplitN(name, "/", 3)
+	vendor, group := "", ""
+	switch len(parts) {
+	case 1:
+		typ = parts[0]
+	case 2:
+		vendor, typ = parts[0], parts[1]
+	default:
+		vendor, typ, group = parts[0], parts[1], parts[2]
+	}
+	if vendor != "" && vendor != Vendor || typ != TypeWhole && typ != TypeShare {
+		return "", false
+	}
+	if group != "" && !groups[typ][group] {
+		return "", false
+	}
+	return typ, true
+}
+
+// jobDemand turns the failed task groups of a job into demand.
+func jobDemand(k string, job *api.Job, failed map[string]*api.AllocationMetric, groups map[string]map[string]bool) []Demand {
+	var since time.Time
+	if job.SubmitTime != nil {
+		since = time.Unix(0, *job.SubmitTime)
+	}
+	var out []Demand
+	for _, tg := range job.TaskGroups {
+		if tg == nil || tg.Name == nil {
+			continue
+		}
+		am := failed[*tg.Name]
+		if !deviceFailure(am) {
+			continue
+		}
+		for _, task := range tg.Tasks {
+			if task == nil || task.Resources == nil {
+				continue
+			}
+			for ri, req := range task.Resources.Devices {
+				if req == nil {
+					continue
+				}
+				typ, ok := parseRequest(req.Name, groups)
+				if !ok {
+					continue
+				}
+				n := 1
+				if req.Count != nil {
+					n = int(*req.Count)
+				}
+				if n <= 0 {
+					continue
+				}
+				for a := 0; a <= am.CoalescedFailures; a++ {
+					d := Demand{Key: fmt.Sprintf("%s/%s/%s/%d#%d", k, *tg.Name, task.Name, ri, a), Since: since}
+					if typ == TypeWhole {
+						d.Whole = n
+					} else {
+						d.Shares = n
+					}
+					out = append(out, d)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

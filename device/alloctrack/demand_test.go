@@ -1,0 +1,109 @@
+package alloctrack
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+func TestAdmits(t *testing.T) {
+	node := &api.Node{Datacenter: "dc1", NodePool: "gpu"}
+	tests := []struct {
+		dcs  []string
+		pool string
+		want bool
+	}{
+		{[]string{"dc1"}, "gpu", true},
+		{[]string{"*"}, "gpu", true},
+		{[]string{"dc*"}, "all", true},
+		{nil, "gpu", true},
+		{[]string{"dc2"}, "gpu", false},
+		{[]string{"dc1"}, "", false}, // the default pool
+		{[]string{"dc1"}, "cpu", false},
+	}
+	for _, tt := range tests {
+		job := &api.Job{Datacenters: tt.dcs, NodePool: &tt.pool}
+		if got := admits(job, node); got != tt.want {
+			t.Errorf("datacenters %v pool %q: admits = %v, want %v", tt.dcs, tt.pool, got, tt.want)
+		}
+	}
+	if !admits(&api.Job{Datacenters: []string{"dc1"}}, &api.Node{Datacenter: "dc1", NodePool: "default"}) {
+		t.Error("a job without a pool is not admitted by the default pool")
+	}
+}
+
+func TestParseRequest(t *testing.T) {
+	groups := map[string]map[string]bool{TypeWhole: {"NVIDIA H100": true}, TypeShare: {"NVIDIA H100-abcd": true}}
+	tests := []struct {
+		name, typ string
+		ok        bool
+	}{
+		{"gpu", TypeWhole, true},
+		{"nvidia/gpu", TypeWhole, true},
+		{"nvidia/gpu/NVIDIA H100", TypeWhole, true},
+		{"nvidia/gpu/NVIDIA A100", "", false},
+		{"gpu-share", TypeShare, true},
+		{"nvidia/gpu-share/NVIDIA H100-abcd", TypeShare, true},
+		{"nvidia/gpu-share/NVIDIA H100-ffff", "", false},
+		{"amd/gpu", "", false},
+		{"nvidia/fpga", "", false},
+	}
+	for _, tt := range tests {
+		typ, ok := parseRequest(tt.name, groups)
+		if typ != tt.typ || ok != tt.ok {
+			t.Errorf("%q: (%q, %v), want (%q, %v)", tt.name, typ, ok, tt.typ, tt.ok)
+		}
+	}
+}
+
+func TestJobDemand(t *testing.T) {
+	groups := map[string]map[string]bool{TypeWhole: {}, TypeShare: {}}
+	sub := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	mk := func(reqs ...string) *api.Job {
+		j := &api.Job{SubmitTime: new(sub.UnixNano())}
+		task := &api.Task{Name: "t", Resources: &api.Resources{}}
+		for _, r := range reqs {
+			var name string
+			var n uint64
+			fmt.Sscanf(r, "%s %d", &name, &n)
+			task.Resources.Devices = append(task.Resources.Devices, &api.RequestedDevice{Name: name, Count: &n})
+		}
+		j.TaskGroups = []*api.TaskGroup{{Name: new("g"), Tasks: []*api.Task{task}}}
+		return j
+	}
+	devFail := func(coalesced int) map[string]*api.AllocationMetric {
+		return map[string]*api.AllocationMetric{"g": {DimensionExhausted: map[string]int{"devices: no devices match request": 1}, CoalescedFailures: coalesced}}
+	}
+	tests := []struct {
+		name   string
+		job    *api.Job
+		failed map[string]*api.AllocationMetric
+		want   string
+	}{
+		{"whole request", mk("nvidia/gpu 2"), devFail(0), "[ns/j/g/t/0#0(2 whole)]"},
+		{"share request, three allocations waiting", mk("nvidia/gpu-share 60"), devFail(2),
+			"[ns/j/g/t/0#0(60 shares) ns/j/g/t/0#1(60 shares) ns/j/g/t/0#2(60 shares)]"},
+		{"two requests", mk("gpu 1", "gpu-share 10"), devFail(0), "[ns/j/g/t/0#0(1 whole) ns/j/g/t/1#0(10 shares)]"},
+		{"failed on memory only: no demand", mk("gpu 1"),
+			map[string]*api.AllocationMetric{"g": {DimensionExhausted: map[string]int{"memory": 1}}}, "[]"},
+		{"missing devices counts", mk("gpu 1"),
+			map[string]*api.AllocationMetric{"g": {ConstraintFiltered: map[string]int{"missing devices": 1}}}, "[ns/j/g/t/0#0(1 whole)]"},
+		{"other vendor: no demand", mk("amd/gpu 1"), devFail(0), "[]"},
+		{"group not failed: no demand", mk("gpu 1"), map[string]*api.AllocationMetric{"other": devFail(0)["g"]}, "[]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := jobDemand("ns/j", tt.job, tt.failed, groups)
+			if s := fmt.Sprint(got); s != tt.want {
+				t.Errorf("demand %s, want %s", s, tt.want)
+			}
+			for _, d := range got {
+				if !d.Since.Equal(sub) {
+					t.Errorf("%s: since %v, want the submission time", d.Key, d.Since)
+				}
+			}
+		})
+	}
+}
