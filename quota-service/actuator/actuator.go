@@ -401,22 +401,30 @@ func (a *Actuator) stop(ctx context.Context, rec state.Suspension) error {
 }
 
 // resume registers the stopped job again with Stop=false, unless someone
-// changed it since (the modify index guards the write).
+// changed it since (the modify index guards the write). It registers the
+// version recorded at the suspension (fetched from the job's versions),
+// not merely the latest one: the stop itself made a new version, and a
+// later change by someone else (a version above the stop's) wins.
 func (a *Actuator) resume(ctx context.Context, rec state.Suspension) error {
 	key := nomadwatch.Key(rec.Namespace, rec.Job)
-	job, _, err := a.nomad.Jobs().Info(rec.Job, (&nomadapi.QueryOptions{Namespace: rec.Namespace}).WithContext(ctx))
+	qo := (&nomadapi.QueryOptions{Namespace: rec.Namespace}).WithContext(ctx)
+	latest, _, err := a.nomad.Jobs().Info(rec.Job, qo)
 	if err != nil {
 		return fmt.Errorf("resuming %s: reading the job: %w", key, err)
 	}
-	if job.Stop == nil || !*job.Stop {
+	if latest.Stop == nil || !*latest.Stop {
 		return nil // already running again; the record is cleared once it runs
+	}
+	var idx uint64
+	if latest.JobModifyIndex != nil {
+		idx = *latest.JobModifyIndex
+	}
+	job, from, err := a.resumeSpec(ctx, rec, latest)
+	if err != nil {
+		return err
 	}
 	stop := false
 	job.Stop = &stop
-	var idx uint64
-	if job.JobModifyIndex != nil {
-		idx = *job.JobModifyIndex
-	}
 	if _, _, err := a.nomad.Jobs().EnforceRegister(job, idx, (&nomadapi.WriteOptions{Namespace: rec.Namespace}).WithContext(ctx)); err != nil {
 		return fmt.Errorf("resuming %s: registering it with Stop=false: %w", key, err)
 	}
@@ -425,8 +433,34 @@ func (a *Actuator) resume(ctx context.Context, rec state.Suspension) error {
 	a.inflight[key] = inflight{wantStop: false, since: now}
 	a.resumedAt[key] = now
 	a.mu.Unlock()
-	a.log.Info("resumed job", "job", key, "project", rec.Project)
+	a.log.Info("resumed job", "job", key, "project", rec.Project, "from", from)
 	return nil
+}
+
+// resumeSpec picks what to register: the recorded version while the only
+// version after it is the stop (Version+1), else the latest. from says
+// which, for the log.
+func (a *Actuator) resumeSpec(ctx context.Context, rec state.Suspension, latest *nomadapi.Job) (*nomadapi.Job, string, error) {
+	var cur uint64
+	if latest.Version != nil {
+		cur = *latest.Version
+	}
+	if cur == rec.Version {
+		return latest, "recorded version (no stop version seen)", nil
+	}
+	if cur > rec.Version+1 || cur < rec.Version {
+		return latest, fmt.Sprintf("latest version %d: the job changed after its suspension (recorded version %d)", cur, rec.Version), nil
+	}
+	versions, _, _, err := a.nomad.Jobs().Versions(rec.Job, false, (&nomadapi.QueryOptions{Namespace: rec.Namespace}).WithContext(ctx))
+	if err != nil {
+		return nil, "", fmt.Errorf("resuming %s: listing its versions: %w", nomadwatch.Key(rec.Namespace, rec.Job), err)
+	}
+	for _, v := range versions {
+		if v.Version != nil && *v.Version == rec.Version {
+			return v, fmt.Sprintf("recorded version %d", rec.Version), nil
+		}
+	}
+	return latest, fmt.Sprintf("latest version %d: recorded version %d is no longer kept", cur, rec.Version), nil
 }
 
 func (a *Actuator) history(ctx context.Context, rep *Report, e state.Entry) {

@@ -9,7 +9,13 @@
 // instances (package device/ids), an allocation's usage is the whole GPUs
 // and shares it was given, and pending demand is the queued count of each
 // task group times its device asks ("nvidia/gpu" count = whole GPUs,
-// "nvidia/gpu-share" count = shares of one GPU). CPU-only work is left out.
+// "nvidia/gpu-share" count = shares of one GPU). CPU-only work is left out
+// of the demand, but it counts against its node: a node's CPU and memory
+// in the snapshot are its capacity less Nomad's reserved resources and
+// less what allocations outside the snapshot hold, and GPU allocations and
+// pending groups carry their tasks' CPU and memory asks, so the planner
+// never counts on a node that lacks CPU or memory. CPU is in Nomad's
+// units (MHz) throughout; the model's CPUMilli only needs one unit.
 //
 // Watch follows Nomad's event stream (Job, Allocation, Evaluation and Node
 // topics) and signals a re-plan on every change and after every reconnect,
@@ -139,12 +145,18 @@ func (r *ProjectResolver) Project(namespace string, meta map[string]string) stri
 	return namespace
 }
 
-// GroupAsk is the GPU ask of one instance of a task group, summed over its
-// tasks; ok is false for CPU-only groups.
+// GroupAsk is the GPU ask of one instance of a task group, with its CPU
+// and memory, summed over its tasks; ok is false for CPU-only groups.
 func GroupAsk(tg *nomadapi.TaskGroup) (ask model.Ask, ok bool, err error) {
 	for _, task := range tg.Tasks {
 		if task.Resources == nil {
 			continue
+		}
+		if task.Resources.CPU != nil {
+			ask.CPUMilli += int64(*task.Resources.CPU)
+		}
+		if task.Resources.MemoryMB != nil {
+			ask.MemoryMiB += int64(*task.Resources.MemoryMB)
 		}
 		for _, d := range task.Resources.Devices {
 			if d == nil || d.Count == nil {
@@ -211,6 +223,12 @@ func Assemble(in Inputs) *View {
 	type nodeGPUs struct {
 		index map[string]int
 		free  []model.Shares
+		// snap is the node's index in snap.Nodes; cpu and mem are what
+		// the snapshot's allocations on it hold, other what the rest
+		// holds.
+		snap               int
+		cpu, mem           int64
+		otherCPU, otherMem int64
 	}
 	nodes := map[string]*nodeGPUs{}
 	sortedNodes := append([]*nomadapi.NodeListStub(nil), in.Nodes...)
@@ -243,8 +261,15 @@ func Assemble(in Inputs) *View {
 			uuids = append(uuids, u)
 		}
 		sort.Strings(uuids)
-		ng := &nodeGPUs{index: map[string]int{}}
+		ng := &nodeGPUs{index: map[string]int{}, snap: len(snap.Nodes)}
 		node := model.Node{Name: n.ID, CPUMilli: unboundedMilli, MemoryMiB: unboundedMilli}
+		if cpu, mem := n.NodeResources.Cpu.CpuShares, n.NodeResources.Memory.MemoryMB; cpu > 0 && mem > 0 {
+			if r := n.ReservedResources; r != nil {
+				cpu -= int64(r.Cpu.CpuShares)
+				mem -= int64(r.Memory.MemoryMB)
+			}
+			node.CPUMilli, node.MemoryMiB = max(cpu, 0), max(mem, 0)
+		}
 		for i, u := range uuids {
 			ng.index[u] = i
 			ng.free = append(ng.free, model.SharesPerGPU)
@@ -297,6 +322,17 @@ func Assemble(in Inputs) *View {
 		}
 		if a.AllocatedResources == nil {
 			continue
+		}
+		var cpu, mem int64
+		for _, tr := range a.AllocatedResources.Tasks {
+			if tr != nil {
+				cpu += tr.Cpu.CpuShares
+				mem += tr.Memory.MemoryMB
+			}
+		}
+		if ng := nodes[a.NodeID]; ng != nil {
+			// Counted as the rest's until it joins the snapshot.
+			ng.otherCPU, ng.otherMem = ng.otherCPU+cpu, ng.otherMem+mem
 		}
 		whole := map[string]bool{}
 		shares := map[string]int{}
@@ -379,7 +415,25 @@ func Assemble(in Inputs) *View {
 		if len(alloc.GPUs) == 0 {
 			continue
 		}
+		alloc.Ask.CPUMilli, alloc.Ask.MemoryMiB = cpu, mem
+		ng.otherCPU, ng.otherMem = ng.otherCPU-cpu, ng.otherMem-mem
+		ng.cpu, ng.mem = ng.cpu+cpu, ng.mem+mem
 		snap.Allocations = append(snap.Allocations, alloc)
+	}
+	// What allocations outside the snapshot hold is not free; what
+	// Nomad placed never over-commits a node, but listings taken a moment
+	// apart might: the capacity never drops below the snapshot's own use.
+	for id, ng := range nodes {
+		node := &snap.Nodes[ng.snap]
+		if node.CPUMilli == unboundedMilli {
+			continue
+		}
+		cpu, mem := node.CPUMilli-ng.otherCPU, node.MemoryMiB-ng.otherMem
+		if cpu < ng.cpu || mem < ng.mem {
+			v.Warnings = append(v.Warnings, fmt.Sprintf("node %s: allocations hold more CPU or memory than it has; counting it full", id))
+			cpu, mem = max(cpu, ng.cpu), max(mem, ng.mem)
+		}
+		node.CPUMilli, node.MemoryMiB = cpu, mem
 	}
 
 	// Suspension records.

@@ -164,3 +164,39 @@ func TestGroupAsk(t *testing.T) {
 		})
 	}
 }
+
+// TestAssembleCPUAndMemory: a node's CPU and memory are its capacity less
+// Nomad's reservation and less what allocations outside the snapshot (CPU
+// only) hold; GPU allocations and pending groups carry their asks.
+func TestAssembleCPUAndMemory(t *testing.T) {
+	n := node()
+	n.NodeResources.Cpu.CpuShares, n.NodeResources.Memory.MemoryMB = 10000, 8192
+	n.ReservedResources = &nomadapi.NodeReservedResources{Cpu: nomadapi.NodeReservedCpuResources{CpuShares: 1000},
+		Memory: nomadapi.NodeReservedMemoryResources{MemoryMB: 1024}}
+	gpu := alloc("a1", "a", "train", "gpu", "GPU-a")
+	gpu.AllocatedResources.Tasks["t"].Cpu.CpuShares, gpu.AllocatedResources.Tasks["t"].Memory.MemoryMB = 2000, 1000
+	cpuOnly := alloc("a2", "a", "web", "gpu")
+	cpuOnly.AllocatedResources.Tasks["t"].Devices = nil
+	cpuOnly.AllocatedResources.Tasks["t"].Cpu.CpuShares, cpuOnly.AllocatedResources.Tasks["t"].Memory.MemoryMB = 3000, 2000
+	sp := spec("a", "queued", "nvidia/gpu", 1)
+	sp.TaskGroups[0].Tasks[0].Resources.CPU, sp.TaskGroups[0].Tasks[0].Resources.MemoryMB = ptr(500), ptr(256)
+	v := Assemble(Inputs{Nodes: []*nomadapi.NodeListStub{n}, Allocations: []*nomadapi.AllocationListStub{gpu, cpuOnly},
+		Jobs:  []*nomadapi.JobListStub{jobStub("a", "train", 0, false, nil), jobStub("a", "web", 0, false, nil), jobStub("a", "queued", 1, false, nil)},
+		Specs: map[string]*nomadapi.Job{"a/queued": sp}, Now: time.Unix(1000, 0)})
+	if len(v.Snapshot.Nodes) != 1 {
+		t.Fatalf("nodes %+v", v.Snapshot.Nodes)
+	}
+	// 10000-1000-3000 MHz, 8192-1024-2000 MiB.
+	if got := v.Snapshot.Nodes[0]; got.CPUMilli != 6000 || got.MemoryMiB != 5168 {
+		t.Fatalf("node CPU %d, memory %d; want 6000, 5168", got.CPUMilli, got.MemoryMiB)
+	}
+	if len(v.Snapshot.Allocations) != 1 || v.Snapshot.Allocations[0].Ask.CPUMilli != 2000 || v.Snapshot.Allocations[0].Ask.MemoryMiB != 1000 {
+		t.Fatalf("allocations %+v: want the GPU one with 2000 MHz, 1000 MiB", v.Snapshot.Allocations)
+	}
+	if len(v.Snapshot.Pending) != 1 || v.Snapshot.Pending[0].Ask.CPUMilli != 500 || v.Snapshot.Pending[0].Ask.MemoryMiB != 256 {
+		t.Fatalf("pending %+v: want 500 MHz, 256 MiB", v.Snapshot.Pending)
+	}
+	if _, err := v.Snapshot.Index(); err != nil {
+		t.Fatalf("snapshot does not index: %v", err)
+	}
+}

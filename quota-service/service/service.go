@@ -266,10 +266,16 @@ func (s *Service) run(ctx context.Context, mayAct bool) (held bool) {
 	fail := func(cause string, err error) {
 		s.metrics.CycleErrors.WithLabelValues(cause).Inc()
 		s.metrics.CycleOK.Set(0)
-		s.log.Warn("cycle took no action", "cause", cause, "error", err)
 		s.mu.Lock()
+		again := s.status.LastError != ""
 		s.status.LastCycle, s.status.LastError = time.Now(), err.Error()
 		s.mu.Unlock()
+		if again {
+			// Said once per outage; cycle_ok and /v1/health say it meanwhile.
+			s.log.Debug("cycle took no action", "cause", cause, "error", err)
+		} else {
+			s.log.Warn("cycle took no action", "cause", cause, "error", err)
+		}
 	}
 	if s.watcher.LastSync().IsZero() {
 		fail("quotas-unread", errors.New("quota documents not read from Consul yet"))
@@ -320,6 +326,9 @@ func (s *Service) run(ctx context.Context, mayAct bool) (held bool) {
 		}
 	}
 	s.metrics.CycleOK.Set(1)
+	if s.Status().LastError != "" {
+		s.log.Info("cycle works again")
+	}
 	s.record(ctx, view, res, rep, settings, acted)
 	return len(rep.Skipped) > 0 || len(rep.Errors) > 0
 }
