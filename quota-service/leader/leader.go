@@ -99,3 +99,22 @@ func Run(ctx context.Context, client *consulapi.Client, opts Options, log hclog.
 	}
 	return nil
 }
+
+// Held checks, with a consistent read, that the lock at key is held by a
+// session and names instance. The service calls it right before acting:
+// the lock's own monitor may notice a lost session late (a blocking query
+// to an unreachable Consul can hang), while Consul may already have given
+// the lock to another instance. Instance names must be unique.
+func Held(ctx context.Context, client *consulapi.Client, key, instance string) error {
+	pair, _, err := client.KV().Get(key, (&consulapi.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("leader: verifying the lock on %s: %w", key, err)
+	}
+	switch {
+	case pair == nil || pair.Session == "":
+		return fmt.Errorf("leader: the lock on %s is not held", key)
+	case string(pair.Value) != instance:
+		return fmt.Errorf("leader: the lock on %s is held by %q, not %q", key, pair.Value, instance)
+	}
+	return nil
+}

@@ -321,3 +321,44 @@ func TestMalformedQuotaKeepsLastGoodSettings(t *testing.T) {
 		return nil
 	})
 }
+
+// TestLeaderVerifiesItsLockBeforeActing: a leader whose lock key no longer
+// names it (here overwritten; in production a session Consul expired
+// while the lock's monitor hung) takes no action and says why, and acts
+// again once the key names it.
+func TestLeaderVerifiesItsLockBeforeActing(t *testing.T) {
+	c := needCluster(t)
+	s := newScenario(t, c, "lock-check-test")
+	s.quota("team-a", `{"guaranteed": 1}`)
+	svc, _ := s.startInstance("q", nil, nil)
+	waitLeader(t, svc)
+	kv := c.Consul.KV()
+	pair, _, err := kv.Get(s.layout.Leader(), nil)
+	if err != nil || pair == nil || string(pair.Value) != "q" || pair.Session == "" {
+		t.Fatalf("leader key %+v (%v): want held by q", pair, err)
+	}
+	pair.Value = []byte("impostor")
+	if _, err := kv.Put(pair, nil); err != nil {
+		t.Fatal(err)
+	}
+	testcluster.Eventually(t, 10*time.Second, func() error {
+		h := svc.Health()
+		if h.OK || !strings.Contains(h.Reason, `held by "impostor"`) {
+			return fmt.Errorf("health %+v, want not ok: the lock names another instance", h)
+		}
+		if metric(t, svc.Registry(), "gpushare_cycle_errors_total", map[string]string{"cause": "leadership"}) == 0 {
+			return fmt.Errorf("no leadership cycle error counted")
+		}
+		return nil
+	})
+	pair.Value = []byte("q")
+	if _, err := kv.Put(pair, nil); err != nil {
+		t.Fatal(err)
+	}
+	testcluster.Eventually(t, 10*time.Second, func() error {
+		if h := svc.Health(); !h.OK {
+			return fmt.Errorf("health %+v, want ok again", h)
+		}
+		return nil
+	})
+}

@@ -312,6 +312,10 @@ func (s *Service) run(ctx context.Context, mayAct bool) (held bool) {
 	var rep actuator.Report
 	acted := false
 	if mayAct && s.leading() {
+		if err := leader.Held(ctx, s.cfg.Consul, s.cfg.Layout.Leader(), s.cfg.Instance); err != nil {
+			fail("leadership", err)
+			return false
+		}
 		rep, err = s.act.Apply(ctx, view, res)
 		if err != nil {
 			fail("stale", err)
