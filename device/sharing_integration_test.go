@@ -281,6 +281,56 @@ func TestSharingOnRealNomad(t *testing.T) {
 	})
 	waitLayout(t, c, 3, 1)
 
+	// Issue 3 (a): with min_idle_share_gpus = 1 an idle node offers three
+	// whole GPUs and a share landing place. A fourth whole-GPU job waits
+	// (a blocked evaluation); no share demand needs the landing place, so
+	// it goes whole and the job runs.
+	t.Run("a fourth whole job gets the idle share landing place", func(t *testing.T) {
+		shareGroups := waitLayout(t, c, 3, 1)
+		start := time.Now()
+		names := []string{"w1", "w2", "w3", "w4"}
+		var wg sync.WaitGroup
+		for _, n := range names {
+			wg.Add(1)
+			go func() { defer wg.Done(); gpuJob(t, c, n, "gpu", 1) }()
+		}
+		wg.Wait()
+		held := map[string]string{}
+		for _, n := range names {
+			a := runningWithin(t, c, n, start, switchBound)
+			u, _ := gpuOf(t, a)
+			if o, dup := held[u]; dup {
+				t.Errorf("%s and %s both hold GPU %s", o, n, u)
+			}
+			held[u] = n
+		}
+		t.Logf("all four whole jobs running %s after submission (bound %s); the landing place was %v", time.Since(start).Round(100*time.Millisecond), switchBound, shareGroups)
+		for _, n := range names {
+			stopJob(t, c, n)
+		}
+	})
+	waitLayout(t, c, 3, 1)
+
+	// Issue 3 (b): a 50-share tenant on the only share GPU leaves 50 free
+	// shares, which share_headroom = 50 counts as room, so the plain policy
+	// keeps no idle GPU in share mode. A 60-share job does not fit there:
+	// its waiting demand switches an idle whole GPU to share.
+	t.Run("a 60-share job that fits no share GPU gets an idle whole GPU switched", func(t *testing.T) {
+		gpuJob(t, c, "tenant50", "gpu-share", 50)
+		_, ta := runningEnv(t, c, "tenant50")
+		tenantGPU, _ := gpuOf(t, ta)
+		waitLayout(t, c, 3, 1) // room: no landing place is added
+		start := time.Now()
+		gpuJob(t, c, "s60", "gpu-share", 60)
+		a := runningWithin(t, c, "s60", start, switchBound)
+		if u, _ := gpuOf(t, a); u == tenantGPU {
+			t.Errorf("s60 shares GPU %s with the 50-share tenant", u)
+		}
+		stopJob(t, c, "s60")
+		stopJob(t, c, "tenant50")
+	})
+	waitLayout(t, c, 3, 1)
+
 	// 200 whole and share batch jobs of random sizes and lifetimes,
 	// submitted in concurrent bursts.
 	t.Run("stress", func(t *testing.T) { stress(t, c, 200, 4*time.Minute) })
@@ -380,6 +430,12 @@ func stress(t *testing.T, c *testcluster.Cluster, total int, deadline time.Durat
 	var worstFitJob string
 	failed := map[string]bool{}
 	fitSince := map[string]time.Time{} // job|gpu -> since when the GPU fits the pending job
+	// Demand-aware figure (issue 3): how long a pending job waits while
+	// some GPU could serve it in either family (an idle GPU, or a share GPU
+	// with enough free shares), whatever the landing-place rule says.
+	anySince := map[string]time.Time{}
+	var worstAny time.Duration
+	var worstAnyJob string
 	start := time.Now()
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -513,11 +569,31 @@ func stress(t *testing.T, c *testcluster.Cluster, total int, deadline time.Durat
 				delete(fitSince, k)
 			}
 		}
+		for _, j := range jobs[:next] {
+			can := false
+			for _, g := range gpus {
+				isIdle := whole[g] == 0 && shares[g] == 0
+				can = can || isIdle || !j.whole && whole[g] == 0 && shares[g] > 0 && 100-shares[g] >= j.shares
+			}
+			if !j.placed.IsZero() || !can {
+				delete(anySince, j.name)
+				continue
+			}
+			since, seen := anySince[j.name]
+			if !seen {
+				since = now
+				anySince[j.name] = since
+			}
+			if w := now.Sub(since); w > worstAny {
+				worstAny, worstAnyJob = w, fmt.Sprintf("%s (whole=%v shares=%d)", j.name, j.whole, j.shares)
+			}
+		}
 		<-tick.C
 	}
 	t.Logf("%d jobs complete in %s (%d polls); %d failed allocations", total, time.Since(start).Round(time.Second), polls, len(failed))
 	t.Logf("worst wait from submission to placement: %s (share jobs over the headroom: %s)", worstWait.Round(time.Millisecond), worstPolicyWait.Round(time.Millisecond))
 	t.Logf("worst wait while a fitting GPU stayed available: %s, %s; bound %s", worstFit.Round(time.Millisecond), worstFitJob, switchBound)
+	t.Logf("worst wait while some GPU could serve it in either family: %s, %s", worstAny.Round(time.Millisecond), worstAnyJob)
 	t.Logf("exclusivity violations: %d", violations)
 	if worstFit > switchBound {
 		t.Errorf("%s waited %s while a GPU that fits it stayed available (bound %s)", worstFitJob, worstFit, switchBound)
