@@ -11,17 +11,23 @@ plugin "nomad-device-gpushare" {
     # GPUs (UUIDs) this plugin must never offer.
     ignored_gpu_ids = []
 
-    # Partition policy: keep this many idle GPUs in share mode as a landing
-    # place for fractional jobs while the shared GPUs lack room; every other
-    # idle GPU is offered whole.
+    # Partition policy for idle GPUs that no waiting job asks for: keep
+    # this many in share mode as a landing place for fractional jobs while
+    # the shared GPUs lack room (share_headroom free shares); offer every
+    # other idle GPU whole.
     min_idle_share_gpus = 1
 
     # How long a GPU that is switching between whole and shared waits for
     # plans already in flight to settle before it is published again.
     switch_settle_period = "10s"
 
-    # The local agent's HTTP API, used to learn which GPUs are in use.
-    # Empty: NOMAD_ADDR, else http://127.0.0.1:4646. Token: NOMAD_TOKEN.
+    # The local agent's HTTP API, used to learn which GPUs are in use and
+    # which GPU work waits (blocked evaluations, in every namespace), so
+    # that idle GPUs move to the family that waiting work needs, oldest
+    # first. Empty: NOMAD_ADDR, else http://127.0.0.1:4646. Token:
+    # NOMAD_TOKEN; with ACLs on it needs node:read and read-job in every
+    # namespace (without read-job the plugin falls back to the idle split
+    # below and logs why).
     # nomad_address = "http://127.0.0.1:4646"
 
     # With the NVIDIA MPS control daemon running, shares get hard memory
