@@ -82,6 +82,12 @@ type Actuator struct {
 	// (default 3 s).
 	NudgeEvery time.Duration
 
+	// Guard, when set, is called before every write to Nomad or to the
+	// suspension records; an error cancels that action. The service
+	// checks there that it still holds the leader lock, so that a leader
+	// that hung (and lost its lock meanwhile) cannot act on waking up.
+	Guard func(ctx context.Context) error
+
 	// BeforeStop, when set, is called by a suspension after its record
 	// and history entry are written and before the job is stopped. It is
 	// a test hook (a leader dying between the record and the stop) and is
@@ -147,6 +153,10 @@ func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Resul
 		rep.Done = append(rep.Done, Done{Kind: "finish-suspend", Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, ForWorkload: rec.ForWorkload, ForProject: rec.ForProject, Reason: rec.Reason})
 	}
 	for _, rec := range v.Stale {
+		if err := a.guard(ctx, "deleting the record of "+nomadwatch.Key(rec.Namespace, rec.Job)); err != nil {
+			rep.Errors = append(rep.Errors, err)
+			continue
+		}
 		if err := a.store.DeleteSuspension(ctx, rec.Namespace, rec.Job); err != nil {
 			rep.Errors = append(rep.Errors, err)
 			continue
@@ -349,6 +359,19 @@ func (a *Actuator) holdResume(key string, now time.Time) string {
 	return ""
 }
 
+func (a *Actuator) guard(ctx context.Context, what string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if a.Guard == nil {
+		return nil
+	}
+	if err := a.Guard(ctx); err != nil {
+		return fmt.Errorf("%s: not acting: %w", what, err)
+	}
+	return nil
+}
+
 // suspend records, then stops the job.
 func (a *Actuator) suspend(ctx context.Context, rec *state.Suspension) error {
 	job, _, err := a.nomad.Jobs().Info(rec.Job, (&nomadapi.QueryOptions{Namespace: rec.Namespace}).WithContext(ctx))
@@ -367,6 +390,9 @@ func (a *Actuator) suspend(ctx context.Context, rec *state.Suspension) error {
 			rec.Groups[*tg.Name] = *tg.Count
 		}
 	}
+	if err := a.guard(ctx, "suspending "+nomadwatch.Key(rec.Namespace, rec.Job)); err != nil {
+		return err
+	}
 	if err := a.store.PutSuspension(ctx, *rec); err != nil {
 		return fmt.Errorf("suspending %s/%s: not stopping it because the record could not be written: %w", rec.Namespace, rec.Job, err)
 	}
@@ -374,9 +400,6 @@ func (a *Actuator) suspend(ctx context.Context, rec *state.Suspension) error {
 	a.history(ctx, &rep, state.Entry{Event: "suspend", Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, Reason: rec.Reason, ForWorkload: rec.ForWorkload})
 	if a.BeforeStop != nil {
 		a.BeforeStop(ctx, *rec)
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("suspending %s/%s: recorded but not stopped (the next leader finishes it): %w", rec.Namespace, rec.Job, err)
-		}
 	}
 	return a.stop(ctx, *rec)
 }
@@ -384,6 +407,9 @@ func (a *Actuator) suspend(ctx context.Context, rec *state.Suspension) error {
 // stop deregisters the job without purging it and marks the record.
 func (a *Actuator) stop(ctx context.Context, rec state.Suspension) error {
 	key := nomadwatch.Key(rec.Namespace, rec.Job)
+	if err := a.guard(ctx, "stopping "+key+" (recorded; the next leader finishes it)"); err != nil {
+		return err
+	}
 	if _, _, err := a.nomad.Jobs().Deregister(rec.Job, false, (&nomadapi.WriteOptions{Namespace: rec.Namespace}).WithContext(ctx)); err != nil {
 		return fmt.Errorf("stopping %s (record kept at %s; the next cycle retries): %w", key, a.store.Layout().Suspension(rec.Namespace, rec.Job), err)
 	}
@@ -425,6 +451,9 @@ func (a *Actuator) resume(ctx context.Context, rec state.Suspension) error {
 	}
 	stop := false
 	job.Stop = &stop
+	if err := a.guard(ctx, "resuming "+key); err != nil {
+		return err
+	}
 	if _, _, err := a.nomad.Jobs().EnforceRegister(job, idx, (&nomadapi.WriteOptions{Namespace: rec.Namespace}).WithContext(ctx)); err != nil {
 		return fmt.Errorf("resuming %s: registering it with Stop=false: %w", key, err)
 	}

@@ -6,6 +6,10 @@
 // Consul unreachable beyond the retries), then competes again. A new
 // leader rebuilds everything from Nomad and Consul KV: nothing is carried
 // over in memory.
+//
+// The lock's monitor may learn late that the lock is gone (a blocking
+// query to an unreachable Consul can hang), so Held re-checks the lock with
+// a consistent read; the service calls it before every action.
 package leader
 
 import (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,27 +127,54 @@ func TestStableUnderSteadyDemand(t *testing.T) {
 }
 
 // TestLeaderKilledMidReclaim is issue 5's failover item: the leader
-// records a suspension (KV record and history entry) and is stopped
-// before it stops the job (test hook between record and stop). The
-// standby takes over, finishes the recorded suspension and completes the
-// reclaim: team-b's jobs run, exactly 2 of team-a's are suspended, every
-// job has at most one "suspend" entry, the hooked job's suspension is
-// finished once by the new leader, and at every poll every job runs, is
-// pending or complete, or has a KV record.
+// records a suspension (KV record and history entry) and dies before it
+// stops the job (test hook between record and stop). Two ways to die:
+// "stopped", the process ends and releases its lock; "session lost", the
+// leader hangs (a zombie) while Consul invalidates its session, as after
+// a crash or a partition, and wakes up only after the other instance has
+// taken over. Either way the standby takes over, finishes the recorded
+// suspension and completes the reclaim: team-b's jobs run, exactly 2 of
+// team-a's are suspended, every job has at most one "suspend" entry, the
+// hooked job's suspension is finished once by the new leader, the zombie
+// does nothing once awake, and at every poll every job runs, is pending or
+// complete, or has a KV record.
 func TestLeaderKilledMidReclaim(t *testing.T) {
 	c := needCluster(t)
-	s := newScenario(t, c, "leader-kill-test")
+	for i, mode := range []string{"stopped", "session lost"} {
+		t.Run(mode, func(t *testing.T) {
+			leaderDiesMidReclaim(t, c, fmt.Sprintf("leader-kill-test-%d", i), mode == "session lost")
+		})
+	}
+}
+
+func leaderDiesMidReclaim(t *testing.T, c *testcluster.Cluster, root string, zombie bool) {
+	s := newScenario(t, c, root)
 	s.quota("team-a", `{"guaranteed": 2}`)
 	s.quota("team-b", `{"guaranteed": 2}`)
 	recorded := make(chan state.Suspension, 1)
+	release, awake := make(chan struct{}), make(chan struct{})
+	var once sync.Once
 	q1, stopQ1 := s.startInstance("q1", nil, func(svc *service.Service) {
 		svc.SetBeforeStop(func(ctx context.Context, rec state.Suspension) {
-			select {
-			case recorded <- rec:
-			default:
+			first := false
+			once.Do(func() { first = true; recorded <- rec })
+			if !first {
+				return
 			}
-			<-ctx.Done() // the leader hangs here until it is stopped
+			if zombie {
+				<-release // hangs, whatever happens to its lock
+				close(awake)
+				return
+			}
+			<-ctx.Done() // hangs until the process is stopped
 		})
+	})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
 	})
 	waitLeader(t, q1)
 	q2, _ := s.startInstance("q2", nil, nil)
@@ -183,14 +211,24 @@ func TestLeaderKilledMidReclaim(t *testing.T) {
 		t.Fatalf("%s: %+v (%v), want it still running when the leader dies", key, st, err)
 	}
 	killed := time.Now()
-	stopQ1()
+	if zombie {
+		pair, _, err := c.Consul.KV().Get(s.layout.Leader(), nil)
+		if err != nil || pair == nil || pair.Session == "" {
+			t.Fatalf("leader key %+v (%v)", pair, err)
+		}
+		if _, err := c.Consul.Session().Destroy(pair.Session, nil); err != nil {
+			t.Fatalf("invalidating q1's session: %v", err)
+		}
+	} else {
+		stopQ1()
+	}
 	testcluster.Eventually(t, 30*time.Second, func() error {
 		if l := leaders(q1, q2); len(l) != 1 || l[0] != "q2" {
 			return fmt.Errorf("leaders %v, want [q2]", l)
 		}
 		return nil
 	})
-	t.Logf("q2 leads %.2fs after q1 stopped", time.Since(killed).Seconds())
+	t.Logf("q2 leads %.2fs after q1 died", time.Since(killed).Seconds())
 	var suspended []gpuJob
 	testcluster.Eventually(t, 60*time.Second, func() error {
 		for _, j := range b {
@@ -211,11 +249,17 @@ func TestLeaderKilledMidReclaim(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("reclaim completed %.2fs after q1 stopped", time.Since(killed).Seconds())
-	// A few more cycles of the new leader change nothing.
+	t.Logf("reclaim completed %.2fs after q1 died", time.Since(killed).Seconds())
+	if zombie {
+		close(release)
+		<-awake
+	}
+	// A few more cycles of the new leader (and the zombie's wake-up)
+	// change nothing.
+	settled := time.Now()
 	testcluster.Eventually(t, 10*time.Second, func() error {
-		if q2.Status().LastCycle.Before(time.Now().Add(-500 * time.Millisecond)) {
-			return fmt.Errorf("no recent cycle")
+		if q2.Status().LastCycle.Before(settled.Add(time.Second)) {
+			return fmt.Errorf("no cycle since")
 		}
 		return nil
 	})
@@ -231,6 +275,9 @@ func TestLeaderKilledMidReclaim(t *testing.T) {
 	for _, e := range hist {
 		if e.Event == "suspend-finished" && e.Namespace == rec.Namespace && e.Job == rec.Job {
 			finishedBy = append(finishedBy, e.By)
+		}
+		if e.By == "q1" && e.Time.After(killed) {
+			t.Errorf("q1 acted after it died: %+v", e)
 		}
 	}
 	if len(finishedBy) != 1 || finishedBy[0] != "q2" {

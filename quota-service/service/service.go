@@ -6,7 +6,11 @@
 // A cycle runs after every Nomad event or quota change (coalesced), and at
 // least every PlanInterval as a safety net. Every cycle re-lists Nomad in
 // full; a cycle whose listing fails, or whose Consul reads fail, takes no
-// action and says why in /v1/health.
+// action and says why in /v1/health and with gpushare_cycle_ok = 0. Before
+// every action the leader re-reads its lock (leader.Held), so an instance
+// that lost the lock while it hung never acts. A standby instance runs the
+// same cycles read-only, so its status and health are as informative as
+// the leader's.
 package service
 
 import (
@@ -132,6 +136,9 @@ func New(cfg Config) *Service {
 	store := state.New(cfg.Consul, cfg.Layout)
 	act := actuator.New(cfg.Nomad, store, cfg.Log, cfg.Instance)
 	act.MaxStaleness, act.ResumeHold, act.SuspendHold = cfg.MaxStaleness, cfg.ResumeHold, cfg.SuspendHold
+	act.Guard = func(ctx context.Context) error {
+		return leader.Held(ctx, cfg.Consul, cfg.Layout.Leader(), cfg.Instance)
+	}
 	return &Service{
 		cfg: cfg, log: cfg.Log, store: store, act: act, reg: cfg.Registry,
 		watcher:    quota.NewWatcher(cfg.Consul, cfg.Layout, cfg.Log),
@@ -179,6 +186,9 @@ func (s *Service) Run(ctx context.Context) error {
 func (s *Service) lead(ctx context.Context) {
 	s.setLeader(true)
 	defer s.setLeader(false)
+	// Leadership ends when ctx does (lock lost), not when the cycle in
+	// flight returns.
+	defer context.AfterFunc(ctx, func() { s.setLeader(false) })()
 	signal, wake := nomadwatch.Queue()
 	go nomadwatch.Watch(ctx, s.cfg.Nomad, s.log, signal)
 	tick := time.NewTicker(s.cfg.PlanInterval)
