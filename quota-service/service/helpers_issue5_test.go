@@ -3,7 +3,6 @@ package service_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -199,8 +198,6 @@ func (s *scenario) entriesBetween(from, to time.Time) []string {
 	}
 	return out
 }
-
-var errNotYet = errors.New("not yet")
 
 func hasAll(list []string, want ...string) bool {
 	for _, w := range want {
