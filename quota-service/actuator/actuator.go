@@ -32,6 +32,11 @@ import (
 // ErrStale is returned when the View is too old to act on.
 var ErrStale = errors.New("cluster view is stale; taking no action")
 
+// ErrUnsettled is returned when the View leaves running GPU allocations
+// unaccounted for (nomadwatch.View.Unaccounted): usage would be
+// undercounted, so nothing is done until Nomad's state settles.
+var ErrUnsettled = errors.New("cluster view does not account for every running GPU allocation yet; taking no action")
+
 // Done is one action carried out.
 type Done struct {
 	Kind      string // "suspend", "resume", "finish-suspend", "clear-record"
@@ -71,6 +76,10 @@ type Actuator struct {
 	// (default 30 s): the capacity it freed is that workload's, even
 	// while Nomad has not re-evaluated it and reports nothing queued.
 	ReclaimHold time.Duration
+	// RecoveryHold is how long resumes wait after the service could not
+	// read Nomad or Consul (default 30 s; see HoldResumes). Suspensions
+	// for a guarantee are not held.
+	RecoveryHold time.Duration
 	// InFlightTimeout is how long an issued action is awaited before the
 	// job may be acted on again (default 30 s).
 	InFlightTimeout time.Duration
@@ -95,11 +104,13 @@ type Actuator struct {
 	// abandoned and the record stays for the next leader to finish.
 	BeforeStop func(ctx context.Context, rec state.Suspension)
 
-	mu          sync.Mutex
-	nudgedAt    map[string]time.Time
-	resumedAt   map[string]time.Time
-	suspendedAt map[string]time.Time
-	inflight    map[string]inflight
+	mu sync.Mutex
+	// resumesHeldUntil: see HoldResumes.
+	resumesHeldUntil time.Time
+	nudgedAt         map[string]time.Time
+	resumedAt        map[string]time.Time
+	suspendedAt      map[string]time.Time
+	inflight         map[string]inflight
 }
 
 type inflight struct {
@@ -133,6 +144,9 @@ func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Resul
 	now := a.now()
 	if age := now.Sub(v.ListedAt); age > orDefault(a.MaxStaleness, 15*time.Second) {
 		return rep, fmt.Errorf("%w: listed %s ago", ErrStale, age.Round(time.Millisecond))
+	}
+	if n := len(v.Unaccounted); n > 0 {
+		return rep, fmt.Errorf("%w: %d, e.g. %s", ErrUnsettled, n, v.Unaccounted[0])
 	}
 	a.settleInflight(v, now)
 
@@ -347,9 +361,25 @@ func (a *Actuator) holdForBeneficiary(v *nomadwatch.View, rec state.Suspension, 
 	return fmt.Sprintf("the capacity it freed %s ago is kept for %s, not placed yet", now.Sub(rec.Time).Round(time.Millisecond), rec.ForWorkload)
 }
 
+// HoldResumes keeps every resume back for RecoveryHold from now. The
+// service calls it when it reads the cluster again after an outage: for a
+// while after an agent restart, Nomad's view (clients reconnecting, stopped
+// allocations not yet terminal, device families re-settling) can show
+// capacity that is not there, and resuming on it would only lead to
+// suspending the same job again. Resumes are never urgent; reclaims for a
+// guarantee go on.
+func (a *Actuator) HoldResumes(now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.resumesHeldUntil = now.Add(orDefault(a.RecoveryHold, 30*time.Second))
+}
+
 func (a *Actuator) holdResume(key string, now time.Time) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if now.Before(a.resumesHeldUntil) {
+		return fmt.Sprintf("recovering from an outage: resumes wait %s more", a.resumesHeldUntil.Sub(now).Round(time.Second))
+	}
 	if _, ok := a.inflight[key]; ok {
 		return "an action on it is in flight"
 	}

@@ -86,7 +86,13 @@ type View struct {
 	Stale []state.Suspension
 	// Warnings are things left out of the snapshot, for logs.
 	Warnings []string
-	ListedAt time.Time
+	// Unaccounted names running GPU allocations the snapshot could not
+	// place on a node's GPUs (the node is not ready, or its GPUs are not
+	// published as the allocation holds them). Nomad shows this for a
+	// while after an agent restart or while a node reconnects; a view
+	// with such allocations undercounts usage and must not be acted on.
+	Unaccounted []string
+	ListedAt    time.Time
 }
 
 // Inputs are the raw listings Assemble works on.
@@ -369,7 +375,7 @@ func Assemble(in Inputs) *View {
 			Preemptible: info.Preemptible, Node: a.NodeID, Start: a.CreateTime / int64(time.Second)}
 		ng := nodes[a.NodeID]
 		if ng == nil {
-			v.Warnings = append(v.Warnings, fmt.Sprintf("allocation %s: node %s has no GPUs listed", a.ID, a.NodeID))
+			v.unaccounted(fmt.Sprintf("allocation %s: node %s has no GPUs listed", a.ID, a.NodeID))
 			continue
 		}
 		switch {
@@ -385,7 +391,7 @@ func Assemble(in Inputs) *View {
 			for _, u := range uuids {
 				g, ok := ng.index[u]
 				if !ok || ng.free[g] < model.SharesPerGPU {
-					v.Warnings = append(v.Warnings, fmt.Sprintf("allocation %s: GPU %s unknown or already taken on node %s", a.ID, u, a.NodeID))
+					v.unaccounted(fmt.Sprintf("allocation %s: GPU %s unknown or already taken on node %s", a.ID, u, a.NodeID))
 					continue
 				}
 				ng.free[g] = 0
@@ -405,7 +411,7 @@ func Assemble(in Inputs) *View {
 			g, ok := ng.index[u]
 			n := model.Shares(shares[u])
 			if !ok || ng.free[g] < n || n >= model.SharesPerGPU {
-				v.Warnings = append(v.Warnings, fmt.Sprintf("allocation %s: %d shares of GPU %s do not fit on node %s", a.ID, n, u, a.NodeID))
+				v.unaccounted(fmt.Sprintf("allocation %s: %d shares of GPU %s do not fit on node %s", a.ID, n, u, a.NodeID))
 				continue
 			}
 			ng.free[g] -= n
@@ -507,4 +513,10 @@ func Assemble(in Inputs) *View {
 	}
 	sort.Slice(snap.Projects, func(i, j int) bool { return snap.Projects[i].Name < snap.Projects[j].Name })
 	return v
+}
+
+// unaccounted records a running GPU allocation left out of the snapshot.
+func (v *View) unaccounted(msg string) {
+	v.Warnings = append(v.Warnings, msg)
+	v.Unaccounted = append(v.Unaccounted, msg)
 }

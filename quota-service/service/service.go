@@ -105,6 +105,9 @@ type Service struct {
 
 	// cycleMu serializes cycles: the leader's and the standby's.
 	cycleMu sync.Mutex
+	// blind is set when a cycle could not read Nomad or Consul, and
+	// cleared by the next cycle that reads both (under cycleMu).
+	blind bool
 
 	mu         sync.Mutex
 	status     Status
@@ -274,6 +277,9 @@ func (s *Service) run(ctx context.Context, mayAct bool) (held bool) {
 	start := time.Now()
 	defer func() { s.metrics.Cycle.Observe(time.Since(start).Seconds()) }()
 	fail := func(cause string, err error) {
+		if cause == "nomad" || cause == "consul" {
+			s.blind = true
+		}
 		s.metrics.CycleErrors.WithLabelValues(cause).Inc()
 		s.metrics.CycleOK.Set(0)
 		s.mu.Lock()
@@ -306,6 +312,12 @@ func (s *Service) run(ctx context.Context, mayAct bool) (held bool) {
 		return false
 	}
 	s.metrics.LastRelist.Set(float64(view.ListedAt.Unix()))
+	if s.blind {
+		// Reading again after an outage: Nomad's state settles for a
+		// while (see actuator.HoldResumes).
+		s.blind = false
+		s.act.HoldResumes(time.Now())
+	}
 	var opts plan.Options
 	if s.cfg.PolicyName != "" {
 		if opts.Policy, err = plan.PolicyByName(s.cfg.PolicyName, 1, view.Snapshot); err != nil {
@@ -327,6 +339,11 @@ func (s *Service) run(ctx context.Context, mayAct bool) (held bool) {
 			return false
 		}
 		rep, err = s.act.Apply(ctx, view, res)
+		if errors.Is(err, actuator.ErrUnsettled) {
+			// Transient after an agent restart: retry soon.
+			fail("unsettled", err)
+			return true
+		}
 		if err != nil {
 			fail("stale", err)
 			return false
