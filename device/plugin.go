@@ -312,9 +312,7 @@ func (p *Plugin) observe(ctx context.Context) {
 			p.logger.Info("reading waiting GPU demand from the Nomad API (blocked evaluations)")
 			p.demandErr = ""
 		}
-		for _, d := range snap.Demand {
-			o.Demand = append(o.Demand, partition.Demand{Key: d.Key, Since: d.Since, Whole: d.Whole, Shares: d.Shares})
-		}
+		o.Demand = append(o.Demand, snap.Demand...)
 		if p.logger.IsTrace() {
 			p.logger.Trace("usage", "snapshot", snap.String())
 		}

@@ -8,28 +8,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/device/partition"
 	"github.com/hashicorp/nomad/api"
 )
 
 // Demand is one device request of an allocation that the Nomad scheduler
-// could not place and that this node could serve.
-type Demand struct {
-	// Key is stable across re-evaluations:
-	// namespace/job/group/task/request#n, n counting the group's failed
-	// allocations.
-	Key string
-	// Since is the job's submission time.
-	Since time.Time
-	// Whole GPUs, or Shares of one GPU, that the request wants.
-	Whole, Shares int
-}
-
-func (d Demand) String() string {
-	if d.Whole > 0 {
-		return fmt.Sprintf("%s(%d whole)", d.Key, d.Whole)
-	}
-	return fmt.Sprintf("%s(%d shares)", d.Key, d.Shares)
-}
+// could not place and that this node could serve, in the form the partition
+// policy takes. Its Key is stable across re-evaluations:
+// namespace/job/group/task/request#n, n counting the group's failed
+// allocations; Since is the job's submission time.
+type Demand = partition.Demand
 
 // Which waiting demand counts for this node is approximated, not
 // re-derived from Nomad's feasibility checks:
