@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/device/partition"
 	"github.com/hashicorp/nomad/api"
 )
@@ -177,16 +178,9 @@ func deviceGroupNames(node *api.Node) map[string]map[string]bool {
 // parseRequest splits a device request name (type, vendor/type or
 // vendor/type/name) and says whether it asks for a gpushare family.
 func parseRequest(name string, groups map[string]map[string]bool) (typ string, ok bool) {
-	parts := strings.SplitN(name, "/", 3)
-	vendor, group := "", ""
-	switch len(parts) {
-	case 1:
-		typ = parts[0]
-	case 2:
-		vendor, typ = parts[0], parts[1]
-	default:
-		vendor, typ, group = parts[0], parts[1], parts[2]
-	}
+	req := ids.ParseRequest(name)
+	vendor, group := req.Vendor, req.Name
+	typ = req.Type
 	if vendor != "" && vendor != Vendor || typ != TypeWhole && typ != TypeShare {
 		return "", false
 	}

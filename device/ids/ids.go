@@ -76,3 +76,23 @@ func ShortUUID(uuid string) string {
 	}
 	return s
 }
+
+// Request is a parsed device request name of a job, as Nomad accepts it:
+// "type", "vendor/type" or "vendor/type/name" (the group name may itself
+// hold slashes). Empty fields were not given.
+type Request struct {
+	Vendor, Type, Name string
+}
+
+// ParseRequest splits a job's device request name into its parts.
+func ParseRequest(name string) Request {
+	parts := strings.SplitN(name, "/", 3)
+	switch len(parts) {
+	case 1:
+		return Request{Type: parts[0]}
+	case 2:
+		return Request{Vendor: parts[0], Type: parts[1]}
+	default:
+		return Request{Vendor: parts[0], Type: parts[1], Name: parts[2]}
+	}
+}

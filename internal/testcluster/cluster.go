@@ -189,12 +189,8 @@ func (c *Cluster) waitConsul(a *agent) error {
 	}
 	c.Consul = client
 	return waitUntil(a, c.opts.StartTimeout, func() error {
-		leader, err := client.Status().Leader()
-		if err != nil {
+		if err := hasLeader(client.Status().Leader()); err != nil {
 			return err
-		}
-		if leader == "" {
-			return errors.New("no leader yet")
 		}
 		// KV writes need a working raft; probe with a write.
 		_, err = client.KV().Put(&consulapi.KVPair{Key: "gpushare-testcluster/ready", Value: []byte("1")}, nil)
@@ -286,12 +282,8 @@ func (c *Cluster) waitNomad(a *agent) error {
 	}
 	c.Nomad = client
 	return waitUntil(a, c.opts.StartTimeout, func() error {
-		leader, err := client.Status().Leader()
-		if err != nil {
+		if err := hasLeader(client.Status().Leader()); err != nil {
 			return err
-		}
-		if leader == "" {
-			return errors.New("no leader yet")
 		}
 		nodes, _, err := client.Nodes().List(nil)
 		if err != nil {
@@ -337,6 +329,18 @@ func hasDevices(node *nomadapi.Node, wanted []string) error {
 		if !found {
 			return fmt.Errorf("device %q has no healthy instance on node %s yet", w, node.ID)
 		}
+	}
+	return nil
+}
+
+// hasLeader turns an agent's answer to "who leads?" into nil once there
+// is a leader.
+func hasLeader(leader string, err error) error {
+	if err != nil {
+		return err
+	}
+	if leader == "" {
+		return errors.New("no leader yet")
 	}
 	return nil
 }

@@ -168,16 +168,8 @@ func GroupAsk(tg *nomadapi.TaskGroup) (ask model.Ask, ok bool, err error) {
 			if d == nil || d.Count == nil {
 				continue
 			}
-			parts := strings.Split(d.Name, "/")
-			var vendor, typ, name string
-			switch len(parts) {
-			case 1:
-				typ = parts[0]
-			case 2:
-				vendor, typ = parts[0], parts[1]
-			default:
-				vendor, typ, name = parts[0], parts[1], strings.Join(parts[2:], "/")
-			}
+			req := ids.ParseRequest(d.Name)
+			vendor, typ, name := req.Vendor, req.Type, req.Name
 			if vendor != "" && vendor != Vendor {
 				continue
 			}
