@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gpushare/nomad-gpushare/device/alloctrack"
 	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/device/partition"
 	dev "github.com/hashicorp/nomad/plugins/device"
@@ -93,7 +92,7 @@ func (p *Plugin) publishLocked() {
 
 		wg := whole[g.Model]
 		if wg == nil {
-			wg = &dev.DeviceGroup{Vendor: alloctrack.Vendor, Type: alloctrack.TypeWhole, Name: g.Model, Attributes: p.attributes(g, false)}
+			wg = &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeWhole, Name: g.Model, Attributes: p.attributes(g, false)}
 			whole[g.Model] = wg
 			groups = append(groups, wg)
 		}
@@ -103,7 +102,7 @@ func (p *Plugin) publishLocked() {
 		if g.MIG {
 			continue
 		}
-		sg := &dev.DeviceGroup{Vendor: alloctrack.Vendor, Type: alloctrack.TypeShare, Name: shareGroupName(g.GPU), Attributes: p.attributes(g, true)}
+		sg := &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeShare, Name: shareGroupName(g.GPU), Attributes: p.attributes(g, true)}
 		healthy, desc = p.health(g, pub, partition.Share)
 		sg.Devices = make([]*dev.Device, ids.SharesPerGPU)
 		for k := range sg.Devices {
@@ -114,7 +113,7 @@ func (p *Plugin) publishLocked() {
 	if len(hw) == 0 && p.hwErr != nil {
 		// Nothing to list, but make the NVML failure visible in the node's
 		// devices (`nomad node status -verbose`) without ending the stream.
-		groups = append(groups, &dev.DeviceGroup{Vendor: alloctrack.Vendor, Type: alloctrack.TypeWhole, Name: UnavailableGroup,
+		groups = append(groups, &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeWhole, Name: UnavailableGroup,
 			Devices: []*dev.Device{{ID: UnavailableGroup, Healthy: false, HealthDesc: fmt.Sprintf("gpushare: %v (retrying every %s)", p.hwErr, p.cfg.fingerprintPeriod)}}})
 	}
 	for _, g := range groups {
@@ -256,7 +255,7 @@ func signature(groups []*dev.DeviceGroup) string {
 		}
 		// A share group's instances share one health; one suffices.
 		for i, d := range g.Devices {
-			if g.Type == alloctrack.TypeShare && i > 0 {
+			if g.Type == ids.TypeShare && i > 0 {
 				break
 			}
 			fmt.Fprintf(&b, "%s:%v:%s;", d.ID, d.Healthy, d.HealthDesc)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/alloctrack"
 	"github.com/gpushare/nomad-gpushare/device/gpu"
 	"github.com/gpushare/nomad-gpushare/device/ids"
 	dev "github.com/hashicorp/nomad/plugins/device"
@@ -73,7 +72,7 @@ func (p *Plugin) collectStats() *dev.StatsResponse {
 		}
 		wg := whole[g.Model]
 		if wg == nil {
-			wg = &dev.DeviceGroupStats{Vendor: alloctrack.Vendor, Type: alloctrack.TypeWhole, Name: g.Model, InstanceStats: map[string]*dev.DeviceStats{}}
+			wg = &dev.DeviceGroupStats{Vendor: ids.Vendor, Type: ids.TypeWhole, Name: g.Model, InstanceStats: map[string]*dev.DeviceStats{}}
 			whole[g.Model] = wg
 			groups = append(groups, wg)
 		}
@@ -81,7 +80,7 @@ func (p *Plugin) collectStats() *dev.StatsResponse {
 		if g.MIG {
 			continue
 		}
-		sg := &dev.DeviceGroupStats{Vendor: alloctrack.Vendor, Type: alloctrack.TypeShare, Name: shareGroupName(g.GPU),
+		sg := &dev.DeviceGroupStats{Vendor: ids.Vendor, Type: ids.TypeShare, Name: shareGroupName(g.GPU),
 			InstanceStats: make(map[string]*dev.DeviceStats, ids.SharesPerGPU)}
 		st := gpuStats(r, now, held)
 		for k := 0; k < ids.SharesPerGPU; k++ {

@@ -20,13 +20,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
-// Device identity of the two families.
-const (
-	Vendor    = "nvidia"
-	TypeWhole = "gpu"
-	TypeShare = "gpu-share"
-)
-
 // Config says how to reach Nomad and which node is ours.
 type Config struct {
 	// Address of the Nomad HTTP API; empty means NOMAD_ADDR, else
@@ -200,7 +193,7 @@ func get(m map[string]*GPUUsage, uuid string) *GPUUsage {
 
 func addServerView(m map[string]*GPUUsage, groups []*api.NodeDeviceResource) {
 	for _, g := range groups {
-		if g == nil || g.Vendor != Vendor || (g.Type != TypeWhole && g.Type != TypeShare) {
+		if g == nil || g.Vendor != ids.Vendor || (g.Type != ids.TypeWhole && g.Type != ids.TypeShare) {
 			continue
 		}
 		for _, inst := range g.Instances {
@@ -212,9 +205,9 @@ func addServerView(m map[string]*GPUUsage, groups []*api.NodeDeviceResource) {
 				continue
 			}
 			switch {
-			case g.Type == TypeWhole && !id.IsShare:
+			case g.Type == ids.TypeWhole && !id.IsShare:
 				get(m, id.UUID).ServerWhole = true
-			case g.Type == TypeShare && id.IsShare:
+			case g.Type == ids.TypeShare && id.IsShare:
 				get(m, id.UUID).ServerShare = true
 			}
 		}
@@ -231,50 +224,20 @@ func Live(a *api.Allocation) bool {
 // AddAllocations adds the devices held by the live allocations to m.
 func AddAllocations(m map[string]*GPUUsage, allocs []*api.Allocation) {
 	for _, a := range allocs {
-		if a == nil || !Live(a) || a.AllocatedResources == nil {
+		if a == nil || !Live(a) {
 			continue
 		}
-		tasks := make([]string, 0, len(a.AllocatedResources.Tasks))
-		for name := range a.AllocatedResources.Tasks {
-			tasks = append(tasks, name)
+		held := ids.HeldDevices(a.AllocatedResources)
+		for _, u := range held.Whole {
+			g := get(m, u)
+			g.WholeAllocs = append(g.WholeAllocs, a.ID)
 		}
-		sort.Strings(tasks)
-		for _, name := range tasks {
-			tr := a.AllocatedResources.Tasks[name]
-			if tr == nil {
-				continue
-			}
-			for _, d := range tr.Devices {
-				if d == nil || d.Vendor != Vendor {
-					continue
-				}
-				for _, raw := range d.DeviceIDs {
-					id, err := ids.Parse(raw)
-					if err != nil {
-						continue
-					}
-					switch {
-					case d.Type == TypeWhole && !id.IsShare:
-						u := get(m, id.UUID)
-						u.WholeAllocs = appendOnce(u.WholeAllocs, a.ID)
-					case d.Type == TypeShare && id.IsShare:
-						u := get(m, id.UUID)
-						u.ShareUnits++
-						u.ShareAllocs = appendOnce(u.ShareAllocs, a.ID)
-					}
-				}
-			}
+		for _, u := range held.ShareUUIDs() {
+			g := get(m, u)
+			g.ShareUnits += held.Shares[u]
+			g.ShareAllocs = append(g.ShareAllocs, a.ID)
 		}
 	}
-}
-
-func appendOnce(s []string, v string) []string {
-	for _, x := range s {
-		if x == v {
-			return s
-		}
-	}
-	return append(s, v)
 }
 
 // String summarizes a snapshot for logs.

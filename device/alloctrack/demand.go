@@ -163,31 +163,28 @@ func admits(job *api.Job, node *api.Node) bool {
 
 // deviceGroupNames lists the node's gpushare device group names by type.
 func deviceGroupNames(node *api.Node) map[string]map[string]bool {
-	out := map[string]map[string]bool{TypeWhole: {}, TypeShare: {}}
+	out := map[string]map[string]bool{ids.TypeWhole: {}, ids.TypeShare: {}}
 	if node.NodeResources == nil {
 		return out
 	}
 	for _, g := range node.NodeResources.Devices {
-		if g != nil && g.Vendor == Vendor && out[g.Type] != nil {
+		if g != nil && g.Vendor == ids.Vendor && out[g.Type] != nil {
 			out[g.Type][g.Name] = true
 		}
 	}
 	return out
 }
 
-// parseRequest splits a device request name (type, vendor/type or
-// vendor/type/name) and says whether it asks for a gpushare family.
-func parseRequest(name string, groups map[string]map[string]bool) (typ string, ok bool) {
-	req := ids.ParseRequest(name)
-	vendor, group := req.Vendor, req.Name
-	typ = req.Type
-	if vendor != "" && vendor != Vendor || typ != TypeWhole && typ != TypeShare {
+// requestFamily says which gpushare family a device request asks for, if
+// any: a request that names a device group must name one of this node's.
+func requestFamily(req ids.Request, groups map[string]map[string]bool) (typ string, ok bool) {
+	if !req.Whole() && !req.Share() {
 		return "", false
 	}
-	if group != "" && !groups[typ][group] {
+	if req.Name != "" && !groups[req.Type][req.Name] {
 		return "", false
 	}
-	return typ, true
+	return req.Type, true
 }
 
 // jobDemand turns the failed task groups of a job into demand.
@@ -213,20 +210,15 @@ func jobDemand(k string, job *api.Job, failed map[string]*api.AllocationMetric, 
 				if req == nil {
 					continue
 				}
-				typ, ok := parseRequest(req.Name, groups)
-				if !ok {
-					continue
-				}
-				n := 1
-				if req.Count != nil {
-					n = int(*req.Count)
-				}
-				if n <= 0 {
+				r := ids.ParseRequest(req)
+				typ, ok := requestFamily(r, groups)
+				n := r.Count
+				if !ok || n <= 0 {
 					continue
 				}
 				for a := 0; a <= am.CoalescedFailures; a++ {
 					d := Demand{Key: fmt.Sprintf("%s/%s/%s/%d#%d", k, *tg.Name, task.Name, ri, a), Since: since}
-					if typ == TypeWhole {
+					if typ == ids.TypeWhole {
 						d.Whole = n
 					} else {
 						d.Shares = n

@@ -2,6 +2,7 @@ package alloctrack
 
 import (
 	"fmt"
+	"github.com/gpushare/nomad-gpushare/device/ids"
 	"testing"
 	"time"
 
@@ -34,24 +35,24 @@ func TestAdmits(t *testing.T) {
 	}
 }
 
-func TestParseRequest(t *testing.T) {
-	groups := map[string]map[string]bool{TypeWhole: {"NVIDIA H100": true}, TypeShare: {"NVIDIA H100-abcd": true}}
+func TestRequestFamily(t *testing.T) {
+	groups := map[string]map[string]bool{ids.TypeWhole: {"NVIDIA H100": true}, ids.TypeShare: {"NVIDIA H100-abcd": true}}
 	tests := []struct {
 		name, typ string
 		ok        bool
 	}{
-		{"gpu", TypeWhole, true},
-		{"nvidia/gpu", TypeWhole, true},
-		{"nvidia/gpu/NVIDIA H100", TypeWhole, true},
+		{"gpu", ids.TypeWhole, true},
+		{"nvidia/gpu", ids.TypeWhole, true},
+		{"nvidia/gpu/NVIDIA H100", ids.TypeWhole, true},
 		{"nvidia/gpu/NVIDIA A100", "", false},
-		{"gpu-share", TypeShare, true},
-		{"nvidia/gpu-share/NVIDIA H100-abcd", TypeShare, true},
+		{"gpu-share", ids.TypeShare, true},
+		{"nvidia/gpu-share/NVIDIA H100-abcd", ids.TypeShare, true},
 		{"nvidia/gpu-share/NVIDIA H100-ffff", "", false},
 		{"amd/gpu", "", false},
 		{"nvidia/fpga", "", false},
 	}
 	for _, tt := range tests {
-		typ, ok := parseRequest(tt.name, groups)
+		typ, ok := requestFamily(ids.ParseRequestName(tt.name), groups)
 		if typ != tt.typ || ok != tt.ok {
 			t.Errorf("%q: (%q, %v), want (%q, %v)", tt.name, typ, ok, tt.typ, tt.ok)
 		}
@@ -59,7 +60,7 @@ func TestParseRequest(t *testing.T) {
 }
 
 func TestJobDemand(t *testing.T) {
-	groups := map[string]map[string]bool{TypeWhole: {}, TypeShare: {}}
+	groups := map[string]map[string]bool{ids.TypeWhole: {}, ids.TypeShare: {}}
 	sub := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	mk := func(reqs ...string) *api.Job {
 		j := &api.Job{SubmitTime: new(sub.UnixNano())}

@@ -1,21 +1,41 @@
-// Package ids encodes and parses the device instance IDs that the gpushare
-// plugin publishes to Nomad.
+// Package ids is the vocabulary that the gpushare device plugin and the
+// quota service share about GPU devices in Nomad: the vendor and type names
+// of the two device families, the instance IDs the plugin publishes, how a
+// job's device request names a family (ParseRequest), and which GPUs an
+// allocation holds (HeldDevices).
 //
 // A whole GPU is published under its NVML UUID (for example
-// "GPU-5b2e0c8a-..."). Each of its 100 shares is published as
+// "GPU-5b2e0c8a-...") in the family Vendor/TypeWhole. Each of its
+// model.SharesPerGPU shares is published in the family Vendor/TypeShare as
 // "<UUID>-sNN" with NN in 00..99, so that every instance ID names the
-// physical GPU it belongs to and Reserve can validate a request from the IDs
-// alone.
+// physical GPU it belongs to and Reserve can validate a request from the
+// IDs alone. One share is 0.01 of the GPU, memory and compute alike: the
+// unit model.Shares counts in.
 package ids
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
 )
 
-// SharesPerGPU is the number of share instances published per GPU; one
-// share is 1% of the GPU's memory and compute.
-const SharesPerGPU = 100
+// The device families as Nomad sees them: vendor/type.
+const (
+	// Vendor is the vendor of both families.
+	Vendor = "nvidia"
+	// TypeWhole is the family of whole GPUs, one instance per GPU, as in
+	// HashiCorp's nvidia plugin.
+	TypeWhole = "gpu"
+	// TypeShare is the family of GPU shares, one device group per GPU with
+	// SharesPerGPU instances.
+	TypeShare = "gpu-share"
+)
+
+// SharesPerGPU is the number of share instances published per GPU: one per
+// model.Shares unit, so that a request's count is the fraction in
+// hundredths of a GPU.
+const SharesPerGPU = model.SharesPerGPU
 
 // shareSep separates the GPU UUID from the share number.
 const shareSep = "-s"
@@ -75,24 +95,4 @@ func ShortUUID(uuid string) string {
 		s = s[:8]
 	}
 	return s
-}
-
-// Request is a parsed device request name of a job, as Nomad accepts it:
-// "type", "vendor/type" or "vendor/type/name" (the group name may itself
-// hold slashes). Empty fields were not given.
-type Request struct {
-	Vendor, Type, Name string
-}
-
-// ParseRequest splits a job's device request name into its parts.
-func ParseRequest(name string) Request {
-	parts := strings.SplitN(name, "/", 3)
-	switch len(parts) {
-	case 1:
-		return Request{Type: parts[0]}
-	case 2:
-		return Request{Vendor: parts[0], Type: parts[1]}
-	default:
-		return Request{Vendor: parts[0], Type: parts[1], Name: parts[2]}
-	}
 }

@@ -1,8 +1,12 @@
 package ids
 
-import "testing"
+import (
+	"testing"
 
-func TestParseRequest(t *testing.T) {
+	"github.com/hashicorp/nomad/api"
+)
+
+func TestParseRequestName(t *testing.T) {
 	tests := []struct {
 		name string
 		want Request
@@ -13,8 +17,29 @@ func TestParseRequest(t *testing.T) {
 		{"nvidia/gpu-share/A/B", Request{Vendor: "nvidia", Type: "gpu-share", Name: "A/B"}},
 	}
 	for _, tt := range tests {
-		if got := ParseRequest(tt.name); got != tt.want {
-			t.Errorf("ParseRequest(%q) = %+v, want %+v", tt.name, got, tt.want)
+		if got := ParseRequestName(tt.name); got != tt.want {
+			t.Errorf("ParseRequestName(%q) = %+v, want %+v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestParseRequestCount(t *testing.T) {
+	three := uint64(3)
+	tests := []struct {
+		dev          api.RequestedDevice
+		count        int
+		whole, share bool
+	}{
+		{api.RequestedDevice{Name: "nvidia/gpu"}, 1, true, false},
+		{api.RequestedDevice{Name: "gpu", Count: &three}, 3, true, false},
+		{api.RequestedDevice{Name: "nvidia/gpu-share/NVIDIA H100-ab", Count: &three}, 3, false, true},
+		{api.RequestedDevice{Name: "amd/gpu"}, 1, false, false},
+		{api.RequestedDevice{Name: "nvidia/fpga"}, 1, false, false},
+	}
+	for _, tt := range tests {
+		r := ParseRequest(&tt.dev)
+		if r.Count != tt.count || r.Whole() != tt.whole || r.Share() != tt.share {
+			t.Errorf("ParseRequest(%q) = %+v whole=%v share=%v, want count %d whole=%v share=%v", tt.dev.Name, r, r.Whole(), r.Share(), tt.count, tt.whole, tt.share)
 		}
 	}
 }

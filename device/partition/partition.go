@@ -47,6 +47,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/gpushare/nomad-gpushare/device/ids"
 )
 
 // Mode is the family a GPU is published in.
@@ -57,7 +59,8 @@ const (
 	Unknown Mode = iota
 	// Whole publishes the GPU as one instance of type "gpu".
 	Whole
-	// Share publishes the GPU as 100 instances of type "gpu-share".
+	// Share publishes the GPU as ids.SharesPerGPU instances of type
+	// "gpu-share".
 	Share
 )
 
@@ -396,7 +399,7 @@ func (m *Machine) balance(now time.Time, uuids []string, add func(string, string
 			continue
 		}
 		if s.Mode == Share && s.Phase == Published && g.Healthy && g.ShareUnits > 0 {
-			f := 100 - g.ShareUnits
+			f := ids.SharesPerGPU - g.ShareUnits
 			room = max(room, f)
 			free = append(free, f)
 		}
@@ -515,12 +518,12 @@ func shareNeed(demand []Demand, free []int, flex, fixed, base int) int {
 				fixed -= take
 				flex -= rest
 			}
-		case d.Shares > 0 && d.Shares <= 100:
+		case d.Shares > 0 && d.Shares <= ids.SharesPerGPU:
 			if fit(free, d.Shares) || fit(opened, d.Shares) || flex == 0 {
 				continue
 			}
 			flex--
-			opened = append(opened, 100-d.Shares)
+			opened = append(opened, ids.SharesPerGPU-d.Shares)
 		}
 	}
 	n := len(opened)

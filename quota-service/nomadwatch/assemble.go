@@ -35,11 +35,9 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
-// Device names the plugin publishes.
 const (
-	Vendor         = "nvidia"
-	TypeWhole      = "gpu"
-	TypeShare      = "gpu-share"
+	// MetaPreempt is the job meta key that opts a job out of suspension
+	// ("false").
 	MetaPreempt    = "gpushare.preemptible"
 	unboundedMilli = int64(1) << 40
 )
@@ -165,24 +163,20 @@ func GroupAsk(tg *nomadapi.TaskGroup) (ask model.Ask, ok bool, err error) {
 			ask.MemoryMiB += int64(*task.Resources.MemoryMB)
 		}
 		for _, d := range task.Resources.Devices {
-			if d == nil || d.Count == nil {
+			if d == nil {
 				continue
 			}
-			req := ids.ParseRequest(d.Name)
-			vendor, typ, name := req.Vendor, req.Type, req.Name
-			if vendor != "" && vendor != Vendor {
-				continue
-			}
-			switch typ {
-			case TypeWhole:
-				ask.WholeGPUs += int(*d.Count)
-			case TypeShare:
-				ask.Shares += model.Shares(*d.Count)
+			req := ids.ParseRequest(d)
+			switch {
+			case req.Whole():
+				ask.WholeGPUs += req.Count
+			case req.Share():
+				ask.Shares += model.Shares(req.Count)
 			default:
 				continue
 			}
-			if name != "" {
-				ask.Models = append(ask.Models, name)
+			if req.Name != "" {
+				ask.Models = append(ask.Models, req.Name)
 			}
 			ok = true
 		}
@@ -237,7 +231,7 @@ func Assemble(in Inputs) *View {
 		}
 		models := map[string]string{}
 		for _, g := range n.NodeResources.Devices {
-			if g == nil || g.Vendor != Vendor || (g.Type != TypeWhole && g.Type != TypeShare) {
+			if g == nil || g.Vendor != ids.Vendor || (g.Type != ids.TypeWhole && g.Type != ids.TypeShare) {
 				continue
 			}
 			for _, inst := range g.Instances {
@@ -246,7 +240,7 @@ func Assemble(in Inputs) *View {
 					v.Warnings = append(v.Warnings, fmt.Sprintf("node %s: %v", n.ID, err))
 					continue
 				}
-				if _, ok := models[id.UUID]; !ok || g.Type == TypeWhole {
+				if _, ok := models[id.UUID]; !ok || g.Type == ids.TypeWhole {
 					models[id.UUID] = g.Name
 				}
 			}
@@ -332,30 +326,8 @@ func Assemble(in Inputs) *View {
 			// Counted as the rest's until it joins the snapshot.
 			ng.otherCPU, ng.otherMem = ng.otherCPU+cpu, ng.otherMem+mem
 		}
-		whole := map[string]bool{}
-		shares := map[string]int{}
-		for _, tr := range a.AllocatedResources.Tasks {
-			if tr == nil {
-				continue
-			}
-			for _, d := range tr.Devices {
-				if d == nil || d.Vendor != Vendor {
-					continue
-				}
-				for _, did := range d.DeviceIDs {
-					id, err := ids.Parse(did)
-					if err != nil {
-						continue
-					}
-					if d.Type == TypeWhole && !id.IsShare {
-						whole[id.UUID] = true
-					} else if d.Type == TypeShare && id.IsShare {
-						shares[id.UUID]++
-					}
-				}
-			}
-		}
-		if len(whole) == 0 && len(shares) == 0 {
+		held := ids.HeldDevices(a.AllocatedResources)
+		if held.Empty() {
 			continue
 		}
 		if info == nil {
@@ -371,16 +343,11 @@ func Assemble(in Inputs) *View {
 			continue
 		}
 		switch {
-		case len(whole) > 0:
-			if len(shares) > 0 {
+		case len(held.Whole) > 0:
+			if len(held.Shares) > 0 {
 				v.Warnings = append(v.Warnings, fmt.Sprintf("allocation %s holds whole GPUs and shares; counting the whole GPUs", a.ID))
 			}
-			uuids := make([]string, 0, len(whole))
-			for u := range whole {
-				uuids = append(uuids, u)
-			}
-			sort.Strings(uuids)
-			for _, u := range uuids {
+			for _, u := range held.Whole {
 				g, ok := ng.index[u]
 				if !ok || ng.free[g] < model.SharesPerGPU {
 					v.unaccounted(fmt.Sprintf("allocation %s: GPU %s unknown or already taken on node %s", a.ID, u, a.NodeID))
@@ -391,17 +358,13 @@ func Assemble(in Inputs) *View {
 			}
 			alloc.Ask.WholeGPUs = len(alloc.GPUs)
 		default:
-			if len(shares) > 1 {
-				v.Warnings = append(v.Warnings, fmt.Sprintf("allocation %s holds shares of %d GPUs; counting the first", a.ID, len(shares)))
+			uuids := held.ShareUUIDs()
+			if len(uuids) > 1 {
+				v.Warnings = append(v.Warnings, fmt.Sprintf("allocation %s holds shares of %d GPUs; counting the first", a.ID, len(uuids)))
 			}
-			uuids := make([]string, 0, len(shares))
-			for u := range shares {
-				uuids = append(uuids, u)
-			}
-			sort.Strings(uuids)
 			u := uuids[0]
 			g, ok := ng.index[u]
-			n := model.Shares(shares[u])
+			n := model.Shares(held.Shares[u])
 			if !ok || ng.free[g] < n || n >= model.SharesPerGPU {
 				v.unaccounted(fmt.Sprintf("allocation %s: %d shares of GPU %s do not fit on node %s", a.ID, n, u, a.NodeID))
 				continue

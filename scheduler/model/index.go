@@ -129,7 +129,7 @@ func (s *Snapshot) Index() (*Index, error) {
 func (x *Index) bind(s *Snapshot, n int, a *Allocation) error {
 	node := &s.Nodes[n]
 	want := a.Ask.WholeGPUs
-	per := SharesPerGPU
+	per := Shares(SharesPerGPU)
 	if a.Ask.Shares > 0 {
 		want, per = 1, a.Ask.Shares
 	}

@@ -19,8 +19,9 @@ import (
 // Shares is an amount of GPU in hundredths of a GPU: 100 shares = 1 GPU.
 type Shares int64
 
-// SharesPerGPU is the number of shares in one whole GPU.
-const SharesPerGPU Shares = 100
+// SharesPerGPU is the number of shares in one whole GPU. It is untyped so
+// that the device plugin can count share instances with it too.
+const SharesPerGPU = 100
 
 // GPUs returns n whole GPUs as shares.
 func GPUs(n int) Shares { return Shares(n) * SharesPerGPU }
