@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -32,16 +33,16 @@ plugin "nomad-device-gpushare" {
 
 // startCluster builds the plugin and starts real Consul and Nomad agents
 // with it. Skipped in -short mode.
-func startCluster(t *testing.T) (*testcluster.Cluster, string) {
+func startCluster(t *testing.T) (*localcluster.Cluster, string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs real agents; run without -short")
 	}
 	dir := t.TempDir()
-	if err := testcluster.BuildBinary("github.com/gpushare/nomad-gpushare/device/cmd/nomad-device-gpushare", filepath.Join(dir, "nomad-device-gpushare")); err != nil {
+	if err := localcluster.BuildBinary("github.com/gpushare/nomad-gpushare/device/cmd/nomad-device-gpushare", filepath.Join(dir, "nomad-device-gpushare")); err != nil {
 		t.Fatal(err)
 	}
-	return testcluster.Start(t, testcluster.Options{PluginDir: dir, PluginConfig: pluginConfig, WaitForDevices: []string{"nvidia/gpu", "nvidia/gpu-share"}}), dir
+	return testcluster.Start(t, localcluster.Options{PluginDir: dir, PluginConfig: pluginConfig, WaitForDevices: []string{"nvidia/gpu", "nvidia/gpu-share"}}), dir
 }
 
 // pluginPIDs lists the running processes of the plugin binary in dir (the
@@ -64,7 +65,7 @@ func pluginPIDs(dir string) []int {
 
 // layout summarizes the node's devices as the servers see them: healthy
 // whole instances, and how many share groups have healthy instances.
-func layout(c *testcluster.Cluster) (whole int, shareGroups []string, err error) {
+func layout(c *localcluster.Cluster) (whole int, shareGroups []string, err error) {
 	node, _, err := c.Nomad.Nodes().Info(c.NodeID, nil)
 	if err != nil {
 		return 0, nil, err
@@ -87,7 +88,7 @@ func layout(c *testcluster.Cluster) (whole int, shareGroups []string, err error)
 	return whole, shareGroups, nil
 }
 
-func waitLayout(t *testing.T, c *testcluster.Cluster, wantWhole, wantShare int) []string {
+func waitLayout(t *testing.T, c *localcluster.Cluster, wantWhole, wantShare int) []string {
 	t.Helper()
 	var groups []string
 	testcluster.Eventually(t, 60*time.Second, func() error {
@@ -106,7 +107,7 @@ func waitLayout(t *testing.T, c *testcluster.Cluster, wantWhole, wantShare int) 
 
 // gpuJob registers a raw_exec service job whose task prints its GPU
 // environment and then sleeps.
-func gpuJob(t *testing.T, c *testcluster.Cluster, name, deviceType string, count uint64, constraints ...*nomadapi.Constraint) {
+func gpuJob(t *testing.T, c *localcluster.Cluster, name, deviceType string, count uint64, constraints ...*nomadapi.Constraint) {
 	t.Helper()
 	job := nomadapi.NewServiceJob(name, name, "global", 50)
 	job.Datacenters = []string{"dc1"}
@@ -126,7 +127,7 @@ func ptr[T any](v T) *T { return &v }
 
 // runningEnv waits for the job's allocation to run and returns the
 // environment its task printed.
-func runningEnv(t *testing.T, c *testcluster.Cluster, job string) (map[string]string, *nomadapi.Allocation) {
+func runningEnv(t *testing.T, c *localcluster.Cluster, job string) (map[string]string, *nomadapi.Allocation) {
 	t.Helper()
 	var env map[string]string
 	var alloc *nomadapi.Allocation
@@ -199,7 +200,7 @@ func readAll(rc interface {
 	}
 }
 
-func stopJob(t *testing.T, c *testcluster.Cluster, job string) {
+func stopJob(t *testing.T, c *localcluster.Cluster, job string) {
 	t.Helper()
 	if _, _, err := c.Nomad.Jobs().Deregister(job, true, nil); err != nil {
 		t.Fatalf("stopping %s: %v", job, err)

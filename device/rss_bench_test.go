@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/internal/testcluster"
+	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	hclog "github.com/hashicorp/go-hclog"
 	plugin "github.com/hashicorp/go-plugin"
 	"github.com/hashicorp/nomad/plugins/base"
@@ -44,7 +44,7 @@ func procStatus(pid int, field string) (int64, error) {
 // (target: 40 MiB or less), with its anonymous and file-backed parts.
 func BenchmarkPluginRSS(b *testing.B) {
 	bin := filepath.Join(b.TempDir(), PluginName)
-	if err := testcluster.BuildBinary("github.com/gpushare/nomad-gpushare/device/cmd/nomad-device-gpushare", bin); err != nil {
+	if err := localcluster.BuildBinary("github.com/gpushare/nomad-gpushare/device/cmd/nomad-device-gpushare", bin); err != nil {
 		b.Fatal(err)
 	}
 	f := newFakeNomad(b)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -32,22 +33,22 @@ const (
 
 // startBareCluster starts the agents with the plugin and returns as soon as
 // the node is ready, before the plugin has published any GPU.
-func startBareCluster(t *testing.T) *testcluster.Cluster {
+func startBareCluster(t *testing.T) *localcluster.Cluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs real agents; run without -short")
 	}
 	dir := t.TempDir()
-	if err := testcluster.BuildBinary("github.com/gpushare/nomad-gpushare/device/cmd/nomad-device-gpushare", dir+"/nomad-device-gpushare"); err != nil {
+	if err := localcluster.BuildBinary("github.com/gpushare/nomad-gpushare/device/cmd/nomad-device-gpushare", dir+"/nomad-device-gpushare"); err != nil {
 		t.Fatal(err)
 	}
-	return testcluster.Start(t, testcluster.Options{PluginDir: dir, PluginConfig: pluginConfig})
+	return testcluster.Start(t, localcluster.Options{PluginDir: dir, PluginConfig: pluginConfig})
 }
 
 // missingDevices reports whether an evaluation of the job found the node
 // without a healthy instance of the requested device (the feasibility
 // failure that Nomad caches per computed node class).
-func missingDevices(c *testcluster.Cluster, job string) (bool, error) {
+func missingDevices(c *localcluster.Cluster, job string) (bool, error) {
 	evals, _, err := c.Nomad.Jobs().Evaluations(job, nil)
 	if err != nil {
 		return false, err
@@ -64,7 +65,7 @@ func missingDevices(c *testcluster.Cluster, job string) (bool, error) {
 
 // waitMissingDevices waits until the job's evaluation has failed on
 // "missing devices" and checks that it is not placed.
-func waitMissingDevices(t *testing.T, c *testcluster.Cluster, job string) {
+func waitMissingDevices(t *testing.T, c *localcluster.Cluster, job string) {
 	t.Helper()
 	testcluster.Eventually(t, 30*time.Second, func() error {
 		stubs, _, err := c.Nomad.Jobs().Allocations(job, false, nil)
@@ -86,7 +87,7 @@ func waitMissingDevices(t *testing.T, c *testcluster.Cluster, job string) {
 }
 
 // runningWithin waits at most bound for the job's allocation to run.
-func runningWithin(t *testing.T, c *testcluster.Cluster, job string, since time.Time, bound time.Duration) *nomadapi.Allocation {
+func runningWithin(t *testing.T, c *localcluster.Cluster, job string, since time.Time, bound time.Duration) *nomadapi.Allocation {
 	t.Helper()
 	var alloc *nomadapi.Allocation
 	testcluster.Eventually(t, time.Until(since.Add(bound)), func() error {
@@ -132,7 +133,7 @@ func gpuOf(t *testing.T, a *nomadapi.Allocation) (uuid string, deviceIDs []strin
 
 // familyOf returns where the servers see a GPU allocatable: "whole",
 // "share" or "none".
-func familyOf(c *testcluster.Cluster, uuid string) (string, error) {
+func familyOf(c *localcluster.Cluster, uuid string) (string, error) {
 	node, _, err := c.Nomad.Nodes().Info(c.NodeID, nil)
 	if err != nil {
 		return "", err
@@ -349,7 +350,7 @@ type stressJob struct {
 
 // registerStressJob registers a batch job that holds a whole GPU or some
 // shares for j.sleep seconds.
-func registerStressJob(c *testcluster.Cluster, j *stressJob) error {
+func registerStressJob(c *localcluster.Cluster, j *stressJob) error {
 	job := nomadapi.NewBatchJob(j.name, j.name, "global", 50)
 	job.Datacenters = []string{"dc1"}
 	devType, count := "gpu-share", uint64(j.shares)
@@ -389,7 +390,7 @@ func idleShareNeed(shares map[string]int) int {
 // the allocations, that no GPU is held whole and shared at once and that no
 // job waits longer than switchBound while a GPU that fits it by the
 // partition policy stays idle (or, for shares, keeps enough free shares).
-func stress(t *testing.T, c *testcluster.Cluster, total int, deadline time.Duration) {
+func stress(t *testing.T, c *localcluster.Cluster, total int, deadline time.Duration) {
 	seed := time.Now().UnixNano()
 	rng := rand.New(rand.NewSource(seed))
 	t.Logf("seed %d, %d jobs, wait bound %s", seed, total, switchBound)

@@ -7,7 +7,6 @@ package demo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,10 +14,10 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gpushare/nomad-gpushare/internal/testcluster"
+	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 )
 
-// Paths inside the repository that the demo builds or reads when present.
+// Paths inside the repository that the demo builds or reads .
 const (
 	pluginPkg     = "device/cmd/nomad-device-gpushare"
 	pluginConfig  = "jobspecs/demo/plugin.hcl"
@@ -41,7 +40,7 @@ type Config struct {
 	// Out receives what a person reads.
 	Out io.Writer
 	// Ready, when set, is called once everything is up.
-	Ready func(*testcluster.Cluster)
+	Ready func(*localcluster.Cluster)
 }
 
 // Run starts the demo and blocks until ctx is cancelled, then stops it.
@@ -54,24 +53,22 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("creating %s: %w", pluginDir, err)
 	}
 
-	opts := testcluster.Options{Dir: filepath.Join(cfg.Dir, "cluster")}
-	if exists(filepath.Join(cfg.RepoRoot, pluginPkg)) {
-		fmt.Fprintf(cfg.Out, "building the device plugin (%s)\n", pluginPkg)
-		out := filepath.Join(pluginDir, "nomad-device-gpushare")
-		if err := testcluster.BuildBinary(modulePath+"/"+pluginPkg, out); err != nil {
-			return fmt.Errorf("building the device plugin: %w", err)
-		}
-		hcl, err := os.ReadFile(filepath.Join(cfg.RepoRoot, pluginConfig))
-		if err != nil {
-			return fmt.Errorf("reading the plugin's client config: %w", err)
-		}
-		opts.PluginDir = pluginDir
-		opts.PluginConfig = string(hcl)
-		opts.WaitForDevices = []string{"nvidia/gpu"}
+	opts := localcluster.Options{Dir: filepath.Join(cfg.Dir, "cluster")}
+	fmt.Fprintf(cfg.Out, "building the device plugin (%s)\n", pluginPkg)
+	out := filepath.Join(pluginDir, "nomad-device-gpushare")
+	if err := localcluster.BuildBinary(modulePath+"/"+pluginPkg, out); err != nil {
+		return fmt.Errorf("building the device plugin: %w", err)
 	}
+	hcl, err := os.ReadFile(filepath.Join(cfg.RepoRoot, pluginConfig))
+	if err != nil {
+		return fmt.Errorf("reading the plugin's client config: %w", err)
+	}
+	opts.PluginDir = pluginDir
+	opts.PluginConfig = string(hcl)
+	opts.WaitForDevices = []string{"nvidia/gpu"}
 
 	fmt.Fprintln(cfg.Out, "starting Consul and Nomad")
-	cluster, err := testcluster.New(opts)
+	cluster, err := localcluster.New(opts)
 	if err != nil {
 		return err
 	}
@@ -104,7 +101,7 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 // runExamples registers every example job and returns their IDs.
-func runExamples(c *testcluster.Cluster, root string) ([]string, error) {
+func runExamples(c *localcluster.Cluster, root string) ([]string, error) {
 	files, err := filepath.Glob(filepath.Join(root, examplesGlob))
 	if err != nil {
 		return nil, fmt.Errorf("listing examples: %w", err)
@@ -128,8 +125,8 @@ func runExamples(c *testcluster.Cluster, root string) ([]string, error) {
 	return ids, nil
 }
 
-func writeEnv(dir string, c *testcluster.Cluster) error {
-	tools, err := testcluster.ToolsDir()
+func writeEnv(dir string, c *localcluster.Cluster) error {
+	tools, err := localcluster.ToolsDir()
 	if err != nil {
 		return err
 	}
@@ -141,7 +138,7 @@ func writeEnv(dir string, c *testcluster.Cluster) error {
 	return nil
 }
 
-func printWelcome(w io.Writer, dir string, c *testcluster.Cluster, jobs []string, quotaURL string) {
+func printWelcome(w io.Writer, dir string, c *localcluster.Cluster, jobs []string, quotaURL string) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nConsul UI:  %s/ui  (quotas and state under Key/Value > gpushare)\n", c.ConsulAddr)
 	if quotaURL != "" {
@@ -158,9 +155,4 @@ func printWelcome(w io.Writer, dir string, c *testcluster.Cluster, jobs []string
 	fmt.Fprintf(&b, "  3. nomad alloc logs -job <job>     # what a share sees: its GPU UUID and memory limit\n")
 	fmt.Fprintf(&b, "\n%s\n", readyBanner)
 	fmt.Fprint(w, b.String())
-}
-
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return !errors.Is(err, os.ErrNotExist)
 }

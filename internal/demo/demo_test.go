@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 )
 
@@ -43,14 +44,14 @@ func TestDemoComesUpAndStopsCleanly(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out syncBuffer
-	ready := make(chan *testcluster.Cluster, 1)
+	ready := make(chan *localcluster.Cluster, 1)
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Config{RepoRoot: root, Dir: t.TempDir(), Out: &out,
-			Ready: func(c *testcluster.Cluster) { ready <- c }})
+			Ready: func(c *localcluster.Cluster) { ready <- c }})
 	}()
 
-	var cluster *testcluster.Cluster
+	var cluster *localcluster.Cluster
 	select {
 	case cluster = <-ready:
 	case err := <-done:

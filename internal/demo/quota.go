@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/internal/testcluster"
+	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	consulapi "github.com/hashicorp/consul/api"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -20,18 +20,14 @@ const quotaService = "gpushare-quota"
 
 // startQuotaService writes the demo's quotas into Consul KV, creates a Nomad
 // namespace for each, builds the quota service and runs its job, and returns
-// the address of a healthy instance's HTTP API. Without the quota service in
-// the tree it does nothing.
-func startQuotaService(ctx context.Context, c *testcluster.Cluster, cfg Config) (string, error) {
-	if !exists(filepath.Join(cfg.RepoRoot, quotaPkg)) {
-		return "", nil
-	}
+// the address of a healthy instance's HTTP API.
+func startQuotaService(ctx context.Context, c *localcluster.Cluster, cfg Config) (string, error) {
 	if err := seedQuotas(c, cfg.RepoRoot); err != nil {
 		return "", err
 	}
 	fmt.Fprintf(cfg.Out, "building the quota service (%s)\n", quotaPkg)
 	bin := filepath.Join(cfg.Dir, "bin", "gpushare-quota")
-	if err := testcluster.BuildBinary(modulePath+"/"+quotaPkg, bin); err != nil {
+	if err := localcluster.BuildBinary(modulePath+"/"+quotaPkg, bin); err != nil {
 		return "", fmt.Errorf("building the quota service: %w", err)
 	}
 	src, err := os.ReadFile(filepath.Join(cfg.RepoRoot, quotaJob))
@@ -54,7 +50,7 @@ func startQuotaService(ctx context.Context, c *testcluster.Cluster, cfg Config) 
 
 // seedQuotas puts each jobspecs/demo/quotas/<project>.json into KV and
 // creates the project's namespace.
-func seedQuotas(c *testcluster.Cluster, root string) error {
+func seedQuotas(c *localcluster.Cluster, root string) error {
 	files, err := filepath.Glob(filepath.Join(root, quotasGlob))
 	if err != nil {
 		return fmt.Errorf("listing quotas: %w", err)

@@ -1,12 +1,6 @@
-// Package testcluster starts real Consul and Nomad agents for integration
-// tests and for the demo: a single-server Consul and a Nomad agent that is
-// both server and client, on free loopback ports in a temporary directory,
-// with raw_exec enabled, the cloud fingerprinters denied, and an optional
-// device plugin directory and plugin configuration.
-//
-// The agents are the pinned binaries that `make tools` builds into the tools
-// cache (GPUSHARE_TOOLS_DIR, default $XDG_CACHE_HOME/gpushare/tools). Close
-// stops both agents and every process they started (plugins, executors,
-// tasks). When an agent does not come up, the error carries the last lines of
-// its log.
+// Package testcluster is what integration tests use to run against real
+// agents: Start brings up a localcluster for one test and stops it when the
+// test ends, and Eventually is how tests wait for something to happen. It
+// imports package testing, so only tests import it; the demo uses package
+// localcluster directly.
 package testcluster

@@ -9,20 +9,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 )
 
-var cluster *testcluster.Cluster
+var cluster *localcluster.Cluster
 
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if testing.Short() {
 		os.Exit(m.Run())
 	}
-	c, err := testcluster.New(testcluster.Options{})
+	c, err := localcluster.New(localcluster.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting test cluster:", err)
 		os.Exit(1)
@@ -35,7 +36,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func needCluster(t *testing.T) *testcluster.Cluster {
+func needCluster(t *testing.T) *localcluster.Cluster {
 	t.Helper()
 	if cluster == nil {
 		t.Skip("integration test: needs real agents; run without -short")

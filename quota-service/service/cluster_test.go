@@ -5,7 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/gpushare/nomad-gpushare/internal/testcluster"
+	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 )
 
 // wholeOnlyPluginConfig is the simulated 4-GPU node of jobspecs/demo
@@ -44,14 +44,14 @@ plugin "nomad-device-gpushare" {
 
 // newGPUCluster builds the gpushare device plugin and starts Consul and
 // Nomad with it on simulated GPUs, waiting for the given device families.
-func newGPUCluster(pluginConfig string, families ...string) (*testcluster.Cluster, error) {
+func newGPUCluster(pluginConfig string, families ...string) (*localcluster.Cluster, error) {
 	dir, err := os.MkdirTemp("", "gpushare-quota-plugins-")
 	if err != nil {
 		return nil, fmt.Errorf("creating the plugin dir: %w", err)
 	}
 	out := filepath.Join(dir, "nomad-device-gpushare")
-	if err := testcluster.BuildBinary("github.com/gpushare/nomad-gpushare/device/cmd/nomad-device-gpushare", out); err != nil {
+	if err := localcluster.BuildBinary("github.com/gpushare/nomad-gpushare/device/cmd/nomad-device-gpushare", out); err != nil {
 		return nil, fmt.Errorf("building the device plugin: %w", err)
 	}
-	return testcluster.New(testcluster.Options{PluginDir: dir, PluginConfig: pluginConfig, WaitForDevices: families})
+	return localcluster.New(localcluster.Options{PluginDir: dir, PluginConfig: pluginConfig, WaitForDevices: families})
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/quota-service/actuator"
 	"github.com/gpushare/nomad-gpushare/quota-service/httpapi"
@@ -26,7 +27,7 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
-var cluster *testcluster.Cluster
+var cluster *localcluster.Cluster
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -46,7 +47,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func needCluster(t testing.TB) *testcluster.Cluster {
+func needCluster(t testing.TB) *localcluster.Cluster {
 	t.Helper()
 	if cluster == nil {
 		t.Skip("integration test: needs real agents; run without -short")
@@ -71,7 +72,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 // runSleeper registers a raw_exec service job in namespace ns and waits
 // until it runs.
-func runSleeper(t *testing.T, c *testcluster.Cluster, ns, id string) {
+func runSleeper(t *testing.T, c *localcluster.Cluster, ns, id string) {
 	t.Helper()
 	if _, err := c.Nomad.Namespaces().Register(&nomadapi.Namespace{Name: ns}, nil); err != nil {
 		t.Fatalf("creating namespace %s: %v", ns, err)
@@ -91,7 +92,7 @@ func runSleeper(t *testing.T, c *testcluster.Cluster, ns, id string) {
 
 // waitJob waits until the job runs (stopped=false) or is stopped with no
 // allocation left running (stopped=true).
-func waitJob(t *testing.T, c *testcluster.Cluster, ns, id string, stopped bool) {
+func waitJob(t *testing.T, c *localcluster.Cluster, ns, id string, stopped bool) {
 	t.Helper()
 	testcluster.Eventually(t, 30*time.Second, func() error {
 		job, _, err := c.Nomad.Jobs().Info(id, &nomadapi.QueryOptions{Namespace: ns})
@@ -255,7 +256,7 @@ func TestActuatorRefusesStaleView(t *testing.T) {
 	waitJob(t, c, "team-s", "busy", false)
 }
 
-func startService(t *testing.T, c *testcluster.Cluster, layout kvlayout.Layout, name string) (*service.Service, context.CancelFunc) {
+func startService(t *testing.T, c *localcluster.Cluster, layout kvlayout.Layout, name string) (*service.Service, context.CancelFunc) {
 	svc := service.New(service.Config{Nomad: c.Nomad, Consul: c.Consul, Layout: layout, Log: logger(t).Named(name), Instance: name,
 		PlanInterval: time.Second, SessionTTL: 10 * time.Second, LockDelay: time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())

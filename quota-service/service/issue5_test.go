@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
@@ -147,7 +148,7 @@ func TestLeaderKilledMidReclaim(t *testing.T) {
 	}
 }
 
-func leaderDiesMidReclaim(t *testing.T, c *testcluster.Cluster, root string, zombie bool) {
+func leaderDiesMidReclaim(t *testing.T, c *localcluster.Cluster, root string, zombie bool) {
 	s := newScenario(t, c, root)
 	s.quota("team-a", `{"guaranteed": 2}`)
 	s.quota("team-b", `{"guaranteed": 2}`)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
@@ -34,7 +35,7 @@ type gpuJob struct {
 // jobs it submitted (purged when the test ends).
 type scenario struct {
 	t       testing.TB
-	c       *testcluster.Cluster
+	c       *localcluster.Cluster
 	layout  kvlayout.Layout
 	store   *state.Store
 	control string
@@ -42,7 +43,7 @@ type scenario struct {
 	jobs    []gpuJob
 }
 
-func newScenario(t testing.TB, c *testcluster.Cluster, root string) *scenario {
+func newScenario(t testing.TB, c *localcluster.Cluster, root string) *scenario {
 	t.Helper()
 	control, err := os.MkdirTemp("", "gpushare-control-")
 	if err != nil {

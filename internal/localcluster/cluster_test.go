@@ -1,4 +1,4 @@
-package testcluster
+package localcluster_test
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/internal/localcluster"
+	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -14,8 +16,8 @@ import (
 // batch job that writes its allocation ID into Consul KV with the consul CLI,
 // and reads the key back.
 func TestClusterRunsJobThatWritesConsulKV(t *testing.T) {
-	c := Start(t, Options{})
-	consulBin, err := AgentBinary("consul")
+	c := testcluster.Start(t, localcluster.Options{})
+	consulBin, err := localcluster.AgentBinary("consul")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +36,7 @@ func TestClusterRunsJobThatWritesConsulKV(t *testing.T) {
 	}
 
 	var allocID string
-	Eventually(t, 60*time.Second, func() error {
+	testcluster.Eventually(t, 60*time.Second, func() error {
 		allocs, _, err := c.Nomad.Jobs().Allocations("kv-writer", false, nil)
 		if err != nil {
 			return err
@@ -68,7 +70,10 @@ func TestClusterRunsJobThatWritesConsulKV(t *testing.T) {
 // TestCloseLeavesNoProcess checks that Close stops the agents and the tasks
 // they started, including tasks that outlived a Nomad restart.
 func TestCloseLeavesNoProcess(t *testing.T) {
-	c, err := New(Options{})
+	if testing.Short() {
+		t.Skip("integration test: needs real agents; run without -short")
+	}
+	c, err := localcluster.New(localcluster.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +86,7 @@ func TestCloseLeavesNoProcess(t *testing.T) {
 		c.Close()
 		t.Fatalf("registering job: %v", err)
 	}
-	Eventually(t, 60*time.Second, func() error {
+	testcluster.Eventually(t, 60*time.Second, func() error {
 		allocs, _, err := c.Nomad.Jobs().Allocations("sleeper", false, nil)
 		if err != nil {
 			return err
@@ -95,8 +100,7 @@ func TestCloseLeavesNoProcess(t *testing.T) {
 		c.Close()
 		t.Fatalf("restarting nomad: %v", err)
 	}
-	tree := append(descendants(c.nomad.cmd.Process.Pid), c.detached...)
-	agents := []int{c.nomad.cmd.Process.Pid, c.consul.cmd.Process.Pid}
+	tree, agents := c.ProcessTree()
 	if !hasSleep(tree) {
 		c.Close()
 		t.Fatalf("the sleep task is not among the agent's processes %v", tree)
@@ -104,7 +108,7 @@ func TestCloseLeavesNoProcess(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if alive := alivePIDs(append(tree, agents...)); len(alive) > 0 {
+	if alive := localcluster.AlivePIDs(append(tree, agents...)); len(alive) > 0 {
 		t.Fatalf("processes left after Close: %v", alive)
 	}
 	if _, err := os.Stat(c.Dir); !os.IsNotExist(err) {

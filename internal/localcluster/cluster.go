@@ -1,4 +1,4 @@
-package testcluster
+package localcluster
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"testing"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
@@ -55,28 +54,6 @@ type Cluster struct {
 	// detached holds processes that a stopped Nomad agent left running
 	// (executors and tasks survive a client restart); Close kills them.
 	detached []int
-}
-
-// Start starts a cluster for the test and stops it when the test ends. It
-// fails the test, with the agents' last log lines, when one does not come up.
-//
-// In -short mode (`make unit-test`) it skips the test instead: integration
-// tests run in full in `make test` and CI.
-func Start(t testing.TB, opts Options) *Cluster {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("integration test: needs real agents; run without -short")
-	}
-	c, err := New(opts)
-	if err != nil {
-		t.Fatalf("starting test cluster: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("stopping test cluster: %v", err)
-		}
-	})
-	return c
 }
 
 // New starts a cluster. The caller must Close it.
