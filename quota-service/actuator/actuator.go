@@ -44,12 +44,10 @@ type Done struct {
 	Job       string
 	Project   string
 	// ForWorkload and ForProject, for a suspension, name the pending
-	// work it made room for; ForGuarantee says that work stays within
-	// its project's guarantee.
-	ForWorkload  string
-	ForProject   string
-	ForGuarantee bool
-	Reason       string
+	// work it made room for.
+	ForWorkload string
+	ForProject  string
+	Reason      string
 }
 
 // Report is what one Apply did and skipped.
@@ -83,9 +81,6 @@ type Actuator struct {
 	// InFlightTimeout is how long an issued action is awaited before the
 	// job may be acted on again (default 30 s).
 	InFlightTimeout time.Duration
-	// Now is the clock (tests); nil means time.Now.
-	Now func() time.Time
-
 	// NudgeEvery bounds how often a job the service made room for, which
 	// the plan places but Nomad still holds queued, is re-evaluated
 	// (default 3 s).
@@ -124,13 +119,6 @@ func New(client *nomadapi.Client, store *state.Store, log hclog.Logger, instance
 		nudgedAt: map[string]time.Time{}, resumedAt: map[string]time.Time{}, suspendedAt: map[string]time.Time{}, inflight: map[string]inflight{}}
 }
 
-func (a *Actuator) now() time.Time {
-	if a.Now != nil {
-		return a.Now()
-	}
-	return time.Now()
-}
-
 func orDefault(d, def time.Duration) time.Duration {
 	if d <= 0 {
 		return def
@@ -141,7 +129,7 @@ func orDefault(d, def time.Duration) time.Duration {
 // Apply carries out res, planned on v.
 func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Result) (Report, error) {
 	var rep Report
-	now := a.now()
+	now := time.Now()
 	if age := now.Sub(v.ListedAt); age > orDefault(a.MaxStaleness, 15*time.Second) {
 		return rep, fmt.Errorf("%w: listed %s ago", ErrStale, age.Round(time.Millisecond))
 	}
@@ -232,7 +220,7 @@ func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Resul
 				continue
 			}
 			rep.Done = append(rep.Done, Done{Kind: "suspend", Namespace: info.Namespace, Job: info.ID, Project: act.Project,
-				ForWorkload: rec.ForWorkload, ForProject: w.Project, ForGuarantee: withinGuarantee[w.Project], Reason: act.Reason})
+				ForWorkload: rec.ForWorkload, ForProject: w.Project, Reason: act.Reason})
 		case plan.Place:
 			if !w.Suspended {
 				// Nomad places queued work itself, but an evaluation
@@ -443,7 +431,7 @@ func (a *Actuator) stop(ctx context.Context, rec state.Suspension) error {
 	if _, _, err := a.nomad.Jobs().Deregister(rec.Job, false, (&nomadapi.WriteOptions{Namespace: rec.Namespace}).WithContext(ctx)); err != nil {
 		return fmt.Errorf("stopping %s (record kept at %s; the next cycle retries): %w", key, a.store.Layout().Suspension(rec.Namespace, rec.Job), err)
 	}
-	now := a.now()
+	now := time.Now()
 	a.mu.Lock()
 	a.inflight[key] = inflight{wantStop: true, since: now}
 	a.suspendedAt[key] = now
@@ -487,7 +475,7 @@ func (a *Actuator) resume(ctx context.Context, rec state.Suspension) error {
 	if _, _, err := a.nomad.Jobs().EnforceRegister(job, idx, (&nomadapi.WriteOptions{Namespace: rec.Namespace}).WithContext(ctx)); err != nil {
 		return fmt.Errorf("resuming %s: registering it with Stop=false: %w", key, err)
 	}
-	now := a.now()
+	now := time.Now()
 	a.mu.Lock()
 	a.inflight[key] = inflight{wantStop: false, since: now}
 	a.resumedAt[key] = now

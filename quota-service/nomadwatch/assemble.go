@@ -77,9 +77,6 @@ type View struct {
 	// Unfinished are records whose job still runs and is not marked
 	// stopped: a suspension to finish.
 	Unfinished []state.Suspension
-	// Resuming are records whose job was registered again but does not
-	// run yet; the record stays until it does.
-	Resuming []state.Suspension
 	// Stale are records whose job runs again or is gone: to delete.
 	Stale []state.Suspension
 	// Warnings are things left out of the snapshot, for logs.
@@ -106,16 +103,16 @@ type Inputs struct {
 	Now         time.Time
 }
 
-// ProjectResolver maps jobs to projects.
-type ProjectResolver struct {
+// projectResolver maps jobs to projects.
+type projectResolver struct {
 	byNamespace map[string]string
 	// metaKeys maps a job meta key to the projects that declared it.
 	metaKeys map[string]map[string]bool
 }
 
-// NewResolver builds the mapping from the quota settings in force.
-func NewResolver(settings []quota.Settings) *ProjectResolver {
-	r := &ProjectResolver{byNamespace: map[string]string{}, metaKeys: map[string]map[string]bool{}}
+// newResolver builds the mapping from the quota settings in force.
+func newResolver(settings []quota.Settings) *projectResolver {
+	r := &projectResolver{byNamespace: map[string]string{}, metaKeys: map[string]map[string]bool{}}
 	for _, s := range settings {
 		if _, taken := r.byNamespace[s.Namespace]; !taken || s.Project == s.Namespace {
 			r.byNamespace[s.Namespace] = s.Project
@@ -132,7 +129,7 @@ func NewResolver(settings []quota.Settings) *ProjectResolver {
 
 // Project returns the project of a job: a project named by a declared meta
 // key, else the project mapping its namespace, else the namespace itself.
-func (r *ProjectResolver) Project(namespace string, meta map[string]string) string {
+func (r *projectResolver) Project(namespace string, meta map[string]string) string {
 	keys := make([]string, 0, len(r.metaKeys))
 	for k := range r.metaKeys {
 		keys = append(keys, k)
@@ -149,9 +146,9 @@ func (r *ProjectResolver) Project(namespace string, meta map[string]string) stri
 	return namespace
 }
 
-// GroupAsk is the GPU ask of one instance of a task group, with its CPU
+// groupAsk is the GPU ask of one instance of a task group, with its CPU
 // and memory, summed over its tasks; ok is false for CPU-only groups.
-func GroupAsk(tg *nomadapi.TaskGroup) (ask model.Ask, ok bool, err error) {
+func groupAsk(tg *nomadapi.TaskGroup) (ask model.Ask, ok bool, err error) {
 	for _, task := range tg.Tasks {
 		if task.Resources == nil {
 			continue
@@ -198,7 +195,7 @@ func jobPreemptible(meta map[string]string) bool {
 func Assemble(in Inputs) *View {
 	v := &View{Snapshot: &model.Snapshot{}, Jobs: map[string]*JobInfo{}, Suspended: map[string]state.Suspension{}, ListedAt: in.Now}
 	snap := v.Snapshot
-	resolver := NewResolver(in.Settings)
+	resolver := newResolver(in.Settings)
 	projects := map[string]bool{}
 	for _, s := range in.Settings {
 		snap.Projects = append(snap.Projects, s.Model())
@@ -410,7 +407,8 @@ func Assemble(in Inputs) *View {
 		case !info.Stop && (info.Running > 0 || info.Status == "dead"):
 			v.Stale = append(v.Stale, rec) // running again (resumed, or started by hand), or done
 		case !info.Stop:
-			v.Resuming = append(v.Resuming, rec) // registered again, not running yet
+			// Registered again, not running yet: the record stays
+			// until the job runs.
 		default:
 			v.Suspended[key] = rec
 		}
@@ -438,7 +436,7 @@ func Assemble(in Inputs) *View {
 			if tg.Name == nil {
 				continue
 			}
-			ask, ok, err := GroupAsk(tg)
+			ask, ok, err := groupAsk(tg)
 			if err != nil {
 				v.Warnings = append(v.Warnings, fmt.Sprintf("job %s: %v", key, err))
 				continue

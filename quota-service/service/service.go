@@ -100,7 +100,7 @@ type Service struct {
 	builder *nomadwatch.Builder
 	store   *state.Store
 	act     *actuator.Actuator
-	metrics *Metrics
+	metrics *metrics
 	reg     *prometheus.Registry
 
 	// cycleMu serializes cycles: the leader's and the standby's.
@@ -146,7 +146,7 @@ func New(cfg Config) *Service {
 		cfg: cfg, log: cfg.Log, store: store, act: act, reg: cfg.Registry,
 		watcher:    quota.NewWatcher(cfg.Consul, cfg.Layout, cfg.Log),
 		builder:    nomadwatch.NewBuilder(cfg.Nomad, cfg.Log),
-		metrics:    NewMetrics(cfg.Registry),
+		metrics:    newMetrics(cfg.Registry),
 		written:    map[string]state.ProjectStatus{},
 		reclaimFor: map[string]time.Time{},
 		status:     Status{Instance: cfg.Instance},
@@ -155,9 +155,6 @@ func New(cfg Config) *Service {
 
 // Registry is where the metrics live.
 func (s *Service) Registry() *prometheus.Registry { return s.reg }
-
-// Store returns the KV records store.
-func (s *Service) Store() *state.Store { return s.store }
 
 // Run runs until ctx ends: the quota watcher, the leader election, and the
 // cycles (acting only while leader). A standby instance cycles every
@@ -261,11 +258,8 @@ func (s *Service) setLeader(v bool) {
 	}
 }
 
-// Cycle re-lists, plans and acts once. It is exported for tests.
-func (s *Service) Cycle(ctx context.Context) { s.cycle(ctx) }
-
-// cycle is Cycle; held reports that an action was held back or failed, so
-// that the leader retries soon.
+// cycle re-lists, plans and acts once; held reports that an action was
+// held back or failed, so that the leader retries soon.
 func (s *Service) cycle(ctx context.Context) (held bool) { return s.run(ctx, true) }
 
 // observe is a cycle that never acts (standby).

@@ -225,8 +225,3 @@ func (s *Store) PruneProjectStatus(ctx context.Context, keep map[string]bool) er
 	}
 	return nil
 }
-
-// PutServiceStatus writes the acting instance's status document.
-func (s *Store) PutServiceStatus(ctx context.Context, v any) error {
-	return s.put(ctx, s.layout.ServiceStatus(), v)
-}
