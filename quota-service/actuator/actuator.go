@@ -39,7 +39,7 @@ var ErrUnsettled = errors.New("cluster view does not account for every running G
 
 // Done is one action carried out.
 type Done struct {
-	Kind      string // "suspend", "resume", "finish-suspend", "clear-record"
+	Event     state.Event
 	Namespace string
 	Job       string
 	Project   string
@@ -151,8 +151,8 @@ func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Resul
 			rep.Errors = append(rep.Errors, err)
 			continue
 		}
-		a.history(ctx, &rep, state.Entry{Event: "suspend-finished", Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, Reason: "finished a suspension recorded before the stop: " + rec.Reason, ForWorkload: rec.ForWorkload})
-		rep.Done = append(rep.Done, Done{Kind: "finish-suspend", Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, ForWorkload: rec.ForWorkload, ForProject: rec.ForProject, Reason: rec.Reason})
+		a.history(ctx, &rep, state.Entry{Event: state.EventSuspendFinished, Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, Reason: "finished a suspension recorded before the stop: " + rec.Reason, ForWorkload: rec.ForWorkload})
+		rep.Done = append(rep.Done, Done{Event: state.EventSuspendFinished, Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, ForWorkload: rec.ForWorkload, ForProject: rec.ForProject, Reason: rec.Reason})
 	}
 	for _, rec := range v.Stale {
 		if err := a.guard(ctx, "deleting the record of "+nomadwatch.Key(rec.Namespace, rec.Job)); err != nil {
@@ -163,8 +163,8 @@ func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Resul
 			rep.Errors = append(rep.Errors, err)
 			continue
 		}
-		a.history(ctx, &rep, state.Entry{Event: "running-again", Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, Reason: "job runs again (or is gone); suspension record deleted"})
-		rep.Done = append(rep.Done, Done{Kind: "clear-record", Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project})
+		a.history(ctx, &rep, state.Entry{Event: state.EventRunningAgain, Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, Reason: "job runs again (or is gone); suspension record deleted"})
+		rep.Done = append(rep.Done, Done{Event: state.EventRunningAgain, Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project})
 	}
 
 	withinGuarantee := map[string]bool{}
@@ -219,7 +219,7 @@ func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Resul
 				rep.Errors = append(rep.Errors, err)
 				continue
 			}
-			rep.Done = append(rep.Done, Done{Kind: "suspend", Namespace: info.Namespace, Job: info.ID, Project: act.Project,
+			rep.Done = append(rep.Done, Done{Event: state.EventSuspend, Namespace: info.Namespace, Job: info.ID, Project: act.Project,
 				ForWorkload: rec.ForWorkload, ForProject: w.Project, Reason: act.Reason})
 		case plan.Place:
 			if !w.Suspended {
@@ -254,8 +254,8 @@ func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Resul
 				rep.Errors = append(rep.Errors, err)
 				continue
 			}
-			a.history(ctx, &rep, state.Entry{Event: "resume", Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, Reason: act.Reason})
-			rep.Done = append(rep.Done, Done{Kind: "resume", Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, Reason: act.Reason})
+			a.history(ctx, &rep, state.Entry{Event: state.EventResume, Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, Reason: act.Reason})
+			rep.Done = append(rep.Done, Done{Event: state.EventResume, Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, Reason: act.Reason})
 		}
 	}
 	return rep, nil
@@ -415,7 +415,7 @@ func (a *Actuator) suspend(ctx context.Context, rec *state.Suspension) error {
 		return fmt.Errorf("suspending %s/%s: not stopping it because the record could not be written: %w", rec.Namespace, rec.Job, err)
 	}
 	var rep Report
-	a.history(ctx, &rep, state.Entry{Event: "suspend", Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, Reason: rec.Reason, ForWorkload: rec.ForWorkload})
+	a.history(ctx, &rep, state.Entry{Event: state.EventSuspend, Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, Reason: rec.Reason, ForWorkload: rec.ForWorkload})
 	if a.BeforeStop != nil {
 		a.BeforeStop(ctx, *rec)
 	}

@@ -103,7 +103,7 @@ func actions(hist []state.Entry) int {
 	n := 0
 	for _, e := range hist {
 		switch e.Event {
-		case "suspend", "suspend-finished", "resume":
+		case state.EventSuspend, state.EventSuspendFinished, state.EventResume:
 			n++
 		}
 	}
@@ -169,7 +169,7 @@ func (s *scenario) checkOneSuspendPerJob() int {
 	}
 	per := map[string]int{}
 	for _, e := range hist {
-		if e.Event == "suspend" {
+		if e.Event == state.EventSuspend {
 			per[e.Namespace+"/"+e.Job]++
 		}
 	}

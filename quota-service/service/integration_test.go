@@ -135,7 +135,7 @@ func suspension(t *testing.T, store *state.Store, ns, id string) *state.Suspensi
 	return nil
 }
 
-func history(t *testing.T, store *state.Store, ns, id, event string) int {
+func history(t *testing.T, store *state.Store, ns, id string, event state.Event) int {
 	t.Helper()
 	hist, err := store.History(context.Background())
 	if err != nil {
@@ -192,7 +192,7 @@ func TestActuatorSuspendsAndResumesARealJob(t *testing.T) {
 		t.Fatalf("suspension record %+v: want stopped, for team-b/big/g, group main=1, a reason", rec)
 	}
 	waitJob(t, c, "team-a", "trainer", true)
-	if n := history(t, store, "team-a", "trainer", "suspend"); n != 1 {
+	if n := history(t, store, "team-a", "trainer", state.EventSuspend); n != 1 {
 		t.Fatalf("%d suspend history entries, want 1", n)
 	}
 
@@ -204,7 +204,7 @@ func TestActuatorSuspendsAndResumesARealJob(t *testing.T) {
 	}
 	v.Snapshot.Pending = append(v.Snapshot.Pending, model.Pending{Project: "team-a", Job: key, Group: "main", Count: 1, Ask: model.Ask{WholeGPUs: 1}, Suspended: true})
 	res = plan.Result{Actions: []plan.Action{{Kind: plan.Place, Project: "team-a", Job: key, Group: "main", Workload: len(v.Snapshot.Pending) - 1, Reason: "capacity returned"}}}
-	if rep, err := act.Apply(ctx, v, res); err != nil || len(rep.Errors) > 0 || len(rep.Done) != 1 || rep.Done[0].Kind != "resume" {
+	if rep, err := act.Apply(ctx, v, res); err != nil || len(rep.Errors) > 0 || len(rep.Done) != 1 || rep.Done[0].Event != state.EventResume {
 		t.Fatalf("Apply resume: %v, report %+v", err, rep)
 	}
 	waitJob(t, c, "team-a", "trainer", false)
@@ -217,7 +217,7 @@ func TestActuatorSuspendsAndResumesARealJob(t *testing.T) {
 		}
 		return nil
 	})
-	if n := history(t, store, "team-a", "trainer", "resume"); n != 1 {
+	if n := history(t, store, "team-a", "trainer", state.EventResume); n != 1 {
 		t.Fatalf("%d resume history entries, want 1", n)
 	}
 
@@ -347,7 +347,7 @@ func TestFailoverFinishesRecordedSuspensionOnce(t *testing.T) {
 		}
 		return nil
 	})
-	if n := history(t, store, "team-f", "victim", "suspend-finished"); n != 1 {
+	if n := history(t, store, "team-f", "victim", state.EventSuspendFinished); n != 1 {
 		t.Fatalf("%d suspend-finished entries, want exactly 1", n)
 	}
 	if r := suspension(t, store, "team-f", "victim"); r == nil || !r.Stopped {

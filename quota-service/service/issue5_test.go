@@ -274,7 +274,7 @@ func leaderDiesMidReclaim(t *testing.T, c *localcluster.Cluster, root string, zo
 	t.Logf("history:\n%s", strings.Join(s.historyEvents(), "\n"))
 	var finishedBy []string
 	for _, e := range hist {
-		if e.Event == "suspend-finished" && e.Namespace == rec.Namespace && e.Job == rec.Job {
+		if e.Event == state.EventSuspendFinished && e.Namespace == rec.Namespace && e.Job == rec.Job {
 			finishedBy = append(finishedBy, e.By)
 		}
 		if e.By == "q1" && e.Time.After(killed) {

@@ -266,7 +266,7 @@ func (s *scenario) historyEvents() []string {
 	}
 	var out []string
 	for _, e := range hist {
-		out = append(out, e.Event+" "+e.Namespace+"/"+e.Job)
+		out = append(out, string(e.Event)+" "+e.Namespace+"/"+e.Job)
 	}
 	return out
 }
@@ -385,13 +385,13 @@ func TestReclaimGuaranteedGPUsAndResume(t *testing.T) {
 	hist := s.historyEvents()
 	t.Logf("history:\n%s", strings.Join(hist, "\n"))
 	for _, j := range suspended {
-		for _, ev := range []string{"suspend ", "resume ", "running-again "} {
-			if n := countPrefix(hist, ev+j.ns+"/"+j.id); n != 1 {
-				t.Errorf("history has %d %q entries for %s/%s, want 1", n, strings.TrimSpace(ev), j.ns, j.id)
+		for _, ev := range []state.Event{state.EventSuspend, state.EventResume, state.EventRunningAgain} {
+			if n := countPrefix(hist, string(ev)+" "+j.ns+"/"+j.id); n != 1 {
+				t.Errorf("history has %d %q entries for %s/%s, want 1", n, ev, j.ns, j.id)
 			}
 		}
 	}
-	if n := countPrefix(hist, "suspend "); n != 2 {
+	if n := countPrefix(hist, string(state.EventSuspend)+" "); n != 2 {
 		t.Errorf("history has %d suspensions, want 2", n)
 	}
 	t.Logf("nothing lost over %d polls", polls)
@@ -539,7 +539,7 @@ func TestReclaimWholeGPUFromShareTenants(t *testing.T) {
 	for _, j := range x {
 		n := 0
 		for _, e := range hist {
-			if e.Event == "suspend" && e.Namespace == j.ns && e.Job == j.id && e.ForWorkload == "team-p/p-job1/main" {
+			if e.Event == state.EventSuspend && e.Namespace == j.ns && e.Job == j.id && e.ForWorkload == "team-p/p-job1/main" {
 				n++
 			}
 		}

@@ -428,8 +428,8 @@ func (s *Service) record(ctx context.Context, v *nomadwatch.View, res plan.Resul
 	}
 	s.mu.Lock()
 	for _, d := range rep.Done {
-		switch d.Kind {
-		case "suspend", "finish-suspend":
+		switch d.Event {
+		case state.EventSuspend, state.EventSuspendFinished:
 			kind := "reclaim"
 			if d.Project == d.ForProject {
 				kind = "preempt"
@@ -438,10 +438,10 @@ func (s *Service) record(ctx context.Context, v *nomadwatch.View, res plan.Resul
 			if _, ok := s.reclaimFor[d.ForWorkload]; !ok && d.ForWorkload != "" {
 				s.reclaimFor[d.ForWorkload] = now
 			}
-		case "resume":
+		case state.EventResume:
 			s.metrics.Resumes.WithLabelValues(d.Project).Inc()
 		}
-		recent = append(recent, fmt.Sprintf("%s %s %s/%s %s", now.UTC().Format(time.RFC3339), d.Kind, d.Namespace, d.Job, d.Reason))
+		recent = append(recent, fmt.Sprintf("%s %s %s/%s %s", now.UTC().Format(time.RFC3339), d.Event, d.Namespace, d.Job, d.Reason))
 	}
 	for w, t := range s.reclaimFor {
 		if !stillPending[w] {
