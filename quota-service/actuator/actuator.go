@@ -4,7 +4,7 @@
 // `nomad job start` does), in the plan's order.
 //
 // It refuses to act on stale data: a View listed longer ago than
-// MaxStaleness is rejected with ErrStale and nothing is done. It avoids
+// Options.MaxStaleness is rejected with ErrStale and nothing is done. It avoids
 // loops: a job it resumed within ResumeHold is not suspended again unless
 // the workload it would make room for stays within its project's
 // guarantee, a job it suspended within SuspendHold is not resumed, and a
@@ -57,14 +57,13 @@ type Report struct {
 	Errors  []error
 }
 
-// Actuator executes plans. Apply must not be called concurrently.
-type Actuator struct {
-	nomad    *nomadapi.Client
-	store    *state.Store
-	log      hclog.Logger
-	instance string
+// DefaultMaxStaleness is the default bound on the age of a View acted on.
+const DefaultMaxStaleness = 15 * time.Second
 
-	// MaxStaleness bounds the age of a View acted on (default 15 s).
+// Options tune an Actuator. A zero duration takes its default.
+type Options struct {
+	// MaxStaleness bounds the age of a View acted on (default
+	// DefaultMaxStaleness).
 	MaxStaleness time.Duration
 	// ResumeHold and SuspendHold prevent flapping (defaults 60 s, 5 s).
 	ResumeHold  time.Duration
@@ -91,6 +90,36 @@ type Actuator struct {
 	// checks there that it still holds the leader lock, so that a leader
 	// that hung (and lost its lock meanwhile) cannot act on waking up.
 	Guard func(ctx context.Context) error
+}
+
+// withDefaults returns o with every zero duration set to its default.
+func (o Options) withDefaults() Options {
+	for _, d := range []struct {
+		field *time.Duration
+		def   time.Duration
+	}{
+		{&o.MaxStaleness, DefaultMaxStaleness},
+		{&o.ResumeHold, 60 * time.Second},
+		{&o.SuspendHold, 5 * time.Second},
+		{&o.ReclaimHold, 30 * time.Second},
+		{&o.RecoveryHold, 30 * time.Second},
+		{&o.InFlightTimeout, 30 * time.Second},
+		{&o.NudgeEvery, 3 * time.Second},
+	} {
+		if *d.field <= 0 {
+			*d.field = d.def
+		}
+	}
+	return o
+}
+
+// Actuator executes plans. Apply must not be called concurrently.
+type Actuator struct {
+	nomad    *nomadapi.Client
+	store    *state.Store
+	log      hclog.Logger
+	instance string
+	opts     Options
 
 	// BeforeStop, when set, is called by a suspension after its record
 	// and history entry are written and before the job is stopped. It is
@@ -114,23 +143,16 @@ type inflight struct {
 }
 
 // New returns an actuator; instance names this service instance in records.
-func New(client *nomadapi.Client, store *state.Store, log hclog.Logger, instance string) *Actuator {
-	return &Actuator{nomad: client, store: store, log: log.Named("actuator"), instance: instance,
+func New(client *nomadapi.Client, store *state.Store, log hclog.Logger, instance string, opts Options) *Actuator {
+	return &Actuator{nomad: client, store: store, log: log.Named("actuator"), instance: instance, opts: opts.withDefaults(),
 		nudgedAt: map[string]time.Time{}, resumedAt: map[string]time.Time{}, suspendedAt: map[string]time.Time{}, inflight: map[string]inflight{}}
-}
-
-func orDefault(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
 }
 
 // Apply carries out res, planned on v.
 func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Result) (Report, error) {
 	var rep Report
 	now := time.Now()
-	if age := now.Sub(v.ListedAt); age > orDefault(a.MaxStaleness, 15*time.Second) {
+	if age := now.Sub(v.ListedAt); age > a.opts.MaxStaleness {
 		return rep, fmt.Errorf("%w: listed %s ago", ErrStale, age.Round(time.Millisecond))
 	}
 	if n := len(v.Unaccounted); n > 0 {
@@ -280,7 +302,7 @@ func (a *Actuator) nudge(ctx context.Context, v *nomadwatch.View, rep *Report, j
 	}
 	a.mu.Lock()
 	last, ok := a.nudgedAt[job]
-	if ok && now.Sub(last) < orDefault(a.NudgeEvery, 3*time.Second) {
+	if ok && now.Sub(last) < a.opts.NudgeEvery {
 		a.mu.Unlock()
 		return
 	}
@@ -303,7 +325,7 @@ func (a *Actuator) settleInflight(v *nomadwatch.View, now time.Time) {
 	defer a.mu.Unlock()
 	for key, f := range a.inflight {
 		info := v.Jobs[key]
-		if info == nil || info.Stop == f.wantStop || now.Sub(f.since) > orDefault(a.InFlightTimeout, 30*time.Second) {
+		if info == nil || info.Stop == f.wantStop || now.Sub(f.since) > a.opts.InFlightTimeout {
 			delete(a.inflight, key)
 		}
 	}
@@ -322,7 +344,7 @@ func (a *Actuator) holdSuspend(key string, forGuarantee bool, now time.Time) str
 	if _, ok := a.inflight[key]; ok {
 		return "an action on it is in flight"
 	}
-	if t, ok := a.resumedAt[key]; ok && now.Sub(t) < orDefault(a.ResumeHold, 60*time.Second) && !forGuarantee {
+	if t, ok := a.resumedAt[key]; ok && now.Sub(t) < a.opts.ResumeHold && !forGuarantee {
 		return fmt.Sprintf("resumed %s ago and the workload is above its project's guarantee", now.Sub(t).Round(time.Second))
 	}
 	return ""
@@ -330,9 +352,9 @@ func (a *Actuator) holdSuspend(key string, forGuarantee bool, now time.Time) str
 
 // holdForBeneficiary says why rec's job must not resume yet: the work it
 // was suspended for is still registered, unfinished and not placed, and
-// the suspension is younger than ReclaimHold.
+// the suspension is younger than Options.ReclaimHold.
 func (a *Actuator) holdForBeneficiary(v *nomadwatch.View, rec state.Suspension, now time.Time) string {
-	if rec.ForWorkload == "" || now.Sub(rec.Time) >= orDefault(a.ReclaimHold, 30*time.Second) {
+	if rec.ForWorkload == "" || now.Sub(rec.Time) >= a.opts.ReclaimHold {
 		return ""
 	}
 	job := rec.ForWorkload
@@ -349,7 +371,7 @@ func (a *Actuator) holdForBeneficiary(v *nomadwatch.View, rec state.Suspension, 
 	return fmt.Sprintf("the capacity it freed %s ago is kept for %s, not placed yet", now.Sub(rec.Time).Round(time.Millisecond), rec.ForWorkload)
 }
 
-// HoldResumes keeps every resume back for RecoveryHold from now. The
+// HoldResumes keeps every resume back for Options.RecoveryHold from now. The
 // service calls it when it reads the cluster again after an outage: for a
 // while after an agent restart, Nomad's view (clients reconnecting, stopped
 // allocations not yet terminal, device families re-settling) can show
@@ -359,7 +381,7 @@ func (a *Actuator) holdForBeneficiary(v *nomadwatch.View, rec state.Suspension, 
 func (a *Actuator) HoldResumes(now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.resumesHeldUntil = now.Add(orDefault(a.RecoveryHold, 30*time.Second))
+	a.resumesHeldUntil = now.Add(a.opts.RecoveryHold)
 }
 
 func (a *Actuator) holdResume(key string, now time.Time) string {
@@ -371,7 +393,7 @@ func (a *Actuator) holdResume(key string, now time.Time) string {
 	if _, ok := a.inflight[key]; ok {
 		return "an action on it is in flight"
 	}
-	if t, ok := a.suspendedAt[key]; ok && now.Sub(t) < orDefault(a.SuspendHold, 5*time.Second) {
+	if t, ok := a.suspendedAt[key]; ok && now.Sub(t) < a.opts.SuspendHold {
 		return fmt.Sprintf("suspended only %s ago", now.Sub(t).Round(time.Millisecond))
 	}
 	return ""
@@ -381,10 +403,10 @@ func (a *Actuator) guard(ctx context.Context, what string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	if a.Guard == nil {
+	if a.opts.Guard == nil {
 		return nil
 	}
-	if err := a.Guard(ctx); err != nil {
+	if err := a.opts.Guard(ctx); err != nil {
 		return fmt.Errorf("%s: not acting: %w", what, err)
 	}
 	return nil

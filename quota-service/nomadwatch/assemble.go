@@ -38,8 +38,7 @@ import (
 const (
 	// MetaPreempt is the job meta key that opts a job out of suspension
 	// ("false").
-	MetaPreempt    = "gpushare.preemptible"
-	unboundedMilli = int64(1) << 40
+	MetaPreempt = "gpushare.preemptible"
 )
 
 // JobInfo is what the actuator needs to know about one job.
@@ -251,7 +250,7 @@ func Assemble(in Inputs) *View {
 		}
 		sort.Strings(uuids)
 		ng := &nodeGPUs{index: map[string]int{}, snap: len(snap.Nodes)}
-		node := model.Node{Name: n.ID, CPUMilli: unboundedMilli, MemoryMiB: unboundedMilli}
+		node := model.Node{Name: n.ID, CPUMilli: model.Unbounded, MemoryMiB: model.Unbounded}
 		if cpu, mem := n.NodeResources.Cpu.CpuShares, n.NodeResources.Memory.MemoryMB; cpu > 0 && mem > 0 {
 			if r := n.ReservedResources; r != nil {
 				cpu -= int64(r.Cpu.CpuShares)
@@ -383,7 +382,7 @@ func Assemble(in Inputs) *View {
 	// apart might: the capacity never drops below the snapshot's own use.
 	for id, ng := range nodes {
 		node := &snap.Nodes[ng.snap]
-		if node.CPUMilli == unboundedMilli {
+		if node.CPUMilli == model.Unbounded {
 			continue
 		}
 		cpu, mem := node.CPUMilli-ng.otherCPU, node.MemoryMiB-ng.otherMem

@@ -162,8 +162,7 @@ func TestActuatorSuspendsAndResumesARealJob(t *testing.T) {
 	log := logger(t)
 	runSleeper(t, c, "team-a", "trainer")
 	b := nomadwatch.NewBuilder(c.Nomad, log)
-	act := actuator.New(c.Nomad, store, log, "test")
-	act.SuspendHold = time.Millisecond
+	act := actuator.New(c.Nomad, store, log, "test", actuator.Options{SuspendHold: time.Millisecond})
 	key := nomadwatch.Key("team-a", "trainer")
 
 	view := func() *nomadwatch.View {
@@ -245,7 +244,7 @@ func TestActuatorRefusesStaleView(t *testing.T) {
 	}
 	v.ListedAt = time.Now().Add(-time.Minute)
 	v.Snapshot.Pending = append(v.Snapshot.Pending, model.Pending{Project: "x", Job: "x/y", Group: "g", Count: 1})
-	act := actuator.New(c.Nomad, store, logger(t), "test")
+	act := actuator.New(c.Nomad, store, logger(t), "test", actuator.Options{})
 	_, err = act.Apply(ctx, v, plan.Result{Actions: []plan.Action{{Kind: plan.Suspend, Job: "team-s/busy", Workload: 0}}})
 	if !errors.Is(err, actuator.ErrStale) {
 		t.Fatalf("Apply on a minute-old view: %v, want ErrStale", err)

@@ -35,20 +35,25 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Config configures a Service.
+// DefaultPlanInterval is the default safety-net re-list period.
+const DefaultPlanInterval = 10 * time.Second
+
+// Config configures a Service. A zero duration takes its default.
 type Config struct {
 	Nomad    *nomadapi.Client
 	Consul   *consulapi.Client
 	Layout   kvlayout.Layout
 	Log      hclog.Logger
 	Instance string
-	// PlanInterval is the safety-net re-list period (default 10 s).
+	// PlanInterval is the safety-net re-list period (default
+	// DefaultPlanInterval).
 	PlanInterval time.Duration
 	// FollowUpWindow and FollowUpPeriod: after a Nomad event or quota
 	// change, cycles repeat every FollowUpPeriod (default 500 ms) for
 	// FollowUpWindow (default 3 s).
 	FollowUpWindow, FollowUpPeriod time.Duration
-	// MaxStaleness: no action on data older than this (default 15 s).
+	// MaxStaleness: no action on data older than this (default
+	// actuator.DefaultMaxStaleness).
 	MaxStaleness time.Duration
 	// ResumeHold and SuspendHold: see package actuator.
 	ResumeHold, SuspendHold time.Duration
@@ -116,32 +121,40 @@ type Service struct {
 	isLeader   bool
 }
 
+// withDefaults returns c with the defaults applied.
+func (c Config) withDefaults() Config {
+	if c.Log == nil {
+		c.Log = hclog.NewNullLogger()
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+	for _, d := range []struct {
+		field *time.Duration
+		def   time.Duration
+	}{
+		{&c.PlanInterval, DefaultPlanInterval},
+		{&c.FollowUpWindow, 3 * time.Second},
+		{&c.FollowUpPeriod, 500 * time.Millisecond},
+		{&c.MaxStaleness, actuator.DefaultMaxStaleness},
+	} {
+		if *d.field <= 0 {
+			*d.field = d.def
+		}
+	}
+	return c
+}
+
 // New builds a service.
 func New(cfg Config) *Service {
-	if cfg.Log == nil {
-		cfg.Log = hclog.NewNullLogger()
-	}
-	if cfg.PlanInterval <= 0 {
-		cfg.PlanInterval = 10 * time.Second
-	}
-	if cfg.FollowUpWindow <= 0 {
-		cfg.FollowUpWindow = 3 * time.Second
-	}
-	if cfg.FollowUpPeriod <= 0 {
-		cfg.FollowUpPeriod = 500 * time.Millisecond
-	}
-	if cfg.MaxStaleness <= 0 {
-		cfg.MaxStaleness = 15 * time.Second
-	}
-	if cfg.Registry == nil {
-		cfg.Registry = prometheus.NewRegistry()
-	}
+	cfg = cfg.withDefaults()
 	store := state.New(cfg.Consul, cfg.Layout)
-	act := actuator.New(cfg.Nomad, store, cfg.Log, cfg.Instance)
-	act.MaxStaleness, act.ResumeHold, act.SuspendHold = cfg.MaxStaleness, cfg.ResumeHold, cfg.SuspendHold
-	act.Guard = func(ctx context.Context) error {
-		return leader.Held(ctx, cfg.Consul, cfg.Layout.Leader(), cfg.Instance)
-	}
+	act := actuator.New(cfg.Nomad, store, cfg.Log, cfg.Instance, actuator.Options{
+		MaxStaleness: cfg.MaxStaleness, ResumeHold: cfg.ResumeHold, SuspendHold: cfg.SuspendHold,
+		Guard: func(ctx context.Context) error {
+			return leader.Held(ctx, cfg.Consul, cfg.Layout.Leader(), cfg.Instance)
+		},
+	})
 	return &Service{
 		cfg: cfg, log: cfg.Log, store: store, act: act, reg: cfg.Registry,
 		watcher:    quota.NewWatcher(cfg.Consul, cfg.Layout, cfg.Log),
