@@ -153,7 +153,7 @@ func TestActuatorSuspendsAndResumesARealJob(t *testing.T) {
 		t.Fatalf("Apply resume: %v, report %+v", err, rep)
 	}
 	waitJob(t, c, "team-a", "trainer", false)
-	testcluster.Eventually(t, 10*time.Second, func() error {
+	testcluster.Eventually(t, 30*time.Second, func() error {
 		if _, err := act.Apply(ctx, view(), plan.Result{}); err != nil {
 			return err
 		}

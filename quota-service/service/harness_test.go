@@ -328,6 +328,29 @@ func (s *scenario) startInstance(name string, tweak func(*service.Config), prepa
 	return svc, stop
 }
 
+// completedCycles is the number of cycles svc completed without error:
+// gpushare_cycle_seconds counts every cycle, gpushare_cycle_errors_total
+// those that took no action.
+func completedCycles(t testing.TB, svc *service.Service) int {
+	t.Helper()
+	reg := svc.Registry()
+	return int(metric(t, reg, "gpushare_cycle_seconds", nil) - metric(t, reg, "gpushare_cycle_errors_total", nil))
+}
+
+// waitCycles waits until svc has completed n more cycles, and fails when
+// it makes no progress: the deadline allows 10 s a cycle (the tests' plan
+// interval is 1 s).
+func waitCycles(t testing.TB, svc *service.Service, n int) {
+	t.Helper()
+	target := completedCycles(t, svc) + n
+	testcluster.Eventually(t, 30*time.Second+time.Duration(n)*10*time.Second, func() error {
+		if got := completedCycles(t, svc); got < target {
+			return fmt.Errorf("%s completed %d cycles, waiting for %d", svc.Status().Instance, got, target)
+		}
+		return nil
+	})
+}
+
 func waitLeader(t testing.TB, svc *service.Service) {
 	t.Helper()
 	testcluster.Eventually(t, 30*time.Second, func() error {
@@ -507,7 +530,7 @@ func keys[V any](m map[string]V) []string {
 }
 
 // metric sums the samples of the counter or gauge name whose labels
-// include want.
+// include want; for a histogram it sums the sample counts.
 func metric(t testing.TB, reg *prometheus.Registry, name string, want map[string]string) float64 {
 	t.Helper()
 	fams, err := reg.Gather()
@@ -535,6 +558,8 @@ func metric(t testing.TB, reg *prometheus.Registry, name string, want map[string
 				sum += m.GetCounter().GetValue()
 			case m.GetGauge() != nil:
 				sum += m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				sum += float64(m.GetHistogram().GetSampleCount())
 			}
 		}
 	}

