@@ -4,18 +4,19 @@
 // Build lists nodes (with their device resources), allocations (with their
 // allocated device IDs) and jobs (with their summaries) in all namespaces,
 // and assembles a View: the snapshot plus what the actuator needs to act on
-// it (job versions, group counts). Only GPU work counts: a node's GPUs are
-// the physical GPUs named by its "nvidia/gpu" and "nvidia/gpu-share" device
-// instances (package device/ids), an allocation's usage is the whole GPUs
-// and shares it was given, and pending demand is the queued count of each
-// task group times its device asks ("nvidia/gpu" count = whole GPUs,
-// "nvidia/gpu-share" count = shares of one GPU). CPU-only work is left out
-// of the demand, but it counts against its node: a node's CPU and memory
-// in the snapshot are its capacity less Nomad's reserved resources and
-// less what allocations outside the snapshot hold, and GPU allocations and
-// pending groups carry their tasks' CPU and memory asks, so the planner
-// never counts on a node that lacks CPU or memory. CPU is in Nomad's
-// units (MHz) throughout; the model's CPUMilli only needs one unit.
+// it (job versions, group counts). Only GPU work counts (docs/design.md,
+// Units and device families): a node's GPUs are the physical GPUs named by
+// its "nvidia/gpu" and "nvidia/gpu-share" device instances (package
+// device/ids), an allocation's usage is the whole GPUs and shares it was
+// given, and pending demand is the queued count of each task group times
+// its device asks ("nvidia/gpu" count = whole GPUs, "nvidia/gpu-share"
+// count = shares of one GPU). CPU-only work is left out of the demand, but
+// it counts against its node: a node's CPU and memory in the snapshot are
+// its capacity less Nomad's reserved resources and less what allocations
+// outside the snapshot hold, and GPU allocations and pending groups carry
+// their tasks' CPU and memory asks, so the planner never counts on a node
+// that lacks CPU or memory. CPU is in Nomad's units (MHz) throughout; the
+// model's CPUMilli only needs one unit.
 //
 // Watch follows Nomad's event stream (Job, Allocation, Evaluation and Node
 // topics) and signals a re-plan on every change and after every reconnect,

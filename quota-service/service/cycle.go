@@ -29,9 +29,9 @@ type cycleData struct {
 	acted bool
 }
 
-// cycleError is why a cycle took no action. cause labels
+// cycleFailure is why a cycle took no action. cause labels
 // gpushare_cycle_errors_total; retry asks the leader to cycle again soon.
-type cycleError struct {
+type cycleFailure struct {
 	cause string
 	err   error
 	retry bool
@@ -44,16 +44,16 @@ func (s *Service) run(ctx context.Context, mayAct bool) (held bool) {
 	defer s.cycleMu.Unlock()
 	start := time.Now()
 	defer func() { s.metrics.Cycle.Observe(time.Since(start).Seconds()) }()
-	c, cerr := s.read(ctx)
-	if cerr == nil {
-		cerr = s.plan(c)
+	c, failure := s.read(ctx)
+	if failure == nil {
+		failure = s.plan(c)
 	}
-	if cerr == nil && mayAct && s.leading() {
-		cerr = s.apply(ctx, c)
+	if failure == nil && mayAct && s.leading() {
+		failure = s.apply(ctx, c)
 	}
-	if cerr != nil {
-		s.fail(cerr)
-		return cerr.retry
+	if failure != nil {
+		s.fail(failure)
+		return failure.retry
 	}
 	s.metrics.CycleOK.Set(1)
 	if s.Status().LastError != "" {
@@ -66,20 +66,20 @@ func (s *Service) run(ctx context.Context, mayAct bool) (held bool) {
 // read takes the quota settings in force, the suspension records and a
 // full listing of Nomad. The first read after an outage holds resumes
 // back while Nomad's state settles (see actuator.HoldResumes).
-func (s *Service) read(ctx context.Context) (*cycleData, *cycleError) {
+func (s *Service) read(ctx context.Context) (*cycleData, *cycleFailure) {
 	if s.watcher.LastSync().IsZero() {
-		return nil, &cycleError{cause: "quotas-unread", err: errors.New("quota documents not read from Consul yet")}
+		return nil, &cycleFailure{cause: "quotas-unread", err: errors.New("quota documents not read from Consul yet")}
 	}
 	recs, bad, err := s.store.Suspensions(ctx)
 	if err != nil {
-		return nil, &cycleError{cause: "consul", err: err}
+		return nil, &cycleFailure{cause: "consul", err: err}
 	}
 	for k, e := range bad {
 		s.log.Error("ignoring unreadable suspension record", "key", k, "error", e)
 	}
 	c := &cycleData{settings: s.watcher.Settings()}
 	if c.view, err = s.builder.Build(ctx, c.settings, recs); err != nil {
-		return nil, &cycleError{cause: "nomad", err: err}
+		return nil, &cycleFailure{cause: "nomad", err: err}
 	}
 	s.metrics.LastRelist.Set(float64(c.view.ListedAt.Unix()))
 	if s.blind {
@@ -90,16 +90,16 @@ func (s *Service) read(ctx context.Context) (*cycleData, *cycleError) {
 }
 
 // plan plans on the cycle's snapshot with the configured placement policy.
-func (s *Service) plan(c *cycleData) *cycleError {
+func (s *Service) plan(c *cycleData) *cycleFailure {
 	var opts plan.Options
 	var err error
 	if s.cfg.PolicyName != "" {
 		if opts.Policy, err = plan.PolicyByName(s.cfg.PolicyName, 1, c.view.Snapshot); err != nil {
-			return &cycleError{cause: "plan", err: err}
+			return &cycleFailure{cause: "plan", err: err}
 		}
 	}
 	if c.res, err = plan.Plan(c.view.Snapshot, opts); err != nil {
-		return &cycleError{cause: "plan", err: err}
+		return &cycleFailure{cause: "plan", err: err}
 	}
 	s.log.Trace("planned", "pending", len(c.view.Snapshot.Pending), "allocations", len(c.view.Snapshot.Allocations), "actions", len(c.res.Actions), "unplaced", len(c.res.Unplaced))
 	return nil
@@ -108,16 +108,16 @@ func (s *Service) plan(c *cycleData) *cycleError {
 // apply checks that the lock still names this instance and carries out
 // the plan. A view that does not account for every running GPU allocation is
 // transient (after an agent restart): the leader retries soon.
-func (s *Service) apply(ctx context.Context, c *cycleData) *cycleError {
+func (s *Service) apply(ctx context.Context, c *cycleData) *cycleFailure {
 	if err := leader.Held(ctx, s.cfg.Consul, s.cfg.Layout.Leader(), s.cfg.Instance); err != nil {
-		return &cycleError{cause: "leadership", err: err}
+		return &cycleFailure{cause: "leadership", err: err}
 	}
 	rep, err := s.act.Apply(ctx, c.view, c.res)
 	if errors.Is(err, actuator.ErrUnsettled) {
-		return &cycleError{cause: "unsettled", err: err, retry: true}
+		return &cycleFailure{cause: "unsettled", err: err, retry: true}
 	}
 	if err != nil {
-		return &cycleError{cause: "stale", err: err}
+		return &cycleFailure{cause: "stale", err: err}
 	}
 	c.rep, c.acted = rep, true
 	for _, e := range rep.Errors {
@@ -133,19 +133,19 @@ func (s *Service) apply(ctx context.Context, c *cycleData) *cycleError {
 // error, and a log line once per outage (cycle_ok and /v1/health say it
 // meanwhile). A cycle that could not read Nomad or Consul makes the
 // service blind until one reads both.
-func (s *Service) fail(ce *cycleError) {
-	if ce.cause == "nomad" || ce.cause == "consul" {
+func (s *Service) fail(f *cycleFailure) {
+	if f.cause == "nomad" || f.cause == "consul" {
 		s.blind = true
 	}
-	s.metrics.CycleErrors.WithLabelValues(ce.cause).Inc()
+	s.metrics.CycleErrors.WithLabelValues(f.cause).Inc()
 	s.metrics.CycleOK.Set(0)
 	s.mu.Lock()
 	again := s.status.LastError != ""
-	s.status.LastCycle, s.status.LastError = time.Now(), ce.err.Error()
+	s.status.LastCycle, s.status.LastError = time.Now(), f.err.Error()
 	s.mu.Unlock()
 	if again {
-		s.log.Debug("cycle took no action", "cause", ce.cause, "error", ce.err)
+		s.log.Debug("cycle took no action", "cause", f.cause, "error", f.err)
 	} else {
-		s.log.Warn("cycle took no action", "cause", ce.cause, "error", ce.err)
+		s.log.Warn("cycle took no action", "cause", f.cause, "error", f.err)
 	}
 }

@@ -287,22 +287,15 @@ func countPrefix(lines []string, prefix string) int {
 }
 
 // startQuotaService runs one in-process instance with production
-// defaults except a short leader session, and waits until it leads.
-func (s *scenario) startQuotaService(name string, tweak func(*service.Config)) (*service.Service, context.CancelFunc) {
+// defaults except a short leader session (callers wait with waitLeader).
+func (s *scenario) startQuotaService(name string, tweak func(*service.Config)) (*service.Service, func()) {
 	s.t.Helper()
-	cfg := service.Config{Nomad: s.c.Nomad, Consul: s.c.Consul, Layout: s.layout, Log: logger(s.t).Named(name), Instance: name,
-		SessionTTL: 10 * time.Second, LockDelay: time.Millisecond}
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	svc := service.New(cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); svc.Run(ctx) }()
-	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); <-done }) }
-	s.t.Cleanup(stop)
-	return svc, stop
+	return s.startInstance(name, func(cfg *service.Config) {
+		cfg.PlanInterval = service.DefaultPlanInterval
+		if tweak != nil {
+			tweak(cfg)
+		}
+	}, nil)
 }
 
 // startInstance runs one in-process instance; prepare may set test hooks
