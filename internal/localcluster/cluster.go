@@ -30,6 +30,11 @@ type Options struct {
 	Dir string
 	// StartTimeout bounds each agent's start. Zero: 90 s.
 	StartTimeout time.Duration
+	// JobGCThreshold, when set, is the Nomad server's job_gc_threshold
+	// and job_gc_interval: stopped jobs are collected that long after
+	// their last change, checked as often. Zero: Nomad's defaults (4 h,
+	// every 5 min).
+	JobGCThreshold time.Duration
 }
 
 // Cluster is a running Consul agent and a Nomad server+client.
@@ -220,7 +225,7 @@ advertise {
 server {
   enabled = true
   bootstrap_expect = 1
-}
+%s}
 client {
   enabled = true
   servers = ["127.0.0.1:%d"]
@@ -238,7 +243,7 @@ plugin "raw_exec" {
   }
 }
 %s
-`, filepath.Join(dir, "data"), pluginDir, p[0], p[1], p[2], p[1],
+`, filepath.Join(dir, "data"), pluginDir, p[0], p[1], p[2], c.serverGC(), p[1],
 		strings.TrimPrefix(c.ConsulAddr, "http://127.0.0.1:"), c.opts.PluginConfig)
 	path := filepath.Join(dir, "nomad.hcl")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
@@ -250,6 +255,15 @@ plugin "raw_exec" {
 	return &agent{name: "nomad", bin: bin, args: []string{"agent", "-config", path},
 		env:     []string{"NOMAD_ADDR=" + c.NomadAddr},
 		logPath: filepath.Join(c.Dir, "nomad.log")}, nil
+}
+
+// serverGC is the server block's garbage collection settings.
+func (c *Cluster) serverGC() string {
+	if c.opts.JobGCThreshold <= 0 {
+		return ""
+	}
+	d := c.opts.JobGCThreshold.String()
+	return fmt.Sprintf("  job_gc_threshold = %q\n  job_gc_interval = %q\n", d, d)
 }
 
 func (c *Cluster) waitNomad(a *agent) error {

@@ -1,17 +1,26 @@
-// Package actuator carries out a plan on Nomad: it suspends jobs (record in
-// Consul KV first, then stop the job without purging it) and resumes
-// suspended jobs (register the stopped job again with Stop=false, as
-// `nomad job start` does), in the plan's order.
+// Package actuator carries out a plan on Nomad and keeps the suspension
+// records true to Nomad's state (docs/design.md, Suspension and
+// resumption).
+//
+// A suspension writes its record in Consul KV first (the suspended
+// version's spec included), then stops the job without purging it and tags
+// the stopped version, so that Nomad's garbage collector keeps the job and
+// its owner sees why in `nomad job history`. A resume registers the
+// suspended version again with Stop=false (as `nomad job start` does) and
+// removes the tag. Every step is written to the record only once Nomad
+// shows the step before it, and the actuator acts on a record only through
+// the verdict package nomadwatch gives it against Nomad's state: records
+// Nomad does not corroborate are reported and never acted on, and the
+// owner's own stop, purge or new version wins over the record.
 //
 // It refuses to act on stale data: a View listed longer ago than
-// Options.MaxStaleness is rejected with ErrStale and nothing is done. It
-// avoids loops (docs/design.md, Suspension and resumption): a job it
-// resumed within ResumeHold is not suspended again unless the workload it
-// would make room for stays within its project's guarantee, a job it
-// suspended within SuspendHold is not resumed, and a job with an action in
-// flight (issued but not yet visible in Nomad) is left alone. It also finishes suspensions recorded in KV whose job still
-// runs (a predecessor stopped half-way) and deletes records of jobs that
-// run again.
+// Options.MaxStaleness is rejected with ErrStale and nothing is done. The
+// holds that keep it from loops live in the records, so that a new leader
+// keeps them: a job resumed within ResumeHold is not suspended again
+// unless the workload it would make room for stays within its project's
+// guarantee, a job suspended within SuspendHold is not resumed, and the
+// capacity a suspension freed is kept for the workload it was made for
+// while that workload waits (at most ReclaimHold).
 package actuator
 
 import (
@@ -67,22 +76,20 @@ type Options struct {
 	// ResumeHold and SuspendHold prevent flapping (defaults 60 s, 5 s).
 	ResumeHold  time.Duration
 	SuspendHold time.Duration
-	// ReclaimHold is how long a suspended job is kept from resuming
-	// while the workload it was suspended for has not been placed yet
-	// (default 30 s): the capacity it freed is that workload's, even
-	// while Nomad has not re-evaluated it and reports nothing queued.
+	// ReclaimHold bounds how long a suspended job is kept from resuming
+	// while the workload it was suspended for waits to be placed
+	// (default 5 min): the capacity it freed is that workload's until it
+	// is placed or gone, but a workload that Nomad never places does not
+	// keep the job away for ever.
 	ReclaimHold time.Duration
-	// RecoveryHold is how long resumes wait after the service could not
-	// read Nomad or Consul (default 30 s; see HoldResumes). Suspensions
-	// for a guarantee are not held.
-	RecoveryHold time.Duration
-	// InFlightTimeout is how long an issued action is awaited before the
-	// job may be acted on again (default 30 s).
-	InFlightTimeout time.Duration
 	// NudgeEvery bounds how often a job the service made room for, which
 	// the plan places but Nomad still holds queued, is re-evaluated
 	// (default 3 s).
 	NudgeEvery time.Duration
+	// PermissionsEvery is how often the service's Nomad token's
+	// permissions are read again for the may-it-come-back check
+	// (default 1 min).
+	PermissionsEvery time.Duration
 
 	// Guard, when set, is called before every write to Nomad or to the
 	// suspension records; an error cancels that action. The service
@@ -100,10 +107,9 @@ func (o Options) withDefaults() Options {
 		{&o.MaxStaleness, DefaultMaxStaleness},
 		{&o.ResumeHold, 60 * time.Second},
 		{&o.SuspendHold, 5 * time.Second},
-		{&o.ReclaimHold, 30 * time.Second},
-		{&o.RecoveryHold, 30 * time.Second},
-		{&o.InFlightTimeout, 30 * time.Second},
+		{&o.ReclaimHold, 5 * time.Minute},
 		{&o.NudgeEvery, 3 * time.Second},
+		{&o.PermissionsEvery, time.Minute},
 	} {
 		if *d.field <= 0 {
 			*d.field = d.def
@@ -119,37 +125,36 @@ type Actuator struct {
 	log      hclog.Logger
 	instance string
 	opts     Options
+	perms    *permissions
 
 	// BeforeStop, when set, is called by a suspension after its record
-	// and history entry are written and before the job is stopped. It is
-	// a test hook (a leader dying between the record and the stop) and is
-	// nil in production. When ctx has ended once it returns, the stop is
-	// abandoned and the record stays for the next leader to finish.
+	// and history entry are written and before the job is stopped;
+	// AfterStop after the stop is recorded. They are test hooks (a
+	// leader dying around the stop) and are nil in production. When ctx
+	// has ended once BeforeStop returns, the stop is abandoned and the
+	// record stays for the next leader.
 	BeforeStop func(ctx context.Context, rec state.Suspension)
+	AfterStop  func(ctx context.Context, rec state.Suspension)
+	// SkipTag, when set and true for a record, leaves its stopped
+	// version untagged, as when tagging fails. A test hook.
+	SkipTag func(rec state.Suspension) bool
 
-	mu sync.Mutex
-	// resumesHeldUntil: see HoldResumes.
-	resumesHeldUntil time.Time
-	nudgedAt         map[string]time.Time
-	resumedAt        map[string]time.Time
-	suspendedAt      map[string]time.Time
-	inflight         map[string]inflight
-}
-
-type inflight struct {
-	wantStop bool
-	since    time.Time
+	mu       sync.Mutex
+	nudgedAt map[string]time.Time
+	vetted   map[string]vetted
 }
 
 // New returns an actuator; instance names this service instance in records.
 func New(client *nomadapi.Client, store *state.Store, log hclog.Logger, instance string, opts Options) *Actuator {
-	return &Actuator{nomad: client, store: store, log: log.Named("actuator"), instance: instance, opts: opts.withDefaults(),
-		nudgedAt: map[string]time.Time{}, resumedAt: map[string]time.Time{}, suspendedAt: map[string]time.Time{}, inflight: map[string]inflight{}}
+	opts = opts.withDefaults()
+	return &Actuator{nomad: client, store: store, log: log.Named("actuator"), instance: instance, opts: opts,
+		perms: newPermissions(client, opts.PermissionsEvery), nudgedAt: map[string]time.Time{}}
 }
 
-// Apply carries out res, planned on v: it finishes recorded suspensions,
-// clears the records of jobs that run again, then carries out the plan's
-// actions in order.
+// Apply carries out res, planned on v: it brings the records up to date
+// with Nomad (marks landed steps, closes what the owner decided, ends
+// holds), carries out the plan's actions in order, then drops the
+// unfinished suspensions the plan no longer wants.
 func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Result) (Report, error) {
 	now := time.Now()
 	if age := now.Sub(v.ListedAt); age > a.opts.MaxStaleness {
@@ -158,11 +163,14 @@ func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Resul
 	if n := len(v.Unaccounted); n > 0 {
 		return Report{}, fmt.Errorf("%w: %d, e.g. %s", ErrUnsettled, n, v.Unaccounted[0])
 	}
-	a.settleInflight(v, now)
-	ap := &applying{Actuator: a, v: v, now: now}
-	ap.finishRecorded(ctx)
-	ap.clearStale(ctx)
+	ap := &applying{Actuator: a, v: v, now: now, records: map[string]*state.Suspension{}, suspending: map[string]bool{}}
+	for key, r := range v.Records {
+		rec := r.Suspension
+		ap.records[key] = &rec
+	}
+	ap.settleRecords(ctx)
 	ap.carryOut(ctx, res)
+	ap.abandonUnfinished(ctx)
 	return ap.rep, nil
 }
 
@@ -173,6 +181,11 @@ type applying struct {
 	now time.Time
 	rep Report
 
+	// records are the records as this call last wrote them (nil once
+	// deleted), so that later writes compare-and-set against them.
+	records map[string]*state.Suspension
+	// suspending are the jobs the plan suspends on this call.
+	suspending map[string]bool
 	// withinGuarantee says, by project, that the plan keeps it within
 	// its guarantee.
 	withinGuarantee map[string]bool
@@ -187,43 +200,6 @@ type applying struct {
 	resumed map[string]bool
 }
 
-// finishRecorded stops the jobs of suspensions a predecessor recorded but
-// did not carry out. The plan counted those jobs' allocations as running:
-// a call that finishes a suspension issues no new one (the next cycle
-// plans on the freed capacity), or it would suspend more than needed.
-func (ap *applying) finishRecorded(ctx context.Context) {
-	for _, rec := range ap.v.Unfinished {
-		if ap.busy(nomadwatch.Key(rec.Namespace, rec.Job)) {
-			continue
-		}
-		if err := ap.stop(ctx, rec); err != nil {
-			ap.rep.Errors = append(ap.rep.Errors, err)
-			continue
-		}
-		ap.history(ctx, &ap.rep, state.Entry{Event: state.EventSuspendFinished, Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project,
-			Reason: "finished a suspension recorded before the stop: " + rec.Reason, ForWorkload: rec.ForWorkload})
-		ap.rep.Done = append(ap.rep.Done, Done{Event: state.EventSuspendFinished, Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project,
-			ForWorkload: rec.ForWorkload, ForProject: rec.ForProject, Reason: rec.Reason})
-	}
-}
-
-// clearStale deletes the records of jobs that run again or are gone.
-func (ap *applying) clearStale(ctx context.Context) {
-	for _, rec := range ap.v.Stale {
-		if err := ap.guard(ctx, "deleting the record of "+nomadwatch.Key(rec.Namespace, rec.Job)); err != nil {
-			ap.rep.Errors = append(ap.rep.Errors, err)
-			continue
-		}
-		if err := ap.store.DeleteSuspension(ctx, rec.Namespace, rec.Job); err != nil {
-			ap.rep.Errors = append(ap.rep.Errors, err)
-			continue
-		}
-		ap.history(ctx, &ap.rep, state.Entry{Event: state.EventRunningAgain, Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project,
-			Reason: "job runs again (or is gone); suspension record deleted"})
-		ap.rep.Done = append(ap.rep.Done, Done{Event: state.EventRunningAgain, Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project})
-	}
-}
-
 // carryOut takes the plan's actions in order; once a suspension for a
 // workload is held back or fails, the workload's other actions are
 // dropped.
@@ -235,6 +211,7 @@ func (ap *applying) carryOut(ctx context.Context, res plan.Result) {
 		}
 		switch act.Kind {
 		case plan.Suspend:
+			ap.suspending[act.Job] = true
 			ap.suspendFor(ctx, act)
 		case plan.Place:
 			ap.place(ctx, act)
@@ -270,32 +247,15 @@ func (ap *applying) skip(act plan.Action, format string, args ...any) {
 	ap.rep.Skipped = append(ap.rep.Skipped, fmt.Sprintf(format, args...))
 }
 
-// suspendFor carries out one suspension unless it is held back.
-func (ap *applying) suspendFor(ctx context.Context, act plan.Action) {
-	w := ap.v.Snapshot.Pending[act.Workload]
-	if len(ap.v.Unfinished) > 0 {
-		ap.skip(act, "suspend %s: a recorded suspension is being finished; planning again on the capacity it frees", act.Job)
-		return
-	}
-	info := ap.v.Jobs[act.Job]
-	if info == nil {
-		ap.skip(act, "suspend %s: job not in the view", act.Job)
-		return
-	}
-	if why := ap.holdSuspend(act.Job, ap.withinGuarantee[w.Project], ap.now); why != "" {
-		ap.skip(act, "suspend %s for %s/%s: %s", act.Job, w.Job, w.Group, why)
-		return
-	}
-	rec := state.Suspension{Namespace: info.Namespace, Job: info.ID, Project: act.Project,
-		Allocations: act.Allocations, Reason: act.Reason, ForWorkload: w.Job + "/" + w.Group,
-		ForProject: w.Project, Time: ap.now, By: ap.instance}
-	if err := ap.suspend(ctx, &rec); err != nil {
-		ap.skipped[act.Workload] = true
-		ap.rep.Errors = append(ap.rep.Errors, err)
-		return
-	}
-	ap.rep.Done = append(ap.rep.Done, Done{Event: state.EventSuspend, Namespace: info.Namespace, Job: info.ID, Project: act.Project,
-		ForWorkload: rec.ForWorkload, ForProject: w.Project, Reason: act.Reason})
+// fail records an error of this call.
+func (ap *applying) fail(err error) { ap.rep.Errors = append(ap.rep.Errors, err) }
+
+// done reports an action carried out and appends its history entry.
+func (ap *applying) done(ctx context.Context, rec state.Suspension, e state.Event, reason string) {
+	ap.history(ctx, &ap.rep, state.Entry{Event: e, Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project,
+		Reason: reason, ForWorkload: rec.ForWorkload})
+	ap.rep.Done = append(ap.rep.Done, Done{Event: e, Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project,
+		ForWorkload: rec.ForWorkload, ForProject: rec.ForProject, Reason: reason})
 }
 
 // place follows a placement: queued work is Nomad's to place (nudged when
@@ -317,24 +277,20 @@ func (ap *applying) place(ctx context.Context, act plan.Action) {
 		ap.rep.Skipped = append(ap.rep.Skipped, fmt.Sprintf("resume %s: only %d of %d instances fit", act.Job, ap.placedOf[act.Job], ap.pendingOf[act.Job]))
 		return
 	}
-	rec, ok := ap.v.Suspended[act.Job]
-	if !ok {
+	r := ap.v.Records[act.Job]
+	rec := ap.records[act.Job]
+	if r == nil || rec == nil || !r.Resumable() {
 		return
 	}
-	why := ap.holdForBeneficiary(ap.v, rec, ap.now)
-	if why == "" {
-		why = ap.holdResume(act.Job, ap.now)
-	}
-	if why != "" {
+	if why := ap.holdResume(r, *rec); why != "" {
 		ap.rep.Skipped = append(ap.rep.Skipped, fmt.Sprintf("resume %s: %s", act.Job, why))
 		return
 	}
-	if err := ap.resume(ctx, rec); err != nil {
-		ap.rep.Errors = append(ap.rep.Errors, err)
+	if err := ap.resume(ctx, r, rec); err != nil {
+		ap.fail(err)
 		return
 	}
-	ap.history(ctx, &ap.rep, state.Entry{Event: state.EventResume, Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, Reason: act.Reason})
-	ap.rep.Done = append(ap.rep.Done, Done{Event: state.EventResume, Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, Reason: act.Reason})
+	ap.done(ctx, *rec, state.EventResume, act.Reason)
 }
 
 // guard says whether the action what may go ahead: ctx is live and the

@@ -9,90 +9,58 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 )
 
-// settleInflight forgets the actions in flight that Nomad now shows done
-// (or whose job is gone), and those awaited longer than InFlightTimeout.
-func (a *Actuator) settleInflight(v *nomadwatch.View, now time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for key, f := range a.inflight {
-		info := v.Jobs[key]
-		if info == nil || info.Stop == f.wantStop || now.Sub(f.since) > a.opts.InFlightTimeout {
-			delete(a.inflight, key)
+// The holds read only the records and Nomad's state, never this process's
+// memory, so that a new leader keeps them (docs/design.md, Suspension and
+// resumption: No loops).
+
+// holdSuspend says why the job of record r (nil: none) must not be
+// suspended now: it was resumed within ResumeHold and the work it would
+// make room for is above its project's guarantee, or its record is in a
+// state the service must settle first.
+func (ap *applying) holdSuspend(r *nomadwatch.Record, forGuarantee bool) string {
+	if r == nil {
+		return ""
+	}
+	switch r.Verdict {
+	case nomadwatch.Unfinished, nomadwatch.Closed:
+		return ""
+	case nomadwatch.Resumed, nomadwatch.ResumeLanded:
+		if since := ap.now.Sub(r.ResumedAt); since < ap.opts.ResumeHold && !forGuarantee {
+			return fmt.Sprintf("resumed %s ago and the workload is above its project's guarantee", since.Round(time.Second))
 		}
+		return ""
+	case nomadwatch.Rejected:
+		return "its suspension record is not corroborated by Nomad (see the record errors); the service does not touch the job"
 	}
+	return "it has a suspension record: " + r.Why
 }
 
-// busy reports that an action on the job key is in flight.
-func (a *Actuator) busy(key string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	_, ok := a.inflight[key]
-	return ok
-}
-
-// holdSuspend says why the job key must not be suspended now: an action
-// on it is in flight, or it was resumed within ResumeHold and the work it
-// would make room for is above its project's guarantee.
-func (a *Actuator) holdSuspend(key string, forGuarantee bool, now time.Time) string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if _, ok := a.inflight[key]; ok {
-		return "an action on it is in flight"
+// holdResume says why the job of record r must not be resumed now: it was
+// suspended within SuspendHold, or the capacity it freed is kept for the
+// workload it was suspended for, which waits to be placed (at most
+// ReclaimHold after the stop).
+func (ap *applying) holdResume(r *nomadwatch.Record, rec state.Suspension) string {
+	stopped := rec.StoppedAt
+	if stopped.IsZero() {
+		stopped = rec.Time
 	}
-	if t, ok := a.resumedAt[key]; ok && now.Sub(t) < a.opts.ResumeHold && !forGuarantee {
-		return fmt.Sprintf("resumed %s ago and the workload is above its project's guarantee", now.Sub(t).Round(time.Second))
+	since := ap.now.Sub(stopped)
+	if since < ap.opts.SuspendHold {
+		return fmt.Sprintf("suspended only %s ago", since.Round(time.Millisecond))
 	}
-	return ""
-}
-
-// holdForBeneficiary says why rec's job must not resume yet: the work it
-// was suspended for is still registered, unfinished and not placed, and
-// the suspension is younger than Options.ReclaimHold.
-func (a *Actuator) holdForBeneficiary(v *nomadwatch.View, rec state.Suspension, now time.Time) string {
-	if rec.ForWorkload == "" || now.Sub(rec.Time) >= a.opts.ReclaimHold {
+	if since >= ap.opts.ReclaimHold {
 		return ""
 	}
-	job := rec.ForWorkload
-	if i := strings.LastIndex(job, "/"); i > 0 {
-		job = job[:i] // "namespace/job/group" -> "namespace/job"
-	}
-	if job == nomadwatch.Key(rec.Namespace, rec.Job) {
+	i := strings.LastIndex(rec.ForWorkload, "/")
+	if i <= 0 {
 		return ""
 	}
-	info := v.Jobs[job]
-	if info == nil || info.Stop || info.Live > 0 || info.Status == "dead" {
+	job, group := rec.ForWorkload[:i], rec.ForWorkload[i+1:] // "namespace/job/group"
+	if job == r.Key() {
 		return ""
 	}
-	return fmt.Sprintf("the capacity it freed %s ago is kept for %s, not placed yet", now.Sub(rec.Time).Round(time.Millisecond), rec.ForWorkload)
-}
-
-// HoldResumes keeps every resume back for Options.RecoveryHold from now. The
-// service calls it when it reads the cluster again after an outage: for a
-// while after an agent restart, Nomad's view (clients reconnecting, stopped
-// allocations not yet terminal, device families re-settling) can show
-// capacity that is not there, and resuming on it would only lead to
-// suspending the same job again. Resumes are never urgent; reclaims for a
-// guarantee go on.
-func (a *Actuator) HoldResumes(now time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.resumesHeldUntil = now.Add(a.opts.RecoveryHold)
-}
-
-// holdResume says why the job key must not be resumed now: resumes are
-// held after an outage, an action on it is in flight, or it was suspended
-// within SuspendHold.
-func (a *Actuator) holdResume(key string, now time.Time) string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if now.Before(a.resumesHeldUntil) {
-		return fmt.Sprintf("recovering from an outage: resumes wait %s more", a.resumesHeldUntil.Sub(now).Round(time.Second))
-	}
-	if _, ok := a.inflight[key]; ok {
-		return "an action on it is in flight"
-	}
-	if t, ok := a.suspendedAt[key]; ok && now.Sub(t) < a.opts.SuspendHold {
-		return fmt.Sprintf("suspended only %s ago", now.Sub(t).Round(time.Millisecond))
+	if info := ap.v.Jobs[job]; info != nil && info.Pending[group] > 0 {
+		return fmt.Sprintf("the capacity it freed %s ago is kept for %s, which waits to be placed", since.Round(time.Millisecond), rec.ForWorkload)
 	}
 	return ""
 }

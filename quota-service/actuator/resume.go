@@ -11,82 +11,79 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
-// resume registers the stopped job again with Stop=false, unless someone
-// changed it since (the modify index guards the write). It registers the
-// version recorded at the suspension (fetched from the job's versions),
-// not merely the latest one: the stop itself made a new version, and a
-// later change by someone else (a version above the stop's) wins.
-func (a *Actuator) resume(ctx context.Context, rec state.Suspension) error {
-	key := nomadwatch.Key(rec.Namespace, rec.Job)
-	qo := (&nomadapi.QueryOptions{Namespace: rec.Namespace}).WithContext(ctx)
-	latest, _, err := a.nomad.Jobs().Info(rec.Job, qo)
-	if err != nil {
-		return fmt.Errorf("resuming %s: reading the job: %w", key, err)
-	}
-	if latest.Stop == nil || !*latest.Stop {
-		return nil // already running again; the record is cleared once it runs
-	}
-	var idx uint64
-	if latest.JobModifyIndex != nil {
-		idx = *latest.JobModifyIndex
-	}
-	job, from, err := a.resumeSpec(ctx, rec, latest)
+// resume registers r's job again with Stop=false: the suspended version
+// as Nomad keeps it, or, when Nomad's garbage collector removed the job,
+// the record's spec. The record says "resuming" before the register and
+// "resumed" after it; the register is guarded by the job modify index of
+// the service's stop (or, for a vanished job, by the job's absence), so
+// that nothing its owner did meanwhile is overwritten. The tag is removed
+// once the job is registered again.
+func (ap *applying) resume(ctx context.Context, r *nomadwatch.Record, rec *state.Suspension) error {
+	key := rec.Key()
+	job, from, err := ap.resumeSpec(ctx, r)
 	if err != nil {
 		return err
 	}
-	stop := false
-	job.Stop = &stop
-	if err := a.guard(ctx, "resuming "+key); err != nil {
+	job.Stop = ptr(false)
+	job.VersionTag = nil
+	var enforce uint64
+	if r.Verdict != nomadwatch.Vanished {
+		enforce = jobModifyIndex(r.Current)
+	}
+	next := *rec
+	next.Phase, next.ResumedAt = state.PhaseResuming, ap.now
+	if err := ap.put(ctx, &next, "recording the resume of"); err != nil {
 		return err
 	}
-	if _, _, err := a.nomad.Jobs().EnforceRegister(job, idx, (&nomadapi.WriteOptions{Namespace: rec.Namespace}).WithContext(ctx)); err != nil {
-		return fmt.Errorf("resuming %s: registering it with Stop=false: %w", key, err)
+	resp, _, err := ap.nomad.Jobs().EnforceRegister(job, enforce, (&nomadapi.WriteOptions{Namespace: rec.Namespace}).WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("resuming %s: registering %s with Stop=false: %w", key, from, err)
 	}
-	now := time.Now()
-	a.mu.Lock()
-	a.inflight[key] = inflight{wantStop: false, since: now}
-	a.resumedAt[key] = now
-	a.mu.Unlock()
-	a.log.Info("resumed job", "job", key, "project", rec.Project, "from", from)
+	next.Phase, next.ResumeJobModifyIndex = state.PhaseResumed, resp.JobModifyIndex
+	if err := ap.put(ctx, &next, "marking resumed"); err != nil {
+		ap.log.Warn("job resumed but its record could not be marked; the next cycle marks it from Nomad's state", "job", key, "error", err)
+		return nil
+	}
+	*rec = next
+	ap.log.Info("resumed job", "job", key, "project", rec.Project, "from", from)
+	if err := ap.endResumed(ctx, ap.records[key]); err != nil {
+		ap.log.Warn("removing the suspension tag failed; retried next cycle", "job", key, "error", err)
+	}
 	return nil
 }
 
-// resumeSpec picks what to register: the recorded version while the only
-// version after it is the stop (Version+1), else the latest. from says
-// which, for the log.
-func (a *Actuator) resumeSpec(ctx context.Context, rec state.Suspension, latest *nomadapi.Job) (*nomadapi.Job, string, error) {
-	var cur uint64
-	if latest.Version != nil {
-		cur = *latest.Version
+// resumeSpec picks what to register and says which, for the log: the
+// record's spec for a vanished job; else Nomad's copy of the suspended
+// version (same version and job modify index as recorded: the owner's
+// spec with its scaling policies as they were); else, when Nomad no longer
+// keeps that version, the stopped version itself.
+func (ap *applying) resumeSpec(ctx context.Context, r *nomadwatch.Record) (*nomadapi.Job, string, error) {
+	if r.Verdict == nomadwatch.Vanished {
+		return r.Spec, fmt.Sprintf("the record's spec of version %d (Nomad had collected the job)", r.Version), nil
 	}
-	if cur == rec.Version {
-		return latest, "recorded version (no stop version seen)", nil
-	}
-	if cur > rec.Version+1 || cur < rec.Version {
-		return latest, fmt.Sprintf("latest version %d: the job changed after its suspension (recorded version %d)", cur, rec.Version), nil
-	}
-	versions, _, _, err := a.nomad.Jobs().Versions(rec.Job, false, (&nomadapi.QueryOptions{Namespace: rec.Namespace}).WithContext(ctx))
+	versions, _, _, err := ap.nomad.Jobs().Versions(r.Job, false, (&nomadapi.QueryOptions{Namespace: r.Namespace}).WithContext(ctx))
 	if err != nil {
-		return nil, "", fmt.Errorf("resuming %s: listing its versions: %w", nomadwatch.Key(rec.Namespace, rec.Job), err)
+		return nil, "", fmt.Errorf("resuming %s: listing its versions: %w", r.Key(), err)
 	}
 	for _, v := range versions {
-		if v.Version != nil && *v.Version == rec.Version {
-			return v, fmt.Sprintf("recorded version %d", rec.Version), nil
+		if v.Version != nil && *v.Version == r.Version && jobModifyIndex(v) == r.JobModifyIndex {
+			return v, fmt.Sprintf("version %d", r.Version), nil
 		}
 	}
-	return latest, fmt.Sprintf("latest version %d: recorded version %d is no longer kept", cur, rec.Version), nil
+	return r.Current, fmt.Sprintf("stopped version %d (Nomad no longer keeps version %d; scaling policies stay as the stop left them)", version(r.Current), r.Version), nil
 }
 
 // nudge asks Nomad to evaluate job again when the service suspended work
-// for it (a suspension record names it) and the job is still queued.
+// for it (a suspension record names it) and Nomad still has some of it to
+// place.
 func (a *Actuator) nudge(ctx context.Context, v *nomadwatch.View, rep *Report, job string, now time.Time) {
 	info := v.Jobs[job]
 	if info == nil || info.Stop || info.Queued == 0 {
 		return
 	}
 	beneficiary := false
-	for _, rec := range v.Suspended {
-		if strings.HasPrefix(rec.ForWorkload, job+"/") {
+	for _, r := range v.Records {
+		if strings.HasPrefix(r.ForWorkload, job+"/") {
 			beneficiary = true
 			break
 		}
@@ -112,4 +109,13 @@ func (a *Actuator) nudge(ctx context.Context, v *nomadwatch.View, rep *Report, j
 		return
 	}
 	a.log.Debug("re-evaluated a job the plan places but Nomad holds queued", "job", job)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func version(job *nomadapi.Job) uint64 {
+	if job == nil || job.Version == nil {
+		return 0
+	}
+	return *job.Version
 }

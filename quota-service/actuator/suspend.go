@@ -2,64 +2,139 @@ package actuator
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"time"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
+	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
-// suspend records, then stops the job.
-func (a *Actuator) suspend(ctx context.Context, rec *state.Suspension) error {
-	job, _, err := a.nomad.Jobs().Info(rec.Job, (&nomadapi.QueryOptions{Namespace: rec.Namespace}).WithContext(ctx))
+// suspendFor carries out one suspension of the plan unless it is held
+// back: record (with the job's spec), then stop, then tag. A recorded
+// suspension that was never stopped (a leader died in between) is finished
+// here, when the current plan suspends the same job.
+func (ap *applying) suspendFor(ctx context.Context, act plan.Action) {
+	w := ap.v.Snapshot.Pending[act.Workload]
+	spec := ap.v.Specs[act.Job]
+	if spec == nil || spec.Version == nil || spec.JobModifyIndex == nil {
+		ap.skip(act, "suspend %s: job not in the view", act.Job)
+		return
+	}
+	r := ap.v.Records[act.Job]
+	if why := ap.holdSuspend(r, ap.withinGuarantee[w.Project]); why != "" {
+		ap.skip(act, "suspend %s for %s/%s: %s", act.Job, w.Job, w.Group, why)
+		return
+	}
+	if why := ap.mayComeBack(ctx, spec); why != "" {
+		ap.skip(act, "suspend %s for %s/%s: %s", act.Job, w.Job, w.Group, why)
+		return
+	}
+	rec, event, err := ap.newRecord(ctx, act, w.Job+"/"+w.Group, w.Project, spec)
+	if err == nil {
+		err = ap.put(ctx, rec, "recording the suspension of")
+	}
 	if err != nil {
-		return fmt.Errorf("suspending %s/%s: reading the job: %w", rec.Namespace, rec.Job, err)
+		ap.skipped[act.Workload] = true
+		if errors.Is(err, state.ErrRecordTooLarge) {
+			ap.rep.Skipped = append(ap.rep.Skipped, fmt.Sprintf("suspend %s: %v", act.Job, err))
+			return
+		}
+		ap.fail(err)
+		return
 	}
-	if job.Version != nil {
-		rec.Version = *job.Version
+	ap.history(ctx, &ap.rep, state.Entry{Event: event, Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, Reason: rec.Reason, ForWorkload: rec.ForWorkload})
+	if ap.BeforeStop != nil {
+		ap.BeforeStop(ctx, *rec)
 	}
-	if job.JobModifyIndex != nil {
-		rec.JobModifyIndex = *job.JobModifyIndex
+	if err := ap.stop(ctx, rec); err != nil {
+		ap.skipped[act.Workload] = true
+		ap.fail(err)
+		return
 	}
-	rec.Groups = map[string]int{}
-	for _, tg := range job.TaskGroups {
+	ap.rep.Done = append(ap.rep.Done, Done{Event: event, Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project,
+		ForWorkload: rec.ForWorkload, ForProject: rec.ForProject, Reason: rec.Reason})
+	if ap.AfterStop != nil {
+		ap.AfterStop(ctx, *rec)
+	}
+}
+
+// newRecord is the record of act's suspension of spec's job, and the
+// history event it makes: "suspend", or "suspend-finished" over an
+// unfinished record (whose key it overwrites).
+func (ap *applying) newRecord(ctx context.Context, act plan.Action, forWorkload, forProject string, spec *nomadapi.Job) (*state.Suspension, state.Event, error) {
+	rec := &state.Suspension{Namespace: *spec.Namespace, Job: *spec.ID, Project: act.Project, Phase: state.PhaseStopping,
+		Reason: act.Reason, ForWorkload: forWorkload, ForProject: forProject, Time: ap.now, By: ap.instance,
+		Version: *spec.Version, JobModifyIndex: *spec.JobModifyIndex, Groups: map[string]int{}, Allocations: act.Allocations,
+		Tag: nomadwatch.TagName(forProject, ap.now)}
+	for _, tg := range spec.TaskGroups {
 		if tg.Name != nil && tg.Count != nil {
 			rec.Groups[*tg.Name] = *tg.Count
 		}
 	}
-	if err := a.guard(ctx, "suspending "+nomadwatch.Key(rec.Namespace, rec.Job)); err != nil {
-		return err
+	if err := rec.EncodeSpec(spec); err != nil {
+		return nil, "", err
 	}
-	if err := a.store.PutSuspension(ctx, *rec); err != nil {
-		return fmt.Errorf("suspending %s/%s: not stopping it because the record could not be written: %w", rec.Namespace, rec.Job, err)
+	event := state.EventSuspend
+	if old := ap.records[act.Job]; old != nil {
+		// An unfinished suspension, or a resumed job's record whose
+		// hold is over: the new record replaces it.
+		rec.ModifyIndex = old.ModifyIndex
+		if old.Phase == state.PhaseStopping {
+			event = state.EventSuspendFinished
+			rec.Reason = fmt.Sprintf("%s (finishing the suspension %s recorded at %s)", act.Reason, old.By, old.Time.UTC().Format("15:04:05Z"))
+		} else if err := ap.untag(ctx, *old); err != nil {
+			return nil, "", err
+		}
 	}
-	var rep Report
-	a.history(ctx, &rep, state.Entry{Event: state.EventSuspend, Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project, Reason: rec.Reason, ForWorkload: rec.ForWorkload})
-	if a.BeforeStop != nil {
-		a.BeforeStop(ctx, *rec)
-	}
-	return a.stop(ctx, *rec)
+	return rec, event, nil
 }
 
-// stop deregisters the job without purging it and marks the record.
-func (a *Actuator) stop(ctx context.Context, rec state.Suspension) error {
-	key := nomadwatch.Key(rec.Namespace, rec.Job)
-	if err := a.guard(ctx, "stopping "+key+" (recorded; the next leader finishes it)"); err != nil {
+// stop stops rec's job without purging it, tags the version the stop
+// made, and marks the record. Before the stop it checks that the job is
+// still the recorded version; after it, that the stop Nomad shows is this
+// one. A failure after the stop leaves the record "stopping": the next
+// cycle reads the stop from Nomad (nomadwatch.StopLanded).
+func (ap *applying) stop(ctx context.Context, rec *state.Suspension) error {
+	key := rec.Key()
+	q := (&nomadapi.QueryOptions{Namespace: rec.Namespace}).WithContext(ctx)
+	cur, _, err := ap.nomad.Jobs().Info(rec.Job, q)
+	if err != nil {
+		return fmt.Errorf("stopping %s: reading the job: %w", key, err)
+	}
+	if cur.JobModifyIndex == nil || *cur.JobModifyIndex != rec.JobModifyIndex {
+		return fmt.Errorf("stopping %s: the job changed since it was planned (job modify index %d, recorded %d); not stopping it", key, jobModifyIndex(cur), rec.JobModifyIndex)
+	}
+	if err := ap.guard(ctx, "stopping "+key+" (recorded; the next leader decides)"); err != nil {
 		return err
 	}
-	if _, _, err := a.nomad.Jobs().Deregister(rec.Job, false, (&nomadapi.WriteOptions{Namespace: rec.Namespace}).WithContext(ctx)); err != nil {
-		return fmt.Errorf("stopping %s (record kept at %s; the next cycle retries): %w", key, a.store.Layout().Suspension(rec.Namespace, rec.Job), err)
+	_, wm, err := ap.nomad.Jobs().Deregister(rec.Job, false, (&nomadapi.WriteOptions{Namespace: rec.Namespace}).WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("stopping %s (record kept at %s; the next cycle decides): %w", key, ap.store.Layout().Suspension(rec.Namespace, rec.Job), err)
 	}
-	now := time.Now()
-	a.mu.Lock()
-	a.inflight[key] = inflight{wantStop: true, since: now}
-	a.suspendedAt[key] = now
-	a.mu.Unlock()
-	rec.Stopped = true
-	if err := a.store.PutSuspension(ctx, rec); err != nil {
-		a.log.Warn("job stopped but its record could not be marked; it still counts as suspended", "job", key, "error", err)
+	job, _, err := ap.nomad.Jobs().Info(rec.Job, q)
+	if err != nil {
+		return fmt.Errorf("reading %s after its stop (the next cycle marks it): %w", key, err)
 	}
-	a.log.Info("suspended job", "job", key, "project", rec.Project, "for", rec.ForWorkload, "reason", rec.Reason)
+	if job.Stop == nil || !*job.Stop || (wm != nil && wm.LastIndex != 0 && jobModifyIndex(job) != wm.LastIndex) {
+		return fmt.Errorf("%s changed right after its stop (job modify index %d); the next cycle decides from what Nomad shows", key, jobModifyIndex(job))
+	}
+	next := *rec
+	next.Phase = state.PhaseSuspended
+	next.StopVersion, next.StopJobModifyIndex, next.StoppedAt = *job.Version, jobModifyIndex(job), ap.now
+	ap.tag(ctx, job, &next)
+	if err := ap.put(ctx, &next, "marking stopped"); err != nil {
+		ap.log.Warn("job stopped but its record could not be marked; the next cycle marks it from Nomad's state", "job", key, "error", err)
+	}
+	*rec = next
+	ap.log.Info("suspended job", "job", key, "project", rec.Project, "for", rec.ForWorkload, "tag", rec.Tag, "tagged", rec.Tagged, "reason", rec.Reason)
 	return nil
+}
+
+func jobModifyIndex(job *nomadapi.Job) uint64 {
+	if job.JobModifyIndex == nil {
+		return 0
+	}
+	return *job.JobModifyIndex
 }

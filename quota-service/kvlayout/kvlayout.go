@@ -38,6 +38,16 @@ func (l Layout) QuotaErrors() string { return l.Root + "/status/quota-errors/" }
 // QuotaError is the key reporting why project's document is rejected.
 func (l Layout) QuotaError(project string) string { return l.QuotaErrors() + project }
 
+// RecordErrors is the folder of reports on suspension records the
+// service does not act on.
+func (l Layout) RecordErrors() string { return l.Root + "/status/record-errors/" }
+
+// RecordError is the key reporting why the record of job in namespace is
+// not acted on.
+func (l Layout) RecordError(namespace, job string) string {
+	return fmt.Sprintf("%s%s/%s", l.RecordErrors(), namespace, job)
+}
+
 // ProjectStatuses is the folder of per-project status documents.
 func (l Layout) ProjectStatuses() string { return l.Root + "/status/projects/" }
 

@@ -57,8 +57,11 @@ type JobInfo struct {
 	// Live is the number of its allocations placed and not finished
 	// (desired to run, client status pending or running).
 	Live int
-	// Queued is the number of its allocations waiting for placement.
-	Queued int
+	// Queued is the number of its instances waiting for placement
+	// (resumable suspended jobs: all of them); Pending the same by task
+	// group.
+	Queued  int
+	Pending map[string]int
 }
 
 // Key is the job's snapshot name, "namespace/id".
@@ -69,14 +72,14 @@ type View struct {
 	Snapshot *model.Snapshot
 	// Jobs by Key.
 	Jobs map[string]*JobInfo
-	// Suspended are the records whose job is stopped in Nomad (they are
-	// in Snapshot.Pending, Suspended set).
-	Suspended map[string]state.Suspension
-	// Unfinished are records whose job still runs and is not marked
-	// stopped: a suspension to finish.
-	Unfinished []state.Suspension
-	// Stale are records whose job runs again or is gone: to delete.
-	Stale []state.Suspension
+	// Records are the suspension records by job Key, each with its
+	// verdict (records.go). Resumable ones are in Snapshot.Pending with
+	// Suspended set.
+	Records map[string]*Record
+	// RecordErrors are the records the service does not act on, and why.
+	RecordErrors []state.RecordError
+	// Specs are the full job specs read (Inputs.Specs).
+	Specs map[string]*nomadapi.Job
 	// Warnings are things left out of the snapshot, for logs.
 	Warnings []string
 	// Unaccounted names running GPU allocations the snapshot could not
@@ -93,12 +96,20 @@ type Inputs struct {
 	Nodes       []*nomadapi.NodeListStub
 	Allocations []*nomadapi.AllocationListStub
 	Jobs        []*nomadapi.JobListStub
-	// Specs are full job specs by Key, for jobs with queued work and
-	// for suspended jobs.
-	Specs       map[string]*nomadapi.Job
-	Settings    []quota.Settings
-	Suspensions []state.Suspension
-	Now         time.Time
+	// Specs are full job specs by Key: of every registered job that is
+	// not stopped and not finished, and of every suspension record's job.
+	Specs    map[string]*nomadapi.Job
+	Settings []quota.Settings
+	// Suspensions are the suspension records that decoded;
+	// RecordErrors those that did not.
+	Suspensions  []state.Suspension
+	RecordErrors []state.RecordError
+	// Unlisted holds, for a record whose job the listing left out, what
+	// reading the job directly gave: nil when Nomad does not know it
+	// (404), else the error (an ACL refusal is no proof of absence). A
+	// job the direct read found is in Specs.
+	Unlisted map[string]error
+	Now      time.Time
 }
 
 // Assemble turns listings into a View. It never fails: records it cannot
@@ -109,7 +120,7 @@ func Assemble(in Inputs) *View {
 	a.addJobs()
 	a.addAllocations()
 	a.settleNodeResources()
-	a.classifySuspensions()
+	a.classifyRecords()
 	a.addPending()
 	sort.Slice(a.snap.Projects, func(i, j int) bool { return a.snap.Projects[i].Name < a.snap.Projects[j].Name })
 	return a.v
@@ -129,7 +140,7 @@ type assembler struct {
 }
 
 func newAssembler(in Inputs) *assembler {
-	v := &View{Snapshot: &model.Snapshot{}, Jobs: map[string]*JobInfo{}, Suspended: map[string]state.Suspension{}, ListedAt: in.Now}
+	v := &View{Snapshot: &model.Snapshot{}, Jobs: map[string]*JobInfo{}, Records: map[string]*Record{}, Specs: in.Specs, ListedAt: in.Now}
 	a := &assembler{in: in, v: v, snap: v.Snapshot, resolver: newResolver(in.Settings),
 		projects: map[string]bool{}, nodes: map[string]*nodeGPUs{}}
 	for _, s := range in.Settings {
@@ -180,88 +191,4 @@ func (a *assembler) addJobs() {
 		}
 		a.v.Jobs[Key(j.Namespace, j.ID)] = info
 	}
-}
-
-// classifySuspensions sorts the suspension records by what their job
-// does now: stopped (suspended), still running and not marked stopped
-// (unfinished), registered again and waiting (the record stays), or
-// running again or gone (stale).
-func (a *assembler) classifySuspensions() {
-	v := a.v
-	for _, rec := range a.in.Suspensions {
-		key := Key(rec.Namespace, rec.Job)
-		info := v.Jobs[key]
-		switch {
-		case info == nil:
-			v.Stale = append(v.Stale, rec)
-		case !info.Stop && !rec.Stopped:
-			v.Unfinished = append(v.Unfinished, rec)
-		case !info.Stop && (info.Running > 0 || info.Status == "dead"):
-			v.Stale = append(v.Stale, rec) // running again (resumed, or started by hand), or done
-		case !info.Stop:
-			// Registered again, not running yet: the record stays
-			// until the job runs.
-		default:
-			v.Suspended[key] = rec
-		}
-	}
-}
-
-// addPending adds the pending demand, in job order: the queued instances
-// of live jobs' GPU groups, and every GPU group of a suspended job at its
-// recorded count.
-func (a *assembler) addPending() {
-	jobKeys := make([]string, 0, len(a.v.Jobs))
-	for k := range a.v.Jobs {
-		jobKeys = append(jobKeys, k)
-	}
-	sort.Strings(jobKeys)
-	stubs := map[string]*nomadapi.JobListStub{}
-	for _, j := range a.in.Jobs {
-		stubs[Key(j.Namespace, j.ID)] = j
-	}
-	for _, key := range jobKeys {
-		spec := a.in.Specs[key]
-		if spec == nil {
-			continue
-		}
-		for _, tg := range spec.TaskGroups {
-			if tg.Name != nil {
-				a.addPendingGroup(key, stubs[key], tg)
-			}
-		}
-	}
-}
-
-// addPendingGroup adds one task group of job key as pending work, if it
-// asks for GPUs and has instances waiting.
-func (a *assembler) addPendingGroup(key string, stub *nomadapi.JobListStub, tg *nomadapi.TaskGroup) {
-	info := a.v.Jobs[key]
-	ask, ok, err := groupAsk(tg)
-	if err != nil {
-		a.warn("job %s: %v", key, err)
-		return
-	}
-	if !ok {
-		return
-	}
-	rec, suspended := a.v.Suspended[key]
-	count := 0
-	submit := stub.SubmitTime / int64(time.Second)
-	switch {
-	case suspended:
-		count = rec.Groups[*tg.Name]
-		submit = rec.Time.Unix()
-	case !info.Stop && stub.JobSummary != nil:
-		if s, ok := stub.JobSummary.Summary[*tg.Name]; ok {
-			count = s.Queued
-		}
-	}
-	if count <= 0 {
-		return
-	}
-	info.Queued += count
-	a.addProject(info.Project)
-	a.snap.Pending = append(a.snap.Pending, model.Pending{Project: info.Project, Job: key, Group: *tg.Name,
-		Priority: info.Priority, Preemptible: info.Preemptible, Ask: ask, Count: count, Submit: submit, Suspended: suspended})
 }

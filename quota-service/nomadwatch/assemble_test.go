@@ -64,6 +64,8 @@ func TestAssemble(t *testing.T) {
 			alloc("al1", "a", "train", "gpu", "GPU-a"),
 			alloc("al2", "b", "nb", "gpu-share", ids.Share("GPU-c", 0), ids.Share("GPU-c", 1), ids.Share("GPU-c", 7)),
 			alloc("al3", "x", "meta", "gpu", "GPU-b"),
+			alloc("al4", "a", "unfinished", "gpu-share", ids.Share("GPU-d", 0), ids.Share("GPU-d", 1)),
+			alloc("al5", "a", "unfinished", "gpu-share", ids.Share("GPU-d", 2), ids.Share("GPU-d", 3)),
 		},
 		Jobs: []*nomadapi.JobListStub{
 			jobStub("a", "train", 0, false, nil),
@@ -74,16 +76,18 @@ func TestAssemble(t *testing.T) {
 			jobStub("a", "unfinished", 0, false, nil),
 		},
 		Specs: map[string]*nomadapi.Job{
-			"b/waiting": spec("b", "waiting", "nvidia/gpu", 1),
-			"a/parked":  spec("a", "parked", "nvidia/gpu-share", 30),
+			"b/waiting":    spec("b", "waiting", "nvidia/gpu", 1),
+			"a/parked":     stoppedAt(spec("a", "parked", "nvidia/gpu-share", 30), 9),
+			"a/unfinished": withIndex(spec("a", "unfinished", "nvidia/gpu-share", 2), 5),
 		},
 		Settings: settings,
 		Suspensions: []state.Suspension{
-			{Namespace: "a", Job: "parked", Groups: map[string]int{"g": 2}, Stopped: true, Time: time.Unix(70, 0)},
-			{Namespace: "a", Job: "unfinished", Groups: map[string]int{"g": 1}},
-			{Namespace: "a", Job: "gone", Stopped: true},
+			{Namespace: "a", Job: "parked", Phase: state.PhaseSuspended, StopJobModifyIndex: 9, Time: time.Unix(70, 0)},
+			{Namespace: "a", Job: "unfinished", Phase: state.PhaseStopping, JobModifyIndex: 5},
+			{Namespace: "a", Job: "gone", Phase: state.PhaseSuspended, Tagged: true},
 		},
-		Now: time.Unix(200, 0),
+		Unlisted: map[string]error{"a/gone": nil},
+		Now:      time.Unix(200, 0),
 	}
 	v := Assemble(in)
 	snap := v.Snapshot
@@ -94,6 +98,8 @@ func TestAssemble(t *testing.T) {
 		t.Fatalf("snapshot does not index: %v", err)
 	}
 	wantAllocs := map[string]model.Allocation{
+		"al4": {ID: "al4", Project: "a", Job: "a/unfinished", Group: "g", Priority: 50, Preemptible: true, Ask: model.Ask{Shares: 2}, Node: "n1", GPUs: []int{3}, Start: 100},
+		"al5": {ID: "al5", Project: "a", Job: "a/unfinished", Group: "g", Priority: 50, Preemptible: true, Ask: model.Ask{Shares: 2}, Node: "n1", GPUs: []int{3}, Start: 100},
 		"al1": {ID: "al1", Project: "a", Job: "a/train", Group: "g", Priority: 50, Preemptible: true, Ask: model.Ask{WholeGPUs: 1}, Node: "n1", GPUs: []int{0}, Start: 100},
 		"al2": {ID: "al2", Project: "b", Job: "b/nb", Group: "g", Priority: 50, Preemptible: true, Ask: model.Ask{Shares: 3}, Node: "n1", GPUs: []int{2}, Start: 100},
 		"al3": {ID: "al3", Project: "research", Job: "x/meta", Group: "g", Priority: 50, Preemptible: false, Ask: model.Ask{WholeGPUs: 1}, Node: "n1", GPUs: []int{1}, Start: 100},
@@ -129,15 +135,21 @@ func TestAssemble(t *testing.T) {
 	if got := len(names); got != 3 || names[0] != "a" || names[1] != "b" || names[2] != "research" {
 		t.Errorf("projects %v, want [a b research]", names)
 	}
-	if len(v.Unfinished) != 1 || v.Unfinished[0].Job != "unfinished" {
-		t.Errorf("unfinished %+v, want a/unfinished", v.Unfinished)
+	for key, want := range map[string]Verdict{"a/parked": Suspended, "a/unfinished": Unfinished, "a/gone": Closed} {
+		if r := v.Records[key]; r == nil || r.Verdict != want {
+			t.Errorf("record %s: %+v, want verdict %d", key, r, want)
+		}
 	}
-	if len(v.Stale) != 1 || v.Stale[0].Job != "gone" {
-		t.Errorf("stale %+v, want a/gone", v.Stale)
-	}
-	if _, ok := v.Suspended["a/parked"]; !ok {
-		t.Errorf("suspended %+v, want a/parked", v.Suspended)
-	}
+}
+
+func withIndex(j *nomadapi.Job, jmi uint64) *nomadapi.Job {
+	j.JobModifyIndex, j.ModifyIndex = ptr(jmi), ptr(jmi)
+	return j
+}
+
+func stoppedAt(j *nomadapi.Job, jmi uint64) *nomadapi.Job {
+	j.Stop = ptr(true)
+	return withIndex(j, jmi)
 }
 
 func TestGroupAsk(t *testing.T) {

@@ -2,7 +2,9 @@ package nomadwatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -12,8 +14,9 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
-// Builder lists Nomad and assembles Views. Job specs are cached by job
-// modify index.
+// Builder lists Nomad and assembles Views. Job specs are cached by the
+// job's modify index (which moves with every change, version tags
+// included).
 type Builder struct {
 	nomad *nomadapi.Client
 	log   hclog.Logger
@@ -28,9 +31,10 @@ func NewBuilder(client *nomadapi.Client, log hclog.Logger) *Builder {
 }
 
 // Build lists nodes, allocations and jobs in all namespaces and assembles
-// a View with the given quota settings and suspension records. Any listing
-// error fails the whole build: the service never plans on partial data.
-func (b *Builder) Build(ctx context.Context, settings []quota.Settings, suspensions []state.Suspension) (*View, error) {
+// a View with the given quota settings and suspension records (recErrs:
+// those that did not decode). Any listing error fails the whole build: the
+// service never plans on partial data.
+func (b *Builder) Build(ctx context.Context, settings []quota.Settings, suspensions []state.Suspension, recErrs []state.RecordError) (*View, error) {
 	q := func(params map[string]string) *nomadapi.QueryOptions {
 		return (&nomadapi.QueryOptions{Namespace: "*", Params: params, AllowStale: false}).WithContext(ctx)
 	}
@@ -42,38 +46,85 @@ func (b *Builder) Build(ctx context.Context, settings []quota.Settings, suspensi
 	if err != nil {
 		return nil, fmt.Errorf("listing Nomad allocations: %w", err)
 	}
-	jobs, _, err := b.nomad.Jobs().List(q(nil))
+	// Meta names projects and opts jobs out of suspension; the listing
+	// carries it only when asked.
+	jobs, _, err := b.nomad.Jobs().ListOptions(&nomadapi.JobListOptions{Fields: &nomadapi.JobListFields{Meta: true}}, q(nil))
 	if err != nil {
 		return nil, fmt.Errorf("listing Nomad jobs: %w", err)
 	}
 	now := time.Now()
+	specs, err := b.readSpecs(ctx, jobs, suspensions)
+	if err != nil {
+		return nil, err
+	}
+	unlisted, err := b.readUnlisted(ctx, jobs, suspensions, specs)
+	if err != nil {
+		return nil, err
+	}
+	b.prune(jobs)
+	return Assemble(Inputs{Nodes: nodes, Allocations: allocs, Jobs: jobs, Specs: specs,
+		Settings: settings, Suspensions: suspensions, RecordErrors: recErrs, Unlisted: unlisted, Now: now}), nil
+}
+
+// readSpecs reads the full spec of every job that may have pending work
+// (registered, not stopped, not finished) and of every recorded job.
+func (b *Builder) readSpecs(ctx context.Context, jobs []*nomadapi.JobListStub, suspensions []state.Suspension) (map[string]*nomadapi.Job, error) {
 	recorded := map[string]bool{}
 	for _, r := range suspensions {
-		recorded[Key(r.Namespace, r.Job)] = true
+		recorded[r.Key()] = true
 	}
 	specs := map[string]*nomadapi.Job{}
 	for _, j := range jobs {
 		key := Key(j.Namespace, j.ID)
-		queued := false
-		if j.JobSummary != nil {
-			for _, s := range j.JobSummary.Summary {
-				queued = queued || s.Queued > 0
-			}
-		}
-		if !(queued && !j.Stop) && !recorded[key] {
+		if (j.Stop || j.Status == "dead" || j.ParameterizedJob || j.Periodic) && !recorded[key] {
 			continue
 		}
 		spec, err := b.spec(ctx, j)
 		if err != nil {
 			return nil, err
 		}
-		if spec != nil {
-			specs[key] = spec
+		specs[key] = spec
+	}
+	return specs, nil
+}
+
+// readUnlisted reads the job of every record the listing left out, one by
+// one: a listing under ACLs leaves out what the token may not see, so only
+// Nomad's 404 says the job is gone.
+func (b *Builder) readUnlisted(ctx context.Context, jobs []*nomadapi.JobListStub, suspensions []state.Suspension, specs map[string]*nomadapi.Job) (map[string]error, error) {
+	listed := map[string]bool{}
+	for _, j := range jobs {
+		listed[Key(j.Namespace, j.ID)] = true
+	}
+	unlisted := map[string]error{}
+	for _, r := range suspensions {
+		key := r.Key()
+		if listed[key] {
+			continue
+		}
+		job, _, err := b.nomad.Jobs().Info(r.Job, (&nomadapi.QueryOptions{Namespace: r.Namespace}).WithContext(ctx))
+		switch code := StatusCode(err); {
+		case err == nil:
+			specs[key] = job
+		case code == http.StatusNotFound:
+			unlisted[key] = nil
+		case code != 0:
+			unlisted[key] = fmt.Errorf("reading Nomad job %s: %w", key, err)
+		default:
+			return nil, fmt.Errorf("reading Nomad job %s: %w", key, err)
 		}
 	}
-	b.prune(jobs)
-	return Assemble(Inputs{Nodes: nodes, Allocations: allocs, Jobs: jobs, Specs: specs,
-		Settings: settings, Suspensions: suspensions, Now: now}), nil
+	return unlisted, nil
+}
+
+// StatusCode is the HTTP status of a Nomad API error (0 when err is not
+// an HTTP answer).
+func StatusCode(err error) int {
+	var e nomadapi.UnexpectedResponseError
+	if errors.As(err, &e) {
+		return e.StatusCode()
+	}
+	return 0
 }
 
 func (b *Builder) spec(ctx context.Context, j *nomadapi.JobListStub) (*nomadapi.Job, error) {
@@ -81,7 +132,7 @@ func (b *Builder) spec(ctx context.Context, j *nomadapi.JobListStub) (*nomadapi.
 	b.mu.Lock()
 	cached := b.specs[key]
 	b.mu.Unlock()
-	if cached != nil && cached.JobModifyIndex != nil && *cached.JobModifyIndex == j.JobModifyIndex {
+	if cached != nil && cached.ModifyIndex != nil && *cached.ModifyIndex == j.ModifyIndex {
 		return cached, nil
 	}
 	spec, _, err := b.nomad.Jobs().Info(j.ID, (&nomadapi.QueryOptions{Namespace: j.Namespace}).WithContext(ctx))

@@ -120,7 +120,11 @@ func (a *assembler) addAllocation(al *nomadapi.AllocationListStub) {
 			info.Running++
 		}
 	}
-	if al.AllocatedResources == nil {
+	if al.AllocatedResources == nil || (info != nil && info.Stop) {
+		// Without resources it holds nothing we count; of a stopped
+		// job, it is being stopped and Nomad frees what it holds
+		// (docs/design.md, Suspension and resumption: a stop in flight
+		// is no usage to make room from).
 		return
 	}
 	cpu, mem := allocatedCPUMemory(al.AllocatedResources)
@@ -132,6 +136,7 @@ func (a *assembler) addAllocation(al *nomadapi.AllocationListStub) {
 	if held.Empty() {
 		return
 	}
+
 	if info == nil {
 		a.warn("allocation %s: job %s not listed", al.ID, key)
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,26 +99,34 @@ func history(t *testing.T, store *state.Store, ns, id string, event state.Event)
 
 // TestActuatorSuspendsAndResumesARealJob drives the actuator with
 // hand-made plans against a real Nomad: a suspension writes its KV record
-// before the job is stopped (not purged), resuming registers it again, and
-// the record goes away once the job runs.
+// (with the job's spec) before the job is stopped (not purged) and tags the
+// stopped version; resuming registers the suspended version again and
+// removes the tag; the record stays through the resume hold, during which
+// the job is not suspended again for work above its project's guarantee,
+// and goes once the hold ends.
 func TestActuatorSuspendsAndResumesARealJob(t *testing.T) {
 	c := needCluster(t)
 	ctx := context.Background()
-	layout := kvlayout.New("mechanics-test")
-	store := state.New(c.Consul, layout)
+	s := newScenario(t, c, "mechanics-test")
 	log := logger(t)
-	runSleeper(t, c, "team-a", "trainer")
+	j := gpuJob{ns: "team-a", id: "trainer", whole: 1}
+	s.submit(j)
+	s.wait(90*time.Second, "running", isRunning, j)
 	b := nomadwatch.NewBuilder(c.Nomad, log)
-	act := actuator.New(c.Nomad, store, log, "test", actuator.Options{SuspendHold: time.Millisecond})
-	key := nomadwatch.Key("team-a", "trainer")
+	act := actuator.New(c.Nomad, s.store, log, "test", actuator.Options{SuspendHold: time.Millisecond})
+	key := nomadwatch.Key(j.ns, j.id)
+	original, err := s.nomadJob(j.ns, j.id)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	view := func() *nomadwatch.View {
 		t.Helper()
-		recs, _, err := store.Suspensions(ctx)
+		recs, bad, err := s.store.Suspensions(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := b.Build(ctx, nil, recs)
+		v, err := b.Build(ctx, nil, recs, bad)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,43 +136,51 @@ func TestActuatorSuspendsAndResumesARealJob(t *testing.T) {
 	// Suspend for a (made-up) pending workload of team-b.
 	v := view()
 	v.Snapshot.Pending = append(v.Snapshot.Pending, model.Pending{Project: "team-b", Job: "team-b/big", Group: "g", Count: 1, Ask: model.Ask{WholeGPUs: 1}})
-	res := plan.Result{Actions: []plan.Action{{Kind: plan.Suspend, Project: "team-a", Job: key, Workload: 0, Reason: "reclaim for team-b"}}}
+	res := plan.Result{Actions: []plan.Action{{Kind: plan.Suspend, Project: "team-a", Job: key, Workload: len(v.Snapshot.Pending) - 1, Reason: "reclaim for team-b"}}}
 	rep, err := act.Apply(ctx, v, res)
 	if err != nil || len(rep.Errors) > 0 || len(rep.Done) != 1 {
 		t.Fatalf("Apply suspend: %v, report %+v", err, rep)
 	}
-	rec := suspension(t, store, "team-a", "trainer")
-	if rec == nil || !rec.Stopped || rec.ForWorkload != "team-b/big/g" || rec.Groups["main"] != 1 || rec.Reason == "" {
-		t.Fatalf("suspension record %+v: want stopped, for team-b/big/g, group main=1, a reason", rec)
+	rec := suspension(t, s.store, j.ns, j.id)
+	if rec == nil || rec.Phase != state.PhaseSuspended || !rec.Tagged || rec.ForWorkload != "team-b/big/g" || rec.Groups["main"] != 1 || rec.Reason == "" {
+		t.Fatalf("suspension record %+v: want suspended, tagged, for team-b/big/g, group main=1, a reason", rec)
 	}
-	waitJob(t, c, "team-a", "trainer", true)
-	if n := history(t, store, "team-a", "trainer", state.EventSuspend); n != 1 {
+	if spec, err := rec.DecodeSpec(); err != nil || sameContents(original, spec) != nil {
+		t.Fatalf("record's spec: %v %v", err, sameContents(original, spec))
+	}
+	s.wait(30*time.Second, "stopped", func(st jobState) bool { return st.stopped && st.running == 0 }, j)
+	tags, err := s.serviceTags(j.ns, j.id)
+	if err != nil || len(tags) != 1 || tags[rec.StopVersion].Name != rec.Tag || !strings.Contains(tags[rec.StopVersion].Description, "team-b") {
+		t.Fatalf("tags %+v (%v): want %s on the stop's version %d, naming team-b", tags, err, rec.Tag, rec.StopVersion)
+	}
+	if n := history(t, s.store, j.ns, j.id, state.EventSuspend); n != 1 {
 		t.Fatalf("%d suspend history entries, want 1", n)
 	}
 
 	// The view now shows the job as suspended; a plan that places it
 	// resumes it.
 	v = view()
-	if _, ok := v.Suspended[key]; !ok {
-		t.Fatalf("view does not list %s as suspended: %+v", key, v.Suspended)
+	if r := v.Records[key]; r == nil || r.Verdict != nomadwatch.Suspended {
+		t.Fatalf("view's record of %s: %+v, want suspended", key, r)
 	}
-	v.Snapshot.Pending = append(v.Snapshot.Pending, model.Pending{Project: "team-a", Job: key, Group: "main", Count: 1, Ask: model.Ask{WholeGPUs: 1}, Suspended: true})
-	res = plan.Result{Actions: []plan.Action{{Kind: plan.Place, Project: "team-a", Job: key, Group: "main", Workload: len(v.Snapshot.Pending) - 1, Reason: "capacity returned"}}}
+	w := len(v.Snapshot.Pending) - 1
+	if p := v.Snapshot.Pending[w]; p.Job != key || !p.Suspended {
+		t.Fatalf("last pending %+v, want %s suspended", p, key)
+	}
+	res = plan.Result{Actions: []plan.Action{{Kind: plan.Place, Project: "team-a", Job: key, Group: "main", Workload: w, Reason: "capacity returned"}}}
 	if rep, err := act.Apply(ctx, v, res); err != nil || len(rep.Errors) > 0 || len(rep.Done) != 1 || rep.Done[0].Event != state.EventResume {
 		t.Fatalf("Apply resume: %v, report %+v", err, rep)
 	}
-	waitJob(t, c, "team-a", "trainer", false)
-	testcluster.Eventually(t, 30*time.Second, func() error {
-		if _, err := act.Apply(ctx, view(), plan.Result{}); err != nil {
-			return err
-		}
-		if r := suspension(t, store, "team-a", "trainer"); r != nil {
-			return fmt.Errorf("record still present: %+v", r)
-		}
-		return nil
-	})
-	if n := history(t, store, "team-a", "trainer", state.EventResume); n != 1 {
-		t.Fatalf("%d resume history entries, want 1", n)
+	s.wait(60*time.Second, "running again", isRunning, j)
+	resumed, err := s.nomadJob(j.ns, j.id)
+	if err != nil || sameContents(original, resumed) != nil {
+		t.Fatalf("resumed job: %v %v", err, sameContents(original, resumed))
+	}
+	if tags, err := s.serviceTags(j.ns, j.id); err != nil || len(tags) != 0 {
+		t.Fatalf("tags after the resume %+v (%v), want none", tags, err)
+	}
+	if r := suspension(t, s.store, j.ns, j.id); r == nil || r.Phase != state.PhaseResumed {
+		t.Fatalf("record after the resume %+v, want it kept, resumed, for the resume hold", r)
 	}
 
 	// A resumed job is not suspended again for work above its project's
@@ -171,10 +188,21 @@ func TestActuatorSuspendsAndResumesARealJob(t *testing.T) {
 	v = view()
 	v.Snapshot.Pending = append(v.Snapshot.Pending, model.Pending{Project: "team-b", Job: "team-b/big", Group: "g", Count: 1, Ask: model.Ask{WholeGPUs: 1}})
 	res = plan.Result{Shares: []plan.ProjectShare{{Name: "team-b", Guaranteed: 0, Planned: 100}},
-		Actions: []plan.Action{{Kind: plan.Suspend, Project: "team-a", Job: key, Workload: 0, Reason: "over quota"}}}
+		Actions: []plan.Action{{Kind: plan.Suspend, Project: "team-a", Job: key, Workload: len(v.Snapshot.Pending) - 1, Reason: "over quota"}}}
 	rep, err = act.Apply(ctx, v, res)
 	if err != nil || len(rep.Done) != 0 || len(rep.Skipped) != 1 {
 		t.Fatalf("Apply right after resume: %v, report %+v; want the suspension held back", err, rep)
+	}
+	// Once the hold is over, the record goes.
+	short := actuator.New(c.Nomad, s.store, log, "test", actuator.Options{ResumeHold: time.Millisecond})
+	if rep, err := short.Apply(ctx, view(), plan.Result{}); err != nil || len(rep.Done) != 1 || rep.Done[0].Event != state.EventRunningAgain {
+		t.Fatalf("Apply after the hold: %v, report %+v; want the record closed", err, rep)
+	}
+	if r := suspension(t, s.store, j.ns, j.id); r != nil {
+		t.Fatalf("record still present: %+v", r)
+	}
+	if n := history(t, s.store, j.ns, j.id, state.EventResume); n != 1 {
+		t.Fatalf("%d resume history entries, want 1", n)
 	}
 }
 
@@ -184,7 +212,7 @@ func TestActuatorRefusesStaleView(t *testing.T) {
 	ctx := context.Background()
 	store := state.New(c.Consul, kvlayout.New("stale-test"))
 	runSleeper(t, c, "team-s", "busy")
-	v, err := nomadwatch.NewBuilder(c.Nomad, logger(t)).Build(ctx, nil, nil)
+	v, err := nomadwatch.NewBuilder(c.Nomad, logger(t)).Build(ctx, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,8 +64,8 @@ func (s *Service) run(ctx context.Context, mayAct bool) (held bool) {
 }
 
 // read takes the quota settings in force, the suspension records and a
-// full listing of Nomad. The first read after an outage holds resumes
-// back while Nomad's state settles (see actuator.HoldResumes).
+// full listing of Nomad, and keeps the planner off jobs the service could
+// not bring back (actuator.Vet).
 func (s *Service) read(ctx context.Context) (*cycleData, *cycleFailure) {
 	if s.watcher.LastSync().IsZero() {
 		return nil, &cycleFailure{cause: "quotas-unread", err: errors.New("quota documents not read from Consul yet")}
@@ -74,18 +74,17 @@ func (s *Service) read(ctx context.Context) (*cycleData, *cycleFailure) {
 	if err != nil {
 		return nil, &cycleFailure{cause: "consul", err: err}
 	}
-	for k, e := range bad {
-		s.log.Error("ignoring unreadable suspension record", "key", k, "error", e)
-	}
 	c := &cycleData{settings: s.watcher.Settings()}
-	if c.view, err = s.builder.Build(ctx, c.settings, recs); err != nil {
+	if c.view, err = s.builder.Build(ctx, c.settings, recs, bad); err != nil {
 		return nil, &cycleFailure{cause: "nomad", err: err}
 	}
-	s.metrics.LastRelist.Set(float64(c.view.ListedAt.Unix()))
-	if s.blind {
-		s.blind = false
-		s.act.HoldResumes(time.Now())
+	for i := range c.view.RecordErrors {
+		if e := &c.view.RecordErrors[i]; e.Key == "" {
+			e.Key = s.cfg.Layout.Suspension(e.Namespace, e.Job)
+		}
 	}
+	s.metrics.LastRelist.Set(float64(c.view.ListedAt.Unix()))
+	s.act.Vet(ctx, c.view)
 	return c, nil
 }
 
@@ -131,12 +130,8 @@ func (s *Service) apply(ctx context.Context, c *cycleData) *cycleFailure {
 
 // fail records a cycle that took no action: metrics, the status's last
 // error, and a log line once per outage (cycle_ok and /v1/health say it
-// meanwhile). A cycle that could not read Nomad or Consul makes the
-// service blind until one reads both.
+// meanwhile).
 func (s *Service) fail(f *cycleFailure) {
-	if f.cause == "nomad" || f.cause == "consul" {
-		s.blind = true
-	}
 	s.metrics.CycleErrors.WithLabelValues(f.cause).Inc()
 	s.metrics.CycleOK.Set(0)
 	s.mu.Lock()

@@ -2,83 +2,102 @@ package service_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/quota-service/httpapi"
-	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
+	nomadapi "github.com/hashicorp/nomad/api"
 )
 
-func startService(t *testing.T, c *localcluster.Cluster, layout kvlayout.Layout, name string) (*service.Service, context.CancelFunc) {
-	svc := service.New(service.Config{Nomad: c.Nomad, Consul: c.Consul, Layout: layout, Log: logger(t).Named(name), Instance: name,
-		PlanInterval: time.Second, SessionTTL: 10 * time.Second, LockDelay: time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); svc.Run(ctx) }()
-	stop := func() { cancel(); <-done }
-	t.Cleanup(stop)
-	return svc, stop
-}
-
-// TestFailoverFinishesRecordedSuspensionOnce: a suspension recorded in KV
-// whose job still runs (the old leader died between the record and the
-// stop) is completed by the new leader, exactly once. A second instance
-// stands by and takes over when the leader stops; the HTTP API reports
-// who acts.
-func TestFailoverFinishesRecordedSuspensionOnce(t *testing.T) {
+// TestLeaderDiesBeforeStopAndTheNeedGoes: the leader records a
+// suspension and dies before it stops the job (test hook between record
+// and stop); meanwhile the workload it was for goes away. The standby takes
+// over and re-plans: it does not stop the job, since the current plan no
+// longer needs it, and drops the record ("suspend-abandoned"); the job runs
+// throughout. The HTTP API reports who acts.
+func TestLeaderDiesBeforeStopAndTheNeedGoes(t *testing.T) {
 	c := needCluster(t)
-	layout := kvlayout.New("failover-test")
-	store := state.New(c.Consul, layout)
-	runSleeper(t, c, "team-f", "victim")
-	rec := state.Suspension{Namespace: "team-f", Job: "victim", Project: "team-f", Groups: map[string]int{"main": 1},
-		Reason: "reclaim for team-g", ForWorkload: "team-g/w/g", ForProject: "team-g", Time: time.Now(), By: "old-leader"}
-	if err := store.PutSuspension(context.Background(), rec); err != nil {
+	s := newScenario(t, c, "abandon-test")
+	s.quota("team-a", `{"guaranteed": 2}`)
+	s.quota("team-b", `{"guaranteed": 2}`)
+	recorded := make(chan state.Suspension, 4)
+	q1, stopQ1 := s.startInstance("q1", nil, func(svc *service.Service) {
+		svc.SetBeforeStop(func(ctx context.Context, rec state.Suspension) {
+			select {
+			case recorded <- rec:
+			default:
+			}
+			<-ctx.Done() // dies before the stop
+		})
+	})
+	waitLeader(t, q1)
+	q2, _ := s.startInstance("q2", nil, nil)
+	a := jobsOf("team-a", 4, 1)
+	for _, j := range a {
+		s.submit(j)
+	}
+	s.wait(90*time.Second, "running", isRunning, a...)
+	b := gpuJob{ns: "team-b", id: "b-job1", whole: 1}
+	s.submit(b)
+	var rec state.Suspension
+	select {
+	case rec = <-recorded:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the leader recorded no suspension within 60s")
+	}
+	victim := gpuJob{ns: rec.Namespace, id: rec.Job}
+	if rec.Phase != state.PhaseStopping {
+		t.Fatalf("record %+v, want phase stopping", rec)
+	}
+	// The need goes while the leader hangs, then the leader dies.
+	if _, _, err := c.Nomad.Jobs().Deregister(b.id, true, &nomadapi.WriteOptions{Namespace: b.ns}); err != nil {
 		t.Fatal(err)
 	}
-
-	first, stopFirst := startService(t, c, layout, "first")
-	second, stopSecond := startService(t, c, layout, "second")
-	waitJob(t, c, "team-f", "victim", true)
 	testcluster.Eventually(t, 30*time.Second, func() error {
-		r := suspension(t, store, "team-f", "victim")
-		if r == nil || !r.Stopped {
-			return fmt.Errorf("record %+v not marked stopped", r)
+		if j, err := s.nomadJob(b.ns, b.id); err != nil || j != nil {
+			return fmt.Errorf("%s/%s still registered (%v)", b.ns, b.id, err)
 		}
 		return nil
 	})
-
-	leaders := func() (n int, who *service.Service) {
-		for _, s := range []*service.Service{first, second} {
-			if s.Health().Leader {
-				n++
-				who = s
-			}
+	stopQ1()
+	testcluster.Eventually(t, 60*time.Second, func() error {
+		if l := leaders(q1, q2); len(l) != 1 || l[0] != "q2" {
+			return fmt.Errorf("leaders %v, want [q2]", l)
 		}
-		return n, who
+		if r, err := s.records(); err != nil || len(r) != 0 {
+			return fmt.Errorf("records %v (%v), want the unfinished one dropped", keys(r), err)
+		}
+		return nil
+	})
+	waitCycles(t, q2, 3)
+	s.wait(10*time.Second, "still running", isRunning, a...)
+	if got := s.historyOf(victim); len(got) != 2 || got[0] != state.EventSuspend || got[1] != state.EventSuspendAbandoned {
+		t.Fatalf("history of %s/%s: %v, want [suspend suspend-abandoned]", victim.ns, victim.id, got)
 	}
-	var lead *service.Service
-	testcluster.Eventually(t, 30*time.Second, func() error {
-		n, who := leaders()
-		if n != 1 {
-			return fmt.Errorf("%d leaders, want 1", n)
+	hist, err := s.store.History(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range hist {
+		if e.Event == state.EventSuspendAbandoned && e.By != "q2" {
+			t.Errorf("abandoned by %s, want q2: %+v", e.By, e)
 		}
-		lead = who
-		return nil
-	})
-	srv := httptest.NewServer(httpapi.Handler(lead, lead.Registry()))
+	}
+
+	srv := httptest.NewServer(httpapi.Handler(q2, q2.Registry()))
 	defer srv.Close()
-	for path, want := range map[string]string{"/v1/health": `"leader": true`, "/metrics": "gpushare_leader 1", "/v1/status": `"instance": "` + lead.Status().Instance, "/": "gpushare quotas"} {
+	for path, want := range map[string]string{"/v1/health": `"leader": true`, "/metrics": "gpushare_leader 1", "/v1/status": `"instance": "q2"`, "/": "gpushare quotas"} {
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)
@@ -89,28 +108,77 @@ func TestFailoverFinishesRecordedSuspensionOnce(t *testing.T) {
 			t.Errorf("GET %s: body lacks %q:\n%.600s", path, want, body)
 		}
 	}
+}
 
-	// Stop whichever leads; the other takes over.
-	other, stopLeader := second, stopFirst
-	if lead == second {
-		other, stopLeader = first, stopSecond
+// TestFailoverBetweenReclaimAndPlacement: the leader suspends two jobs
+// for two workloads and dies right after the second stop, before the
+// workloads are placed (the victims take 8 s to stop, and Nomad places the
+// workloads only then or when re-evaluated). The standby takes over in
+// that window with nothing but the records and Nomad's state: it makes no
+// extra suspension and resumes nothing while the workloads wait; the
+// workloads run, and exactly the two jobs are suspended, once each.
+func TestFailoverBetweenReclaimAndPlacement(t *testing.T) {
+	c := needCluster(t)
+	s := newScenario(t, c, "handover-test")
+	s.quota("team-a", `{"guaranteed": 2}`)
+	s.quota("team-b", `{"guaranteed": 2}`)
+	var stops atomic.Int32
+	dying := make(chan struct{})
+	q1, stopQ1 := s.startInstance("q1", nil, func(svc *service.Service) {
+		svc.SetAfterStop(func(ctx context.Context, rec state.Suspension) {
+			if stops.Add(1) == 2 {
+				close(dying)
+				<-ctx.Done()
+			}
+		})
+	})
+	waitLeader(t, q1)
+	q2, _ := s.startInstance("q2", nil, nil)
+	a := jobsOf("team-a", 4, 1)
+	for i := range a {
+		a[i].slowStop = true
+		s.submit(a[i])
 	}
-	stopLeader()
-	start := time.Now()
+	s.wait(90*time.Second, "running", isRunning, a...)
+	b := jobsOf("team-b", 2, 1)
+	lost := s.watchNothingLost(append(append([]gpuJob(nil), a...), b...))
+	for _, j := range b {
+		s.submit(j)
+	}
+	select {
+	case <-dying:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the leader made no two suspensions within 60s")
+	}
+	stopQ1()
+	handover := time.Now()
 	testcluster.Eventually(t, 60*time.Second, func() error {
-		if !other.Health().Leader {
-			return errors.New("standby has not taken over")
+		if l := leaders(q1, q2); len(l) != 1 || l[0] != "q2" {
+			return fmt.Errorf("leaders %v, want [q2]", l)
 		}
 		return nil
 	})
-	t.Logf("failover took %s", time.Since(start).Round(time.Millisecond))
-	// A few cycles later the suspension still happened exactly once.
-	waitCycles(t, other, 3)
-	if n := history(t, store, "team-f", "victim", state.EventSuspendFinished); n != 1 {
-		t.Fatalf("%d suspend-finished entries, want exactly 1", n)
+	placed := 0
+	for _, j := range b {
+		if st, err := s.jobState(j.ns, j.id); err == nil && isRunning(st) {
+			placed++
+		}
 	}
-	if r := suspension(t, store, "team-f", "victim"); r == nil || !r.Stopped {
-		t.Fatalf("record %+v: want it kept, marked stopped, for the later resume", r)
+	t.Logf("q2 leads %.2fs after q1 died; %d of team-b's jobs run by then", time.Since(handover).Seconds(), placed)
+	s.wait(90*time.Second, "running", isRunning, b...)
+	waitCycles(t, q2, 5)
+	suspended, err := s.suspendedOf(a)
+	if err != nil || len(suspended) != 2 {
+		t.Fatalf("suspended %v (%v), want 2 of team-a's jobs", suspended, err)
+	}
+	if n := s.checkOneSuspendPerJob(); n != 2 {
+		t.Errorf("%d jobs suspended, want 2: %v", n, s.historyEvents())
+	}
+	if n := countPrefix(s.historyEvents(), string(state.EventResume)+" "); n != 0 {
+		t.Errorf("%d resumes while team-b runs, want none: %v", n, s.historyEvents())
+	}
+	if v, polls := lost(); len(v) > 0 {
+		t.Fatalf("jobs lost at %d of %d polls:\n%s", len(v), polls, strings.Join(v, "\n"))
 	}
 }
 
@@ -191,8 +259,8 @@ func leaderDiesMidReclaim(t *testing.T, c *localcluster.Cluster, root string, zo
 		t.Fatal("the leader recorded no suspension within 60s")
 	}
 	key := rec.Namespace + "/" + rec.Job
-	if r, err := s.records(); err != nil || r[key].Stopped || r[key].Job == "" {
-		t.Fatalf("records %v (%v): want %s recorded, not marked stopped", r, err, key)
+	if r, err := s.records(); err != nil || r[key].Phase != state.PhaseStopping {
+		t.Fatalf("records %v (%v): want %s recorded, not stopped yet", r, err, key)
 	}
 	if st, err := s.jobState(rec.Namespace, rec.Job); err != nil || !isRunning(st) {
 		t.Fatalf("%s: %+v (%v), want it still running when the leader dies", key, st, err)
@@ -272,8 +340,8 @@ func leaderDiesMidReclaim(t *testing.T, c *localcluster.Cluster, root string, zo
 		t.Fatal(err)
 	}
 	for _, j := range suspended {
-		if r, ok := recs[j.ns+"/"+j.id]; !ok || !r.Stopped || r.ForProject != "team-b" {
-			t.Errorf("record of %s/%s = %+v, want stopped, for team-b", j.ns, j.id, r)
+		if r, ok := recs[j.ns+"/"+j.id]; !ok || r.Phase != state.PhaseSuspended || !r.Tagged || r.ForProject != "team-b" {
+			t.Errorf("record of %s/%s = %+v, want suspended, tagged, for team-b", j.ns, j.id, r)
 		}
 	}
 	if v, polls := lost(); len(v) > 0 {

@@ -3,6 +3,7 @@ package service_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -33,6 +34,10 @@ type gpuJob struct {
 	whole    int // nvidia/gpu instances
 	shares   int // nvidia/gpu-share instances
 	priority int
+	meta     map[string]string
+	// slowStop makes the task ignore SIGINT, so that a stop takes its
+	// kill timeout (8 s) to end it.
+	slowStop bool
 }
 
 // scenario is one test's world: a KV root, quotas, control files and the
@@ -115,10 +120,15 @@ func (s *scenario) submit(j gpuJob) {
 	job := nomadapi.NewBatchJob(j.id, j.id, "global", prio)
 	job.Namespace = &j.ns
 	job.Datacenters = []string{"dc1"}
+	job.Meta = j.meta
 	script := fmt.Sprintf("while [ ! -e %[1]s/%[2]s-%[3]s ] && [ ! -e %[1]s/all-%[2]s ]; do sleep 0.2; done", s.control, j.ns, j.id)
 	task := nomadapi.NewTask("work", "raw_exec").SetConfig("command", "/bin/sh").SetConfig("args", []string{"-c", script})
 	task.Resources = &nomadapi.Resources{CPU: ptr(20), MemoryMB: ptr(16)}
 	task.KillTimeout = ptr(time.Second)
+	if j.slowStop {
+		task.Config["args"] = []string{"-c", "trap '' INT; " + script}
+		task.KillTimeout = ptr(8 * time.Second)
+	}
 	if j.whole > 0 {
 		task.Resources.Devices = append(task.Resources.Devices, &nomadapi.RequestedDevice{Name: "nvidia/gpu", Count: ptr(uint64(j.whole))})
 	}
@@ -584,4 +594,89 @@ func teeLogger(t testing.TB, name string, buf *lockedBuffer) hclog.Logger {
 		level = hclog.LevelFromString(l)
 	}
 	return hclog.New(&hclog.LoggerOptions{Name: t.Name() + "." + name, Level: level, Output: io.MultiWriter(testWriter{t}, buf)})
+}
+
+// nomadJob reads a job from Nomad; nil when Nomad does not know it.
+func (s *scenario) nomadJob(ns, id string) (*nomadapi.Job, error) {
+	job, _, err := s.c.Nomad.Jobs().Info(id, &nomadapi.QueryOptions{Namespace: ns})
+	var e nomadapi.UnexpectedResponseError
+	if errors.As(err, &e) && e.StatusCode() == 404 {
+		return nil, nil
+	}
+	return job, err
+}
+
+// sameContents says how got differs from want in what its owner wrote:
+// task groups (tasks, their config, resources and devices), meta,
+// priority, type and datacenters.
+func sameContents(want, got *nomadapi.Job) error {
+	type contents struct {
+		TaskGroups  []*nomadapi.TaskGroup
+		Meta        map[string]string
+		Priority    *int
+		Type        *string
+		Datacenters []string
+	}
+	w, _ := json.Marshal(contents{want.TaskGroups, want.Meta, want.Priority, want.Type, want.Datacenters})
+	g, _ := json.Marshal(contents{got.TaskGroups, got.Meta, got.Priority, got.Type, got.Datacenters})
+	if !bytes.Equal(w, g) {
+		return fmt.Errorf("contents differ:\nwant %s\ngot  %s", w, g)
+	}
+	return nil
+}
+
+// serviceTags returns the version tags of the job that the quota service
+// put there ("gpushare-suspended-..."), by version.
+func (s *scenario) serviceTags(ns, id string) (map[uint64]nomadapi.JobVersionTag, error) {
+	versions, _, _, err := s.c.Nomad.Jobs().Versions(id, false, &nomadapi.QueryOptions{Namespace: ns})
+	if err != nil {
+		return nil, err
+	}
+	out := map[uint64]nomadapi.JobVersionTag{}
+	for _, v := range versions {
+		if v.VersionTag != nil && strings.HasPrefix(v.VersionTag.Name, "gpushare-suspended-") {
+			out[*v.Version] = *v.VersionTag
+		}
+	}
+	return out, nil
+}
+
+// waitRecord waits until the record of job is in one of the phases.
+func (s *scenario) waitRecord(j gpuJob, phases ...state.Phase) state.Suspension {
+	s.t.Helper()
+	var rec state.Suspension
+	testcluster.Eventually(s.t, 60*time.Second, func() error {
+		recs, err := s.records()
+		if err != nil {
+			return err
+		}
+		r, ok := recs[j.ns+"/"+j.id]
+		if !ok {
+			return fmt.Errorf("no record of %s/%s", j.ns, j.id)
+		}
+		for _, p := range phases {
+			if r.Phase == p {
+				rec = r
+				return nil
+			}
+		}
+		return fmt.Errorf("record of %s/%s in phase %s, want %v", j.ns, j.id, r.Phase, phases)
+	})
+	return rec
+}
+
+// historyOf returns the history events of one job, in order.
+func (s *scenario) historyOf(j gpuJob) []state.Event {
+	s.t.Helper()
+	hist, err := s.store.History(context.Background())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var out []state.Event
+	for _, e := range hist {
+		if e.Namespace == j.ns && e.Job == j.id {
+			out = append(out, e.Event)
+		}
+	}
+	return out
 }

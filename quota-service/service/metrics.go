@@ -21,6 +21,7 @@ type metrics struct {
 	Cycle          prometheus.Histogram
 	CycleErrors    *prometheus.CounterVec
 	Triggers       *prometheus.CounterVec
+	RecordErrors   prometheus.Gauge
 }
 
 // newMetrics registers the metrics with reg.
@@ -48,8 +49,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		CycleErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpushare", Name: "cycle_errors_total", Help: "Cycles that took no action, by cause."}, []string{"cause"}),
 		Triggers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpushare", Name: "cycle_triggers_total",
 			Help: "Leader cycles by what started them (nomad-event, quota-change, follow-up, interval)."}, []string{"trigger"}),
+		RecordErrors: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpushare", Name: "record_errors",
+			Help: "Suspension records the service does not act on (Nomad does not corroborate them); see record_errors in /v1/status."}),
 	}
 	reg.MustRegister(m.Guaranteed, m.Allocated, m.Deserved, m.Pending, m.Suspended, m.Queue, m.Leader, m.LastRelist, m.CycleOK,
-		m.Reclaims, m.Resumes, m.ReclaimLatency, m.Cycle, m.CycleErrors, m.Triggers)
+		m.Reclaims, m.Resumes, m.ReclaimLatency, m.Cycle, m.CycleErrors, m.Triggers, m.RecordErrors)
 	return m
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
+	"github.com/gpushare/nomad-gpushare/quota-service/service"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 )
 
@@ -22,7 +23,9 @@ func TestReclaimGuaranteedGPUsAndResume(t *testing.T) {
 	s := newScenario(t, c, "reclaim-test")
 	s.quota("team-a", `{"guaranteed": 2}`)
 	s.quota("team-b", `{"guaranteed": 2}`)
-	svc, _ := s.startQuotaService("q1", nil)
+	// A short resume hold, so that the records' end is seen soon (the
+	// hold itself: TestActuatorSuspendsAndResumesARealJob).
+	svc, _ := s.startQuotaService("q1", func(cfg *service.Config) { cfg.ResumeHold = 10 * time.Second })
 	waitLeader(t, svc)
 
 	a, b := jobsOf("team-a", 4, 1), jobsOf("team-b", 2, 1)
@@ -42,8 +45,8 @@ func TestReclaimGuaranteedGPUsAndResume(t *testing.T) {
 	}
 	for _, j := range suspended {
 		r, ok := recs[j.ns+"/"+j.id]
-		if !ok || !r.Stopped || r.ForProject != "team-b" || r.Reason == "" {
-			t.Fatalf("record of %s/%s = %+v, want stopped, for team-b, with a reason", j.ns, j.id, r)
+		if !ok || r.Phase != state.PhaseSuspended || r.ForProject != "team-b" || r.Reason == "" {
+			t.Fatalf("record of %s/%s = %+v, want suspended, for team-b, with a reason", j.ns, j.id, r)
 		}
 	}
 	// Still 2 suspended a while later: nothing flaps while B runs.

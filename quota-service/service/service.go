@@ -52,6 +52,10 @@ type Config struct {
 	MaxStaleness time.Duration
 	// ResumeHold and SuspendHold: see package actuator.
 	ResumeHold, SuspendHold time.Duration
+	// MaxRecordBytes bounds a suspension record (default
+	// state.DefaultMaxRecordBytes, Consul's default kv_max_value_size):
+	// a job whose record would be larger is never suspended.
+	MaxRecordBytes int
 	// PolicyName names the placement policy for idle capacity
 	// (placement.Names; empty: first fit). It is built each cycle with
 	// the cycle's snapshot as its expected task mix (plan.PolicyByName).
@@ -75,9 +79,12 @@ type Service struct {
 
 	// cycleMu serializes cycles: the leader's and the standby's.
 	cycleMu sync.Mutex
-	// blind is set when a cycle could not read Nomad or Consul, and
-	// cleared by the next cycle that reads both (under cycleMu).
-	blind bool
+
+	// reported are the record errors last logged (key to reason), and
+	// reportWritten says this instance wrote them to Consul since it
+	// started (a new leader rewrites them once).
+	reported      map[string]string
+	reportWritten bool
 
 	mu         sync.Mutex
 	status     Status
@@ -114,6 +121,7 @@ func (c Config) withDefaults() Config {
 func New(cfg Config) *Service {
 	cfg = cfg.withDefaults()
 	store := state.New(cfg.Consul, cfg.Layout)
+	store.MaxRecordBytes = cfg.MaxRecordBytes
 	act := actuator.New(cfg.Nomad, store, cfg.Log, cfg.Instance, actuator.Options{
 		MaxStaleness: cfg.MaxStaleness, ResumeHold: cfg.ResumeHold, SuspendHold: cfg.SuspendHold,
 		Guard: func(ctx context.Context) error {

@@ -34,6 +34,9 @@ type Status struct {
 	Unplaced   []string      `json:"unplaced"`
 	Recent     []string      `json:"recent_actions"`
 	Warnings   []string      `json:"warnings,omitempty"`
+	// RecordErrors are the suspension records the service does not act
+	// on, and why (also under <root>/status/record-errors/ in Consul).
+	RecordErrors []state.RecordError `json:"record_errors,omitempty"`
 }
 
 // Health is /v1/health.
@@ -47,17 +50,19 @@ type Health struct {
 const recentMax = 50
 
 // record updates metrics, the HTTP status and, when the cycle acted
-// (leader), the per-project status documents in KV.
+// (leader), the per-project status documents and record errors in KV.
 func (s *Service) record(ctx context.Context, c *cycleData) {
 	now := time.Now()
 	sum := summarizePending(c.view)
 	views := s.projectViews(c, sum)
 	s.setProjectMetrics(c, sum)
+	s.reportRecordErrors(ctx, c)
 	s.mu.Lock()
 	recent := s.noteActions(c.rep, sum, now)
 	st := &s.status
 	st.LastCycle, st.LastRelist, st.LastError = now, c.view.ListedAt, ""
 	st.Projects, st.Pending, st.Suspended, st.Unplaced, st.Warnings = views, sum.pending, sum.suspended, unplacedLines(c), c.view.Warnings
+	st.RecordErrors = c.view.RecordErrors
 	st.Recent = append(st.Recent, recent...)
 	if n := len(st.Recent); n > recentMax {
 		st.Recent = append([]string(nil), st.Recent[n-recentMax:]...)
@@ -89,8 +94,8 @@ func summarizePending(v *nomadwatch.View) pendingSummary {
 			sum.pending = append(sum.pending, p.Job+"/"+p.Group)
 		}
 	}
-	for key := range v.Suspended {
-		if info := v.Jobs[key]; info != nil {
+	for key, r := range v.Records {
+		if info := v.Jobs[key]; info != nil && r.Resumable() {
 			sum.suspendedJobs[info.Project]++
 		}
 	}
@@ -240,4 +245,32 @@ func (s *Service) Health() Health {
 		h.Reason = "standby: another instance holds the leader lock"
 	}
 	return h
+}
+
+// reportRecordErrors says which suspension records the service does not
+// act on: the gpushare_record_errors gauge, an error log line when a
+// record's report is new or changed, and (leader) one Consul key each
+// under <root>/status/record-errors/, written when the set changed.
+func (s *Service) reportRecordErrors(ctx context.Context, c *cycleData) {
+	errs := c.view.RecordErrors
+	s.metrics.RecordErrors.Set(float64(len(errs)))
+	now := map[string]string{}
+	for _, e := range errs {
+		now[e.Key] = e.Reason
+		if s.reported[e.Key] != e.Reason {
+			s.log.Error("not acting on a suspension record", "key", e.Key, "reason", e.Reason)
+		}
+	}
+	changed := len(now) != len(s.reported)
+	for k, r := range now {
+		changed = changed || s.reported[k] != r
+	}
+	s.reported = now
+	if c.acted && (changed || !s.reportWritten) {
+		if err := s.store.PutRecordErrors(ctx, errs); err != nil {
+			s.log.Warn("writing record errors failed", "error", err)
+			return
+		}
+		s.reportWritten = true
+	}
 }

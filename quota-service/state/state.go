@@ -1,12 +1,14 @@
 // Package state keeps the quota service's durable records in Consul KV:
-// suspension records (written before a job is stopped, deleted once it runs
-// again), a bounded history of what the service did, and per-project status
-// documents for people and dashboards.
+// suspension records (written before a job is stopped, kept through its
+// resume while the anti-loop holds last), a bounded history of what the
+// service did, per-project status documents for people and dashboards, and
+// reports of suspension records the service refuses to act on.
 //
 // Records are JSON so that they read well in the Consul UI. The suspension
-// record is the service's promise that a stopped job comes back: a new
-// leader reads them to finish a suspension its predecessor started and to
-// resume the jobs later.
+// record is the service's promise that a stopped job comes back: it holds
+// the suspended version's spec, and a new leader reads the records to
+// finish, drop or resume what its predecessor started (docs/design.md,
+// Suspension and resumption).
 package state
 
 import (
@@ -22,29 +24,6 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 )
 
-// Suspension is the record of one job the service stops to make room.
-type Suspension struct {
-	Namespace string `json:"namespace"`
-	Job       string `json:"job"`
-	Project   string `json:"project"`
-	// Version and JobModifyIndex are the job's when it was stopped; the
-	// job is resumed from this version.
-	Version        uint64 `json:"version"`
-	JobModifyIndex uint64 `json:"job_modify_index"`
-	// Groups are the task groups' counts.
-	Groups      map[string]int `json:"groups"`
-	Allocations []string       `json:"allocations,omitempty"`
-	Reason      string         `json:"reason"`
-	// ForWorkload and ForProject name the pending work it made room for.
-	ForWorkload string    `json:"for_workload"`
-	ForProject  string    `json:"for_project"`
-	Time        time.Time `json:"time"`
-	// Stopped is set once Nomad accepted the stop; a record without it
-	// is a suspension still to finish.
-	Stopped bool   `json:"stopped"`
-	By      string `json:"by,omitempty"`
-}
-
 // Event names what the service did to a job, in the history, in the
 // actuator's report, in metrics and in the status's recent actions.
 type Event string
@@ -53,13 +32,31 @@ const (
 	// EventSuspend: the job's record was written and the job stopped.
 	EventSuspend Event = "suspend"
 	// EventSuspendFinished: a recorded suspension whose job still ran (a
-	// leader stopped between the record and the stop) was carried out.
+	// leader stopped between the record and the stop) was carried out,
+	// the current plan still wanting it.
 	EventSuspendFinished Event = "suspend-finished"
-	// EventResume: a suspended job was registered again.
+	// EventSuspendAbandoned: a recorded suspension whose job still ran was
+	// dropped without stopping the job: the current plan no longer wants
+	// it, or the job changed or vanished meanwhile.
+	EventSuspendAbandoned Event = "suspend-abandoned"
+	// EventResume: a suspended job was registered again (from its
+	// suspended version in Nomad, or from the record's spec when Nomad's
+	// garbage collector had removed it).
 	EventResume Event = "resume"
-	// EventRunningAgain: a suspended job runs again (or is gone) and its
-	// record was deleted.
+	// EventRunningAgain: a resumed job's hold ended (or its owner changed
+	// it after the resume) and its record was deleted.
 	EventRunningAgain Event = "running-again"
+	// EventSuperseded: the owner registered the suspended job again (a
+	// new version or `nomad job start`); the record closed and the
+	// owner's version runs under the normal rules.
+	EventSuperseded Event = "superseded"
+	// EventOwnerStopped: the owner stopped the suspended job (a stop that
+	// is not the service's); it stays stopped and is not resumed.
+	EventOwnerStopped Event = "owner-stopped"
+	// EventOwnerPurged: the owner purged the suspended job (a tagged job
+	// vanished: Nomad's garbage collector keeps tagged jobs); the
+	// suspension is cancelled.
+	EventOwnerPurged Event = "owner-purged"
 )
 
 // Entry is one history entry.
@@ -95,12 +92,17 @@ type ProjectStatus struct {
 // Store reads and writes the records.
 type Store struct {
 	kv     *consulapi.KV
+	txn    *consulapi.Txn
 	layout kvlayout.Layout
 	// HistoryMax bounds the history; older entries are deleted. Zero
 	// means 500. The folder is listed to trim it on the first append and
 	// then every HistoryMax/10 appends, so it may hold up to that many
 	// entries above HistoryMax between trims.
 	HistoryMax int
+	// MaxRecordBytes bounds a suspension record's size (default
+	// DefaultMaxRecordBytes, Consul's default kv_max_value_size); a job
+	// whose record would be larger is not suspended.
+	MaxRecordBytes int
 
 	mu      sync.Mutex
 	appends int
@@ -108,7 +110,7 @@ type Store struct {
 
 // New returns a store over client's KV with layout's keys.
 func New(client *consulapi.Client, layout kvlayout.Layout) *Store {
-	return &Store{kv: client.KV(), layout: layout}
+	return &Store{kv: client.KV(), txn: client.Txn(), layout: layout}
 }
 
 // Layout returns the key layout.
@@ -123,46 +125,6 @@ func (s *Store) put(ctx context.Context, key string, v any) error {
 		return fmt.Errorf("writing Consul key %s: %w (is Consul reachable and the token allowed to write it?)", key, err)
 	}
 	return nil
-}
-
-// PutSuspension writes the record of a suspension.
-func (s *Store) PutSuspension(ctx context.Context, rec Suspension) error {
-	return s.put(ctx, s.layout.Suspension(rec.Namespace, rec.Job), rec)
-}
-
-// DeleteSuspension deletes the record of job in namespace.
-func (s *Store) DeleteSuspension(ctx context.Context, namespace, job string) error {
-	key := s.layout.Suspension(namespace, job)
-	if _, err := s.kv.Delete(key, (&consulapi.WriteOptions{}).WithContext(ctx)); err != nil {
-		return fmt.Errorf("deleting Consul key %s: %w", key, err)
-	}
-	return nil
-}
-
-// Suspensions lists all suspension records, sorted by time. A record that
-// does not decode is returned in bad (key to error) and otherwise skipped.
-func (s *Store) Suspensions(ctx context.Context) (recs []Suspension, bad map[string]error, err error) {
-	pairs, _, err := s.kv.List(s.layout.Suspended(), (&consulapi.QueryOptions{}).WithContext(ctx))
-	if err != nil {
-		return nil, nil, fmt.Errorf("listing Consul prefix %s: %w", s.layout.Suspended(), err)
-	}
-	bad = map[string]error{}
-	for _, p := range pairs {
-		if strings.HasSuffix(p.Key, "/") {
-			continue
-		}
-		var rec Suspension
-		if err := json.Unmarshal(p.Value, &rec); err != nil || rec.Job == "" || rec.Namespace == "" {
-			if err == nil {
-				err = fmt.Errorf("record names no job or namespace")
-			}
-			bad[p.Key] = fmt.Errorf("suspension record %s: %w; fix: delete the key and resume the job by hand (nomad job start)", p.Key, err)
-			continue
-		}
-		recs = append(recs, rec)
-	}
-	sort.Slice(recs, func(i, j int) bool { return recs[i].Time.Before(recs[j].Time) })
-	return recs, bad, nil
 }
 
 // historyKey sorts by time in the Consul UI.

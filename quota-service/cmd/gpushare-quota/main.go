@@ -14,6 +14,7 @@
 //	-plan-interval   GPUSHARE_PLAN_INTERVAL  safety-net re-list period (10s)
 //	-max-staleness   GPUSHARE_MAX_STALENESS  no action on older data (15s)
 //	-policy          GPUSHARE_POLICY     placement policy for idle capacity (gpushare)
+//	-max-record-bytes GPUSHARE_MAX_RECORD_BYTES  largest suspension record (524288, Consul's kv_max_value_size)
 //	-instance        GPUSHARE_INSTANCE   name of this instance (hostname-pid)
 //	-log-level       GPUSHARE_LOG_LEVEL  trace, debug, info, warn, error (info)
 package main
@@ -27,6 +28,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -34,6 +36,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/httpapi"
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
+	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	consulapi "github.com/hashicorp/consul/api"
@@ -73,6 +76,9 @@ func run(args []string) error {
 	interval := fs.Duration("plan-interval", durEnv("GPUSHARE_PLAN_INTERVAL", service.DefaultPlanInterval), "safety-net full re-list and plan period")
 	staleness := fs.Duration("max-staleness", durEnv("GPUSHARE_MAX_STALENESS", actuator.DefaultMaxStaleness), "take no action on data listed longer ago")
 	policyName := fs.String("policy", env("GPUSHARE_POLICY", "gpushare"), "placement policy for idle capacity")
+	maxRecord, err := intEnv("GPUSHARE_MAX_RECORD_BYTES", state.DefaultMaxRecordBytes)
+	envErrs = append(envErrs, err)
+	maxRecordBytes := fs.Int("max-record-bytes", maxRecord, "largest suspension record written to Consul: a job whose spec would not fit is never suspended (keep it at or below Consul's kv_max_value_size)")
 	instance := fs.String("instance", env("GPUSHARE_INSTANCE", fmt.Sprintf("%s-%d", host, os.Getpid())), "name of this instance")
 	level := fs.String("log-level", env("GPUSHARE_LOG_LEVEL", "info"), "log level")
 	if err := errors.Join(envErrs...); err != nil {
@@ -84,6 +90,9 @@ func run(args []string) error {
 	log := hclog.New(&hclog.LoggerOptions{Name: "gpushare-quota", Level: hclog.LevelFromString(*level)})
 	if *interval <= 0 || *staleness <= 0 {
 		return errors.New("-plan-interval and -max-staleness must be positive durations such as 10s")
+	}
+	if *maxRecordBytes < 16<<10 {
+		return fmt.Errorf("-max-record-bytes %d is below 16384: records hold the suspended job's spec; use Consul's kv_max_value_size (524288 by default)", *maxRecordBytes)
 	}
 	if _, err := plan.PolicyByName(*policyName, 1, &model.Snapshot{}); err != nil {
 		return fmt.Errorf("-policy %q: %w", *policyName, err)
@@ -99,7 +108,7 @@ func run(args []string) error {
 		return fmt.Errorf("-consul-addr %q: %w", *consulAddr, err)
 	}
 	svc := service.New(service.Config{Nomad: nomad, Consul: consul, Layout: kvlayout.New(*prefix), Log: log,
-		Instance: *instance, PlanInterval: *interval, MaxStaleness: *staleness, PolicyName: *policyName})
+		Instance: *instance, PlanInterval: *interval, MaxStaleness: *staleness, PolicyName: *policyName, MaxRecordBytes: *maxRecordBytes})
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -121,6 +130,20 @@ func run(args []string) error {
 	_ = srv.Shutdown(shutdown)
 	log.Info("stopped")
 	return runErr
+}
+
+// intEnv reads an integer from the environment variable name, or returns
+// def when it is unset.
+func intEnv(name string, def int) (int, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return def, fmt.Errorf("%s=%q is not an integer: use a byte count such as 524288", name, v)
+	}
+	return n, nil
 }
 
 // durationEnv reads a duration from the environment variable name, or

@@ -1,0 +1,203 @@
+package nomadwatch
+
+import (
+	"sort"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+// Pending demand is what Nomad will actually place (docs/design.md,
+// Suspension and resumption): for a registered job that is not stopped,
+// each task group's count less the allocations that hold its places. A
+// job's summary counts queued instances only once Nomad has evaluated it
+// (a job just registered, or registered again by a resume, shows none), so
+// the count is read from the spec and the allocations instead. System and
+// sysbatch jobs have no count; their summary's queued instances are used.
+
+// slotCounts are what a task group's allocations hold: live ones (desired
+// to run, pending or running) and settled ones (finished, of the current
+// version, that Nomad will not replace: a batch instance that completed, an
+// instance that failed past its reschedule policy).
+type slotCounts struct {
+	live, settled int
+}
+
+// countSlots tallies the allocations of every job by task group.
+func (a *assembler) countSlots() map[string]map[string]*slotCounts {
+	out := map[string]map[string]*slotCounts{}
+	for _, al := range a.in.Allocations {
+		key := Key(al.Namespace, al.JobID)
+		spec := a.in.Specs[key]
+		if spec == nil {
+			continue
+		}
+		live := al.DesiredStatus == "run" && (al.ClientStatus == "pending" || al.ClientStatus == "running")
+		if !live && !settled(spec, al, a.in.Now) {
+			continue
+		}
+		if out[key] == nil {
+			out[key] = map[string]*slotCounts{}
+		}
+		c := out[key][al.TaskGroup]
+		if c == nil {
+			c = &slotCounts{}
+			out[key][al.TaskGroup] = c
+		}
+		if live {
+			c.live++
+		} else {
+			c.settled++
+		}
+	}
+	return out
+}
+
+// settled says a finished allocation keeps its place: Nomad will not
+// place another instance for it (scheduler/reconciler, shouldFilter).
+func settled(spec *nomadapi.Job, al *nomadapi.AllocationListStub, now time.Time) bool {
+	if al.DesiredStatus != "run" || al.JobVersion != version(spec) || al.NextAllocation != "" || al.FollowupEvalID != "" {
+		return false
+	}
+	batch := spec.Type != nil && (*spec.Type == "batch" || *spec.Type == "sysbatch")
+	switch al.ClientStatus {
+	case "complete":
+		return batch
+	case "failed":
+		return !reschedulable(groupOf(spec, al.TaskGroup), al.RescheduleTracker, now)
+	}
+	return false
+}
+
+// reschedulable says the group's reschedule policy allows another attempt
+// after the ones tracker holds.
+func reschedulable(tg *nomadapi.TaskGroup, tracker *nomadapi.RescheduleTracker, now time.Time) bool {
+	if tg == nil || tg.ReschedulePolicy == nil {
+		return false
+	}
+	p := tg.ReschedulePolicy
+	if p.Unlimited != nil && *p.Unlimited {
+		return true
+	}
+	if p.Attempts == nil || *p.Attempts <= 0 {
+		return false
+	}
+	used := 0
+	if tracker != nil {
+		var interval time.Duration
+		if p.Interval != nil {
+			interval = *p.Interval
+		}
+		for _, e := range tracker.Events {
+			if interval <= 0 || now.Sub(time.Unix(0, e.RescheduleTime)) < interval {
+				used++
+			}
+		}
+	}
+	return used < *p.Attempts
+}
+
+func groupOf(spec *nomadapi.Job, name string) *nomadapi.TaskGroup {
+	for _, tg := range spec.TaskGroups {
+		if tg.Name != nil && *tg.Name == name {
+			return tg
+		}
+	}
+	return nil
+}
+
+// addPending adds the pending demand, in job order: what Nomad will still
+// place of every registered job that is not stopped, and every GPU group
+// of a resumable suspended job at its count.
+func (a *assembler) addPending() {
+	jobKeys := make([]string, 0, len(a.v.Jobs))
+	for k := range a.v.Jobs {
+		jobKeys = append(jobKeys, k)
+	}
+	sort.Strings(jobKeys)
+	stubs := map[string]*nomadapi.JobListStub{}
+	for _, j := range a.in.Jobs {
+		stubs[Key(j.Namespace, j.ID)] = j
+	}
+	slots := a.countSlots()
+	for _, key := range jobKeys {
+		if r := a.v.Records[key]; r != nil && r.Resumable() {
+			a.addSuspendedDemand(key, r)
+			continue
+		}
+		info, spec := a.v.Jobs[key], a.in.Specs[key]
+		if spec == nil || info.Stop || info.Status == "dead" {
+			continue
+		}
+		var submit int64
+		switch {
+		case stubs[key] != nil:
+			submit = stubs[key].SubmitTime / int64(time.Second)
+		case spec.SubmitTime != nil:
+			submit = *spec.SubmitTime / int64(time.Second)
+		}
+		for _, tg := range spec.TaskGroups {
+			if tg.Name != nil {
+				a.addPendingGroup(key, tg, waiting(spec, stubs[key], tg, slots[key][*tg.Name]), submit, false)
+			}
+		}
+	}
+}
+
+// waiting is the number of instances of tg Nomad will still place.
+func waiting(spec *nomadapi.Job, stub *nomadapi.JobListStub, tg *nomadapi.TaskGroup, c *slotCounts) int {
+	if spec.Type != nil && (*spec.Type == "system" || *spec.Type == "sysbatch") {
+		if stub == nil || stub.JobSummary == nil {
+			return 0
+		}
+		return stub.JobSummary.Summary[*tg.Name].Queued
+	}
+	if tg.Count == nil {
+		return 0
+	}
+	n := *tg.Count
+	if c != nil {
+		n -= c.live + c.settled
+	}
+	return max(n, 0)
+}
+
+// addSuspendedDemand adds every GPU group of a resumable job at its count:
+// the groups of the version the service will register again.
+func (a *assembler) addSuspendedDemand(key string, r *Record) {
+	spec := r.Spec
+	if spec == nil {
+		spec = r.Current
+	}
+	for _, tg := range spec.TaskGroups {
+		if tg.Name != nil && tg.Count != nil {
+			a.addPendingGroup(key, tg, *tg.Count, r.Time.Unix(), true)
+		}
+	}
+}
+
+// addPendingGroup adds count instances of one task group of job key as
+// pending work, if it asks for GPUs.
+func (a *assembler) addPendingGroup(key string, tg *nomadapi.TaskGroup, count int, submit int64, suspended bool) {
+	if count <= 0 {
+		return
+	}
+	info := a.v.Jobs[key]
+	ask, ok, err := groupAsk(tg)
+	if err != nil {
+		a.warn("job %s: %v", key, err)
+		return
+	}
+	if !ok {
+		return
+	}
+	info.Queued += count
+	if info.Pending == nil {
+		info.Pending = map[string]int{}
+	}
+	info.Pending[*tg.Name] += count
+	a.addProject(info.Project)
+	a.snap.Pending = append(a.snap.Pending, model.Pending{Project: info.Project, Job: key, Group: *tg.Name,
+		Priority: info.Priority, Preemptible: info.Preemptible, Ask: ask, Count: count, Submit: submit, Suspended: suspended})
+}

@@ -1,0 +1,280 @@
+package nomadwatch
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/quota-service/state"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+// Verdict is what a suspension record means given what Nomad shows of its
+// job (docs/design.md, Suspension and resumption). The actuator acts on a
+// record only through its verdict.
+type Verdict int
+
+const (
+	// Unfinished: recorded, not stopped; the job runs at the recorded
+	// version. It is stopped only if the current plan suspends it.
+	Unfinished Verdict = iota + 1
+	// StopLanded: recorded as stopping, and Nomad shows the service's
+	// stop (a leader stopped before it marked the record): to mark
+	// suspended. Resumable.
+	StopLanded
+	// Suspended: stopped by the service. Resumable.
+	Suspended
+	// Vanished: stopped by the service without a version tag (tagging
+	// failed), then removed by Nomad's garbage collector. Resumable from
+	// the record's spec.
+	Vanished
+	// ResumeLanded: recorded as resuming, and Nomad shows the job
+	// registered again: to mark resumed.
+	ResumeLanded
+	// Resumed: registered again by the service; the record holds the
+	// resume hold and the tag to remove.
+	Resumed
+	// Closed: the record is done (Event says why: the owner's word, a
+	// suspension abandoned, a job running again); to delete.
+	Closed
+	// Rejected: Nomad's state does not corroborate the record; it is
+	// reported and never acted on.
+	Rejected
+)
+
+// StopAdoptWindow bounds how long after a record was written a stop that
+// carries no tag of the service is taken as the service's own (a leader
+// that died between the stop and the tag): the stop must have made exactly
+// one version after the recorded one, within this window.
+const StopAdoptWindow = 10 * time.Minute
+
+// TagPrefix starts the name of every version tag the service puts on a
+// suspended job; it removes no other tag.
+const TagPrefix = "gpushare-suspended-"
+
+// Record is a suspension record with what Nomad shows of its job.
+type Record struct {
+	state.Suspension
+	Verdict Verdict
+	// Event, for Closed, is the history event that closes it.
+	Event state.Event
+	// Why explains the verdict to a person.
+	Why string
+	// Current is Nomad's job now; nil when Nomad no longer knows it.
+	Current *nomadapi.Job
+	// Spec, for Vanished, is the record's spec, to register.
+	Spec *nomadapi.Job
+}
+
+// Resumable says the record's job waits to be resumed.
+func (r *Record) Resumable() bool {
+	return r.Verdict == Suspended || r.Verdict == StopLanded || r.Verdict == Vanished
+}
+
+// classifyRecords gives every suspension record its verdict, adds the
+// records not acted on to RecordErrors (their Key is left for the caller,
+// who knows the KV layout), and makes vanished jobs known to the view
+// (they are pending work).
+func (a *assembler) classifyRecords() {
+	a.v.RecordErrors = append(a.v.RecordErrors, a.in.RecordErrors...)
+	for _, rec := range a.in.Suspensions {
+		key := rec.Key()
+		r := a.classify(rec)
+		if r == nil {
+			continue
+		}
+		if r.Verdict == Rejected {
+			a.v.RecordErrors = append(a.v.RecordErrors, state.RecordError{Key: "", Namespace: rec.Namespace, Job: rec.Job,
+				Reason: r.Why + "; the service does not act on it: check the job in Nomad, then delete the key"})
+		}
+		if r.Verdict == Vanished {
+			a.addVanishedJob(r)
+		}
+		a.v.Records[key] = r
+	}
+	sort.Slice(a.v.RecordErrors, func(i, j int) bool { return a.v.RecordErrors[i].Key < a.v.RecordErrors[j].Key })
+}
+
+// classify reads one record against Nomad's job. Nil means the job cannot
+// be read (an ACL refusal is no proof of absence): the record is reported
+// and kept.
+func (a *assembler) classify(rec state.Suspension) *Record {
+	key := rec.Key()
+	r := &Record{Suspension: rec, Current: a.in.Specs[key]}
+	if err, unlisted := a.in.Unlisted[key]; unlisted && err != nil {
+		a.v.RecordErrors = append(a.v.RecordErrors, state.RecordError{Key: "", Namespace: rec.Namespace, Job: rec.Job,
+			Reason: fmt.Sprintf("the job cannot be read (%v); the record is kept untouched until it can", err)})
+		return nil
+	}
+	if r.Current != nil && rec.Phase != state.PhaseResumed && !usesGPUs(r.Current) {
+		return r.reject("Nomad's job %s asks for no GPUs: the service never suspends such a job", key)
+	}
+	switch rec.Phase {
+	case state.PhaseStopping:
+		r.stopping()
+	case state.PhaseSuspended:
+		r.suspended(false)
+	case state.PhaseResuming:
+		r.suspended(true)
+	case state.PhaseResumed:
+		r.resumed()
+	}
+	return r
+}
+
+func (r *Record) set(v Verdict, format string, args ...any) {
+	r.Verdict, r.Why = v, fmt.Sprintf(format, args...)
+}
+
+func (r *Record) close(e state.Event, format string, args ...any) {
+	r.set(Closed, format, args...)
+	r.Event = e
+}
+
+func (r *Record) reject(format string, args ...any) *Record {
+	r.set(Rejected, format, args...)
+	return r
+}
+
+// stopping: the record was written; did the stop happen?
+func (r *Record) stopping() {
+	job := r.Current
+	switch {
+	case job == nil:
+		r.close(state.EventSuspendAbandoned, "the job left Nomad before the service stopped it")
+	case !stopped(job) && jobModifyIndex(job) == r.JobModifyIndex:
+		r.set(Unfinished, "recorded but not stopped; the job runs at the recorded version %d", r.Version)
+	case !stopped(job):
+		r.close(state.EventSuspendAbandoned, "the job changed since the record (job modify index %d, recorded %d); not stopping it", jobModifyIndex(job), r.JobModifyIndex)
+	case r.hasOurTag(job):
+		r.set(StopLanded, "stopped by the service (its tag %s is on the current version)", r.Tag)
+	case version(job) == r.Version+1 && r.stoppedInWindow(job):
+		r.set(StopLanded, "stopped right after the record (version %d, the one after the recorded %d)", version(job), r.Version)
+	default:
+		r.close(state.EventSuspendAbandoned, "the job was stopped, not by the service (version %d, recorded %d)", version(job), r.Version)
+	}
+}
+
+// suspended: the service stopped the job; did its owner act since?
+// resuming says a resume was started (it may have landed).
+func (r *Record) suspended(resuming bool) {
+	job := r.Current
+	switch {
+	case job == nil && r.Tagged:
+		r.close(state.EventOwnerPurged, "the job was purged (Nomad's garbage collector keeps tagged jobs, so its owner did it); suspension cancelled")
+	case job == nil:
+		r.vanished()
+	case !stopped(job) && resuming:
+		r.set(ResumeLanded, "registered again by the service's resume")
+	case !stopped(job):
+		r.close(state.EventSuperseded, "the owner registered the job again (version %d); it runs under the normal rules", version(job))
+	case jobModifyIndex(job) != r.StopJobModifyIndex:
+		r.close(state.EventOwnerStopped, "the job was stopped again or changed while stopped (job modify index %d, the service's stop %d); it stays stopped", jobModifyIndex(job), r.StopJobModifyIndex)
+	case r.Tagged && !r.hasOurTag(job):
+		r.close(state.EventOwnerStopped, "the service's tag %s was removed from the stopped version; it stays stopped", r.Tag)
+	default:
+		r.set(Suspended, "stopped by the service at job modify index %d", r.StopJobModifyIndex)
+	}
+}
+
+// vanished: an untagged suspended job Nomad no longer knows (collected by
+// its garbage collector) comes back from the record's spec.
+func (r *Record) vanished() {
+	spec, err := r.DecodeSpec()
+	switch {
+	case err != nil:
+		r.reject("the job is gone from Nomad and the record cannot bring it back: %v", err)
+	case !usesGPUs(spec):
+		r.reject("the job is gone from Nomad and the record's spec asks for no GPUs")
+	default:
+		r.Spec = spec
+		r.set(Vanished, "Nomad no longer knows the job (collected while untagged); it comes back from the record's spec")
+	}
+}
+
+// resumed: the service registered the job again.
+func (r *Record) resumed() {
+	job := r.Current
+	switch {
+	case job == nil:
+		r.close(state.EventRunningAgain, "the job left Nomad after its resume")
+	case stopped(job) || jobModifyIndex(job) != r.ResumeJobModifyIndex:
+		r.close(state.EventRunningAgain, "the owner changed the job after its resume")
+	default:
+		r.set(Resumed, "resumed by the service at job modify index %d", r.ResumeJobModifyIndex)
+	}
+}
+
+func (r *Record) hasOurTag(job *nomadapi.Job) bool {
+	return r.Tag != "" && job.VersionTag != nil && job.VersionTag.Name == r.Tag
+}
+
+// stoppedInWindow says the current version was submitted (stops set the
+// submit time) after the record and within StopAdoptWindow of it.
+func (r *Record) stoppedInWindow(job *nomadapi.Job) bool {
+	if job.SubmitTime == nil {
+		return false
+	}
+	at := time.Unix(0, *job.SubmitTime)
+	return !at.Before(r.Time.Add(-time.Second)) && at.Before(r.Time.Add(StopAdoptWindow))
+}
+
+// addVanishedJob makes a vanished job known to the view, from its spec.
+func (a *assembler) addVanishedJob(r *Record) {
+	spec := r.Spec
+	info := &JobInfo{Namespace: r.Namespace, ID: r.Job, Stop: true, Status: "dead", Groups: map[string]int{},
+		Project: a.resolver.Project(r.Namespace, spec.Meta), Preemptible: jobPreemptible(spec.Meta)}
+	if spec.Priority != nil {
+		info.Priority = *spec.Priority
+	}
+	for _, tg := range spec.TaskGroups {
+		if tg.Name != nil && tg.Count != nil {
+			info.Groups[*tg.Name] = *tg.Count
+		}
+	}
+	a.v.Jobs[r.Key()] = info
+}
+
+// usesGPUs says some task group of job asks for GPUs of either family.
+func usesGPUs(job *nomadapi.Job) bool {
+	for _, tg := range job.TaskGroups {
+		if _, ok, _ := groupAsk(tg); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func stopped(job *nomadapi.Job) bool { return job.Stop != nil && *job.Stop }
+
+func version(job *nomadapi.Job) uint64 {
+	if job.Version == nil {
+		return 0
+	}
+	return *job.Version
+}
+
+func jobModifyIndex(job *nomadapi.Job) uint64 {
+	if job.JobModifyIndex == nil {
+		return 0
+	}
+	return *job.JobModifyIndex
+}
+
+// TagName is the version tag the service puts on a job it suspends for
+// project at t: the name says who took the GPUs and when (only letters,
+// digits, '.', '_' and '-': Nomad takes it in a URL path).
+func TagName(forProject string, t time.Time) string {
+	clean := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+			return r
+		}
+		return '-'
+	}, forProject)
+	if len(clean) > 64 {
+		clean = clean[:64]
+	}
+	return TagPrefix + "for-" + clean + "-" + t.UTC().Format("20060102T150405Z")
+}

@@ -1,0 +1,126 @@
+package nomadwatch
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/quota-service/state"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+// recordTime is when the records of TestClassifyRecords were written.
+var recordTime = time.Unix(1000, 0)
+
+// current is Nomad's job "a/j" now: version, job modify index, stopped,
+// the current version's tag, and its submit time (a stop sets it).
+func current(ver, jmi uint64, stop bool, tag string, submit time.Time) *nomadapi.Job {
+	j := withIndex(spec("a", "j", "nvidia/gpu", 1), jmi)
+	j.Version, j.Stop, j.SubmitTime = ptr(ver), ptr(stop), ptr(submit.UnixNano())
+	if tag != "" {
+		j.VersionTag = &nomadapi.JobVersionTag{Name: tag}
+	}
+	return j
+}
+
+func cpuOnly(j *nomadapi.Job) *nomadapi.Job {
+	j.TaskGroups[0].Tasks[0].Resources.Devices = nil
+	return j
+}
+
+// TestClassifyRecords: each record is read against what Nomad shows of its
+// job, and only what Nomad corroborates is acted on; the owner's stop,
+// purge and new version win; a job Nomad's garbage collector removed comes
+// back from the record's spec; a job the token cannot read is no proof of
+// absence.
+func TestClassifyRecords(t *testing.T) {
+	const tag = TagPrefix + "for-b-19700101T001640Z"
+	base := state.Suspension{Namespace: "a", Job: "j", Project: "a", Version: 3, JobModifyIndex: 10, Tag: tag, Time: recordTime, ForWorkload: "b/w/g"}
+	with := func(phase state.Phase, f func(*state.Suspension)) state.Suspension {
+		r := base
+		r.Phase = phase
+		if f != nil {
+			f(&r)
+		}
+		return r
+	}
+	suspended := func(r *state.Suspension) { r.StopVersion, r.StopJobModifyIndex, r.Tagged = 4, 20, true }
+	untagged := func(r *state.Suspension) {
+		r.StopVersion, r.StopJobModifyIndex = 4, 20
+		if err := r.EncodeSpec(spec("a", "j", "nvidia/gpu", 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resumed := func(r *state.Suspension) { r.ResumeJobModifyIndex, r.ResumedAt = 30, recordTime }
+	soon := recordTime.Add(time.Second)
+	tests := []struct {
+		name    string
+		rec     state.Suspension
+		job     *nomadapi.Job
+		unread  error // the direct read of an unlisted job failed so
+		gone    bool  // Nomad answered 404
+		want    Verdict
+		event   state.Event
+		errWant string // part of the record error, for a rejected or unreadable record
+	}{
+		{name: "stopping, job runs at the recorded version", rec: with(state.PhaseStopping, nil), job: current(3, 10, false, "", recordTime), want: Unfinished},
+		{name: "stopping, job changed since", rec: with(state.PhaseStopping, nil), job: current(4, 15, false, "", soon), want: Closed, event: state.EventSuspendAbandoned},
+		{name: "stopping, job gone", rec: with(state.PhaseStopping, nil), gone: true, want: Closed, event: state.EventSuspendAbandoned},
+		{name: "stopping, our tag on the stopped version", rec: with(state.PhaseStopping, nil), job: current(4, 20, true, tag, soon), want: StopLanded},
+		{name: "stopping, untagged stop right after the record", rec: with(state.PhaseStopping, nil), job: current(4, 20, true, "", soon), want: StopLanded},
+		{name: "stopping, untagged stop long after the record", rec: with(state.PhaseStopping, nil), job: current(4, 20, true, "", recordTime.Add(StopAdoptWindow+time.Minute)), want: Closed, event: state.EventSuspendAbandoned},
+		{name: "stopping, stopped before the record", rec: with(state.PhaseStopping, nil), job: current(4, 20, true, "", recordTime.Add(-time.Hour)), want: Closed, event: state.EventSuspendAbandoned},
+		{name: "stopping, stopped more than once", rec: with(state.PhaseStopping, nil), job: current(5, 25, true, "", soon), want: Closed, event: state.EventSuspendAbandoned},
+		{name: "suspended and untouched", rec: with(state.PhaseSuspended, suspended), job: current(4, 20, true, tag, soon), want: Suspended},
+		{name: "suspended, untagged, untouched", rec: with(state.PhaseSuspended, untagged), job: current(4, 20, true, "", soon), want: Suspended},
+		{name: "owner registered it again", rec: with(state.PhaseSuspended, suspended), job: current(5, 25, false, tag, soon), want: Closed, event: state.EventSuperseded},
+		{name: "owner stopped it again", rec: with(state.PhaseSuspended, suspended), job: current(5, 25, true, tag, soon), want: Closed, event: state.EventOwnerStopped},
+		{name: "owner removed the tag", rec: with(state.PhaseSuspended, suspended), job: current(4, 20, true, "", soon), want: Closed, event: state.EventOwnerStopped},
+		{name: "tagged job gone: the owner purged it", rec: with(state.PhaseSuspended, suspended), gone: true, want: Closed, event: state.EventOwnerPurged},
+		{name: "untagged job gone: collected, comes back from the spec", rec: with(state.PhaseSuspended, untagged), gone: true, want: Vanished},
+		{name: "untagged job gone, no spec", rec: with(state.PhaseSuspended, func(r *state.Suspension) { r.StopJobModifyIndex = 20 }), gone: true, want: Rejected, errWant: "cannot bring it back"},
+		{name: "job the token cannot read", rec: with(state.PhaseSuspended, suspended), unread: errors.New("403 Permission denied"), errWant: "cannot be read"},
+		{name: "forged: the job asks for no GPUs", rec: with(state.PhaseStopping, nil), job: cpuOnly(current(3, 10, false, "", recordTime)), want: Rejected, errWant: "asks for no GPUs"},
+		{name: "resuming, the register landed", rec: with(state.PhaseResuming, suspended), job: current(5, 30, false, tag, soon), want: ResumeLanded},
+		{name: "resuming, the register did not land", rec: with(state.PhaseResuming, suspended), job: current(4, 20, true, tag, soon), want: Suspended},
+		{name: "resumed, ours", rec: with(state.PhaseResumed, resumed), job: current(5, 30, false, "", soon), want: Resumed},
+		{name: "resumed, changed by its owner since", rec: with(state.PhaseResumed, resumed), job: current(6, 35, false, "", soon), want: Closed, event: state.EventRunningAgain},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := Inputs{Suspensions: []state.Suspension{tt.rec}, Specs: map[string]*nomadapi.Job{}, Unlisted: map[string]error{}, Now: recordTime}
+			if tt.job != nil {
+				in.Specs["a/j"] = tt.job
+			}
+			if tt.gone || tt.unread != nil {
+				in.Unlisted["a/j"] = tt.unread
+			}
+			v := Assemble(in)
+			r := v.Records["a/j"]
+			if tt.unread != nil {
+				if r != nil {
+					t.Fatalf("record of an unreadable job got verdict %d (%s); want none", r.Verdict, r.Why)
+				}
+			} else if r == nil || r.Verdict != tt.want || r.Event != tt.event {
+				t.Fatalf("record %+v; want verdict %d, event %q", r, tt.want, tt.event)
+			}
+			reported := len(v.RecordErrors) > 0 && strings.Contains(v.RecordErrors[0].Reason, tt.errWant)
+			if (tt.errWant != "") != (len(v.RecordErrors) > 0) || (tt.errWant != "" && !reported) {
+				t.Fatalf("record errors %+v; want one containing %q", v.RecordErrors, tt.errWant)
+			}
+			if tt.want == Vanished {
+				if info := v.Jobs["a/j"]; info == nil || len(v.Snapshot.Pending) != 1 || !v.Snapshot.Pending[0].Suspended {
+					t.Fatalf("vanished job: info %+v, pending %+v; want it pending as suspended", info, v.Snapshot.Pending)
+				}
+			}
+		})
+	}
+}
+
+func TestTagName(t *testing.T) {
+	got := TagName("team b/ä", time.Date(2026, 11, 23, 17, 8, 39, 0, time.UTC))
+	if want := "gpushare-suspended-for-team-b--" + "-20261123T170839Z"; got != want {
+		t.Fatalf("TagName = %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,159 @@
+package state
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	consulapi "github.com/hashicorp/consul/api"
+)
+
+// DefaultMaxRecordBytes is Consul's default limit on a KV value
+// (kv_max_value_size, 512 KiB).
+const DefaultMaxRecordBytes = 512 << 10
+
+// RecordLimit is the largest record the store writes: MaxRecordBytes or
+// its default.
+func (s *Store) RecordLimit() int {
+	if s.MaxRecordBytes > 0 {
+		return s.MaxRecordBytes
+	}
+	return DefaultMaxRecordBytes
+}
+
+// RecordSize is the size of rec as stored.
+func RecordSize(rec Suspension) (int, error) {
+	data, err := encodeSuspension(rec)
+	return len(data), err
+}
+
+func encodeSuspension(rec Suspension) ([]byte, error) {
+	data, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encoding the record of %s: %w", rec.Key(), err)
+	}
+	return data, nil
+}
+
+// EncodeSuspension is the record as stored. It fails with
+// ErrRecordTooLarge when it exceeds RecordLimit.
+func (s *Store) EncodeSuspension(rec Suspension) ([]byte, error) {
+	data, err := encodeSuspension(rec)
+	if err != nil {
+		return nil, err
+	}
+	if max := s.RecordLimit(); len(data) > max {
+		return nil, fmt.Errorf("%w: the record of %s takes %d bytes, above the limit of %d (Consul's kv_max_value_size; raise both to suspend this job)",
+			ErrRecordTooLarge, rec.Key(), len(data), max)
+	}
+	return data, nil
+}
+
+// PutSuspension writes rec if its key still has the ModifyIndex it was
+// read at (0: the key must not exist), and sets rec.ModifyIndex to the new
+// index. A record changed meanwhile is not overwritten: the error says so
+// and the next cycle reads it again.
+func (s *Store) PutSuspension(ctx context.Context, rec *Suspension) error {
+	data, err := s.EncodeSuspension(*rec)
+	if err != nil {
+		return err
+	}
+	key := s.layout.Suspension(rec.Namespace, rec.Job)
+	ops := consulapi.TxnOps{{KV: &consulapi.KVTxnOp{Verb: consulapi.KVCAS, Key: key, Value: data, Index: rec.ModifyIndex}}}
+	ok, resp, _, err := s.txn.Txn(ops, (&consulapi.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("writing Consul key %s: %w (is Consul reachable and the token allowed to write it?)", key, err)
+	}
+	if !ok || len(resp.Results) != 1 || resp.Results[0].KV == nil {
+		return fmt.Errorf("writing Consul key %s: it changed since it was read at index %d; not overwriting it", key, rec.ModifyIndex)
+	}
+	rec.ModifyIndex = resp.Results[0].KV.ModifyIndex
+	return nil
+}
+
+// DeleteSuspension deletes rec's record if it still has the ModifyIndex it
+// was read at.
+func (s *Store) DeleteSuspension(ctx context.Context, rec Suspension) error {
+	key := s.layout.Suspension(rec.Namespace, rec.Job)
+	ok, _, err := s.kv.DeleteCAS(&consulapi.KVPair{Key: key, ModifyIndex: rec.ModifyIndex}, (&consulapi.WriteOptions{}).WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("deleting Consul key %s: %w", key, err)
+	}
+	if !ok {
+		return fmt.Errorf("deleting Consul key %s: it changed since it was read at index %d; not deleting it", key, rec.ModifyIndex)
+	}
+	return nil
+}
+
+// Suspensions lists all suspension records, sorted by time. A record that
+// does not decode, is incomplete, or whose key does not name the job its
+// body names is returned in bad instead.
+func (s *Store) Suspensions(ctx context.Context) (recs []Suspension, bad []RecordError, err error) {
+	prefix := s.layout.Suspended()
+	pairs, _, err := s.kv.List(prefix, (&consulapi.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing Consul prefix %s: %w", prefix, err)
+	}
+	for _, p := range pairs {
+		if strings.HasSuffix(p.Key, "/") {
+			continue
+		}
+		rec, rerr := s.decodeSuspension(p)
+		if rerr != nil {
+			bad = append(bad, *rerr)
+			continue
+		}
+		recs = append(recs, rec)
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].Time.Before(recs[j].Time) })
+	return recs, bad, nil
+}
+
+// decodeSuspension reads one record and checks it against its key.
+func (s *Store) decodeSuspension(p *consulapi.KVPair) (Suspension, *RecordError) {
+	ns, job, _ := strings.Cut(strings.TrimPrefix(p.Key, s.layout.Suspended()), "/")
+	bad := func(format string, args ...any) *RecordError {
+		return &RecordError{Key: p.Key, Namespace: ns, Job: job, Reason: fmt.Sprintf(format, args...) +
+			"; the service does not act on it: check the job in Nomad, then delete the key"}
+	}
+	var rec Suspension
+	if err := json.Unmarshal(p.Value, &rec); err != nil {
+		return rec, bad("not a suspension record: %v", err)
+	}
+	if err := rec.check(); err != nil {
+		return rec, bad("%v", err)
+	}
+	if rec.Namespace != ns || rec.Job != job {
+		return rec, bad("the key names %s/%s but the record names %s", ns, job, rec.Key())
+	}
+	rec.ModifyIndex = p.ModifyIndex
+	return rec, nil
+}
+
+// PutRecordErrors writes one status key per record the service does not
+// act on (<root>/status/record-errors/<namespace>/<job>) and deletes the
+// others.
+func (s *Store) PutRecordErrors(ctx context.Context, errs []RecordError) error {
+	keep := map[string]bool{}
+	for _, e := range errs {
+		key := s.layout.RecordError(e.Namespace, e.Job)
+		keep[key] = true
+		if err := s.put(ctx, key, e); err != nil {
+			return err
+		}
+	}
+	keys, _, err := s.kv.Keys(s.layout.RecordErrors(), "", (&consulapi.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("listing Consul prefix %s: %w", s.layout.RecordErrors(), err)
+	}
+	for _, k := range keys {
+		if !keep[k] {
+			if _, err := s.kv.Delete(k, (&consulapi.WriteOptions{}).WithContext(ctx)); err != nil {
+				return fmt.Errorf("deleting Consul key %s: %w", k, err)
+			}
+		}
+	}
+	return nil
+}
