@@ -45,6 +45,11 @@ plugin "nomad-device-gpushare" {
 // newGPUCluster builds the gpushare device plugin and starts Consul and
 // Nomad with it on simulated GPUs, waiting for the given device families.
 func newGPUCluster(pluginConfig string, families ...string) (*localcluster.Cluster, error) {
+	return newGPUClusterWith(pluginConfig, nil, families...)
+}
+
+// newGPUClusterWith is newGPUCluster with options tweaked.
+func newGPUClusterWith(pluginConfig string, tweak func(*localcluster.Options), families ...string) (*localcluster.Cluster, error) {
 	dir, err := os.MkdirTemp("", "gpushare-quota-plugins-")
 	if err != nil {
 		return nil, fmt.Errorf("creating the plugin dir: %w", err)
@@ -53,5 +58,9 @@ func newGPUCluster(pluginConfig string, families ...string) (*localcluster.Clust
 	if err := localcluster.BuildBinary("github.com/gpushare/nomad-gpushare/device/cmd/nomad-device-gpushare", out); err != nil {
 		return nil, fmt.Errorf("building the device plugin: %w", err)
 	}
-	return localcluster.New(localcluster.Options{PluginDir: dir, PluginConfig: pluginConfig, WaitForDevices: families})
+	opts := localcluster.Options{PluginDir: dir, PluginConfig: pluginConfig, WaitForDevices: families}
+	if tweak != nil {
+		tweak(&opts)
+	}
+	return localcluster.New(opts)
 }
