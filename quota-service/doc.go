@@ -14,7 +14,8 @@
 //	<root>/quotas/<project>               project settings (JSON, written by people)
 //	<root>/status/quota-errors/<project>  why a quota document is rejected
 //	<root>/status/projects/<project>      per-project status (JSON, written by the service)
-//	<root>/suspended/<namespace>/<job>    a job the service stopped and will resume
+//	<root>/status/record-errors/<namespace>/<job>  a suspension record the service does not act on, and why
+//	<root>/suspended/<namespace>/<job>    a suspension: phase, reason, the suspended version's spec
 //	<root>/history/<time>-<event>-<namespace>-<job>  what the service did (bounded)
 //	<root>/leader                         the Consul lock held by the acting instance
 package quotaservice
