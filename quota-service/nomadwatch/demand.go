@@ -131,7 +131,14 @@ func (a *assembler) addPending() {
 			continue
 		}
 		var submit int64
-		switch {
+		switch r := a.v.Records[key]; {
+		case r != nil && (r.Verdict == Resumed || r.Verdict == ResumeLanded):
+			// A job the service resumed keeps the place it had while
+			// suspended, so that the order that resumed it keeps its
+			// GPUs for it until Nomad places it (a resumed job is
+			// pending before Nomad evaluates it, and Nomad will place
+			// it whatever the plan says).
+			submit = r.Time.Unix()
 		case stubs[key] != nil:
 			submit = stubs[key].SubmitTime / int64(time.Second)
 		case spec.SubmitTime != nil:

@@ -317,3 +317,83 @@ func TestOwnersWordWins(t *testing.T) {
 		t.Errorf("%d resumes, want none: %v", n, s.historyEvents())
 	}
 }
+
+// pauseEvaluations pauses or resumes Nomad's evaluation broker: while it
+// is paused, Nomad registers jobs but evaluates none, as it is slow to
+// evaluate right after a restart.
+func pauseEvaluations(t *testing.T, c *localcluster.Cluster, pause bool) {
+	t.Helper()
+	cfg, _, err := c.Nomad.Operator().SchedulerGetConfiguration(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.SchedulerConfig.PauseEvalBroker = pause
+	if _, _, err := c.Nomad.Operator().SchedulerSetConfiguration(cfg.SchedulerConfig, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestResumeHoldsItsGPUsBeforeNomadEvaluatesIt: a job the service
+// registers again holds its GPUs in the plan from the moment it is
+// registered, before Nomad evaluates it (Nomad writes a job summary's
+// queued count only when an evaluation completes, so a job registered
+// and not yet evaluated shows neither queued work nor allocations). With
+// Nomad's evaluation broker paused, one freed GPU resumes exactly one
+// suspended job, however many cycles pass; once Nomad evaluates, that job
+// runs, the other stays suspended, and nothing is suspended twice.
+func TestResumeHoldsItsGPUsBeforeNomadEvaluatesIt(t *testing.T) {
+	c := needCluster(t)
+	s := newScenario(t, c, "slow-eval-test")
+	s.quota("team-a", `{"guaranteed": 2}`)
+	s.quota("team-b", `{"guaranteed": 2}`)
+	svc, _ := s.startInstance("q", nil, nil)
+	waitLeader(t, svc)
+	a, b := jobsOf("team-a", 4, 1), jobsOf("team-b", 2, 1)
+	for _, j := range a {
+		s.submit(j)
+	}
+	s.wait(90*time.Second, "running", isRunning, a...)
+	_, suspended := s.reclaim(a, b, 2)
+
+	pauseEvaluations(t, c, true)
+	t.Cleanup(func() { pauseEvaluations(t, c, false) })
+	s.finish(b[0].ns, b[0].id)
+	s.wait(60*time.Second, "complete", isComplete, b[0])
+	registered := func() []string {
+		var out []string
+		for _, j := range suspended {
+			if st, err := s.jobState(j.ns, j.id); err == nil && !st.stopped {
+				out = append(out, j.id)
+			}
+		}
+		return out
+	}
+	testcluster.Eventually(t, 60*time.Second, func() error {
+		if r := registered(); len(r) != 1 {
+			return fmt.Errorf("registered again: %v, want one job for the one free GPU", r)
+		}
+		return nil
+	})
+	waitCycles(t, svc, 10)
+	if r := registered(); len(r) != 1 {
+		t.Fatalf("after 10 more cycles without evaluations, registered again: %v; want one job for the one free GPU", r)
+	}
+
+	pauseEvaluations(t, c, false)
+	var resumed, waiting gpuJob
+	for _, j := range suspended {
+		if r := registered(); r[0] == j.id {
+			resumed = j
+		} else {
+			waiting = j
+		}
+	}
+	s.wait(90*time.Second, "running", isRunning, resumed)
+	waitCycles(t, svc, 5)
+	if st, err := s.jobState(waiting.ns, waiting.id); err != nil || !st.stopped {
+		t.Fatalf("%s/%s: %+v (%v), want it still suspended", waiting.ns, waiting.id, st, err)
+	}
+	if n := s.checkOneSuspendPerJob(); n != 2 {
+		t.Errorf("%d jobs suspended, want 2", n)
+	}
+}
