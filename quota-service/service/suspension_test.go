@@ -15,16 +15,16 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
-// suspendTwo runs four jobs of team-a (guaranteed 2, each with meta) and
-// two of team-b (guaranteed 2), so that two of team-a's are suspended. It
-// returns team-a's jobs, team-b's, the two suspended and the jobs as Nomad
-// held them before (by "namespace/job").
-func suspendTwo(s *scenario, svc *service.Service) (a, b, suspended []gpuJob, before map[string]*nomadapi.Job) {
+// suspendSome runs four jobs of team-a (each with meta) and n of team-b,
+// with team-a guaranteed 4-n GPUs and team-b n, so that n of team-a's
+// jobs are suspended. It returns team-a's jobs, team-b's, the suspended
+// ones and team-a's jobs as Nomad held them before (by "namespace/job").
+func suspendSome(s *scenario, svc *service.Service, n int) (a, b, suspended []gpuJob, before map[string]*nomadapi.Job) {
 	s.t.Helper()
-	s.quota("team-a", `{"guaranteed": 2}`)
-	s.quota("team-b", `{"guaranteed": 2}`)
+	s.quota("team-a", fmt.Sprintf(`{"guaranteed": %d}`, 4-n))
+	s.quota("team-b", fmt.Sprintf(`{"guaranteed": %d}`, n))
 	waitLeader(s.t, svc)
-	a, b = jobsOf("team-a", 4, 1), jobsOf("team-b", 2, 1)
+	a, b = jobsOf("team-a", 4, 1), jobsOf("team-b", n, 1)
 	for i := range a {
 		a[i].meta = map[string]string{"owner": "alice", "run": a[i].id}
 		s.submit(a[i])
@@ -38,7 +38,7 @@ func suspendTwo(s *scenario, svc *service.Service) (a, b, suspended []gpuJob, be
 		}
 		before[j.ns+"/"+j.id] = job
 	}
-	_, suspended = s.reclaim(a, b, 2)
+	_, suspended = s.reclaim(a, b, n)
 	for _, j := range suspended {
 		s.waitRecord(j, state.PhaseSuspended)
 	}
@@ -95,7 +95,7 @@ func TestSuspendedJobsSurviveGarbageCollection(t *testing.T) {
 				return rec.Key() == untagged
 			})
 		})
-		_, b, suspended, before := suspendTwo(s, svc)
+		_, b, suspended, before := suspendSome(s, svc, 2)
 		var tagged, plain gpuJob
 		for _, j := range suspended {
 			if j.ns+"/"+j.id == untagged {
@@ -143,7 +143,7 @@ func TestSuspendedJobsSurviveGarbageCollection(t *testing.T) {
 		t.Cleanup(func() { gc.Close() })
 		s := newScenario(t, gc, "gc-threshold-test")
 		svc, _ := s.startInstance("q", nil, nil)
-		_, b, suspended, before := suspendTwo(s, svc)
+		_, b, suspended, before := suspendSome(s, svc, 2)
 		// A stopped job of the test's own, untagged, shows when the
 		// collector has run past the threshold.
 		marker := gpuJob{ns: "team-a", id: "gc-marker"} // CPU only
@@ -245,19 +245,8 @@ func TestForgedRecordsAreReportedNotActedOn(t *testing.T) {
 func TestOwnersWordWins(t *testing.T) {
 	c := needCluster(t)
 	s := newScenario(t, c, "owner-test")
-	s.quota("team-a", `{"guaranteed": 1}`)
-	s.quota("team-b", `{"guaranteed": 3}`)
 	svc, _ := s.startInstance("q", nil, nil)
-	waitLeader(t, svc)
-	a, b := jobsOf("team-a", 4, 1), jobsOf("team-b", 3, 1)
-	for _, j := range a {
-		s.submit(j)
-	}
-	s.wait(90*time.Second, "running", isRunning, a...)
-	_, suspended := s.reclaim(a, b, 3)
-	for _, j := range suspended {
-		s.waitRecord(j, state.PhaseSuspended)
-	}
+	_, b, suspended, _ := suspendSome(s, svc, 3)
 	stopped, purged, renewed := suspended[0], suspended[1], suspended[2]
 	wo := func(j gpuJob) *nomadapi.WriteOptions { return &nomadapi.WriteOptions{Namespace: j.ns} }
 	if _, _, err := c.Nomad.Jobs().Deregister(stopped.id, false, wo(stopped)); err != nil {
@@ -344,16 +333,8 @@ func pauseEvaluations(t *testing.T, c *localcluster.Cluster, pause bool) {
 func TestResumeHoldsItsGPUsBeforeNomadEvaluatesIt(t *testing.T) {
 	c := needCluster(t)
 	s := newScenario(t, c, "slow-eval-test")
-	s.quota("team-a", `{"guaranteed": 2}`)
-	s.quota("team-b", `{"guaranteed": 2}`)
 	svc, _ := s.startInstance("q", nil, nil)
-	waitLeader(t, svc)
-	a, b := jobsOf("team-a", 4, 1), jobsOf("team-b", 2, 1)
-	for _, j := range a {
-		s.submit(j)
-	}
-	s.wait(90*time.Second, "running", isRunning, a...)
-	_, suspended := s.reclaim(a, b, 2)
+	_, b, suspended, _ := suspendSome(s, svc, 2)
 
 	pauseEvaluations(t, c, true)
 	t.Cleanup(func() { pauseEvaluations(t, c, false) })
