@@ -98,7 +98,11 @@ func (ap *applying) markStopped(ctx context.Context, job *nomadapi.Job, rec *sta
 	next.StoppedAt = ap.now
 	next.Tagged = job.VersionTag != nil && job.VersionTag.Name == rec.Tag
 	ap.tag(ctx, job, &next)
-	return ap.put(ctx, &next, "marking stopped")
+	if err := ap.put(ctx, &next, "marking stopped"); err != nil {
+		return err
+	}
+	ap.log.Info("marked a suspension whose stop Nomad shows", "job", rec.Key(), "stop_version", next.StopVersion, "tagged", next.Tagged)
+	return nil
 }
 
 // ensureTagged tags the stopped version of a suspended job that is not
@@ -174,7 +178,11 @@ func (ap *applying) markResumed(ctx context.Context, rec *state.Suspension, job 
 	next := *rec
 	next.Phase = state.PhaseResumed
 	next.ResumeJobModifyIndex = *job.JobModifyIndex
-	return ap.put(ctx, &next, "marking resumed")
+	if err := ap.put(ctx, &next, "marking resumed"); err != nil {
+		return err
+	}
+	ap.log.Info("marked a resume Nomad shows", "job", rec.Key(), "job_modify_index", next.ResumeJobModifyIndex)
+	return nil
 }
 
 // endResumed removes the tag from a resumed job and deletes its record

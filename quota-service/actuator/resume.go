@@ -35,6 +35,9 @@ func (ap *applying) resume(ctx context.Context, r *nomadwatch.Record, rec *state
 	if err := ap.put(ctx, &next, "recording the resume of"); err != nil {
 		return err
 	}
+	if err := ap.guard(ctx, "resuming "+key); err != nil {
+		return err
+	}
 	resp, _, err := ap.nomad.Jobs().EnforceRegister(job, enforce, (&nomadapi.WriteOptions{Namespace: rec.Namespace}).WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("resuming %s: registering %s with Stop=false: %w", key, from, err)

@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -376,5 +377,57 @@ func TestResumeHoldsItsGPUsBeforeNomadEvaluatesIt(t *testing.T) {
 	}
 	if n := s.checkOneSuspendPerJob(); n != 2 {
 		t.Errorf("%d jobs suspended, want 2", n)
+	}
+}
+
+// TestRecordPhasesAreReadFromNomad: a record whose phase write failed is
+// set right from what Nomad shows, never acted on blindly. A suspension
+// whose "suspended" mark was lost (the record still says "stopping") is
+// marked from the service's tag on the stopped version, not stopped
+// again; after the job's resume, a stale "stopping" record of the old
+// version stops nothing and is dropped.
+func TestRecordPhasesAreReadFromNomad(t *testing.T) {
+	c := needCluster(t)
+	s := newScenario(t, c, "phases-test")
+	svc, _ := s.startInstance("q", nil, nil)
+	_, b, suspended, _ := suspendSome(s, svc, 1)
+	j := suspended[0]
+	// lost rewrites the record of j, once it is in phase from and
+	// settled, as a "stopping" record of the version it stopped.
+	lost := func(from state.Phase) state.Suspension {
+		t.Helper()
+		var rec state.Suspension
+		testcluster.Eventually(t, 30*time.Second, func() error {
+			rec = s.waitRecord(j, from)
+			if rec.Tagged != (from == state.PhaseSuspended) {
+				return fmt.Errorf("record %+v not settled yet", rec)
+			}
+			next := rec
+			next.Phase, next.StopVersion, next.StopJobModifyIndex, next.StoppedAt, next.Tagged = state.PhaseStopping, 0, 0, time.Time{}, false
+			next.ResumedAt, next.ResumeJobModifyIndex = time.Time{}, 0
+			return s.store.PutSuspension(context.Background(), &next)
+		})
+		return rec
+	}
+	rec := lost(state.PhaseSuspended)
+	if again := s.waitRecord(j, state.PhaseSuspended); again.StopJobModifyIndex != rec.StopJobModifyIndex || !again.Tagged {
+		t.Fatalf("record marked again %+v, want the stop Nomad shows (%d), tagged", again, rec.StopJobModifyIndex)
+	}
+	for _, x := range b {
+		s.finish(x.ns, x.id)
+	}
+	s.wait(90*time.Second, "running again", isRunning, j)
+	lost(state.PhaseResumed)
+	testcluster.Eventually(t, 30*time.Second, func() error {
+		if recs, err := s.records(); err != nil || len(recs) > 0 {
+			return fmt.Errorf("records %v (%v), want the stale one dropped", keys(recs), err)
+		}
+		return nil
+	})
+	waitCycles(t, svc, 3)
+	s.wait(10*time.Second, "still running", isRunning, j)
+	want := []state.Event{state.EventSuspend, state.EventResume, state.EventSuspendAbandoned}
+	if got := s.historyOf(j); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("history of %s/%s: %v, want %v", j.ns, j.id, got, want)
 	}
 }
