@@ -2,15 +2,18 @@
 // tells the service when to plan again.
 //
 // Build lists nodes (with their device resources), allocations (with their
-// allocated device IDs) and jobs (with their summaries) in all namespaces,
-// and assembles a View: the snapshot plus what the actuator needs to act on
-// it (job versions, group counts). Only GPU work counts (docs/design.md,
-// Units and device families): a node's GPUs are the physical GPUs named by
-// its "nvidia/gpu" and "nvidia/gpu-share" device instances (package
-// device/ids), an allocation's usage is the whole GPUs and shares it was
-// given, and pending demand is the queued count of each task group times
-// its device asks ("nvidia/gpu" count = whole GPUs, "nvidia/gpu-share"
-// count = shares of one GPU). CPU-only work is left out of the demand, but
+// allocated device IDs) and jobs (with their summaries and meta) in all
+// namespaces, and assembles a View: the snapshot plus what the actuator
+// needs to act on it (job specs, the suspension records with their
+// verdicts). Only GPU work counts (docs/design.md, Units and device
+// families): a node's GPUs are the physical GPUs named by its "nvidia/gpu"
+// and "nvidia/gpu-share" device instances (package device/ids), an
+// allocation's usage is the whole GPUs and shares it was given, and pending
+// demand is what Nomad will still place of each task group (demand.go)
+// times its device asks ("nvidia/gpu" count = whole GPUs,
+// "nvidia/gpu-share" count = shares of one GPU). Each suspension record is
+// read against Nomad's job (records.go; docs/design.md, Suspension and
+// resumption). CPU-only work is left out of the demand, but
 // it counts against its node: a node's CPU and memory in the snapshot are
 // its capacity less Nomad's reserved resources and less what allocations
 // outside the snapshot hold, and GPU allocations and pending groups carry
