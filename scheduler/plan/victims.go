@@ -19,11 +19,14 @@ type victimKey struct {
 	job   string
 }
 
-// compareVictims is THE victim order (BACKGROUND section 2): lowest project
-// priority first, then the project most over its fair share, then lowest job
-// priority, then the newest job; the job name breaks remaining ties so that
-// plans are deterministic. It returns a negative number when a is suspended
-// before b.
+// compareVictims is THE victim order (docs/design.md, Victim order): lowest
+// project priority first, then the project most over its fair share, then
+// lowest job priority, then the newest job; the job name breaks remaining
+// ties so that plans are deterministic. It returns a negative number when a
+// is suspended before b.
+//
+// Every victim list the planner walks is in this order: each project's jobs
+// are sorted by it (compareJobs), and victimQueue merges the projects by it.
 func compareVictims(a, b victimKey) int {
 	if c := cmp.Compare(a.projectPriority, b.projectPriority); c != 0 {
 		return c
@@ -40,48 +43,60 @@ func compareVictims(a, b victimKey) int {
 	return cmp.Compare(a.job, b.job)
 }
 
-// compareJobs is compareVictims for two jobs of the same project, whose
-// project fields are equal: lowest job priority, then newest, then name.
+// victimKey is job j's key for compareVictims, with its project as it
+// stands now.
+func (s *state) victimKey(j int32) victimKey {
+	job := &s.jobs[j]
+	p := &s.projects[job.project]
+	return victimKey{
+		projectPriority: p.priority,
+		overDeserved:    p.usage - p.deserved,
+		jobPriority:     job.priority,
+		start:           job.newest,
+		job:             job.name,
+	}
+}
+
+// compareJobs is compareVictims on two jobs.
 func (s *state) compareJobs(a, b int32) int {
-	ja, jb := &s.jobs[a], &s.jobs[b]
-	if c := cmp.Compare(ja.priority, jb.priority); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(jb.newest, ja.newest); c != 0 {
-		return c
-	}
-	return cmp.Compare(ja.name, jb.name)
+	return compareVictims(s.victimKey(a), s.victimKey(b))
 }
 
-// victimSource walks one project's jobs in victim order. The project
-// fields of the victim key do not change during a walk, so they are read
-// once.
+// victimSource is one project's jobs in victim order, and the key of the
+// next one (the project's standing does not change during a walk).
 type victimSource struct {
-	priority int
-	over     model.Shares
-	jobs     []int32
-	pos      int
-}
-
-// before reports whether a's next job is suspended before b's
-// (compareVictims on their keys).
-func (s *state) before(a, b *victimSource) bool {
-	if a.priority != b.priority {
-		return a.priority < b.priority
-	}
-	if a.over != b.over {
-		return a.over > b.over
-	}
-	return s.compareJobs(a.jobs[a.pos], b.jobs[b.pos]) < 0
+	key  victimKey
+	jobs []int32
+	pos  int
 }
 
 // victimQueue merges the sources of several projects into one stream in
-// victim order: a binary heap on before. Sources usually differ in their
-// project fields, so the root tends to stay the root for many jobs in a
-// row and each step costs a couple of comparisons.
+// victim order: a binary heap on compareVictims of the sources' next jobs.
+// Sources usually differ in their project fields, so the root tends to stay
+// the root for many jobs in a row and each step costs a couple of
+// comparisons.
 type victimQueue struct {
 	s       *state
 	sources []victimSource
+}
+
+// newVictimQueue is the queue over the jobs of projects, built in buf.
+func (s *state) newVictimQueue(projects []int32, buf []victimSource) victimQueue {
+	q := victimQueue{s: s, sources: buf[:0]}
+	for _, p := range projects {
+		if jobs := s.projects[p].jobs; len(jobs) > 0 {
+			q.sources = append(q.sources, victimSource{key: s.victimKey(jobs[0]), jobs: jobs})
+		}
+	}
+	for i := len(q.sources)/2 - 1; i >= 0; i-- {
+		q.down(i)
+	}
+	return q
+}
+
+// less reports whether source a's next job is suspended before source b's.
+func (q *victimQueue) less(a, b int) bool {
+	return compareVictims(q.sources[a].key, q.sources[b].key) < 0
 }
 
 func (q *victimQueue) down(i int) {
@@ -92,20 +107,14 @@ func (q *victimQueue) down(i int) {
 			return
 		}
 		m := l
-		if r := l + 1; r < n && q.s.before(&q.sources[r], &q.sources[l]) {
+		if r := l + 1; r < n && q.less(r, l) {
 			m = r
 		}
-		if !q.s.before(&q.sources[m], &q.sources[i]) {
+		if !q.less(m, i) {
 			return
 		}
 		q.sources[i], q.sources[m] = q.sources[m], q.sources[i]
 		i = m
-	}
-}
-
-func (q *victimQueue) init() {
-	for i := len(q.sources)/2 - 1; i >= 0; i-- {
-		q.down(i)
 	}
 }
 
@@ -117,7 +126,9 @@ func (q *victimQueue) next() int32 {
 	src := &q.sources[0]
 	j := src.jobs[src.pos]
 	src.pos++
-	if src.pos == len(src.jobs) {
+	if src.pos < len(src.jobs) {
+		src.key = q.s.victimKey(src.jobs[src.pos])
+	} else {
 		last := len(q.sources) - 1
 		q.sources[0] = q.sources[last]
 		q.sources = q.sources[:last]
@@ -151,14 +162,8 @@ type victimSearch struct {
 // The walk keeps, per touched node and GPU, what the victims taken so far
 // free there, so that each step costs only the victim's own allocations.
 func (s *state) findVictims(t placement.Task, vs victimSearch) (node int, victims []int32, ok bool) {
-	q := victimQueue{s: s, sources: s.sourceBuf[:0]}
-	for _, p := range vs.projects {
-		if ps := &s.projects[p]; len(ps.jobs) > 0 {
-			q.sources = append(q.sources, victimSource{priority: ps.priority, over: ps.usage - ps.deserved, jobs: ps.jobs})
-		}
-	}
+	q := s.newVictimQueue(vs.projects, s.sourceBuf)
 	defer func() { s.sourceBuf = q.sources[:0] }()
-	q.init()
 	w := &s.walk
 	w.reset(s)
 	for j := q.next(); j >= 0; j = q.next() {

@@ -9,23 +9,10 @@ import (
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 )
 
-// victimKey builds job j's key for compareVictims.
-func (s *state) victimKey(j int32) victimKey {
-	job := &s.jobs[j]
-	p := &s.projects[job.project]
-	return victimKey{
-		projectPriority: p.priority,
-		overDeserved:    p.usage - p.deserved,
-		jobPriority:     job.priority,
-		start:           job.newest,
-		job:             job.name,
-	}
-}
-
 // TestVictimQueueFollowsCompareVictims checks that the planner's fast
 // victim walk (one heap over per-project sources) yields exactly the order
-// of compareVictims, the rule of BACKGROUND section 2, on random clusters
-// with ties in every field.
+// of sorting all jobs by compareVictims (docs/design.md, Victim order), on
+// random clusters with ties in every field.
 func TestVictimQueueFollowsCompareVictims(t *testing.T) {
 	for seed := int64(1); seed <= 200; seed++ {
 		rng := rand.New(rand.NewSource(seed))
@@ -45,17 +32,14 @@ func TestVictimQueueFollowsCompareVictims(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
-		var all []int32
-		q := victimQueue{s: s}
+		var all, projects []int32
 		for i := range s.projects {
 			p := &s.projects[i]
 			p.deserved = model.Shares(rng.Intn(4) * 100)
 			all = append(all, p.jobs...)
-			if len(p.jobs) > 0 {
-				q.sources = append(q.sources, victimSource{priority: p.priority, over: p.usage - p.deserved, jobs: p.jobs})
-			}
+			projects = append(projects, int32(i))
 		}
-		q.init()
+		q := s.newVictimQueue(projects, nil)
 		var got []string
 		for j := q.next(); j >= 0; j = q.next() {
 			got = append(got, s.jobs[j].name)
