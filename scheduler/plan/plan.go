@@ -145,19 +145,24 @@ func Plan(snap *model.Snapshot, opts Options) (Result, error) {
 	if err := s.run(); err != nil {
 		return Result{}, err
 	}
-	res := Result{Actions: s.actions, Unplaced: s.unplaced, Shares: make([]ProjectShare, len(snap.Projects))}
-	if len(s.cancelled) > 0 {
-		res.Actions = make([]Action, 0, len(s.actions)-len(s.cancelled))
-		for i, a := range s.actions {
-			if !s.cancelled[int32(i)] {
+	return s.result(), nil
+}
+
+// result is the outcome of the cycle once the walk is done.
+func (s *state) result() Result {
+	res := Result{Actions: s.plan.actions, Unplaced: s.plan.unplaced, Shares: make([]ProjectShare, len(s.snap.Projects))}
+	if len(s.plan.cancelled) > 0 {
+		res.Actions = make([]Action, 0, len(s.plan.actions)-len(s.plan.cancelled))
+		for i, a := range s.plan.actions {
+			if !s.plan.cancelled[int32(i)] {
 				res.Actions = append(res.Actions, a)
 			}
 		}
 	}
-	for i := range snap.Projects {
+	for i := range s.snap.Projects {
 		p := &s.projects[i]
 		res.Shares[i] = ProjectShare{
-			Name:       snap.Projects[i].Name,
+			Name:       s.snap.Projects[i].Name,
 			Guaranteed: p.guaranteed,
 			Demand:     p.demand,
 			Deserved:   p.deserved,
@@ -165,7 +170,7 @@ func Plan(snap *model.Snapshot, opts Options) (Result, error) {
 			Planned:    p.usage,
 		}
 	}
-	return res, nil
+	return res
 }
 
 // DeservedShares computes only the deserved share of every project, in

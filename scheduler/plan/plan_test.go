@@ -9,21 +9,28 @@ import (
 )
 
 func TestCompareVictims(t *testing.T) {
-	base := victimKey{projectPriority: 1, overDeserved: 100, jobPriority: 5, start: 10, job: "j"}
+	// key builds a victim from the fields the order reads.
+	key := func(projectPriority int, overDeserved model.Shares, jobPriority int, start int64, job string) victim {
+		return victim{
+			project: &projectState{priority: projectPriority, usage: overDeserved},
+			job:     &jobState{priority: jobPriority, newest: start, name: job},
+		}
+	}
+	base := key(1, 100, 5, 10, "j")
 	tests := []struct {
 		name  string
-		first victimKey // suspended before base
+		first victim // suspended before base
 	}{
-		{"lower project priority first", victimKey{projectPriority: 0, overDeserved: -500, jobPriority: 99, start: 0, job: "z"}},
-		{"then most over its fair share", victimKey{projectPriority: 1, overDeserved: 101, jobPriority: 99, start: 0, job: "z"}},
-		{"then lowest job priority", victimKey{projectPriority: 1, overDeserved: 100, jobPriority: 4, start: 0, job: "z"}},
-		{"then newest", victimKey{projectPriority: 1, overDeserved: 100, jobPriority: 5, start: 11, job: "z"}},
-		{"then job name", victimKey{projectPriority: 1, overDeserved: 100, jobPriority: 5, start: 10, job: "a"}},
+		{"lower project priority first", key(0, -500, 99, 0, "z")},
+		{"then most over its fair share", key(1, 101, 99, 0, "z")},
+		{"then lowest job priority", key(1, 100, 4, 0, "z")},
+		{"then newest", key(1, 100, 5, 11, "z")},
+		{"then job name", key(1, 100, 5, 10, "a")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if compareVictims(tt.first, base) >= 0 || compareVictims(base, tt.first) <= 0 {
-				t.Errorf("%+v should come before %+v", tt.first, base)
+				t.Errorf("%+v %+v should come before %+v %+v", *tt.first.project, *tt.first.job, *base.project, *base.job)
 			}
 		})
 	}

@@ -44,7 +44,7 @@ func TestVictimQueueFollowsCompareVictims(t *testing.T) {
 		for j := q.next(); j >= 0; j = q.next() {
 			got = append(got, s.jobs[j].name)
 		}
-		slices.SortFunc(all, func(a, b int32) int { return compareVictims(s.victimKey(a), s.victimKey(b)) })
+		slices.SortFunc(all, func(a, b int32) int { return compareVictims(s.victim(a), s.victim(b)) })
 		var want []string
 		for _, j := range all {
 			want = append(want, s.jobs[j].name)
