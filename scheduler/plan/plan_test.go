@@ -8,37 +8,6 @@ import (
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 )
 
-func TestCompareVictims(t *testing.T) {
-	// key builds a victim from the fields the order reads.
-	key := func(projectPriority int, overDeserved model.Shares, jobPriority int, start int64, job string) victim {
-		return victim{
-			project: &projectState{priority: projectPriority, usage: overDeserved},
-			job:     &jobState{priority: jobPriority, newest: start, name: job},
-		}
-	}
-	base := key(1, 100, 5, 10, "j")
-	tests := []struct {
-		name  string
-		first victim // suspended before base
-	}{
-		{"lower project priority first", key(0, -500, 99, 0, "z")},
-		{"then most over its fair share", key(1, 101, 99, 0, "z")},
-		{"then lowest job priority", key(1, 100, 4, 0, "z")},
-		{"then newest", key(1, 100, 5, 11, "z")},
-		{"then job name", key(1, 100, 5, 10, "a")},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if compareVictims(tt.first, base) >= 0 || compareVictims(base, tt.first) <= 0 {
-				t.Errorf("%+v %+v should come before %+v %+v", *tt.first.project, *tt.first.job, *base.project, *base.job)
-			}
-		})
-	}
-	if compareVictims(base, base) != 0 {
-		t.Error("a key must compare equal to itself")
-	}
-}
-
 // builder helpers keep the table rows short.
 func node(name string, gpus int) model.Node {
 	n := model.Node{Name: name, CPUMilli: 64000, MemoryMiB: 1 << 20, GPUs: make([]model.GPU, gpus)}
