@@ -9,7 +9,6 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/gpushare/nomad-gpushare/device/gpu"
-	"github.com/gpushare/nomad-gpushare/device/partition"
 	hclog "github.com/hashicorp/go-hclog"
 	dev "github.com/hashicorp/nomad/plugins/device"
 )
@@ -202,13 +201,10 @@ func TestPartitionFollowsUsage(t *testing.T) {
 func TestPlacementRacingASwitchAbortsIt(t *testing.T) {
 	f := newFakeNomad(t)
 	p := newPlugin(t, f, nil)
-	p.mu.Lock()
-	p.machine.SetPolicy(partition.Policy{MinIdleShareGPUs: 1, ShareHeadroom: 50, SettlePeriod: time.Hour})
-	p.mu.Unlock()
 	u := uuids(p)
 	f.place("a1", "gpu-share", shares(u[3], 0, 70)...)
 	cycle(p, f)
-	cycle(p, f) // servers see GPU 2 withdrawn; settling for an hour
+	cycle(p, f) // servers see GPU 2 withdrawn; settling until the next read
 	if got := fmt.Sprint(families(p)); got != "[whole whole none share]" {
 		t.Fatalf("families = %s", got)
 	}
