@@ -196,7 +196,7 @@ func (t *Tracker) Read(ctx context.Context) (Snapshot, error) {
 	if node.NodeResources != nil {
 		addServerView(snap.GPUs, node.NodeResources.Devices)
 	}
-	AddAllocations(snap.GPUs, allocs)
+	addAllocations(snap.GPUs, allocs)
 	if t.cfg.Demand {
 		snap.Demand, snap.DemandErr = t.readDemand(ctx, node)
 	}
@@ -235,17 +235,17 @@ func addServerView(m map[string]*GPUUsage, groups []*api.NodeDeviceResource) {
 	}
 }
 
-// Live reports whether an allocation may still be using its devices: every
+// live reports whether an allocation may still be using its devices: every
 // allocation that is not terminal on the client, whatever its desired
 // status (a stopping allocation still runs).
-func Live(a *api.Allocation) bool {
+func live(a *api.Allocation) bool {
 	return !a.ClientTerminalStatus()
 }
 
-// AddAllocations adds the devices held by the live allocations to m.
-func AddAllocations(m map[string]*GPUUsage, allocs []*api.Allocation) {
+// addAllocations adds the devices held by the live allocations to m.
+func addAllocations(m map[string]*GPUUsage, allocs []*api.Allocation) {
 	for _, a := range allocs {
-		if a == nil || !Live(a) {
+		if a == nil || !live(a) {
 			continue
 		}
 		held := ids.HeldDevices(a.AllocatedResources)

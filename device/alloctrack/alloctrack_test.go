@@ -82,7 +82,7 @@ func TestAddAllocations(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := map[string]*GPUUsage{}
-			AddAllocations(m, tt.allocs)
+			addAllocations(m, tt.allocs)
 			got := map[string]GPUUsage{}
 			for u, g := range m {
 				sort.Strings(g.ShareAllocs)
