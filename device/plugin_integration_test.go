@@ -9,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
@@ -33,7 +32,7 @@ plugin "nomad-device-gpushare" {
 
 // startCluster builds the plugin and starts real Consul and Nomad agents
 // with it. Skipped in -short mode.
-func startCluster(t *testing.T) (*localcluster.Cluster, string) {
+func startCluster(t testing.TB) (*localcluster.Cluster, string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs real agents; run without -short")
@@ -88,10 +87,10 @@ func layout(c *localcluster.Cluster) (whole int, shareGroups []string, err error
 	return whole, shareGroups, nil
 }
 
-func waitLayout(t *testing.T, c *localcluster.Cluster, wantWhole, wantShare int) []string {
+func waitLayout(t testing.TB, c *localcluster.Cluster, wantWhole, wantShare int) []string {
 	t.Helper()
 	var groups []string
-	testcluster.Eventually(t, 60*time.Second, func() error {
+	testcluster.Eventually(t, liveWindow, func() error {
 		w, s, err := layout(c)
 		if err != nil {
 			return err
@@ -107,7 +106,7 @@ func waitLayout(t *testing.T, c *localcluster.Cluster, wantWhole, wantShare int)
 
 // gpuJob registers a raw_exec service job whose task prints its GPU
 // environment and then sleeps.
-func gpuJob(t *testing.T, c *localcluster.Cluster, name, deviceType string, count uint64, constraints ...*nomadapi.Constraint) {
+func gpuJob(t testing.TB, c *localcluster.Cluster, name, deviceType string, count uint64, constraints ...*nomadapi.Constraint) {
 	t.Helper()
 	job := nomadapi.NewServiceJob(name, name, "global", 50)
 	job.Datacenters = []string{"dc1"}
@@ -127,11 +126,11 @@ func ptr[T any](v T) *T { return &v }
 
 // runningEnv waits for the job's allocation to run and returns the
 // environment its task printed.
-func runningEnv(t *testing.T, c *localcluster.Cluster, job string) (map[string]string, *nomadapi.Allocation) {
+func runningEnv(t testing.TB, c *localcluster.Cluster, job string) (map[string]string, *nomadapi.Allocation) {
 	t.Helper()
 	var env map[string]string
 	var alloc *nomadapi.Allocation
-	testcluster.Eventually(t, 90*time.Second, func() error {
+	testcluster.Eventually(t, liveWindow, func() error {
 		stubs, _, err := c.Nomad.Jobs().Allocations(job, false, nil)
 		if err != nil {
 			return err
@@ -200,7 +199,7 @@ func readAll(rc interface {
 	}
 }
 
-func stopJob(t *testing.T, c *localcluster.Cluster, job string) {
+func stopJob(t testing.TB, c *localcluster.Cluster, job string) {
 	t.Helper()
 	if _, _, err := c.Nomad.Jobs().Deregister(job, true, nil); err != nil {
 		t.Fatalf("stopping %s: %v", job, err)
@@ -241,7 +240,7 @@ func TestPluginOnRealNomad(t *testing.T) {
 	waitLayout(t, c, 3, 1)
 
 	// Stats reach the node's stats, per GPU and per share group.
-	testcluster.Eventually(t, 30*time.Second, func() error {
+	testcluster.Eventually(t, liveWindow, func() error {
 		hs, err := c.Nomad.Nodes().Stats(c.NodeID, nil)
 		if err != nil {
 			return err
@@ -296,7 +295,7 @@ func TestPluginOnRealNomad(t *testing.T) {
 	if err := syscall.Kill(old[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	testcluster.Eventually(t, 60*time.Second, func() error {
+	testcluster.Eventually(t, liveWindow, func() error {
 		if now := pluginPIDs(pluginDir); len(now) != 1 || now[0] == old[0] {
 			return fmt.Errorf("plugin processes %v (killed %d)", now, old[0])
 		}

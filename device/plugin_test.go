@@ -424,7 +424,7 @@ func TestFingerprintStreamsChanges(t *testing.T) {
 }
 
 // TestDemandMovesIdleGPUs: waiting demand read from blocked evaluations
-// moves idle GPUs between the families (issue 3), and each job version is
+// moves idle GPUs between the families, and each job version is
 // read once.
 func TestDemandMovesIdleGPUs(t *testing.T) {
 	f := newFakeNomad(t)
