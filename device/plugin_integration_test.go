@@ -124,6 +124,26 @@ func gpuJob(t testing.TB, c *localcluster.Cluster, name, deviceType string, coun
 
 func ptr[T any](v T) *T { return &v }
 
+// runningAllocation returns the job's running allocation, nil while none
+// runs, with the number of its allocations; a failed one is an error.
+func runningAllocation(c *localcluster.Cluster, job string) (*nomadapi.Allocation, int, error) {
+	stubs, _, err := c.Nomad.Jobs().Allocations(job, false, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, s := range stubs {
+		if s.ClientStatus == "failed" {
+			a, _, _ := c.Nomad.Allocations().Info(s.ID, nil)
+			return nil, len(stubs), fmt.Errorf("allocation %s failed: %v", s.ID, taskEvents(a))
+		}
+		if s.ClientStatus == "running" {
+			a, _, err := c.Nomad.Allocations().Info(s.ID, nil)
+			return a, len(stubs), err
+		}
+	}
+	return nil, len(stubs), nil
+}
+
 // runningEnv waits for the job's allocation to run and returns the
 // environment its task printed.
 func runningEnv(t testing.TB, c *localcluster.Cluster, job string) (map[string]string, *nomadapi.Allocation) {
@@ -131,41 +151,30 @@ func runningEnv(t testing.TB, c *localcluster.Cluster, job string) (map[string]s
 	var env map[string]string
 	var alloc *nomadapi.Allocation
 	testcluster.Eventually(t, liveWindow, func() error {
-		stubs, _, err := c.Nomad.Jobs().Allocations(job, false, nil)
+		a, n, err := runningAllocation(c, job)
 		if err != nil {
 			return err
 		}
-		for _, s := range stubs {
-			if s.ClientStatus == "failed" {
-				a, _, _ := c.Nomad.Allocations().Info(s.ID, nil)
-				return fmt.Errorf("allocation %s failed: %v", s.ID, taskEvents(a))
-			}
-			if s.ClientStatus != "running" {
-				continue
-			}
-			a, _, err := c.Nomad.Allocations().Info(s.ID, nil)
-			if err != nil {
-				return err
-			}
-			rc, err := c.Nomad.AllocFS().Cat(a, "alloc/logs/main.stdout.0", nil)
-			if err != nil {
-				return err
-			}
-			buf := new(strings.Builder)
-			_, _ = fmt.Fprint(buf, readAll(rc))
-			env = map[string]string{}
-			for _, line := range strings.Split(buf.String(), "\n") {
-				if k, v, ok := strings.Cut(line, "="); ok {
-					env[k] = v
-				}
-			}
-			if env["NVIDIA_VISIBLE_DEVICES"] == "" {
-				return fmt.Errorf("allocation %s printed no GPU environment yet", s.ID)
-			}
-			alloc = a
-			return nil
+		if a == nil {
+			return fmt.Errorf("no running allocation of %s (%d allocations)", job, n)
 		}
-		return fmt.Errorf("no running allocation of %s (%d allocations)", job, len(stubs))
+		rc, err := c.Nomad.AllocFS().Cat(a, "alloc/logs/main.stdout.0", nil)
+		if err != nil {
+			return err
+		}
+		buf := new(strings.Builder)
+		_, _ = fmt.Fprint(buf, readAll(rc))
+		env = map[string]string{}
+		for _, line := range strings.Split(buf.String(), "\n") {
+			if k, v, ok := strings.Cut(line, "="); ok {
+				env[k] = v
+			}
+		}
+		if env["NVIDIA_VISIBLE_DEVICES"] == "" {
+			return fmt.Errorf("allocation %s printed no GPU environment yet", a.ID)
+		}
+		alloc = a
+		return nil
 	})
 	return env, alloc
 }

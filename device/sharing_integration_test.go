@@ -137,22 +137,13 @@ func runningAfter(t testing.TB, c *localcluster.Cluster, job string, since time.
 	t.Helper()
 	var alloc *nomadapi.Allocation
 	testcluster.Eventually(t, liveWindow, func() error {
-		stubs, _, err := c.Nomad.Jobs().Allocations(job, false, nil)
-		if err != nil {
+		a, n, err := runningAllocation(c, job)
+		if err != nil || a != nil {
+			alloc = a
 			return err
 		}
-		for _, s := range stubs {
-			if s.ClientStatus == "running" {
-				a, _, err := c.Nomad.Allocations().Info(s.ID, nil)
-				if err != nil {
-					return err
-				}
-				alloc = a
-				return nil
-			}
-		}
 		blocked, _ := missingDevices(c, job)
-		return fmt.Errorf("%s not running %s after submission (%d allocations; failed on missing devices: %v)", job, time.Since(since).Round(time.Second), len(stubs), blocked)
+		return fmt.Errorf("%s not running %s after submission (%d allocations; failed on missing devices: %v)", job, time.Since(since).Round(time.Second), n, blocked)
 	})
 	t.Logf("%s running %s after submission", job, time.Since(since).Round(100*time.Millisecond))
 	return alloc
