@@ -20,12 +20,12 @@ type Builder struct {
 
 	mu    sync.Mutex
 	specs map[string]*nomadapi.Job
-	nodes map[string]*nomadapi.Node
+	nodes map[string]cachedNode
 }
 
 // NewBuilder returns a builder over the Nomad client.
 func NewBuilder(client *nomadapi.Client, log hclog.Logger) *Builder {
-	return &Builder{nomad: client, log: log.Named("nomadwatch"), specs: map[string]*nomadapi.Job{}, nodes: map[string]*nomadapi.Node{}}
+	return &Builder{nomad: client, log: log.Named("nomadwatch"), specs: map[string]*nomadapi.Job{}, nodes: map[string]cachedNode{}}
 }
 
 // Build lists nodes, allocations and jobs in all namespaces and assembles
