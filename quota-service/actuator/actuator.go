@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	"github.com/hashicorp/go-hclog"
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -30,11 +31,6 @@ import (
 
 // ErrStale is returned when the View is too old to act on.
 var ErrStale = errors.New("cluster view is stale; taking no action")
-
-// ErrUnsettled is returned when the View leaves running GPU allocations
-// unaccounted for (nomadwatch.View.Unaccounted): usage would be
-// undercounted, so nothing is done until Nomad's state settles.
-var ErrUnsettled = errors.New("cluster view does not account for every running GPU allocation yet; taking no action")
 
 // Done is one action carried out.
 type Done struct {
@@ -155,9 +151,6 @@ func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Resul
 	if age := now.Sub(v.ListedAt); age > a.opts.MaxStaleness {
 		return Report{}, fmt.Errorf("%w: listed %s ago", ErrStale, age.Round(time.Millisecond))
 	}
-	if n := len(v.Unaccounted); n > 0 {
-		return Report{}, fmt.Errorf("%w: %d, e.g. %s", ErrUnsettled, n, v.Unaccounted[0])
-	}
 	a.settleInflight(v, now)
 	ap := &applying{Actuator: a, v: v, now: now}
 	ap.finishRecorded(ctx)
@@ -226,11 +219,12 @@ func (ap *applying) clearStale(ctx context.Context) {
 
 // carryOut takes the plan's actions in order; once a suspension for a
 // workload is held back or fails, the workload's other actions are
-// dropped.
+// dropped. A suspension that holds a project to its limit (Workload -1)
+// stands alone.
 func (ap *applying) carryOut(ctx context.Context, res plan.Result) {
 	ap.tally(res)
 	for _, act := range res.Actions {
-		if ap.skipped[act.Workload] {
+		if act.Workload >= 0 && ap.skipped[act.Workload] {
 			continue
 		}
 		switch act.Kind {
@@ -272,7 +266,12 @@ func (ap *applying) skip(act plan.Action, format string, args ...any) {
 
 // suspendFor carries out one suspension unless it is held back.
 func (ap *applying) suspendFor(ctx context.Context, act plan.Action) {
-	w := ap.v.Snapshot.Pending[act.Workload]
+	var w model.Pending // none, for a suspension that holds a project to its limit
+	forWorkload := ""
+	if act.Workload >= 0 {
+		w = ap.v.Snapshot.Pending[act.Workload]
+		forWorkload = w.Job + "/" + w.Group
+	}
 	if len(ap.v.Unfinished) > 0 {
 		ap.skip(act, "suspend %s: a recorded suspension is being finished; planning again on the capacity it frees", act.Job)
 		return
@@ -283,11 +282,11 @@ func (ap *applying) suspendFor(ctx context.Context, act plan.Action) {
 		return
 	}
 	if why := ap.holdSuspend(act.Job, ap.withinGuarantee[w.Project], ap.now); why != "" {
-		ap.skip(act, "suspend %s for %s/%s: %s", act.Job, w.Job, w.Group, why)
+		ap.skip(act, "suspend %s (for %q): %s", act.Job, forWorkload, why)
 		return
 	}
 	rec := state.Suspension{Namespace: info.Namespace, Job: info.ID, Project: act.Project,
-		Allocations: act.Allocations, Reason: act.Reason, ForWorkload: w.Job + "/" + w.Group,
+		Allocations: act.Allocations, Reason: act.Reason, ForWorkload: forWorkload,
 		ForProject: w.Project, Time: ap.now, By: ap.instance}
 	if err := ap.suspend(ctx, &rec); err != nil {
 		ap.skipped[act.Workload] = true

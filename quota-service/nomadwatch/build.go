@@ -13,18 +13,19 @@ import (
 )
 
 // Builder lists Nomad and assembles Views. Job specs are cached by job
-// modify index.
+// modify index, full nodes by node modify index.
 type Builder struct {
 	nomad *nomadapi.Client
 	log   hclog.Logger
 
 	mu    sync.Mutex
 	specs map[string]*nomadapi.Job
+	nodes map[string]cachedNode
 }
 
 // NewBuilder returns a builder over the Nomad client.
 func NewBuilder(client *nomadapi.Client, log hclog.Logger) *Builder {
-	return &Builder{nomad: client, log: log.Named("nomadwatch"), specs: map[string]*nomadapi.Job{}}
+	return &Builder{nomad: client, log: log.Named("nomadwatch"), specs: map[string]*nomadapi.Job{}, nodes: map[string]cachedNode{}}
 }
 
 // Build lists nodes, allocations and jobs in all namespaces and assembles
@@ -42,9 +43,15 @@ func (b *Builder) Build(ctx context.Context, settings []quota.Settings, suspensi
 	if err != nil {
 		return nil, fmt.Errorf("listing Nomad allocations: %w", err)
 	}
-	jobs, _, err := b.nomad.Jobs().List(q(nil))
+	// Meta only comes with meta=true: the non-preemptible flag and the
+	// projects' job_meta_key mapping read it.
+	jobs, _, err := b.nomad.Jobs().ListOptions(&nomadapi.JobListOptions{Fields: &nomadapi.JobListFields{Meta: true}}, q(nil))
 	if err != nil {
 		return nil, fmt.Errorf("listing Nomad jobs: %w", err)
+	}
+	info, err := b.nodeInfo(ctx, nodes)
+	if err != nil {
+		return nil, err
 	}
 	now := time.Now()
 	recorded := map[string]bool{}
@@ -72,7 +79,7 @@ func (b *Builder) Build(ctx context.Context, settings []quota.Settings, suspensi
 		}
 	}
 	b.prune(jobs)
-	return Assemble(Inputs{Nodes: nodes, Allocations: allocs, Jobs: jobs, Specs: specs,
+	return Assemble(Inputs{Nodes: nodes, NodeInfo: info, Allocations: allocs, Jobs: jobs, Specs: specs,
 		Settings: settings, Suspensions: suspensions, Now: now}), nil
 }
 

@@ -7,12 +7,16 @@
 // inside a tier, never above a project's limit. Inside a tier the split is
 // water-filling: a project capped by its demand or limit leaves its part to
 // the others of the tier, and what the tier cannot use goes to the next tier.
+// A project with over-quota weight 0 (model.Project.NoOverQuota, as in
+// KAI-Scheduler and Kueue) gets no part of the surplus at all: its deserved
+// share is min(guaranteed, demand), and what nobody else can use is left
+// unassigned rather than given to it.
 //
 // Everything is in integer shares (0.01 GPU), so results are exact. Each
 // division rounds down; the few shares left by rounding go one by one to the
 // projects with the largest remainders (then larger weight, then name), so
-// the total handed out is exactly min(capacity, total capped demand) and never
-// more than the capacity.
+// the total handed out is exactly min(capacity, total capped demand), less
+// what only weight-0 projects want, and never more than the capacity.
 //
 // When the guarantees alone exceed the capacity (an over-committed cluster,
 // e.g. after nodes left), the guarantee phase is itself water-filled: higher

@@ -30,9 +30,25 @@ type Index struct {
 	FreeCPUMilli  []int64
 	FreeMemoryMiB []int64
 	// Usage is the GPU amount each project's allocations hold;
-	// NonPreemptibleUsage the part of it that may not be suspended.
+	// NonPreemptibleUsage the part of it held by work that opted out of
+	// suspension.
 	Usage               []Shares
 	NonPreemptibleUsage []Shares
+	// Capacity is the GPU amount projects share: every available GPU of
+	// an available node, plus what allocations hold on unavailable GPUs
+	// and nodes (that work runs and counts for its projects, but nothing
+	// else can be given there).
+	Capacity Shares
+	// PendingNodes is, per pending workload, the nodes it may run on as a
+	// table by node position, or nil when it may run on every node.
+	// Workloads that share one Nodes slice share the table.
+	PendingNodes [][]bool
+}
+
+// Admits reports whether pending workload w may run on node n.
+func (x *Index) Admits(w, n int) bool {
+	t := x.PendingNodes[w]
+	return t == nil || t[n]
 }
 
 // Free returns the free shares of GPU g on node n.
@@ -49,6 +65,7 @@ func (s *Snapshot) Index() (*Index, error) {
 		AllocProject:        make([]int32, len(s.Allocations)),
 		AllocNode:           make([]int32, len(s.Allocations)),
 		PendingProject:      make([]int32, len(s.Pending)),
+		PendingNodes:        make([][]bool, len(s.Pending)),
 		GPUOffset:           make([]int32, len(s.Nodes)+1),
 		FreeCPUMilli:        make([]int64, len(s.Nodes)),
 		FreeMemoryMiB:       make([]int64, len(s.Nodes)),
@@ -102,8 +119,14 @@ func (x *Index) addNodes(s *Snapshot) error {
 	}
 	x.GPUOffset[len(s.Nodes)] = int32(total)
 	x.FreeShares = make([]Shares, total)
-	for i := range x.FreeShares {
-		x.FreeShares[i] = SharesPerGPU
+	for i := range s.Nodes {
+		n := &s.Nodes[i]
+		for g := range n.GPUs {
+			if n.Unavailable == "" && n.GPUs[g].Unavailable == "" {
+				x.FreeShares[int(x.GPUOffset[i])+g] = SharesPerGPU
+				x.Capacity += SharesPerGPU
+			}
+		}
 	}
 	return nil
 }
@@ -140,8 +163,10 @@ func (x *Index) addAllocations(s *Snapshot) error {
 	return nil
 }
 
-// addPending checks the pending workloads and finds their projects.
+// addPending checks the pending workloads and finds their projects and the
+// nodes they may run on.
 func (x *Index) addPending(s *Snapshot) error {
+	tables := map[nodeList][]bool{}
 	for i := range s.Pending {
 		w := &s.Pending[i]
 		p, ok := x.ProjectByName[w.Project]
@@ -155,13 +180,56 @@ func (x *Index) addPending(s *Snapshot) error {
 			return fmt.Errorf("%w: pending %s/%s: count %d below 1", ErrInvalid, w.Job, w.Group, w.Count)
 		}
 		x.PendingProject[i] = int32(p)
+		t, err := x.nodeTable(w.Nodes, tables)
+		if err != nil {
+			return fmt.Errorf("%w: pending %s/%s: %w", ErrInvalid, w.Job, w.Group, err)
+		}
+		x.PendingNodes[i] = t
 	}
 	return nil
 }
 
-// bind takes the allocation's ask from the free capacity of node n.
+// nodeList identifies a Pending.Nodes slice: workloads whose lists share
+// their first element and length share one table.
+type nodeList struct {
+	first *string
+	n     int
+}
+
+// nodeTable turns a list of node names into a table by node position
+// (nil for a nil list); tables holds the tables built so far.
+func (x *Index) nodeTable(names []string, tables map[nodeList][]bool) ([]bool, error) {
+	if names == nil {
+		return nil, nil
+	}
+	key := nodeList{n: len(names)}
+	if len(names) > 0 {
+		key.first = &names[0]
+	}
+	if t, ok := tables[key]; ok {
+		return t, nil
+	}
+	t := make([]bool, len(x.NodeByName))
+	for _, name := range names {
+		n, ok := x.NodeByName[name]
+		if !ok {
+			return nil, fmt.Errorf("nodes: unknown node %q", name)
+		}
+		t[n] = true
+	}
+	tables[key] = t
+	return t, nil
+}
+
+// bind takes the allocation's ask from the free capacity of node n. On an
+// unavailable node nothing is taken and the binding is not checked; on an
+// unavailable GPU what the allocation holds adds to the capacity instead.
 func (x *Index) bind(s *Snapshot, n int, a *Allocation) error {
 	node := &s.Nodes[n]
+	if node.Unavailable != "" {
+		x.Capacity += a.Ask.GPUShares()
+		return nil
+	}
 	want := a.Ask.WholeGPUs
 	per := Shares(SharesPerGPU)
 	if a.Ask.Shares > 0 {
@@ -180,6 +248,10 @@ func (x *Index) bind(s *Snapshot, n int, a *Allocation) error {
 			}
 		}
 		gpu := &node.GPUs[g]
+		if gpu.Unavailable != "" {
+			x.Capacity += per
+			continue
+		}
 		if (gpu.Mode == ModeWhole && a.Ask.Shares > 0) || (gpu.Mode == ModeShared && a.Ask.WholeGPUs > 0) {
 			return fmt.Errorf("node %q GPU %d is in %s mode", node.Name, g, gpu.Mode)
 		}

@@ -67,3 +67,62 @@ func TestIndexRejectsContradictions(t *testing.T) {
 		t.Errorf("over-commit error %v", err)
 	}
 }
+
+// TestIndexUnavailable checks what an unavailable node or GPU contributes:
+// no free room, the GPUs its allocations hold as capacity (they count for
+// their projects), and no binding checks on an unavailable node.
+func TestIndexUnavailable(t *testing.T) {
+	snap := &Snapshot{
+		Nodes: []Node{
+			{Name: "ok", CPUMilli: 8000, MemoryMiB: 1000, GPUs: []GPU{{Model: "A100"}, {Model: "A100", Unavailable: "unhealthy"}}},
+			{Name: "drain", CPUMilli: 8000, MemoryMiB: 1000, GPUs: []GPU{{Model: "A100"}, {Model: "A100"}}, Unavailable: "draining"},
+		},
+		Projects: []Project{{Name: "a"}},
+		Allocations: []Allocation{
+			{ID: "on-bad-gpu", Project: "a", Job: "j1", Node: "ok", GPUs: []int{1}, Ask: Ask{WholeGPUs: 1}, Preemptible: true},
+			{ID: "unbound", Project: "a", Job: "j2", Node: "drain", Ask: Ask{Shares: 50}, Preemptible: true},
+		},
+	}
+	x, err := snap.Index()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.Free(0, 0) != 100 || x.Free(0, 1) != 0 || x.Free(1, 0) != 0 || x.Free(1, 1) != 0 {
+		t.Errorf("free = %v %v %v %v; want 100 0 0 0", x.Free(0, 0), x.Free(0, 1), x.Free(1, 0), x.Free(1, 1))
+	}
+	if x.Usage[0] != 150 {
+		t.Errorf("usage %v, want 1.50", x.Usage[0])
+	}
+	// One healthy GPU, plus what allocations hold where nothing else goes.
+	if x.Capacity != 250 {
+		t.Errorf("capacity %v, want 2.50", x.Capacity)
+	}
+}
+
+func TestIndexPendingNodes(t *testing.T) {
+	nodes := []string{"n2"}
+	snap := &Snapshot{
+		Nodes:    []Node{{Name: "n1"}, {Name: "n2"}},
+		Projects: []Project{{Name: "a"}},
+		Pending: []Pending{
+			{Project: "a", Job: "any", Count: 1},
+			{Project: "a", Job: "n2-only", Count: 1, Nodes: nodes},
+			{Project: "a", Job: "n2-too", Count: 1, Nodes: nodes},
+			{Project: "a", Job: "none", Count: 1, Nodes: []string{}},
+		},
+	}
+	x, err := snap.Index()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][2]bool{{true, true}, {false, true}, {false, true}, {false, false}}
+	for w, ok := range want {
+		if x.Admits(w, 0) != ok[0] || x.Admits(w, 1) != ok[1] {
+			t.Errorf("workload %d admits %v %v, want %v", w, x.Admits(w, 0), x.Admits(w, 1), ok)
+		}
+	}
+	snap.Pending[1].Nodes = []string{"n3"}
+	if _, err := snap.Index(); err == nil || !strings.Contains(err.Error(), `unknown node "n3"`) {
+		t.Errorf("error %v, want unknown node n3", err)
+	}
+}

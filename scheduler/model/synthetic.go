@@ -25,7 +25,7 @@ var ScaleSpec = SyntheticSpec{Nodes: 5000, GPUsPerNode: 8, Allocations: 100_000,
 // reach the allocation count); about nine tenths of the capacity is in use,
 // with little whole-GPU room left, spread unevenly over projects so that
 // some are over their guarantee and some under. Guarantees add up to 80% of
-// the capacity.
+// the capacity; no project holds more than its limit.
 func Synthetic(spec SyntheticSpec) *Snapshot {
 	g := &synthetic{
 		spec: spec,
@@ -40,6 +40,7 @@ func Synthetic(spec SyntheticSpec) *Snapshot {
 	g.addNodes()
 	g.addProjects()
 	g.addAllocations()
+	g.raiseLimits()
 	g.addPending()
 	return g.snap
 }
@@ -117,6 +118,23 @@ func (g *synthetic) addAllocations() {
 	for n := 0; n < spec.Nodes && len(snap.Allocations) < spec.Allocations; n++ {
 		for i := half; i < spec.GPUsPerNode && len(snap.Allocations) < spec.Allocations; i++ {
 			g.addAllocation(n, i, Ask{Shares: 5, CPUMilli: 500, MemoryMiB: 4096})
+		}
+	}
+}
+
+// raiseLimits raises every limit to at least what its project holds: the
+// quota service keeps projects within their limits (plan.holdToLimits), so
+// a busy cluster in its steady state holds nothing above them. It draws
+// nothing.
+func (g *synthetic) raiseLimits() {
+	held := map[string]Shares{}
+	for i := range g.snap.Allocations {
+		a := &g.snap.Allocations[i]
+		held[a.Project] += a.Ask.GPUShares()
+	}
+	for i := range g.snap.Projects {
+		if p := &g.snap.Projects[i]; p.HasLimit {
+			p.Limit = max(p.Limit, held[p.Name])
 		}
 	}
 }

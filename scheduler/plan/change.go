@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
@@ -11,7 +12,8 @@ import (
 // take-backs, each recorded with its undo so that a workload that cannot
 // place every instance leaves no trace (see rollback).
 
-// place applies one instance's placement.
+// place applies one instance's placement; for a reservation (see
+// reserveFor) it only holds the capacity.
 func (s *state) place(a *attempt, ch placement.Choice, reason string) error {
 	if err := s.cluster.Assign(ch, a.task); err != nil {
 		return fmt.Errorf("%w: %w", ErrPlacement, err)
@@ -23,16 +25,24 @@ func (s *state) place(a *attempt, ch placement.Choice, reason string) error {
 	if !wl.Preemptible {
 		ps.nonPreemptible += inst
 	}
+	reserved := model.Shares(0)
+	if a.reserve {
+		reserved = inst
+	}
+	ps.reserved += reserved
 	gpus := append([]int(nil), ch.GPUs...)
-	a.instances = append(a.instances, instance{node: int32(ch.Node), gpus: gpus, action: int32(len(s.plan.actions))})
 	s.plan.changes++
-	s.plan.actions = append(s.plan.actions, Action{Kind: Place, Project: wl.Project, Job: wl.Job, Group: wl.Group, Workload: a.w,
-		Node: s.cluster.Nodes[ch.Node].Name, GPUs: gpus, Reason: reason})
+	if !a.reserve {
+		a.instances = append(a.instances, instance{w: int32(a.w), node: int32(ch.Node), gpus: gpus, action: int32(len(s.plan.actions))})
+		s.plan.actions = append(s.plan.actions, Action{Kind: Place, Project: wl.Project, Job: wl.Job, Group: wl.Group, Workload: a.w,
+			Node: s.cluster.Nodes[ch.Node].Name, GPUs: gpus, Reason: reason})
+	}
 	a.undo = append(a.undo, func() {
 		s.cluster.Release(placement.Choice{Node: ch.Node, GPUs: gpus}, t)
 		s.cluster.summarize(ch.Node)
 		s.cluster.releases++
 		ps.usage -= inst
+		ps.reserved -= reserved
 		if !wl.Preemptible {
 			ps.nonPreemptible -= inst
 		}
@@ -54,18 +64,27 @@ func (s *state) placeOn(a *attempt, n int, reason string) error {
 // cycle is not stopped but taken back: its placements leave the plan and
 // its workloads wait again.
 func (s *state) suspend(a *attempt, j int32, reason string) {
-	job := &s.jobs[j]
-	if job.planned {
+	if s.jobs[j].planned {
 		s.takeBack(a, j)
 		return
 	}
-	ids := make([]string, len(job.allocs))
-	for i, al := range job.allocs {
-		ids[i] = s.snap.Allocations[al].ID
-	}
 	s.release(j)
-	s.plan.actions = append(s.plan.actions, Action{Kind: Suspend, Project: s.snap.Projects[job.project].Name, Job: job.name, Allocations: ids, Workload: a.w, Reason: reason})
+	s.plan.actions = append(s.plan.actions, s.suspendAction(j, a.w, reason))
 	a.undo = append(a.undo, func() { s.unrelease(j) })
+}
+
+// suspendAction is the action that suspends running job j for workload w
+// (-1: none).
+func (s *state) suspendAction(j int32, w int, reason string) Action {
+	job := &s.jobs[j]
+	ids := make([]string, 0, len(job.allocs))
+	for i, al := range job.allocs {
+		// An allocation in several shapes is listed once per shape.
+		if id := s.snap.Allocations[al].ID; i == 0 || id != ids[len(ids)-1] {
+			ids = append(ids, id)
+		}
+	}
+	return Action{Kind: Suspend, Project: s.snap.Projects[job.project].Name, Job: job.name, Allocations: ids, Workload: w, Reason: reason}
 }
 
 // takeBack removes planned job j from the plan.
@@ -98,7 +117,14 @@ func (s *state) release(j int32) {
 		s.shift(al, +1)
 	}
 	job.suspended = true
-	s.projects[job.project].usage -= job.usage
+	ps := &s.projects[job.project]
+	ps.usage -= job.usage
+	if job.nonPreemptible {
+		ps.nonPreemptible -= job.usage
+	}
+	if !job.planned {
+		ps.suspended = append(ps.suspended, j)
+	}
 	s.cluster.releases++
 	s.plan.changes++
 }
@@ -110,7 +136,14 @@ func (s *state) unrelease(j int32) {
 		s.shift(al, -1)
 	}
 	job.suspended = false
-	s.projects[job.project].usage += job.usage
+	ps := &s.projects[job.project]
+	ps.usage += job.usage
+	if job.nonPreemptible {
+		ps.nonPreemptible += job.usage
+	}
+	if !job.planned {
+		ps.suspended = ps.suspended[:len(ps.suspended)-1]
+	}
 }
 
 // shift gives back (sign +1) or takes again (sign -1) allocation a's
@@ -136,13 +169,20 @@ func (s *state) rollback(a *attempt) {
 	s.plan.actions = s.plan.actions[:a.firstAction]
 }
 
-// registerPlanned makes the instances of the workload, just placed, a
-// victim for the rest of the cycle, as the next cycle would see them: part
-// of a running job, started after every running one. Work of a job that
-// also has running allocations is left out (it would be suspended with
-// them), and so is work that could not be a victim anyway.
+// registerPlanned makes the unit, just placed, a victim for the rest of
+// the cycle, as the next cycle would see it (see registerWorkload).
 func (s *state) registerPlanned(a *attempt) {
-	wl := a.wl
+	for _, m := range a.unit {
+		s.registerWorkload(a, int(m))
+	}
+}
+
+// registerWorkload makes the instances of workload w, just placed, part of
+// a running job started after every running one. Work of a job that also
+// has running allocations is left out (it would be suspended with them),
+// and so is work that could not be a victim anyway.
+func (s *state) registerWorkload(a *attempt, w int) {
+	wl := &s.snap.Pending[w]
 	if !wl.Preemptible || wl.GPUShares() == 0 {
 		return
 	}
@@ -154,7 +194,7 @@ func (s *state) registerPlanned(a *attempt) {
 	if !ok {
 		j = int32(len(s.jobs))
 		s.jobByKey[wl.Job] = j
-		s.jobs = append(s.jobs, jobState{name: wl.Job, project: int32(a.p), priority: wl.Priority, preemptible: true, newest: plannedStart, planned: true})
+		s.jobs = append(s.jobs, jobState{name: wl.Job, project: int32(a.p), priority: wl.Priority, newest: plannedStart, planned: true})
 		s.plan.planned[j] = &plannedJob{}
 	} else {
 		job := &s.jobs[j]
@@ -163,18 +203,34 @@ func (s *state) registerPlanned(a *attempt) {
 			job.allocs, job.usage = nil, 0
 			*s.plan.planned[j] = plannedJob{}
 		}
-		if i := slices.Index(ps.jobs, j); i >= 0 {
-			ps.jobs = slices.Delete(ps.jobs, i, i+1)
-		}
+		ps.jobs = deleteJob(ps.jobs, j)
+		ps.planned = deleteJob(ps.planned, j)
 		job.priority = max(job.priority, wl.Priority)
 	}
 	job, pj := &s.jobs[j], s.plan.planned[j]
 	for _, in := range a.instances {
-		job.allocs = append(job.allocs, s.allocs.add(int(in.node), &wl.Ask, in.gpus))
-		pj.actions = append(pj.actions, in.action)
+		if int(in.w) == w {
+			n := int(in.node)
+			job.allocs = append(job.allocs, s.allocs.add(j, n, &s.snap.Nodes[n], &wl.Ask, in.gpus))
+			pj.actions = append(pj.actions, in.action)
+		}
 	}
-	pj.workloads = append(pj.workloads, int32(a.w))
+	pj.workloads = append(pj.workloads, int32(w))
 	job.usage += wl.GPUShares()
-	i, _ := slices.BinarySearchFunc(ps.jobs, j, s.compareJobs)
-	ps.jobs = slices.Insert(ps.jobs, i, j)
+	ps.jobs = s.insertJob(ps.jobs, j)
+	ps.planned = s.insertJob(ps.planned, j)
+}
+
+// insertJob inserts job j into a list in victim order.
+func (s *state) insertJob(list []int32, j int32) []int32 {
+	i, _ := slices.BinarySearchFunc(list, j, s.compareJobs)
+	return slices.Insert(list, i, j)
+}
+
+// deleteJob deletes job j from a list, if it is there.
+func deleteJob(list []int32, j int32) []int32 {
+	if i := slices.Index(list, j); i >= 0 {
+		return slices.Delete(list, i, i+1)
+	}
+	return list
 }

@@ -8,9 +8,16 @@ import (
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
-// placementGPU converts a GPU amount to package placement's unit, milli-GPU
-// (1000 per GPU). It is the only conversion between the two units in plan.
-func placementGPU(s model.Shares) int { return int(s) * (1000 / model.SharesPerGPU) }
+// milliPerShare is package placement's unit, milli-GPU (1000 per GPU), per
+// share; placementGPU and placementWholeGPU are the only conversions
+// between the two units in plan.
+const milliPerShare = 1000 / model.SharesPerGPU
+
+// placementWholeGPU is one GPU in placement's unit.
+const placementWholeGPU = model.SharesPerGPU * milliPerShare
+
+// placementGPU converts a GPU amount to placement's unit.
+func placementGPU(s model.Shares) int { return int(s) * milliPerShare }
 
 // perGPU is what an ask takes on each GPU it is bound to.
 func perGPU(a *model.Ask) model.Shares {
@@ -41,17 +48,23 @@ type clusterState struct {
 	policy placement.Policy
 	// modes folds GPU modes into model names (see modeEncoding).
 	modes modeEncoding
-	// summaries speed up first fit, one per node.
+	// summaries speed up first fit, one per node; tally counts them.
 	summaries []nodeSummary
+	tally     nodeTally
 	// releases counts the times capacity was given back; failed records,
 	// per task shape, the count when it last failed to fit on idle
 	// capacity (see placeIdle).
 	releases int
 	failed   map[shapeKey]int
+	// sub and subNodes are placeAmong's scratch space.
+	sub      placement.Cluster
+	subNodes []int
 }
 
 // newClusterState turns the snapshot's nodes and free capacity into a
-// placement cluster.
+// placement cluster. An unavailable node shows no room at all (free CPU
+// and memory -1, below any ask, and no free GPU), so that neither a policy
+// nor first fit puts anything there.
 func newClusterState(snap *model.Snapshot, x *model.Index, policy placement.Policy) clusterState {
 	c := clusterState{
 		policy: policy,
@@ -78,6 +91,9 @@ func newClusterState(snap *model.Snapshot, x *model.Index, policy placement.Poli
 			MemoryMiB:     node.MemoryMiB,
 			FreeMemoryMiB: x.FreeMemoryMiB[n],
 			GPUs:          gpus,
+		}
+		if node.Unavailable != "" {
+			c.Nodes[n].FreeCPUMilli, c.Nodes[n].FreeMemoryMiB = -1, -1
 		}
 	}
 	slices.Sort(c.modes.names)

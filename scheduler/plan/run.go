@@ -8,24 +8,30 @@ import (
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 )
 
-// run walks the pending workloads in fairness order, then walks again the
-// ones left waiting (and those whose placement a later workload took back)
-// for as long as a walk places something. Work placed in this cycle is a
-// victim like running work (see registerPlanned), so a workload that could
-// only fit once later work was placed is placed now instead of reclaiming
-// that work in the next cycle: a plan never starts work that the next plan,
-// with nothing else changed, would suspend.
+// run holds every project to its limit, then walks the pending workloads
+// in fairness order, then walks again the ones left waiting (and those
+// whose placement a later workload took back), with a reservation for
+// every job suspended so far (see reserveFor), for as long as a walk
+// places or reserves something. Work placed in this cycle is a victim like running work (see
+// registerPlanned), so a workload that could only fit once later work was
+// placed is placed now instead of reclaiming that work in the next cycle:
+// a plan never starts work that the next plan, with nothing else changed,
+// would suspend.
 func (s *state) run() error {
 	s.cluster.initSummaries()
+	s.holdToLimits()
 	for w := range s.snap.Pending {
-		s.enqueue(w)
+		if !s.plan.never[w] {
+			s.enqueue(w)
+		}
 	}
 	if err := s.walkQueues(); err != nil {
 		return err
 	}
-	// Every successful walk places at least one workload for good or takes
-	// one back; the bound only guards against a bug.
-	for range len(s.snap.Pending) + 1 {
+	// Every successful walk places at least one workload for good, makes
+	// one reservation or takes one back; the bound only guards against a
+	// bug.
+	for range len(s.snap.Pending) + len(s.jobs) + 1 {
 		if !s.requeueWaiting() {
 			break
 		}
@@ -38,23 +44,31 @@ func (s *state) run() error {
 		}
 	}
 	for _, w := range s.plan.takenBack {
-		if !s.plan.placed[w] {
-			s.plan.unplaced = append(s.plan.unplaced, Unplaced{int(w), "its placement was taken back in this plan by a workload entitled to reclaim it"})
+		if !s.plan.placed[w] && s.units.lead[w] == w {
+			s.plan.unplaced = append(s.plan.unplaced, Unplaced{int(w), "its placement was taken back in this plan by work entitled to reclaim it"})
 		}
 	}
 	return nil
 }
 
-// enqueue adds pending workload w to its project's queue.
+// enqueue adds the unit of pending workload w to its project's queue,
+// unless it is queued already.
 func (s *state) enqueue(w int) {
-	p := &s.projects[s.index.PendingProject[w]]
-	p.queue = append(p.queue, int32(w))
+	l := s.units.lead[w]
+	if s.plan.queued[l] {
+		return
+	}
+	s.plan.queued[l] = true
+	p := &s.projects[s.index.PendingProject[l]]
+	p.queue = append(p.queue, l)
 }
 
 // requeueWaiting queues again the workloads taken back since the last walk
-// and those left waiting that failed before the plan last changed. It
-// reports whether it queued any.
+// and those left waiting that failed before the plan last changed, and a
+// reservation for every job suspended so far that has none yet. It reports
+// whether it queued any.
 func (s *state) requeueWaiting() bool {
+	reserving := s.queueReservations()
 	again := s.plan.unplaced[:0:0]
 	keep := s.plan.unplaced[:0]
 	for _, u := range s.plan.unplaced {
@@ -71,7 +85,7 @@ func (s *state) requeueWaiting() bool {
 	}
 	s.plan.takenBack = s.plan.takenBack[:0]
 	if len(again) == 0 {
-		return false
+		return reserving
 	}
 	s.plan.unplaced = keep
 	for _, u := range again {
@@ -80,8 +94,8 @@ func (s *state) requeueWaiting() bool {
 	return true
 }
 
-// walkQueues tries the queued workloads, always the next one of the
-// project first in fairness order, until every queue is empty.
+// walkQueues tries the queued units, always the next one of the project
+// first in fairness order, until every queue is empty.
 func (s *state) walkQueues() error {
 	for i := range s.projects {
 		slices.SortFunc(s.projects[i].queue, s.compareQueued)
@@ -97,9 +111,16 @@ func (s *state) walkQueues() error {
 			return nil
 		}
 		ps := &s.projects[best]
-		w := ps.queue[0]
+		e := ps.queue[0]
 		ps.queue = ps.queue[1:]
-		if err := s.tryWorkload(int(w), best); err != nil {
+		var err error
+		if e < 0 {
+			err = s.reserveFor(reservationJob(e))
+		} else {
+			s.plan.queued[e] = false
+			err = s.tryUnit(int(e), best)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -147,38 +168,49 @@ func (s *state) compareFairness(a, b int) int {
 	return cmp.Compare(a, b)
 }
 
-// tryWorkload places every instance of pending workload w of project p, or
-// none: a failure undoes the instances already planned.
-func (s *state) tryWorkload(w, p int) error {
+// tryUnit places every instance of every workload of the unit led by
+// pending workload w of project p, or none: a failure undoes the instances
+// already planned.
+func (s *state) tryUnit(w, p int) error {
 	a := s.startAttempt(w, p)
 	s.plan.failedAt[w] = s.plan.changes
 	if reason := s.refusal(a); reason != "" {
 		s.plan.unplaced = append(s.plan.unplaced, Unplaced{w, reason})
 		return nil
 	}
-	for range a.wl.Count {
-		placed, overLimit, err := s.placeInstance(a)
-		if err != nil {
-			return err
-		}
-		if !placed {
-			s.rollback(a)
-			s.plan.failedAt[w] = s.plan.changes
-			s.plan.unplaced = append(s.plan.unplaced, Unplaced{w, s.failReason(a, overLimit)})
-			return nil
+	for _, m := range a.unit {
+		s.member(a, int(m))
+		for range a.wl.Count {
+			placed, overLimit, err := s.placeInstance(a)
+			if err != nil {
+				return err
+			}
+			if !placed {
+				s.rollback(a)
+				s.plan.failedAt[w] = s.plan.changes
+				s.plan.unplaced = append(s.plan.unplaced, Unplaced{w, s.failReason(a, overLimit)})
+				return nil
+			}
 		}
 	}
 	s.plan.placements++
-	s.plan.placed[w] = true
+	for _, m := range a.unit {
+		s.plan.placed[m] = true
+	}
 	s.registerPlanned(a)
 	return nil
 }
 
-// startAttempt begins trying pending workload w of project p.
+// startAttempt begins trying the unit led by pending workload w of
+// project p.
 func (s *state) startAttempt(w, p int) *attempt {
+	unit := s.units.of(w)
 	wl := &s.snap.Pending[w]
 	ps := &s.projects[p]
-	total := wl.GPUShares()
+	var total model.Shares
+	for _, m := range unit {
+		total += s.snap.Pending[m].GPUShares()
+	}
 	exclude := int32(-1)
 	if j, ok := s.jobByKey[wl.Job]; ok {
 		exclude = j
@@ -189,9 +221,7 @@ func (s *state) startAttempt(w, p int) *attempt {
 	}
 	a := &s.attempt
 	*a = attempt{
-		w: w, p: p, wl: wl,
-		task:            s.cluster.task(wl.Ask),
-		inst:            wl.Ask.GPUShares(),
+		lead: w, p: p, unit: unit, total: total,
 		exclude:         exclude,
 		withinGuarantee: ps.usage+total <= ps.guaranteed,
 		withinDeserved:  ps.usage+total <= ps.deserved,
@@ -200,19 +230,29 @@ func (s *state) startAttempt(w, p int) *attempt {
 		undo:            a.undo[:0],
 		instances:       a.instances[:0],
 	}
+	s.member(a, w)
 	return a
 }
 
-// refusal says why the workload may not be placed at all in this cycle, or
+// member makes workload w of the unit the one being placed.
+func (s *state) member(a *attempt, w int) {
+	a.w, a.wl = w, &s.snap.Pending[w]
+	a.task = s.cluster.task(a.wl.Ask)
+	a.inst = a.wl.Ask.GPUShares()
+	a.nodes = s.index.PendingNodes[w]
+}
+
+// refusal says why the unit may not be placed at all in this cycle, or
 // returns "".
 func (s *state) refusal(a *attempt) string {
 	if j := a.exclude; j >= 0 && s.jobs[j].suspended && !s.jobs[j].planned {
 		return "its job is suspended in this plan"
 	}
 	ps := &s.projects[a.p]
-	if total := a.wl.GPUShares(); !a.wl.Preemptible && ps.nonPreemptible+total > ps.guaranteed {
+	name := s.snap.Projects[a.p].Name
+	if !a.wl.Preemptible && ps.nonPreemptible+a.total > ps.guaranteed {
 		return fmt.Sprintf("non-preemptible work runs only within the guarantee: project %s guarantees %s, runs %s non-preemptible, asks %s",
-			s.snap.Projects[a.p].Name, ps.guaranteed, ps.nonPreemptible, total)
+			name, ps.guaranteed, ps.nonPreemptible, a.total)
 	}
 	return ""
 }
@@ -227,7 +267,7 @@ func (s *state) placeInstance(a *attempt) (placed, overLimit bool, err error) {
 	ps := &s.projects[a.p]
 	over := ps.usage + a.inst - ps.cap
 	if over <= 0 {
-		if ch, ok := s.cluster.placeIdle(a.task); ok {
+		if ch, ok := s.cluster.placeIdle(a.task, a.nodes); ok {
 			return true, false, s.place(a, ch, a.resume+s.idleReason(a.p, a.inst))
 		}
 		if a.withinGuarantee || a.withinDeserved {
@@ -243,7 +283,7 @@ func (s *state) placeInstance(a *attempt) (placed, overLimit bool, err error) {
 func (s *state) failReason(a *attempt, overLimit bool) string {
 	ps := &s.projects[a.p]
 	name := s.snap.Projects[a.p].Name
-	total := a.wl.GPUShares()
+	total := a.total
 	switch {
 	case overLimit:
 		return fmt.Sprintf("project %s would exceed its limit %s (uses %s, asks %s) and has no lower-priority job to preempt",
@@ -289,7 +329,7 @@ func (s *state) reclaim(a *attempt) (bool, error) {
 	if len(from) == 0 {
 		return false, nil
 	}
-	n, victims, ok := s.findVictims(a.task, victimSearch{projects: from, floor: floor, exclude: a.exclude})
+	n, victims, ok := s.findVictims(a.task, victimSearch{projects: from, floor: floor, exclude: a.exclude, nodes: a.nodes, plannedOnly: a.reserve})
 	if !ok {
 		return false, nil
 	}
@@ -314,6 +354,8 @@ func (s *state) preempt(a *attempt, mustFree model.Shares) (bool, error) {
 		belowPriority: &prio,
 		exclude:       a.exclude,
 		mustFree:      mustFree,
+		nodes:         a.nodes,
+		plannedOnly:   a.reserve,
 	})
 	if !ok {
 		return false, nil

@@ -28,6 +28,8 @@ type state struct {
 	jobs     []jobState
 	jobByKey map[string]int32
 	allocs   allocTable
+	// units groups the pending workloads placed together (see unitOf).
+	units units
 	// plan is the plan built so far.
 	plan planProgress
 	// attempt is the workload being tried.
@@ -41,20 +43,37 @@ type state struct {
 type projectState struct {
 	guaranteed, deserved, demand, cap model.Shares
 	usage, nonPreemptible             model.Shares
-	priority                          int
-	// jobs are the project's suspendable jobs in victim order.
-	jobs []int32
-	// queue is the project's pending workloads in the order they are tried.
+	// reserved is the part of usage held for its jobs this plan suspends
+	// (see reserveFor).
+	reserved model.Shares
+	priority int
+	// jobs are the project's suspendable jobs in victim order; planned
+	// the part of them placed in this cycle (a reservation's only
+	// victims, see reserveFor).
+	jobs, planned []int32
+	// exposed are its non-preemptible jobs that run above its guarantee
+	// and count as preemptible (see listVictims).
+	exposed []string
+	// suspended are its running jobs this plan suspends, in order (see
+	// reserveFor).
+	suspended []int32
+	// queue is the project's pending units (by their lead workload) and
+	// reservations (see reservationEntry) in the order they are tried.
 	queue []int32
 }
 
 // jobState is a job that may be suspended: every allocation of one job.
 type jobState struct {
-	name        string
-	project     int32
-	priority    int
-	preemptible bool
-	suspended   bool
+	name     string
+	project  int32
+	priority int
+	// nonPreemptible marks a job that opted out of suspension; exposed,
+	// one that runs above its project's guarantee all the same and is a
+	// victim like preemptible work (see listVictims). A system job is
+	// never a victim.
+	nonPreemptible, exposed bool
+	system                  bool
+	suspended               bool
 	// newest is the latest start among its allocations.
 	newest int64
 	usage  model.Shares
@@ -62,6 +81,9 @@ type jobState struct {
 	allocs []int32
 	// planned marks work placed in this cycle (see registerPlanned).
 	planned bool
+	// queued marks a job suspended in this plan whose reservation is in
+	// its project's queue (see reserveFor).
+	queued bool
 }
 
 // plannedStart is the start of work placed in this cycle: after every
@@ -75,13 +97,20 @@ type allocTable struct {
 	infos []allocInfo
 	// gpus holds every allocation's GPU indexes (see allocInfo).
 	gpus []int32
+	// onNode lists, per node, the allocations on it (for findVictims'
+	// second step); an allocation whose job no longer holds it (a job
+	// placed in this cycle, taken back and placed again) stays listed and
+	// is skipped.
+	onNode [][]int32
 }
 
-// allocInfo is what one allocation holds: its node, CPU, memory, and on
-// each of its GPUs perGPU (in placement's unit); its gpuN GPU indexes start
-// at allocTable.gpus[gpuOff].
+// allocInfo is what one allocation holds: its job and node, CPU, memory,
+// and on each of its GPUs perGPU (in placement's unit); its gpuN GPU
+// indexes start at allocTable.gpus[gpuOff]. What it holds on an
+// unavailable node or GPU is left out: suspending it frees nothing there.
 type allocInfo struct {
 	cpu, mem     int64
+	job          int32
 	node         int32
 	perGPU       int32
 	gpuOff, gpuN int32
@@ -95,18 +124,24 @@ func (t *allocTable) gpusOf(al *allocInfo) []int32 {
 	return t.gpus[al.gpuOff : al.gpuOff+al.gpuN]
 }
 
-// add records an allocation (running, or placed in this cycle) and returns
-// its position.
-func (t *allocTable) add(node int, ask *model.Ask, gpus []int) int32 {
+// add records an allocation of job on node n (running, or placed in this
+// cycle) and returns its position.
+func (t *allocTable) add(job int32, n int, node *model.Node, ask *model.Ask, gpus []int) int32 {
 	off := int32(len(t.gpus))
-	for _, g := range gpus {
-		t.gpus = append(t.gpus, int32(g))
+	info := allocInfo{job: job, node: int32(n), perGPU: int32(placementGPU(perGPU(ask))), gpuOff: off}
+	if node.Unavailable == "" {
+		info.cpu, info.mem = ask.CPUMilli, ask.MemoryMiB
+		for _, g := range gpus {
+			if g >= 0 && g < len(node.GPUs) && node.GPUs[g].Unavailable == "" {
+				t.gpus = append(t.gpus, int32(g))
+			}
+		}
 	}
-	t.infos = append(t.infos, allocInfo{
-		cpu: ask.CPUMilli, mem: ask.MemoryMiB, node: int32(node),
-		perGPU: int32(placementGPU(perGPU(ask))), gpuOff: off, gpuN: int32(len(gpus)),
-	})
-	return int32(len(t.infos) - 1)
+	info.gpuN = int32(len(t.gpus)) - off
+	t.infos = append(t.infos, info)
+	a := int32(len(t.infos) - 1)
+	t.onNode[n] = append(t.onNode[n], a)
+	return a
 }
 
 // planProgress is the plan built so far, and what the walk of the pending
@@ -117,9 +152,15 @@ type planProgress struct {
 	// out of the result.
 	cancelled map[int32]bool
 	unplaced  []Unplaced
+	// unplaceable lists the workloads that fit nowhere (see
+	// findUnplaceable); never marks them.
+	unplaceable []Unplaced
+	never       []bool
 	// placed says which workloads are placed; placements counts them.
 	placed     []bool
 	placements int
+	// queued marks the units in a project's queue.
+	queued []bool
 	// takenBack lists the workloads taken back since the last walk.
 	takenBack []int32
 	// planned is, per job placed in this cycle, what it consists of.
@@ -128,6 +169,10 @@ type planProgress struct {
 	// workload, the count when it last failed.
 	changes  int
 	failedAt []int
+	// reservations records, per job this plan suspends, -1 once room is
+	// reserved for it, else the change count when a reservation last
+	// failed (see reserveFor).
+	reservations map[int32]int
 }
 
 // plannedJob is what a job placed in this cycle consists of: the workloads
@@ -139,30 +184,43 @@ type plannedJob struct {
 
 func newPlanProgress(pending int) planProgress {
 	return planProgress{
-		cancelled: map[int32]bool{},
-		planned:   map[int32]*plannedJob{},
-		placed:    make([]bool, pending),
-		failedAt:  make([]int, pending),
+		cancelled:    map[int32]bool{},
+		planned:      map[int32]*plannedJob{},
+		reservations: map[int32]int{},
+		placed:       make([]bool, pending),
+		queued:       make([]bool, pending),
+		failedAt:     make([]int, pending),
 	}
 }
 
-// attempt is the workload being tried: what it asks and may do, its
-// placements so far, and how to undo them.
+// attempt is the unit of workloads being tried (see unitOf): what it asks
+// and may do, its placements so far, and how to undo them.
 type attempt struct {
-	// w and p are the positions of the workload and its project.
-	w, p int
-	wl   *model.Pending
-	// task is one instance as placement sees it, inst its GPU amount.
-	task placement.Task
-	inst model.Shares
-	// exclude is the workload's own job, never its victim (-1 if none).
+	// lead is the unit's first workload, p its project, unit every
+	// workload of it, total their GPU amount.
+	lead, p int
+	unit    []int32
+	total   model.Shares
+	// exclude is the unit's own job, never its victim (-1 if none).
 	exclude int32
 	// withinGuarantee and withinDeserved say whether the project stays
-	// within its guarantee or deserved share once the workload runs.
+	// within its guarantee or deserved share once the unit runs.
 	withinGuarantee, withinDeserved bool
 	// resume prefixes the reasons of a suspended job's placements.
 	resume string
-	// firstAction is where the workload's actions start in plan.actions;
+	// reserve marks a reservation (see reserveFor): its
+	// placements hold capacity but make no action, and its victims may
+	// only be work placed in this cycle.
+	reserve bool
+	// w is the workload being placed and wl its record; task is one
+	// instance as placement sees it, inst its GPU amount, nodes the
+	// nodes it may run on (nil: all).
+	w     int
+	wl    *model.Pending
+	task  placement.Task
+	inst  model.Shares
+	nodes []bool
+	// firstAction is where the unit's actions start in plan.actions;
 	// undo reverts its changes (see rollback).
 	firstAction int
 	undo        []func()
@@ -170,8 +228,9 @@ type attempt struct {
 	instances []instance
 }
 
-// instance is one placement of the workload being tried.
+// instance is one placement of a workload of the unit being tried.
 type instance struct {
+	w      int32
 	node   int32
 	gpus   []int
 	action int32
@@ -185,21 +244,23 @@ func newState(snap *model.Snapshot, opts Options) (*state, error) {
 	s := &state{
 		snap:     snap,
 		index:    x,
-		projects: newProjects(snap, x),
 		cluster:  newClusterState(snap, x, opts.Policy),
 		jobByKey: make(map[string]int32, len(snap.Allocations)/2+1),
+		units:    newUnits(snap),
 		plan:     newPlanProgress(len(snap.Pending)),
 	}
+	s.findUnplaceable()
+	s.projects = newProjects(snap, x, s.plan.never)
 	s.addRunningJobs()
 	s.listVictims()
 	return s, nil
 }
 
 // newProjects is every project's quota numbers before the plan, with its
-// deserved share for the cycle.
-func newProjects(snap *model.Snapshot, x *model.Index) []projectState {
-	d := demand(snap, x)
-	deserved := fairshare.Deserved(snap.Capacity(), snap.Projects, d)
+// deserved share for the cycle; the workloads never marks are no demand.
+func newProjects(snap *model.Snapshot, x *model.Index, never []bool) []projectState {
+	d := demand(snap, x, never)
+	deserved := fairshare.Deserved(x.Capacity, snap.Projects, d)
 	projects := make([]projectState, len(snap.Projects))
 	for i := range snap.Projects {
 		p := &snap.Projects[i]
@@ -237,19 +298,39 @@ func (s *state) addRunningJobs() {
 	}
 	s.allocs.infos = make([]allocInfo, 0, len(snap.Allocations)+instances)
 	s.allocs.gpus = make([]int32, 0, len(snap.Allocations)+gpus)
+	s.allocs.onNode = nodeLists(x.AllocNode, len(snap.Nodes))
 	for i, j := range allocJob {
 		a := &snap.Allocations[i]
-		s.allocs.add(int(x.AllocNode[i]), &a.Ask, a.GPUs)
+		n := int(x.AllocNode[i])
+		s.allocs.add(j, n, &snap.Nodes[n], &a.Ask, a.GPUs)
 		job := &s.jobs[j]
 		if len(job.allocs) == 0 {
-			job.name, job.project, job.priority, job.preemptible, job.newest = a.Job, x.AllocProject[i], a.Priority, true, a.Start
+			job.name, job.project, job.priority, job.newest = a.Job, x.AllocProject[i], a.Priority, a.Start
 		}
 		job.allocs = append(job.allocs, int32(i))
 		job.usage += a.Ask.GPUShares()
-		job.preemptible = job.preemptible && a.Preemptible
+		job.nonPreemptible = job.nonPreemptible || !a.Preemptible
+		job.system = job.system || a.System
 		job.priority = max(job.priority, a.Priority)
 		job.newest = max(job.newest, a.Start)
 	}
+}
+
+// nodeLists makes, per node, an empty list with room for its running
+// allocations, all in one array.
+func nodeLists(allocNode []int32, nodes int) [][]int32 {
+	count := make([]int32, nodes)
+	for _, n := range allocNode {
+		count[n]++
+	}
+	lists := make([][]int32, nodes)
+	flat := make([]int32, len(allocNode))
+	offset := int32(0)
+	for n, c := range count {
+		lists[n] = flat[offset : offset : offset+c]
+		offset += c
+	}
+	return lists
 }
 
 // numberJobs numbers the running jobs in order of first appearance and
@@ -276,32 +357,90 @@ func (s *state) numberJobs() (allocJob, count []int32) {
 	return allocJob, count
 }
 
-// listVictims puts every preemptible job that holds GPUs on its project's
-// list of victims, in victim order.
+// listVictims puts every job that may be suspended and holds GPUs on its
+// project's list of victims, in victim order. System jobs are never
+// victims. A project's non-preemptible jobs are protected, oldest first,
+// as long as together they stay within its guarantee; the newer ones
+// (work Nomad placed by itself above the guarantee) are exposed: victims
+// like preemptible work (docs/design.md, Reclaim and preempt).
 func (s *state) listVictims() {
+	optedOut := make([][]int32, len(s.projects))
 	for j := range s.jobs {
-		if job := &s.jobs[j]; job.preemptible && job.usage > 0 {
+		job := &s.jobs[j]
+		switch {
+		case job.system || job.usage == 0:
+		case job.nonPreemptible:
+			optedOut[job.project] = append(optedOut[job.project], int32(j))
+		default:
 			p := &s.projects[job.project]
 			p.jobs = append(p.jobs, int32(j))
 		}
 	}
 	for i := range s.projects {
-		slices.SortFunc(s.projects[i].jobs, s.compareJobs)
+		p := &s.projects[i]
+		s.expose(p, optedOut[i])
+		slices.SortFunc(p.jobs, s.compareJobs)
 	}
 }
 
-// compareQueued orders one project's pending workloads: higher priority,
-// then earlier submit, then job and group name.
+// expose protects the project's non-preemptible jobs oldest first while
+// they stay within its guarantee and adds the rest to its victims.
+func (s *state) expose(p *projectState, jobs []int32) {
+	slices.SortFunc(jobs, func(a, b int32) int {
+		ja, jb := &s.jobs[a], &s.jobs[b]
+		if c := cmp.Compare(ja.newest, jb.newest); c != 0 {
+			return c
+		}
+		return cmp.Compare(ja.name, jb.name)
+	})
+	var protected model.Shares
+	for k, j := range jobs {
+		if protected+s.jobs[j].usage > p.guaranteed {
+			for _, j := range jobs[k:] {
+				s.jobs[j].exposed = true
+				p.jobs = append(p.jobs, j)
+				p.exposed = append(p.exposed, s.jobs[j].name)
+			}
+			return
+		}
+		protected += s.jobs[j].usage
+	}
+}
+
+// compareQueued orders one project's queue: higher priority, then earlier
+// submit, then job and group name. A reservation (see reserveFor) is
+// ordered as its job will be in the next cycle: submitted at its oldest
+// start.
 func (s *state) compareQueued(a, b int32) int {
-	wa, wb := &s.snap.Pending[a], &s.snap.Pending[b]
-	if c := cmp.Compare(wb.Priority, wa.Priority); c != 0 {
+	ka, kb := s.queueKey(a), s.queueKey(b)
+	if c := cmp.Compare(kb.priority, ka.priority); c != 0 {
 		return c
 	}
-	if c := cmp.Compare(wa.Submit, wb.Submit); c != 0 {
+	if c := cmp.Compare(ka.submit, kb.submit); c != 0 {
 		return c
 	}
-	if c := cmp.Compare(wa.Job, wb.Job); c != 0 {
+	if c := cmp.Compare(ka.job, kb.job); c != 0 {
 		return c
 	}
-	return cmp.Compare(wa.Group, wb.Group)
+	return cmp.Compare(ka.group, kb.group)
+}
+
+// queueKey is what compareQueued reads of a queue entry.
+type queueKey struct {
+	priority   int
+	submit     int64
+	job, group string
+}
+
+func (s *state) queueKey(e int32) queueKey {
+	if e >= 0 {
+		w := &s.snap.Pending[e]
+		return queueKey{w.Priority, w.Submit, w.Job, w.Group}
+	}
+	job := &s.jobs[reservationJob(e)]
+	oldest := job.newest
+	for _, al := range job.allocs {
+		oldest = min(oldest, s.snap.Allocations[al].Start)
+	}
+	return queueKey{job.priority, oldest, job.name, ""}
 }

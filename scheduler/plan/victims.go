@@ -2,6 +2,7 @@ package plan
 
 import (
 	"cmp"
+	"slices"
 
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
@@ -72,11 +73,16 @@ type victimQueue struct {
 	sources []victimSource
 }
 
-// newVictimQueue is the queue over the jobs of projects, built in buf.
-func (s *state) newVictimQueue(projects []int32, buf []victimSource) victimQueue {
+// newVictimQueue is the queue over the jobs of projects (only those placed
+// in this cycle, when plannedOnly), built in buf.
+func (s *state) newVictimQueue(projects []int32, plannedOnly bool, buf []victimSource) victimQueue {
 	q := victimQueue{s: s, sources: buf[:0]}
 	for _, p := range projects {
-		if jobs := s.projects[p].jobs; len(jobs) > 0 {
+		jobs := s.projects[p].jobs
+		if plannedOnly {
+			jobs = s.projects[p].planned
+		}
+		if len(jobs) > 0 {
 			q.sources = append(q.sources, victimSource{next: s.victim(jobs[0]), jobs: jobs})
 		}
 	}
@@ -129,7 +135,8 @@ func (q *victimQueue) next() int32 {
 	return j
 }
 
-// victimSearch says which jobs may be suspended for one workload.
+// victimSearch says which jobs may be suspended for one workload, and
+// where it may run.
 type victimSearch struct {
 	// projects whose jobs may be victims.
 	projects []int32
@@ -144,42 +151,136 @@ type victimSearch struct {
 	// mustFree is how much the victims must free in all (to keep the
 	// project under its limit); zero when only the fit matters.
 	mustFree model.Shares
+	// nodes are the nodes the workload may run on (nil: all).
+	nodes []bool
+	// plannedOnly admits only work placed in this cycle (for a
+	// reservation).
+	plannedOnly bool
 }
 
-// findVictims takes jobs in victim order until t fits on one node, then
-// puts back those not needed. It returns the node and the victims in the
-// order they were taken, or ok false when no set of allowed victims makes t
-// fit.
+// allows reports whether job j may be a victim at all.
+func (vs *victimSearch) allows(job *jobState, j int32) bool {
+	return !job.suspended && j != vs.exclude && (vs.belowPriority == nil || job.priority < *vs.belowPriority) &&
+		(!vs.plannedOnly || job.planned)
+}
+
+// findVictims finds the victims that make room for t on one node, in two
+// steps (docs/design.md, Victim order). First the node: jobs are taken in
+// victim order, each charged against its project's floor only on the
+// nodes it runs on, until t fits on one of them. Then the victims on that
+// node (refine): its jobs are taken again in victim order, each project's
+// amount above its deserved share measured anew after every victim taken,
+// until t fits; then every victim not needed is put back. It returns the
+// node and the victims in the order they were taken, or ok false when no
+// set of allowed victims makes t fit.
 //
-// The walk keeps, per touched node and GPU, what the victims taken so far
-// free there, so that each step costs only the victim's own allocations.
+// The first step keeps, per touched node and GPU, what the victims taken
+// so far free there, so that each step costs only the victim's own
+// allocations.
 func (s *state) findVictims(t placement.Task, vs victimSearch) (node int, victims []int32, ok bool) {
 	w := &s.walk
 	w.reset(s)
-	q := s.newVictimQueue(vs.projects, w.sources)
+	q := s.newVictimQueue(vs.projects, vs.plannedOnly, w.sources)
 	defer func() { w.sources = q.sources[:0] }()
 	for j := q.next(); j >= 0; j = q.next() {
 		job := &s.jobs[j]
-		if job.suspended || j == vs.exclude {
+		if !vs.allows(job, j) {
 			continue
 		}
-		if vs.belowPriority != nil && job.priority >= *vs.belowPriority {
-			continue
-		}
-		p := job.project
-		if s.projects[p].usage-w.taken(p)-job.usage < vs.floor(p) {
-			continue
-		}
-		w.take(p, job.usage)
 		for _, a := range job.allocs {
 			n := s.allocs.get(a).node
+			if !s.admits(vs.nodes, int(n)) || !w.accepts(s, n, j, t, vs.floor) {
+				continue
+			}
 			if w.add(s, n, j, a, t) && s.enough(int(n), t, w.victims[n], vs.mustFree) {
-				return int(n), s.putBack(int(n), t, w.victims[n], vs.mustFree), true
+				return int(n), s.refine(int(n), t, vs, w.victims[n]), true
 			}
 		}
 	}
 	return 0, nil, false
 }
+
+// admits reports whether node n is available and in nodes (nil: all).
+func (s *state) admits(nodes []bool, n int) bool {
+	return s.snap.Nodes[n].Unavailable == "" && (nodes == nil || nodes[n])
+}
+
+// refine chooses the victims on node n, where the first step found that
+// the victims in found make room for t: the node's allowed jobs are taken
+// in victim order, with every project's usage lowered by what is taken from
+// it so that compareVictims sees the amount above its deserved share after
+// each victim, skipping those that would leave their project below its
+// floor, until t fits. Then every victim not needed is put back. Should
+// that order not reach a fit (a victim it took first blocks, through its
+// project's floor, one that was needed), the first step's victims are kept.
+func (s *state) refine(n int, t placement.Task, vs victimSearch, found []int32) []int32 {
+	cands := s.candidatesOn(n, vs)
+	var taken []int32
+	fits := false
+	for !fits {
+		best := -1
+		for i, j := range cands {
+			if j < 0 {
+				continue
+			}
+			job := &s.jobs[j]
+			if s.projects[job.project].usage-job.usage < vs.floor(job.project) {
+				cands[i] = -1
+				continue
+			}
+			if best < 0 || compareVictims(s.victim(j), s.victim(cands[best])) < 0 {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		j := cands[best]
+		cands[best] = -1
+		taken = append(taken, j)
+		s.projects[s.jobs[j].project].usage -= s.jobs[j].usage
+		fits = s.enough(n, t, taken, vs.mustFree)
+	}
+	for _, j := range taken {
+		s.projects[s.jobs[j].project].usage += s.jobs[j].usage
+	}
+	if !fits {
+		taken = found
+	}
+	return s.putBack(n, t, taken, vs.mustFree)
+}
+
+// candidatesOn lists, once each, the jobs with allocations on node n that
+// the search allows as victims.
+func (s *state) candidatesOn(n int, vs victimSearch) []int32 {
+	w := &s.walk
+	w.stamp++
+	for _, p := range vs.projects {
+		w.projectStamp[p] = w.stamp
+	}
+	var cands []int32
+	for _, a := range s.allocs.onNode[n] {
+		j := s.allocs.get(a).job
+		job := &s.jobs[j]
+		if w.projectStamp[job.project] != w.stamp || !vs.allows(job, j) || !job.holds(a) || slices.Contains(cands, j) {
+			continue
+		}
+		if job.victim() {
+			cands = append(cands, j)
+		}
+	}
+	return cands
+}
+
+// victim reports whether the job is on its project's list of victims (see
+// listVictims).
+func (job *jobState) victim() bool {
+	return job.usage > 0 && !job.system && (!job.nonPreemptible || job.exposed)
+}
+
+// holds reports whether allocation a is one of the job's own (a job placed
+// in this cycle, taken back and placed again, has new ones).
+func (job *jobState) holds(a int32) bool { return slices.Contains(job.allocs, a) }
 
 // walkState is findVictims' scratch space, reused from one search to the
 // next; stamps tell stale entries from current ones.
@@ -189,11 +290,14 @@ type walkState struct {
 	stamp   int32
 	// per project
 	projectStamp []int32
-	takenShares  []model.Shares
-	// per node
+	// per node: the victims taken there and the last job asked about
+	// (decided, with its answer), the GPUs with room for the task, and
+	// the free CPU and memory once the victims are gone.
 	nodeStamp []int32
 	victims   [][]int32
-	open      []int32 // GPUs with room for the task
+	decided   []int32
+	accepted  []bool
+	open      []int32
 	cpu, mem  []int64
 	// per GPU (global index)
 	gpuStamp []int32
@@ -203,45 +307,60 @@ type walkState struct {
 func (w *walkState) reset(s *state) {
 	if w.projectStamp == nil {
 		w.projectStamp = make([]int32, len(s.projects))
-		w.takenShares = make([]model.Shares, len(s.projects))
 		n := len(s.cluster.Nodes)
 		w.nodeStamp, w.victims, w.open = make([]int32, n), make([][]int32, n), make([]int32, n)
+		w.decided, w.accepted = make([]int32, n), make([]bool, n)
 		w.cpu, w.mem = make([]int64, n), make([]int64, n)
 		w.gpuStamp, w.freed = make([]int32, len(s.index.FreeShares)), make([]int32, len(s.index.FreeShares))
 	}
 	w.stamp++
 }
 
-func (w *walkState) taken(p int32) model.Shares {
-	if w.projectStamp[p] != w.stamp {
-		return 0
+// touch starts node n's entries for this walk, once.
+func (w *walkState) touch(s *state, n int32, t placement.Task) {
+	if w.nodeStamp[n] == w.stamp {
+		return
 	}
-	return w.takenShares[p]
+	node := &s.cluster.Nodes[n]
+	w.nodeStamp[n] = w.stamp
+	w.victims[n] = w.victims[n][:0]
+	w.decided[n] = -1
+	w.cpu[n], w.mem[n] = node.FreeCPUMilli, node.FreeMemoryMiB
+	open := int32(0)
+	for _, g := range node.GPUs {
+		if g.FreeMilli >= t.GPUMilli && t.ModelAllowed(g.Model) {
+			open++
+		}
+	}
+	w.open[n] = open
 }
 
-func (w *walkState) take(p int32, amount model.Shares) {
-	if w.projectStamp[p] != w.stamp {
-		w.projectStamp[p], w.takenShares[p] = w.stamp, 0
+// accepts reports whether job j may join the victims on node n: its
+// project keeps at least its floor once every victim taken there so far
+// and j are gone. Victims taken on other nodes do not count: only one
+// node's victims are suspended. The answer is kept for j's other
+// allocations on n.
+func (w *walkState) accepts(s *state, n int32, j int32, t placement.Task, floor func(int32) model.Shares) bool {
+	w.touch(s, n, t)
+	if w.decided[n] == j {
+		return w.accepted[n]
 	}
-	w.takenShares[p] += amount
+	job := &s.jobs[j]
+	left := s.projects[job.project].usage - job.usage
+	for _, k := range w.victims[n] {
+		if s.jobs[k].project == job.project {
+			left -= s.jobs[k].usage
+		}
+	}
+	w.decided[n], w.accepted[n] = j, left >= floor(job.project)
+	return w.accepted[n]
 }
 
 // add records that victim job j frees allocation a on node n and reports
 // whether the node may now fit t (enough GPUs with room, CPU and memory).
 func (w *walkState) add(s *state, n int32, j int32, a int32, t placement.Task) bool {
 	node := &s.cluster.Nodes[n]
-	if w.nodeStamp[n] != w.stamp {
-		w.nodeStamp[n] = w.stamp
-		w.victims[n] = w.victims[n][:0]
-		w.cpu[n], w.mem[n] = node.FreeCPUMilli, node.FreeMemoryMiB
-		open := int32(0)
-		for _, g := range node.GPUs {
-			if g.FreeMilli >= t.GPUMilli && t.ModelAllowed(g.Model) {
-				open++
-			}
-		}
-		w.open[n] = open
-	}
+	w.touch(s, n, t)
 	if list := w.victims[n]; len(list) == 0 || list[len(list)-1] != j {
 		w.victims[n] = append(list, j)
 	}

@@ -70,7 +70,7 @@ func TestVictimQueueFollowsCompareVictims(t *testing.T) {
 			all = append(all, p.jobs...)
 			projects = append(projects, int32(i))
 		}
-		q := s.newVictimQueue(projects, nil)
+		q := s.newVictimQueue(projects, false, nil)
 		var got []string
 		for j := q.next(); j >= 0; j = q.next() {
 			got = append(got, s.jobs[j].name)

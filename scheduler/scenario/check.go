@@ -34,7 +34,7 @@ func (sc *Scenario) CheckPolicy(out *Outcome, firstFit bool) []error {
 // checkOne checks one expectation against the outcome.
 func checkOne(e Expect, out *Outcome) error {
 	switch e.What {
-	case "deserved", "suspend", "place", "unplaced", "actions":
+	case "deserved", "suspend", "place", "unplaced", "unplaceable", "actions":
 		if e.Round > len(out.Rounds) {
 			return fmt.Errorf("round %d not run (rounds %d)", e.Round, len(out.Rounds))
 		}
@@ -99,6 +99,13 @@ func checkRound(e Expect, rd *Round) error {
 			}
 		}
 		return fmt.Errorf("%s is not left waiting in round %d; plan:\n%s", e.Name, e.Round, describe(rd))
+	case "unplaceable":
+		for _, u := range rd.Result.Unplaceable {
+			if rd.Snapshot.Pending[u.Workload].Job == e.Name {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s is not unplaceable in round %d; plan:\n%s", e.Name, e.Round, describe(rd))
 	case "actions":
 		if n := len(rd.Result.Actions); n != e.Count {
 			return fmt.Errorf("%d actions in round %d, want %d; plan:\n%s", n, e.Round, e.Count, describe(rd))
@@ -149,6 +156,10 @@ func describe(rd *Round) string {
 	for _, u := range rd.Result.Unplaced {
 		w := rd.Snapshot.Pending[u.Workload]
 		fmt.Fprintf(&b, "\twaiting %s/%s: %s\n", w.Job, w.Group, u.Reason)
+	}
+	for _, u := range rd.Result.Unplaceable {
+		w := rd.Snapshot.Pending[u.Workload]
+		fmt.Fprintf(&b, "\tunplaceable %s/%s: %s\n", w.Job, w.Group, u.Reason)
 	}
 	for _, s := range rd.Result.Shares {
 		fmt.Fprintf(&b, "\tproject %s: guaranteed %s deserved %s usage %s -> %s\n", s.Name, s.Guaranteed, s.Deserved, s.Usage, s.Planned)

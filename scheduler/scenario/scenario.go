@@ -7,16 +7,19 @@
 //	scenario Two projects share four GPUs        (free text)
 //	rounds 5                                     (default 1)
 //	node n1 gpus 4 [model A100] [cpu 64] [mem 262144] [gpumem 81920] [mode any|whole|shared]
+//	    [unavailable REASON] [unhealthy 2[,3..]]
 //	project A guaranteed 2 [limit 4] [priority 1] [weight 1]
 //	run JOB project A (gpus N | share 0.5) node n1 gpu 0[,1..] [group g] [priority 0]
-//	    [nonpreemptible] [start 10] [cpu 1] [mem 1024] [id ID] [model A100[,H100]]
+//	    [nonpreemptible] [system] [start 10] [cpu 1] [mem 1024] [id ID] [model A100[,H100]]
 //	pending JOB project B (gpus N | share 0.5) [count 2] [submit 5] [round R]
 //	    [group g] [priority 0] [nonpreemptible] [suspended] [cpu 1] [mem 1024] [model ...]
+//	    [nodes n1[,n2..] | nodes none]
 //	finish JOB round R                           (the job ends before round R)
 //	expect deserved A 2 [round R]                (deserved share in round R, default 1)
 //	expect suspend JOB... | none [round R]       (exactly these jobs are suspended)
 //	expect place JOB [group g] [node n1] [gpu 0[,1..]] [round R]
 //	expect unplaced JOB [round R]
+//	expect unplaceable JOB [round R]             (fits nowhere; no demand)
 //	expect actions N [round R]                   (number of actions in round R)
 //	expect running JOB...                        (running after the last round)
 //	expect waiting JOB...                        (pending after the last round)
@@ -26,6 +29,13 @@
 // "gpus N" is always a count of whole GPUs (on node, run and pending
 // lines); "gpu 0,1" always names GPU indexes on a node (the GPUs a run line
 // is bound to, or an expected placement's).
+//
+// A node marked unavailable (one word says why, e.g. draining) is out of
+// planning; its run lines may leave out gpu. "unhealthy" names the GPUs of a
+// node that take no work. "weight 0" gives a project no share of the
+// surplus (model.Project.NoOverQuota). "system" marks a system job's
+// allocation, never a victim. "nodes" lists the only nodes a pending
+// workload may run on, as its constraints would.
 //
 // Any expect line may end with the flag "firstfit": the expectation depends
 // on which node and GPUs first-fit placement picks, and runs with other
@@ -77,7 +87,7 @@ type Finish struct {
 type Expect struct {
 	Line int
 	// What is the expectation's keyword: deserved, suspend, place,
-	// unplaced, actions, running, waiting, usage or stable.
+	// unplaced, unplaceable, actions, running, waiting, usage or stable.
 	What   string
 	Round  int
 	Jobs   []string
@@ -135,13 +145,16 @@ type parser struct {
 }
 
 // ref is a run or pending line's references, checked once every node and
-// project is known; node and gpus are a run line's binding.
+// project is known; node and gpus are a run line's binding (unbound: none
+// given, on an unavailable node), nodes a pending line's node list.
 type ref struct {
 	line    int
 	project string
 	ask     model.Ask
 	node    string
 	gpus    []int
+	unbound bool
+	nodes   []string
 }
 
 // Parse reads a scenario. file names it in errors.
@@ -301,7 +314,7 @@ func (p *parser) intList(l line, key string) ([]int, error) {
 }
 
 func (p *parser) node(num int, words []string) error {
-	l, err := p.split(num, words, []string{"gpus", "model", "cpu", "mem", "gpumem", "mode"}, nil)
+	l, err := p.split(num, words, []string{"gpus", "model", "cpu", "mem", "gpumem", "mode", "unavailable", "unhealthy"}, nil)
 	if err != nil {
 		return err
 	}
@@ -347,9 +360,21 @@ func (p *parser) node(num int, words []string) error {
 			return p.errf(num, "name", ErrBadValue, "node %q declared twice", name)
 		}
 	}
-	node := model.Node{Name: name, CPUMilli: cpu * 1000, MemoryMiB: mem, GPUs: make([]model.GPU, gpus)}
+	node := model.Node{Name: name, CPUMilli: cpu * 1000, MemoryMiB: mem, GPUs: make([]model.GPU, gpus), Unavailable: l.fields["unavailable"]}
 	for i := range node.GPUs {
 		node.GPUs[i] = model.GPU{Model: gpuModel, MemoryMiB: gpumem, Mode: mode}
+	}
+	if _, ok := l.fields["unhealthy"]; ok {
+		bad, err := p.intList(l, "unhealthy")
+		if err != nil {
+			return err
+		}
+		for _, g := range bad {
+			if g >= len(node.GPUs) {
+				return p.errf(num, "unhealthy", ErrUnknown, "node %q has no GPU %d", name, g)
+			}
+			node.GPUs[g].Unavailable = "unhealthy"
+		}
 	}
 	p.sc.Initial.Nodes = append(p.sc.Initial.Nodes, node)
 	return nil
@@ -376,7 +401,7 @@ func (p *parser) project(num int, words []string) error {
 	if err != nil {
 		return err
 	}
-	weight, err := p.intField(l, "weight", 1, 1, 1_000_000)
+	weight, err := p.intField(l, "weight", 1, 0, 1_000_000)
 	if err != nil {
 		return err
 	}
@@ -386,7 +411,7 @@ func (p *parser) project(num int, words []string) error {
 		}
 	}
 	p.sc.Initial.Projects = append(p.sc.Initial.Projects, model.Project{
-		Name: name, Guaranteed: g, Limit: limit, HasLimit: hasLimit, Priority: int(prio), OverQuotaWeight: weight,
+		Name: name, Guaranteed: g, Limit: limit, HasLimit: hasLimit, Priority: int(prio), OverQuotaWeight: weight, NoOverQuota: weight == 0,
 	})
 	return nil
 }
@@ -474,7 +499,7 @@ func (p *parser) ask(l line) (model.Ask, error) {
 }
 
 func (p *parser) run(num int, words []string) error {
-	l, err := p.split(num, words, append([]string{"node", "gpu", "start", "id"}, workloadKeys...), []string{"nonpreemptible"})
+	l, err := p.split(num, words, append([]string{"node", "gpu", "start", "id"}, workloadKeys...), []string{"nonpreemptible", "system"})
 	if err != nil {
 		return err
 	}
@@ -487,9 +512,10 @@ func (p *parser) run(num int, words []string) error {
 		return p.errf(num, "node", ErrMissing, "required")
 	}
 	var gpus []int
-	if w.ask.GPUShares() > 0 {
-		if _, ok := l.fields["gpu"]; !ok {
-			return p.errf(num, "gpu", ErrMissing, "GPU binding required")
+	_, bound := l.fields["gpu"]
+	if w.ask.GPUShares() > 0 && (bound || !p.unavailable(node)) {
+		if !bound {
+			return p.errf(num, "gpu", ErrMissing, "GPU binding required (only a run line on an unavailable node may leave it out)")
 		}
 		if gpus, err = p.intList(l, "gpu"); err != nil {
 			return err
@@ -510,14 +536,24 @@ func (p *parser) run(num int, words []string) error {
 	}
 	p.sc.Initial.Allocations = append(p.sc.Initial.Allocations, model.Allocation{
 		ID: id, Project: w.project, Job: w.job, Group: w.group, Priority: w.priority, Preemptible: w.preemptible,
-		Ask: w.ask, Node: node, GPUs: gpus, Start: start,
+		System: l.flags["system"], Ask: w.ask, Node: node, GPUs: gpus, Start: start,
 	})
-	p.refs = append(p.refs, ref{line: num, project: w.project, node: node, gpus: gpus, ask: w.ask})
+	p.refs = append(p.refs, ref{line: num, project: w.project, node: node, gpus: gpus, ask: w.ask, unbound: !bound})
 	return nil
 }
 
+// unavailable reports whether node name, declared above, is unavailable.
+func (p *parser) unavailable(name string) bool {
+	for _, n := range p.sc.Initial.Nodes {
+		if n.Name == name {
+			return n.Unavailable != ""
+		}
+	}
+	return false
+}
+
 func (p *parser) pending(num int, words []string) error {
-	l, err := p.split(num, words, append([]string{"count", "submit", "round", "gpu"}, workloadKeys...), []string{"nonpreemptible", "suspended"})
+	l, err := p.split(num, words, append([]string{"count", "submit", "round", "gpu", "nodes"}, workloadKeys...), []string{"nonpreemptible", "suspended"})
 	if err != nil {
 		return err
 	}
@@ -544,12 +580,18 @@ func (p *parser) pending(num int, words []string) error {
 		Project: w.project, Job: w.job, Group: w.group, Priority: w.priority, Preemptible: w.preemptible,
 		Ask: w.ask, Count: int(count), Submit: submit, Suspended: l.flags["suspended"],
 	}
+	if v, ok := l.fields["nodes"]; ok {
+		pw.Nodes, pw.NodesReason = []string{}, "the scenario's nodes list"
+		if v != "none" {
+			pw.Nodes = strings.Split(v, ",")
+		}
+	}
 	if round == 1 {
 		p.sc.Initial.Pending = append(p.sc.Initial.Pending, pw)
 	} else {
 		p.sc.Arrivals = append(p.sc.Arrivals, Arrival{Round: int(round), Pending: pw})
 	}
-	p.refs = append(p.refs, ref{line: num, project: w.project, ask: w.ask})
+	p.refs = append(p.refs, ref{line: num, project: w.project, ask: w.ask, nodes: pw.Nodes})
 	return nil
 }
 
@@ -592,7 +634,7 @@ func (p *parser) expect(num int, words []string) error {
 		err = p.expectAmount(l, &e)
 	case "suspend", "running", "waiting":
 		err = p.expectJobs(l, &e)
-	case "place", "unplaced":
+	case "place", "unplaced", "unplaceable":
 		err = p.expectPlace(l, &e)
 	case "actions":
 		err = p.expectCount(l, &e)
@@ -728,12 +770,20 @@ func (p *parser) checkRef(r ref, c clusterFacts) error {
 	if r.ask.CPUMilli > c.maxCPU {
 		return p.errf(r.line, "cpu", ErrOverCapacity, "%d cores, the largest node has %d", r.ask.CPUMilli/1000, c.maxCPU/1000)
 	}
+	for _, name := range r.nodes {
+		if c.nodes[name] == nil {
+			return p.errf(r.line, "nodes", ErrUnknown, "node %q", name)
+		}
+	}
 	if r.node == "" {
 		return nil
 	}
 	n, ok := c.nodes[r.node]
 	if !ok {
 		return p.errf(r.line, "node", ErrUnknown, "node %q", r.node)
+	}
+	if r.unbound && n.Unavailable != "" {
+		return nil
 	}
 	want := r.ask.WholeGPUs
 	if r.ask.Shares > 0 {
