@@ -30,6 +30,18 @@ type Options struct {
 	Dir string
 	// StartTimeout bounds each agent's start. Zero: 90 s.
 	StartTimeout time.Duration
+	// ACL turns ACLs on in both agents, with default deny. The
+	// cluster's clients then carry management tokens (ConsulToken,
+	// NomadToken); the Consul agent and Nomad's Consul integration get
+	// tokens of their own.
+	ACL bool
+	// PluginPolicy, with ACL, is the Nomad ACL policy (rules in HCL) of
+	// the device plugin's token. Once Nomad is bootstrapped the cluster
+	// creates the policy and a token and restarts the Nomad agent with
+	// the token in NOMAD_TOKEN, which plugins inherit (Nomad keeps it
+	// from tasks), as a client host's service environment would. Empty:
+	// the plugin runs without a token.
+	PluginPolicy string
 }
 
 // Cluster is a running Consul agent and a Nomad server+client.
@@ -45,8 +57,13 @@ type Cluster struct {
 	Nomad      *nomadapi.Client
 	// NodeID is the Nomad client node's ID.
 	NodeID string
+	// ConsulToken and NomadToken are the management tokens with
+	// Options.ACL, empty without.
+	ConsulToken string
+	NomadToken  string
 
 	opts       Options
+	acl        aclSecrets
 	ownDir     bool
 	consul     *agent
 	nomad      *agent
@@ -69,15 +86,50 @@ func New(opts Options) (*Cluster, error) {
 		}
 		c.Dir, c.ownDir = dir, true
 	}
-	if err := c.startConsul(); err != nil {
-		c.Close()
-		return nil, err
+	if opts.ACL {
+		secrets, err := newACLSecrets()
+		if err != nil {
+			return nil, err
+		}
+		c.acl, c.ConsulToken, c.NomadToken = secrets, secrets.consulManagement, secrets.nomadManagement
 	}
-	if err := c.startNomad(); err != nil {
+	if err := c.start(); err != nil {
 		c.Close()
 		return nil, err
 	}
 	return c, nil
+}
+
+// start starts Consul, then Nomad; with ACLs, it makes the agents' tokens
+// and the plugin's.
+func (c *Cluster) start() error {
+	if err := c.startConsul(); err != nil {
+		return err
+	}
+	if c.opts.ACL {
+		if err := consulAgentTokens(c.Consul, c.acl); err != nil {
+			return err
+		}
+	}
+	if err := c.startNomad(); err != nil {
+		return err
+	}
+	if c.opts.ACL && c.opts.PluginPolicy != "" {
+		return c.restartWithPluginToken()
+	}
+	return nil
+}
+
+// restartWithPluginToken creates the plugin's Nomad token and restarts the
+// Nomad agent with it in its environment.
+func (c *Cluster) restartWithPluginToken() error {
+	secret, err := c.CreateNomadToken("gpushare-plugin", c.opts.PluginPolicy)
+	if err != nil {
+		return err
+	}
+	c.nomad.env = append(c.nomad.env, "NOMAD_TOKEN="+secret)
+	c.StopNomad()
+	return c.StartNomad()
 }
 
 // startWithRetry starts an agent on fresh ports until it does not die of a
@@ -142,7 +194,8 @@ ports {
   grpc = -1
   grpc_tls = -1
 }
-`, filepath.Join(dir, "data"), p[0], p[1], p[2], p[3])
+%s
+`, filepath.Join(dir, "data"), p[0], p[1], p[2], p[3], c.consulACLConfig())
 		path := filepath.Join(dir, "consul.hcl")
 		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 			return nil, fmt.Errorf("writing consul config: %w", err)
@@ -160,7 +213,7 @@ ports {
 }
 
 func (c *Cluster) waitConsul(a *agent) error {
-	client, err := consulapi.NewClient(&consulapi.Config{Address: strings.TrimPrefix(c.ConsulAddr, "http://")})
+	client, err := consulapi.NewClient(&consulapi.Config{Address: strings.TrimPrefix(c.ConsulAddr, "http://"), Token: c.ConsulToken})
 	if err != nil {
 		return fmt.Errorf("creating consul client: %w", err)
 	}
@@ -231,6 +284,10 @@ client {
 }
 consul {
   address = "127.0.0.1:%s"
+  token = %q
+}
+acl {
+  enabled = %t
 }
 plugin "raw_exec" {
   config {
@@ -239,7 +296,7 @@ plugin "raw_exec" {
 }
 %s
 `, filepath.Join(dir, "data"), pluginDir, p[0], p[1], p[2], p[1],
-		strings.TrimPrefix(c.ConsulAddr, "http://127.0.0.1:"), c.opts.PluginConfig)
+		strings.TrimPrefix(c.ConsulAddr, "http://127.0.0.1:"), c.acl.nomadConsul, c.opts.ACL, c.opts.PluginConfig)
 	path := filepath.Join(dir, "nomad.hcl")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, fmt.Errorf("writing nomad config: %w", err)
@@ -258,9 +315,16 @@ func (c *Cluster) waitNomad(a *agent) error {
 		return fmt.Errorf("creating nomad client: %w", err)
 	}
 	c.Nomad = client
+	// Without the plugin's token yet, the devices wait for the restart.
+	waitDevices := !c.opts.ACL || c.opts.PluginPolicy == "" || c.nomad != nil
 	return waitUntil(a, c.opts.StartTimeout, func() error {
 		if err := hasLeader(client.Status().Leader()); err != nil {
 			return err
+		}
+		if c.opts.ACL {
+			if err := bootstrapNomad(client, c.NomadToken); err != nil {
+				return err
+			}
 		}
 		nodes, _, err := client.Nodes().List(nil)
 		if err != nil {
@@ -274,7 +338,7 @@ func (c *Cluster) waitNomad(a *agent) error {
 			return fmt.Errorf("node %s is %s", n.ID, n.Status)
 		}
 		c.NodeID = n.ID
-		if len(c.opts.WaitForDevices) == 0 {
+		if len(c.opts.WaitForDevices) == 0 || !waitDevices {
 			return nil
 		}
 		node, _, err := client.Nodes().Info(n.ID, nil)
