@@ -38,9 +38,9 @@ type Options struct {
 	// PluginPolicy, with ACL, is the Nomad ACL policy (rules in HCL) of
 	// the device plugin's token. Once Nomad is bootstrapped the cluster
 	// creates the policy and a token and restarts the Nomad agent with
-	// the token in NOMAD_TOKEN, which plugins inherit (Nomad keeps it
-	// from tasks), as a client host's service environment would. Empty:
-	// the plugin runs without a token.
+	// the token in NOMAD_TOKEN (UsePluginToken), as a client host's
+	// service environment would. Empty: the plugin runs without a token
+	// until UsePluginToken, and New does not wait for WaitForDevices.
 	PluginPolicy string
 }
 
@@ -62,12 +62,13 @@ type Cluster struct {
 	ConsulToken string
 	NomadToken  string
 
-	opts       Options
-	acl        aclSecrets
-	ownDir     bool
-	consul     *agent
-	nomad      *agent
-	nomadPorts []int
+	opts        Options
+	acl         aclSecrets
+	pluginToken bool
+	ownDir      bool
+	consul      *agent
+	nomad       *agent
+	nomadPorts  []int
 	// detached holds processes that a stopped Nomad agent left running
 	// (executors and tasks survive a client restart); Close kills them.
 	detached []int
@@ -121,15 +122,29 @@ func (c *Cluster) start() error {
 }
 
 // restartWithPluginToken creates the plugin's Nomad token and restarts the
-// Nomad agent with it in its environment.
+// Nomad agent with it.
 func (c *Cluster) restartWithPluginToken() error {
 	secret, err := c.CreateNomadToken("gpushare-plugin", c.opts.PluginPolicy)
 	if err != nil {
 		return err
 	}
-	c.nomad.env = append(c.nomad.env, "NOMAD_TOKEN="+secret)
-	c.StopNomad()
-	return c.StartNomad()
+	return c.UsePluginToken(secret)
+}
+
+// UsePluginToken restarts the Nomad agent with NOMAD_TOKEN=secret in its
+// environment, which device plugins inherit (Nomad keeps it from tasks),
+// and waits until the node is ready with Options.WaitForDevices. Running
+// tasks survive.
+func (c *Cluster) UsePluginToken(secret string) error {
+	env := []string{"NOMAD_TOKEN=" + secret}
+	for _, e := range c.nomad.env {
+		if !strings.HasPrefix(e, "NOMAD_TOKEN=") {
+			env = append(env, e)
+		}
+	}
+	c.nomad.env = env
+	c.pluginToken = true
+	return c.RestartNomad()
 }
 
 // startWithRetry starts an agent on fresh ports until it does not die of a
@@ -315,8 +330,8 @@ func (c *Cluster) waitNomad(a *agent) error {
 		return fmt.Errorf("creating nomad client: %w", err)
 	}
 	c.Nomad = client
-	// Without the plugin's token yet, the devices wait for the restart.
-	waitDevices := !c.opts.ACL || c.opts.PluginPolicy == "" || c.nomad != nil
+	// With ACLs the plugin reads Nomad only once it has its token.
+	waitDevices := !c.opts.ACL || c.pluginToken
 	return waitUntil(a, c.opts.StartTimeout, func() error {
 		if err := hasLeader(client.Status().Leader()); err != nil {
 			return err
