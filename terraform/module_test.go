@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/internal/aclpolicy"
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
@@ -125,8 +126,8 @@ func checkProvisioned(t *testing.T, c *localcluster.Cluster) {
 		}
 	}
 	plugin, _, err := c.Nomad.ACLPolicies().Info("gpushare-plugin", nil)
-	shipped, _ := os.ReadFile("../jobspecs/acl/nomad-gpushare-plugin.policy.hcl")
-	if err != nil || plugin.Rules != string(shipped) {
+	shipped, _ := aclpolicy.Read("..", aclpolicy.PluginNomad)
+	if err != nil || plugin.Rules != shipped {
 		t.Errorf("Nomad policy gpushare-plugin is not the shipped one: %v", err)
 	}
 	quota, _, err := c.Nomad.ACLPolicies().Info("gpushare-quota", nil)

@@ -2,12 +2,12 @@ package service_test
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/internal/aclpolicy"
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
@@ -15,26 +15,14 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
-// aclDir holds the policies the project ships.
-const aclDir = "../../jobspecs/acl"
+// repoRoot is the checkout, where the shipped policies are.
+const repoRoot = "../.."
 
 func shippedPolicy(t testing.TB, name string) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(aclDir, name))
+	rules, err := aclpolicy.Read(repoRoot, name)
 	if err != nil {
-		t.Fatalf("reading the shipped policy: %v", err)
-	}
-	return string(data)
-}
-
-// quotaNomadPolicy is the service's Nomad policy as its files say to
-// assemble it: the watch rules, then the project block once per project
-// namespace.
-func quotaNomadPolicy(t testing.TB, namespaces ...string) string {
-	rules := shippedPolicy(t, "nomad-gpushare-quota.policy.hcl")
-	project := shippedPolicy(t, "nomad-gpushare-quota-project.policy.hcl")
-	for _, ns := range namespaces {
-		rules += "\n" + strings.ReplaceAll(project, "<namespace>", ns)
+		t.Fatal(err)
 	}
 	return rules
 }
@@ -54,7 +42,7 @@ func newACLGPUCluster(t *testing.T) *localcluster.Cluster {
 	}
 	return testcluster.Start(t, localcluster.Options{PluginDir: dir, PluginConfig: demoPluginConfig,
 		WaitForDevices: []string{"nvidia/gpu", "nvidia/gpu-share"}, ACL: true,
-		PluginPolicy: shippedPolicy(t, "nomad-gpushare-plugin.policy.hcl")})
+		PluginPolicy: shippedPolicy(t, aclpolicy.PluginNomad)})
 }
 
 func nomadWithToken(t testing.TB, c *localcluster.Cluster, token string) *nomadapi.Client {
@@ -88,7 +76,7 @@ func TestReclaimWithACLs(t *testing.T) {
 	c := newACLGPUCluster(t)
 	s := newScenario(t, c, "gpushare")
 
-	people, err := c.CreateConsulToken("people-quota-admin", shippedPolicy(t, "people-quota-admin.consul.policy.hcl"))
+	people, err := c.CreateConsulToken("people-quota-admin", shippedPolicy(t, aclpolicy.PeopleConsul))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,11 +86,15 @@ func TestReclaimWithACLs(t *testing.T) {
 			t.Fatalf("writing quota %s with the quota admins' token: %v", q, err)
 		}
 	}
-	nomadToken, err := c.CreateNomadToken("gpushare-quota", quotaNomadPolicy(t, "team-a", "team-b"))
+	rules, err := aclpolicy.QuotaNomad(repoRoot, []string{"team-a", "team-b"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	consulToken, err := c.CreateConsulToken("gpushare-quota", shippedPolicy(t, "consul-gpushare-quota.policy.hcl"))
+	nomadToken, err := c.CreateNomadToken("gpushare-quota", rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consulToken, err := c.CreateConsulToken("gpushare-quota", shippedPolicy(t, aclpolicy.QuotaConsul))
 	if err != nil {
 		t.Fatal(err)
 	}
