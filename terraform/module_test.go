@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,21 +21,6 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
-
-// pluginConfig is the demo's simulated 4-GPU node, all four offered whole.
-const pluginConfig = `
-plugin "nomad-device-gpushare" {
-  config {
-    backend              = "simulated"
-    simulated_preset     = "h100"
-    simulated_count      = 4
-    fingerprint_period   = "1s"
-    min_idle_share_gpus  = 0
-    switch_settle_period = "2s"
-    nomad_poll_period    = "1s"
-  }
-}
-`
 
 var layout = kvlayout.New("")
 
@@ -99,9 +85,9 @@ func TestModuleProvisionsACLCluster(t *testing.T) {
 	checkDestroyed(t, c)
 }
 
-// startCluster starts Consul and Nomad with ACLs on and the device plugin
-// on four simulated GPUs, without a token for the plugin yet: the module
-// makes it.
+// startCluster starts Consul and Nomad with ACLs on and the demo's device
+// plugin (four simulated GPUs, an idle one kept shared) without a token
+// yet: the module makes it.
 func startCluster(t *testing.T) *localcluster.Cluster {
 	t.Helper()
 	if testing.Short() {
@@ -112,8 +98,12 @@ func startCluster(t *testing.T) *localcluster.Cluster {
 		filepath.Join(dir, "nomad-device-gpushare")); err != nil {
 		t.Fatal(err)
 	}
-	return testcluster.Start(t, localcluster.Options{PluginDir: dir, PluginConfig: pluginConfig,
-		WaitForDevices: []string{"nvidia/gpu"}, ACL: true})
+	demo, err := os.ReadFile("../jobspecs/demo/plugin.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testcluster.Start(t, localcluster.Options{PluginDir: dir, PluginConfig: string(demo),
+		WaitForDevices: []string{"nvidia/gpu", "nvidia/gpu-share"}, ACL: true})
 }
 
 // checkProvisioned checks what the module made besides the quotas.
@@ -193,9 +183,11 @@ func waitServiceFollows(t *testing.T, c *localcluster.Cluster, project, want str
 	})
 }
 
-// reclaimOneGPU has team-a borrow all four GPUs, then team-b (under its
-// guarantee) ask for one: the service suspends one of team-a's jobs for
-// team-b. It returns the jobs by namespace.
+// reclaimOneGPU has team-a borrow all four GPUs (the fourth job gets the
+// GPU kept shared only if the plugin's token lets it read waiting
+// demand), then team-b (under its guarantee) ask for one: the service
+// suspends one of team-a's jobs for team-b. It returns the jobs by
+// namespace.
 func reclaimOneGPU(t *testing.T, c *localcluster.Cluster) map[string][]string {
 	t.Helper()
 	jobs := map[string][]string{"team-a": {"a1", "a2", "a3", "a4"}, "team-b": {"b1"}}

@@ -143,25 +143,10 @@ func checkServiceTokensDenied(t *testing.T, s *scenario, nomad *nomadapi.Client,
 			t.Errorf("the service's Consul token wrote %s: %v, want permission denied", key, err)
 		}
 	}
-	runSleeperAs(t, s.c, "default", "outside")
+	runSleeper(t, s.c, "default", "outside")
 	if _, _, err := nomad.Jobs().Deregister("outside", false, nil); err == nil || !strings.Contains(err.Error(), "403") {
 		t.Errorf("the service's Nomad token stopped a job in namespace default: %v, want 403", err)
 	}
-}
-
-// runSleeperAs registers a raw_exec service job in namespace ns with the
-// management token and purges it when the test ends.
-func runSleeperAs(t *testing.T, c *localcluster.Cluster, ns, id string) {
-	t.Helper()
-	job := nomadapi.NewServiceJob(id, id, "global", 50)
-	job.Namespace = &ns
-	task := nomadapi.NewTask("sleep", "raw_exec").SetConfig("command", "/bin/sleep").SetConfig("args", []string{"600"})
-	task.Resources = &nomadapi.Resources{CPU: ptr(20), MemoryMB: ptr(16)}
-	job.AddTaskGroup(nomadapi.NewTaskGroup("main", 1).AddTask(task))
-	if _, _, err := c.Nomad.Jobs().Register(job, &nomadapi.WriteOptions{Namespace: ns}); err != nil {
-		t.Fatalf("registering %s/%s: %v", ns, id, err)
-	}
-	t.Cleanup(func() { c.Nomad.Jobs().Deregister(id, true, &nomadapi.WriteOptions{Namespace: ns}) })
 }
 
 // checkPrettyJSON checks that every JSON document the service wrote under

@@ -189,11 +189,11 @@ func (m consulTokenModel) token(ctx context.Context) (*consulapi.ACLToken, error
 }
 
 func (r *consulTokenResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	r.write(ctx, req.Plan.Get, &resp.State, &resp.Diagnostics, true)
+	r.write(ctx, req.Plan, &resp.State, &resp.Diagnostics, true)
 }
 
 func (r *consulTokenResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	r.write(ctx, req.Plan.Get, &resp.State, &resp.Diagnostics, false)
+	r.write(ctx, req.Plan, &resp.State, &resp.Diagnostics, false)
 }
 
 func (r *consulTokenResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {

@@ -11,10 +11,9 @@ import (
 
 // write creates (create) or updates the planned token and records what
 // Consul answered.
-func (r *consulTokenResource) write(ctx context.Context, plan func(context.Context, any) diag.Diagnostics,
-	state *tfsdk.State, diags *diag.Diagnostics, create bool) {
+func (r *consulTokenResource) write(ctx context.Context, plan tfsdk.Plan, state *tfsdk.State, diags *diag.Diagnostics, create bool) {
 	var m consulTokenModel
-	diags.Append(plan(ctx, &m)...)
+	diags.Append(plan.Get(ctx, &m)...)
 	if diags.HasError() {
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 )
 
@@ -59,36 +60,29 @@ func (r *nomadVariableResource) Configure(_ context.Context, req resource.Config
 }
 
 func (r *nomadVariableResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	var m nomadVariableModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	resp.Diagnostics.Append(r.put(ctx, m)...)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	r.put(ctx, req.Plan, &resp.State, &resp.Diagnostics)
 }
 
 func (r *nomadVariableResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	var m nomadVariableModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	resp.Diagnostics.Append(r.put(ctx, m)...)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	r.put(ctx, req.Plan, &resp.State, &resp.Diagnostics)
 }
 
-func (r *nomadVariableResource) put(ctx context.Context, m nomadVariableModel) (diags diag.Diagnostics) {
+// put writes the planned variable (Nomad's create is an upsert) and
+// records it.
+func (r *nomadVariableResource) put(ctx context.Context, plan tfsdk.Plan, state *tfsdk.State, diags *diag.Diagnostics) {
+	var m nomadVariableModel
+	diags.Append(plan.Get(ctx, &m)...)
 	items := map[string]string{}
 	diags.Append(m.Items.ElementsAs(ctx, &items, false)...)
 	if diags.HasError() {
-		return diags
+		return
 	}
 	v := &nomadapi.Variable{Namespace: m.Namespace.ValueString(), Path: m.Path.ValueString(), Items: items}
 	if _, _, err := r.c.nomad.Variables().Create(v, (&nomadapi.WriteOptions{Namespace: v.Namespace}).WithContext(ctx)); err != nil {
 		diags.AddError("Cannot write Nomad variable "+v.Path, fmt.Sprintf("namespace %s: %v", v.Namespace, err))
+		return
 	}
-	return diags
+	diags.Append(state.Set(ctx, &m)...)
 }
 
 func (r *nomadVariableResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
