@@ -30,8 +30,9 @@ var layout = kvlayout.New("")
 // are in place; the service, running on the tokens the module made, acts
 // on the quotas; the device plugin runs on the module's token; a second
 // plan is empty; a quota edited in Consul shows as a diff; a changed quota
-// is followed by the service; a bad quota fails at plan naming the
-// attribute and the fix; destroy removes everything.
+// is followed by the service; a quota already in Consul is adopted by
+// import, not overwritten; a bad quota fails at plan naming the attribute
+// and the fix; destroy removes everything.
 func TestModuleProvisionsACLCluster(t *testing.T) {
 	c := startCluster(t)
 	bin := filepath.Join(t.TempDir(), "gpushare-quota")
@@ -65,6 +66,7 @@ func TestModuleProvisionsACLCluster(t *testing.T) {
 	}
 	checkDriftShows(t, c, w)
 	w.must(0, "apply", "-auto-approve")
+	checkImportAdopts(t, w)
 
 	projects["team-b"] = map[string]any{"guaranteed": 1, "limit": 4}
 	w.vars(vars)
@@ -266,6 +268,23 @@ func checkDriftShows(t *testing.T, c *localcluster.Cluster, w *workspace) {
 	if !strings.Contains(out, `gpushare_quota.project["team-a"] will be updated`) || !strings.Contains(out, "guaranteed") ||
 		!strings.Contains(out, "3 -> 2") {
 		t.Fatalf("a quota edited in Consul does not show as a diff:\n%s", out)
+	}
+}
+
+// checkImportAdopts forgets team-a's quota: applying then refuses to write
+// over the document in Consul and says to import it; importing it adopts
+// it with no change to plan.
+func checkImportAdopts(t *testing.T, w *workspace) {
+	t.Helper()
+	const addr = `module.gpushare.gpushare_quota.project["team-a"]`
+	w.must(0, "state", "rm", addr)
+	code, out := w.tofu("apply", "-auto-approve")
+	if code == 0 || !strings.Contains(out, "already holds a quota") || !strings.Contains(out, "import it") {
+		t.Fatalf("apply over an existing quota (exit %d) does not say to import it:\n%s", code, out)
+	}
+	w.must(0, "import", addr, "team-a")
+	if out := w.must(0, "plan", "-detailed-exitcode"); !strings.Contains(out, "No changes") {
+		t.Fatalf("plan after importing the quota is not empty:\n%s", out)
 	}
 }
 

@@ -114,7 +114,12 @@ func (w *workspace) vars(v map[string]any) {
 // tofu runs a tofu command and returns its exit code and output.
 func (w *workspace) tofu(args ...string) (int, string) {
 	w.t.Helper()
-	cmd := exec.Command(w.bin, append([]string{args[0], "-no-color"}, args[1:]...)...)
+	n := 1 // -no-color goes after the (sub)command
+	if args[0] == "state" {
+		n = 2
+	}
+	argv := append(append(append([]string(nil), args[:n]...), "-no-color"), args[n:]...)
+	cmd := exec.Command(w.bin, argv...)
 	cmd.Dir, cmd.Env = w.dir, w.env
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
