@@ -14,8 +14,7 @@
 //	<root>/quotas/<project>               project settings (JSON, written by people)
 //	<root>/status/quota-errors/<project>  why a quota document is rejected
 //	<root>/status/projects/<project>      per-project status (JSON, written by the service)
-//	<root>/status/service                 the acting instance and its last cycle
 //	<root>/suspended/<namespace>/<job>    a job the service stopped and will resume
-//	<root>/history/<time>-<namespace>-<job>  what the service did (bounded)
+//	<root>/history/<time>-<event>-<namespace>-<job>  what the service did (bounded)
 //	<root>/leader                         the Consul lock held by the acting instance
 package quotaservice

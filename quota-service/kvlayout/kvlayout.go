@@ -44,9 +44,6 @@ func (l Layout) ProjectStatuses() string { return l.Root + "/status/projects/" }
 // ProjectStatus is the key of one project's status document.
 func (l Layout) ProjectStatus(project string) string { return l.ProjectStatuses() + project }
 
-// ServiceStatus is the key describing the acting instance.
-func (l Layout) ServiceStatus() string { return l.Root + "/status/service" }
-
 // Suspended is the folder of suspension records.
 func (l Layout) Suspended() string { return l.Root + "/suspended/" }
 

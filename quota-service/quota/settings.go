@@ -99,9 +99,9 @@ var (
 	projectRE = regexp.MustCompile(`^[a-zA-Z0-9_.-]{1,128}$`)
 )
 
-// ValidProjectName reports whether name can name a project (the last
+// validProjectName reports whether name can name a project (the last
 // segment of its KV key): 1-128 letters, digits, '.', '-' or '_'.
-func ValidProjectName(name string) error {
+func validProjectName(name string) error {
 	if !projectRE.MatchString(name) {
 		return &FieldError{Project: name, Problem: "the project name (the key below the quotas folder) is empty, too long, nested or has characters other than letters, digits, '.', '-' and '_'",
 			Fix: "store the document directly under the quotas folder with a name like \"ml-team\""}
@@ -112,7 +112,7 @@ func ValidProjectName(name string) error {
 // Parse reads and validates the quota document of project. Errors are
 // *FieldError.
 func Parse(project string, data []byte) (Settings, error) {
-	if err := ValidProjectName(project); err != nil {
+	if err := validProjectName(project); err != nil {
 		return Settings{}, err
 	}
 	fe := func(field, problem, fix string) error {

@@ -7,11 +7,11 @@ import (
 	"time"
 )
 
-// BenchmarkReclaimLatency measures issue 5's reclaim on the simulated
-// 4-GPU node, ten times: team-a (guaranteed 2) runs 4 whole-GPU jobs,
-// team-b (guaranteed 2) submits 2; the latency is from team-b's
-// submission until both its allocations run. It prints
-// `reclaim_latency_s median=<x> max=<y> runs=10` (target: median <= 2 s).
+// BenchmarkReclaimLatency measures the guaranteed-quota reclaim on the
+// simulated 4-GPU node, ten times: team-a (guaranteed 2) runs 4 whole-GPU
+// jobs, team-b (guaranteed 2) submits 2; the latency is from team-b's
+// submission until both its allocations run. It prints `reclaim_latency_s
+// median=<x> max=<y> runs=10` (target: median <= 2 s).
 func BenchmarkReclaimLatency(b *testing.B) {
 	c := needCluster(b)
 	const runs = 10

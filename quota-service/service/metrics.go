@@ -4,8 +4,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the service's Prometheus metrics.
-type Metrics struct {
+// metrics are the service's Prometheus metrics.
+type metrics struct {
 	Guaranteed     *prometheus.GaugeVec
 	Allocated      *prometheus.GaugeVec
 	Deserved       *prometheus.GaugeVec
@@ -23,12 +23,12 @@ type Metrics struct {
 	Triggers       *prometheus.CounterVec
 }
 
-// NewMetrics registers the metrics with reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// newMetrics registers the metrics with reg.
+func newMetrics(reg prometheus.Registerer) *metrics {
 	gv := func(name, help string) *prometheus.GaugeVec {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "gpushare", Name: name, Help: help}, []string{"project"})
 	}
-	m := &Metrics{
+	m := &metrics{
 		Guaranteed: gv("project_guaranteed_gpus", "GPUs guaranteed to the project."),
 		Allocated:  gv("project_allocated_gpus", "GPUs the project's running allocations hold."),
 		Deserved:   gv("project_deserved_gpus", "The project's fair share this cycle, in GPUs."),

@@ -29,13 +29,12 @@ func getHealth(t testing.TB, url string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// TestOutages is issue 5's outage items (b) and (c), on a cluster of its
-// own since they stop its agents: while Nomad or Consul is unreachable for
-// 20 s the service says so (/v1/health 503 with the reason, the status's
-// last error, gpushare_cycle_ok 0 and gpushare_cycle_errors_total), takes
-// no action (no history entry, no suspension counted, no job stopped), and
-// once the agent is back it recovers by itself and carries out the
-// reclaim that became due meanwhile.
+// TestOutages: while Nomad or Consul is unreachable for 20 s the service
+// says so (/v1/health 503 with the reason, the status's last error,
+// gpushare_cycle_ok 0 and gpushare_cycle_errors_total), takes no action (no
+// history entry, no suspension counted, no job stopped), and once the agent
+// is back it recovers by itself and carries out the reclaim that became due
+// meanwhile. It runs on a cluster of its own, since it stops the agents.
 func TestOutages(t *testing.T) {
 	needCluster(t)
 	c, err := newGPUCluster(wholeOnlyPluginConfig, "nvidia/gpu")

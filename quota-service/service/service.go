@@ -15,9 +15,6 @@ package service
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"sort"
 	"sync"
 	"time"
 
@@ -27,28 +24,31 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
-	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 	nomadapi "github.com/hashicorp/nomad/api"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Config configures a Service.
+// DefaultPlanInterval is the default safety-net re-list period.
+const DefaultPlanInterval = 10 * time.Second
+
+// Config configures a Service. A zero duration takes its default.
 type Config struct {
 	Nomad    *nomadapi.Client
 	Consul   *consulapi.Client
 	Layout   kvlayout.Layout
 	Log      hclog.Logger
 	Instance string
-	// PlanInterval is the safety-net re-list period (default 10 s).
+	// PlanInterval is the safety-net re-list period (default
+	// DefaultPlanInterval).
 	PlanInterval time.Duration
 	// FollowUpWindow and FollowUpPeriod: after a Nomad event or quota
 	// change, cycles repeat every FollowUpPeriod (default 500 ms) for
 	// FollowUpWindow (default 3 s).
 	FollowUpWindow, FollowUpPeriod time.Duration
-	// MaxStaleness: no action on data older than this (default 15 s).
+	// MaxStaleness: no action on data older than this (default
+	// actuator.DefaultMaxStaleness).
 	MaxStaleness time.Duration
 	// ResumeHold and SuspendHold: see package actuator.
 	ResumeHold, SuspendHold time.Duration
@@ -62,36 +62,6 @@ type Config struct {
 	SessionTTL, LockDelay time.Duration
 }
 
-// ProjectView is one project's line in /v1/projects.
-type ProjectView struct {
-	state.ProjectStatus
-	Priority        int    `json:"priority"`
-	OverQuotaWeight int64  `json:"over_quota_weight"`
-	Namespace       string `json:"namespace,omitempty"`
-}
-
-// Status is /v1/status.
-type Status struct {
-	Instance   string        `json:"instance"`
-	Leader     bool          `json:"leader"`
-	LastCycle  time.Time     `json:"last_cycle"`
-	LastRelist time.Time     `json:"last_relist"`
-	LastError  string        `json:"last_error,omitempty"`
-	Projects   []ProjectView `json:"projects"`
-	Pending    []string      `json:"pending"`
-	Suspended  []string      `json:"suspended"`
-	Unplaced   []string      `json:"unplaced"`
-	Recent     []string      `json:"recent_actions"`
-	Warnings   []string      `json:"warnings,omitempty"`
-}
-
-// Health is /v1/health.
-type Health struct {
-	OK     bool   `json:"ok"`
-	Leader bool   `json:"leader"`
-	Reason string `json:"reason,omitempty"`
-}
-
 // Service is the control loop.
 type Service struct {
 	cfg     Config
@@ -100,7 +70,7 @@ type Service struct {
 	builder *nomadwatch.Builder
 	store   *state.Store
 	act     *actuator.Actuator
-	metrics *Metrics
+	metrics *metrics
 	reg     *prometheus.Registry
 
 	// cycleMu serializes cycles: the leader's and the standby's.
@@ -116,37 +86,45 @@ type Service struct {
 	isLeader   bool
 }
 
+// withDefaults returns c with the defaults applied.
+func (c Config) withDefaults() Config {
+	if c.Log == nil {
+		c.Log = hclog.NewNullLogger()
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+	for _, d := range []struct {
+		field *time.Duration
+		def   time.Duration
+	}{
+		{&c.PlanInterval, DefaultPlanInterval},
+		{&c.FollowUpWindow, 3 * time.Second},
+		{&c.FollowUpPeriod, 500 * time.Millisecond},
+		{&c.MaxStaleness, actuator.DefaultMaxStaleness},
+	} {
+		if *d.field <= 0 {
+			*d.field = d.def
+		}
+	}
+	return c
+}
+
 // New builds a service.
 func New(cfg Config) *Service {
-	if cfg.Log == nil {
-		cfg.Log = hclog.NewNullLogger()
-	}
-	if cfg.PlanInterval <= 0 {
-		cfg.PlanInterval = 10 * time.Second
-	}
-	if cfg.FollowUpWindow <= 0 {
-		cfg.FollowUpWindow = 3 * time.Second
-	}
-	if cfg.FollowUpPeriod <= 0 {
-		cfg.FollowUpPeriod = 500 * time.Millisecond
-	}
-	if cfg.MaxStaleness <= 0 {
-		cfg.MaxStaleness = 15 * time.Second
-	}
-	if cfg.Registry == nil {
-		cfg.Registry = prometheus.NewRegistry()
-	}
+	cfg = cfg.withDefaults()
 	store := state.New(cfg.Consul, cfg.Layout)
-	act := actuator.New(cfg.Nomad, store, cfg.Log, cfg.Instance)
-	act.MaxStaleness, act.ResumeHold, act.SuspendHold = cfg.MaxStaleness, cfg.ResumeHold, cfg.SuspendHold
-	act.Guard = func(ctx context.Context) error {
-		return leader.Held(ctx, cfg.Consul, cfg.Layout.Leader(), cfg.Instance)
-	}
+	act := actuator.New(cfg.Nomad, store, cfg.Log, cfg.Instance, actuator.Options{
+		MaxStaleness: cfg.MaxStaleness, ResumeHold: cfg.ResumeHold, SuspendHold: cfg.SuspendHold,
+		Guard: func(ctx context.Context) error {
+			return leader.Held(ctx, cfg.Consul, cfg.Layout.Leader(), cfg.Instance)
+		},
+	})
 	return &Service{
 		cfg: cfg, log: cfg.Log, store: store, act: act, reg: cfg.Registry,
 		watcher:    quota.NewWatcher(cfg.Consul, cfg.Layout, cfg.Log),
 		builder:    nomadwatch.NewBuilder(cfg.Nomad, cfg.Log),
-		metrics:    NewMetrics(cfg.Registry),
+		metrics:    newMetrics(cfg.Registry),
 		written:    map[string]state.ProjectStatus{},
 		reclaimFor: map[string]time.Time{},
 		status:     Status{Instance: cfg.Instance},
@@ -155,9 +133,6 @@ func New(cfg Config) *Service {
 
 // Registry is where the metrics live.
 func (s *Service) Registry() *prometheus.Registry { return s.reg }
-
-// Store returns the KV records store.
-func (s *Service) Store() *state.Store { return s.store }
 
 // Run runs until ctx ends: the quota watcher, the leader election, and the
 // cycles (acting only while leader). A standby instance cycles every
@@ -261,271 +236,8 @@ func (s *Service) setLeader(v bool) {
 	}
 }
 
-// Cycle re-lists, plans and acts once. It is exported for tests.
-func (s *Service) Cycle(ctx context.Context) { s.cycle(ctx) }
-
-// cycle is Cycle; held reports that an action was held back or failed, so
-// that the leader retries soon.
-func (s *Service) cycle(ctx context.Context) (held bool) { return s.run(ctx, true) }
-
-// observe is a cycle that never acts (standby).
-func (s *Service) observe(ctx context.Context) { s.run(ctx, false) }
-
-func (s *Service) run(ctx context.Context, mayAct bool) (held bool) {
-	s.cycleMu.Lock()
-	defer s.cycleMu.Unlock()
-	start := time.Now()
-	defer func() { s.metrics.Cycle.Observe(time.Since(start).Seconds()) }()
-	fail := func(cause string, err error) {
-		if cause == "nomad" || cause == "consul" {
-			s.blind = true
-		}
-		s.metrics.CycleErrors.WithLabelValues(cause).Inc()
-		s.metrics.CycleOK.Set(0)
-		s.mu.Lock()
-		again := s.status.LastError != ""
-		s.status.LastCycle, s.status.LastError = time.Now(), err.Error()
-		s.mu.Unlock()
-		if again {
-			// Said once per outage; cycle_ok and /v1/health say it meanwhile.
-			s.log.Debug("cycle took no action", "cause", cause, "error", err)
-		} else {
-			s.log.Warn("cycle took no action", "cause", cause, "error", err)
-		}
-	}
-	if s.watcher.LastSync().IsZero() {
-		fail("quotas-unread", errors.New("quota documents not read from Consul yet"))
-		return false
-	}
-	recs, bad, err := s.store.Suspensions(ctx)
-	if err != nil {
-		fail("consul", err)
-		return false
-	}
-	for k, e := range bad {
-		s.log.Error("ignoring unreadable suspension record", "key", k, "error", e)
-	}
-	settings := s.watcher.Settings()
-	view, err := s.builder.Build(ctx, settings, recs)
-	if err != nil {
-		fail("nomad", err)
-		return false
-	}
-	s.metrics.LastRelist.Set(float64(view.ListedAt.Unix()))
-	if s.blind {
-		// Reading again after an outage: Nomad's state settles for a
-		// while (see actuator.HoldResumes).
-		s.blind = false
-		s.act.HoldResumes(time.Now())
-	}
-	var opts plan.Options
-	if s.cfg.PolicyName != "" {
-		if opts.Policy, err = plan.PolicyByName(s.cfg.PolicyName, 1, view.Snapshot); err != nil {
-			fail("plan", err)
-			return false
-		}
-	}
-	res, err := plan.Plan(view.Snapshot, opts)
-	if err != nil {
-		fail("plan", err)
-		return false
-	}
-	s.log.Trace("planned", "pending", len(view.Snapshot.Pending), "allocations", len(view.Snapshot.Allocations), "actions", len(res.Actions), "unplaced", len(res.Unplaced))
-	var rep actuator.Report
-	acted := false
-	if mayAct && s.leading() {
-		if err := leader.Held(ctx, s.cfg.Consul, s.cfg.Layout.Leader(), s.cfg.Instance); err != nil {
-			fail("leadership", err)
-			return false
-		}
-		rep, err = s.act.Apply(ctx, view, res)
-		if errors.Is(err, actuator.ErrUnsettled) {
-			// Transient after an agent restart: retry soon.
-			fail("unsettled", err)
-			return true
-		}
-		if err != nil {
-			fail("stale", err)
-			return false
-		}
-		acted = true
-		for _, e := range rep.Errors {
-			s.log.Error("action failed", "error", e)
-		}
-		for _, sk := range rep.Skipped {
-			s.log.Debug("action held back", "why", sk)
-		}
-	}
-	s.metrics.CycleOK.Set(1)
-	if s.Status().LastError != "" {
-		s.log.Info("cycle works again")
-	}
-	s.record(ctx, view, res, rep, settings, acted)
-	return len(rep.Skipped) > 0 || len(rep.Errors) > 0
-}
-
 func (s *Service) leading() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.isLeader
-}
-
-// record updates metrics, the HTTP status and (leader only) the KV status.
-func (s *Service) record(ctx context.Context, v *nomadwatch.View, res plan.Result, rep actuator.Report, settings []quota.Settings, leader bool) {
-	now := time.Now()
-	snap := v.Snapshot
-	rejected := s.watcher.Rejected()
-	byName := map[string]quota.Settings{}
-	for _, st := range settings {
-		byName[st.Project] = st
-	}
-	pendingShares := map[string]model.Shares{}
-	pendingCount := map[string]int{}
-	var pending, suspended []string
-	for _, p := range snap.Pending {
-		pendingShares[p.Project] += p.GPUShares()
-		pendingCount[p.Project]++
-		if p.Suspended {
-			suspended = append(suspended, p.Job+"/"+p.Group)
-		} else {
-			pending = append(pending, p.Job+"/"+p.Group)
-		}
-	}
-	suspendedJobs := map[string]int{}
-	for key := range v.Suspended {
-		if info := v.Jobs[key]; info != nil {
-			suspendedJobs[info.Project]++
-		}
-	}
-	var views []ProjectView
-	keep := map[string]bool{}
-	for _, sh := range res.Shares {
-		over := sh.Usage - sh.Guaranteed
-		if over < 0 {
-			over = 0
-		}
-		st := state.ProjectStatus{Project: sh.Name, Guaranteed: sh.Guaranteed.String(), Deserved: sh.Deserved.String(),
-			Allocated: sh.Usage.String(), Pending: pendingShares[sh.Name].String(), OverQuota: over.String(),
-			PendingWorkloads: pendingCount[sh.Name], SuspendedJobs: suspendedJobs[sh.Name]}
-		qs := byName[sh.Name]
-		if qs.HasLimit {
-			st.Limit = qs.Limit.String()
-		}
-		if fe, ok := rejected[sh.Name]; ok {
-			st.QuotaError = fe.Error()
-		}
-		views = append(views, ProjectView{ProjectStatus: st, Priority: qs.Priority, OverQuotaWeight: qs.OverQuotaWeight, Namespace: qs.Namespace})
-		keep[sh.Name] = true
-		gpus := func(x model.Shares) float64 { return float64(x) / float64(model.SharesPerGPU) }
-		s.metrics.Guaranteed.WithLabelValues(sh.Name).Set(gpus(sh.Guaranteed))
-		s.metrics.Allocated.WithLabelValues(sh.Name).Set(gpus(sh.Usage))
-		s.metrics.Deserved.WithLabelValues(sh.Name).Set(gpus(sh.Deserved))
-		s.metrics.Pending.WithLabelValues(sh.Name).Set(gpus(pendingShares[sh.Name]))
-		s.metrics.Suspended.WithLabelValues(sh.Name).Set(float64(suspendedJobs[sh.Name]))
-	}
-	s.metrics.Queue.Set(float64(len(snap.Pending)))
-
-	var recent []string
-	stillPending := map[string]bool{}
-	for _, p := range snap.Pending {
-		if !p.Suspended {
-			stillPending[p.Job+"/"+p.Group] = true
-		}
-	}
-	s.mu.Lock()
-	for _, d := range rep.Done {
-		switch d.Kind {
-		case "suspend", "finish-suspend":
-			kind := "reclaim"
-			if d.Project == d.ForProject {
-				kind = "preempt"
-			}
-			s.metrics.Reclaims.WithLabelValues(d.Project, kind).Inc()
-			if _, ok := s.reclaimFor[d.ForWorkload]; !ok && d.ForWorkload != "" {
-				s.reclaimFor[d.ForWorkload] = now
-			}
-		case "resume":
-			s.metrics.Resumes.WithLabelValues(d.Project).Inc()
-		}
-		recent = append(recent, fmt.Sprintf("%s %s %s/%s %s", now.UTC().Format(time.RFC3339), d.Kind, d.Namespace, d.Job, d.Reason))
-	}
-	for w, t := range s.reclaimFor {
-		if !stillPending[w] {
-			s.metrics.ReclaimLatency.Observe(now.Sub(t).Seconds())
-			delete(s.reclaimFor, w)
-		}
-	}
-	var unplaced []string
-	for _, u := range res.Unplaced {
-		p := snap.Pending[u.Workload]
-		unplaced = append(unplaced, fmt.Sprintf("%s/%s: %s", p.Job, p.Group, u.Reason))
-	}
-	sort.Strings(pending)
-	sort.Strings(suspended)
-	st := &s.status
-	st.LastCycle, st.LastRelist, st.LastError = now, v.ListedAt, ""
-	st.Projects, st.Pending, st.Suspended, st.Unplaced, st.Warnings = views, pending, suspended, unplaced, v.Warnings
-	st.Recent = append(st.Recent, recent...)
-	if n := len(st.Recent); n > 50 {
-		st.Recent = append([]string(nil), st.Recent[n-50:]...)
-	}
-	s.mu.Unlock()
-
-	if !leader {
-		return
-	}
-	for _, pv := range views {
-		old, ok := s.written[pv.Project]
-		cur := pv.ProjectStatus
-		if ok {
-			old.Updated = cur.Updated
-			if old == cur {
-				continue
-			}
-		}
-		cur.Updated = now
-		if err := s.store.PutProjectStatus(ctx, cur); err != nil {
-			s.log.Warn("writing project status failed", "project", pv.Project, "error", err)
-			continue
-		}
-		s.written[pv.Project] = cur
-	}
-	for p := range s.written {
-		if !keep[p] {
-			delete(s.written, p)
-		}
-	}
-	if err := s.store.PruneProjectStatus(ctx, keep); err != nil {
-		s.log.Warn("pruning project status failed", "error", err)
-	}
-}
-
-// Status returns the last cycle's status.
-func (s *Service) Status() Status {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.status
-	st.Projects = append([]ProjectView(nil), st.Projects...)
-	st.Recent = append([]string(nil), st.Recent...)
-	return st
-}
-
-// Projects returns the per-project lines of the last cycle.
-func (s *Service) Projects() []ProjectView { return s.Status().Projects }
-
-// Health says whether the service works: its last cycle succeeded and is
-// recent. A standby instance is healthy when it can read (its read-only
-// cycles succeed).
-func (s *Service) Health() Health {
-	st := s.Status()
-	h := Health{OK: true, Leader: st.Leader}
-	switch {
-	case st.LastError != "":
-		h.OK, h.Reason = false, st.LastError
-	case !st.LastCycle.IsZero() && time.Since(st.LastRelist) > s.cfg.MaxStaleness+s.cfg.PlanInterval:
-		h.OK, h.Reason = false, fmt.Sprintf("no successful re-list of Nomad since %s", st.LastRelist.Format(time.RFC3339))
-	case !st.Leader:
-		h.Reason = "standby: another instance holds the leader lock"
-	}
-	return h
 }

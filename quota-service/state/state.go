@@ -45,10 +45,27 @@ type Suspension struct {
 	By      string `json:"by,omitempty"`
 }
 
+// Event names what the service did to a job, in the history, in the
+// actuator's report, in metrics and in the status's recent actions.
+type Event string
+
+const (
+	// EventSuspend: the job's record was written and the job stopped.
+	EventSuspend Event = "suspend"
+	// EventSuspendFinished: a recorded suspension whose job still ran (a
+	// leader stopped between the record and the stop) was carried out.
+	EventSuspendFinished Event = "suspend-finished"
+	// EventResume: a suspended job was registered again.
+	EventResume Event = "resume"
+	// EventRunningAgain: a suspended job runs again (or is gone) and its
+	// record was deleted.
+	EventRunningAgain Event = "running-again"
+)
+
 // Entry is one history entry.
 type Entry struct {
 	Time      time.Time `json:"time"`
-	Event     string    `json:"event"` // "suspend", "resume", "suspend-finished", ...
+	Event     Event     `json:"event"`
 	Namespace string    `json:"namespace"`
 	Job       string    `json:"job"`
 	Project   string    `json:"project,omitempty"`
@@ -224,9 +241,4 @@ func (s *Store) PruneProjectStatus(ctx context.Context, keep map[string]bool) er
 		}
 	}
 	return nil
-}
-
-// PutServiceStatus writes the acting instance's status document.
-func (s *Store) PutServiceStatus(ctx context.Context, v any) error {
-	return s.put(ctx, s.layout.ServiceStatus(), v)
 }

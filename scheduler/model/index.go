@@ -55,21 +55,44 @@ func (s *Snapshot) Index() (*Index, error) {
 		Usage:               make([]Shares, len(s.Projects)),
 		NonPreemptibleUsage: make([]Shares, len(s.Projects)),
 	}
+	if err := x.addProjects(s); err != nil {
+		return nil, err
+	}
+	if err := x.addNodes(s); err != nil {
+		return nil, err
+	}
+	if err := x.addAllocations(s); err != nil {
+		return nil, err
+	}
+	if err := x.addPending(s); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// addProjects checks the projects and indexes them by name.
+func (x *Index) addProjects(s *Snapshot) error {
 	for i := range s.Projects {
 		p := &s.Projects[i]
 		if _, dup := x.ProjectByName[p.Name]; dup || p.Name == "" {
-			return nil, fmt.Errorf("%w: project %q: empty or duplicate name", ErrInvalid, p.Name)
+			return fmt.Errorf("%w: project %q: empty or duplicate name", ErrInvalid, p.Name)
 		}
 		if p.Guaranteed < 0 || (p.HasLimit && p.Limit < 0) {
-			return nil, fmt.Errorf("%w: project %q: negative guarantee or limit", ErrInvalid, p.Name)
+			return fmt.Errorf("%w: project %q: negative guarantee or limit", ErrInvalid, p.Name)
 		}
 		x.ProjectByName[p.Name] = i
 	}
+	return nil
+}
+
+// addNodes checks the nodes, indexes them by name and starts every node
+// and GPU fully free.
+func (x *Index) addNodes(s *Snapshot) error {
 	total := 0
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
 		if _, dup := x.NodeByName[n.Name]; dup || n.Name == "" {
-			return nil, fmt.Errorf("%w: node %q: empty or duplicate name", ErrInvalid, n.Name)
+			return fmt.Errorf("%w: node %q: empty or duplicate name", ErrInvalid, n.Name)
 		}
 		x.NodeByName[n.Name] = i
 		x.GPUOffset[i] = int32(total)
@@ -82,25 +105,31 @@ func (s *Snapshot) Index() (*Index, error) {
 	for i := range x.FreeShares {
 		x.FreeShares[i] = SharesPerGPU
 	}
+	return nil
+}
+
+// addAllocations checks the allocations, takes what they hold from the
+// free capacity and adds it to their projects' usage.
+func (x *Index) addAllocations(s *Snapshot) error {
 	// Allocations usually come node by node: remember the last lookup.
 	lastNode, n := "", -1
 	for i := range s.Allocations {
 		a := &s.Allocations[i]
 		p, ok := x.ProjectByName[a.Project]
 		if !ok {
-			return nil, fmt.Errorf("%w: allocation %q: unknown project %q", ErrInvalid, a.ID, a.Project)
+			return fmt.Errorf("%w: allocation %q: unknown project %q", ErrInvalid, a.ID, a.Project)
 		}
 		if n < 0 || a.Node != lastNode {
 			if n, ok = x.NodeByName[a.Node]; !ok {
-				return nil, fmt.Errorf("%w: allocation %q: unknown node %q", ErrInvalid, a.ID, a.Node)
+				return fmt.Errorf("%w: allocation %q: unknown node %q", ErrInvalid, a.ID, a.Node)
 			}
 			lastNode = a.Node
 		}
 		if err := a.Ask.Validate(); err != nil {
-			return nil, fmt.Errorf("%w: allocation %q: %w", ErrInvalid, a.ID, err)
+			return fmt.Errorf("%w: allocation %q: %w", ErrInvalid, a.ID, err)
 		}
 		if err := x.bind(s, n, a); err != nil {
-			return nil, fmt.Errorf("%w: allocation %q: %w", ErrInvalid, a.ID, err)
+			return fmt.Errorf("%w: allocation %q: %w", ErrInvalid, a.ID, err)
 		}
 		x.AllocProject[i], x.AllocNode[i] = int32(p), int32(n)
 		x.Usage[p] += a.Ask.GPUShares()
@@ -108,21 +137,26 @@ func (s *Snapshot) Index() (*Index, error) {
 			x.NonPreemptibleUsage[p] += a.Ask.GPUShares()
 		}
 	}
+	return nil
+}
+
+// addPending checks the pending workloads and finds their projects.
+func (x *Index) addPending(s *Snapshot) error {
 	for i := range s.Pending {
 		w := &s.Pending[i]
 		p, ok := x.ProjectByName[w.Project]
 		if !ok {
-			return nil, fmt.Errorf("%w: pending %s/%s: unknown project %q", ErrInvalid, w.Job, w.Group, w.Project)
+			return fmt.Errorf("%w: pending %s/%s: unknown project %q", ErrInvalid, w.Job, w.Group, w.Project)
 		}
 		if err := w.Ask.Validate(); err != nil {
-			return nil, fmt.Errorf("%w: pending %s/%s: %w", ErrInvalid, w.Job, w.Group, err)
+			return fmt.Errorf("%w: pending %s/%s: %w", ErrInvalid, w.Job, w.Group, err)
 		}
 		if w.Count < 1 {
-			return nil, fmt.Errorf("%w: pending %s/%s: count %d below 1", ErrInvalid, w.Job, w.Group, w.Count)
+			return fmt.Errorf("%w: pending %s/%s: count %d below 1", ErrInvalid, w.Job, w.Group, w.Count)
 		}
 		x.PendingProject[i] = int32(p)
 	}
-	return x, nil
+	return nil
 }
 
 // bind takes the allocation's ask from the free capacity of node n.

@@ -221,12 +221,17 @@ func (p Project) Weight() int64 {
 	return p.OverQuotaWeight
 }
 
-// Cap is the most the project may ever hold: its limit, or unbounded.
+// Unbounded stands for "no bound" in the model's amounts: the cap of a
+// project without a limit, a node's CPU or memory where none is known. It
+// is above any real amount and leaves room to add many without overflow.
+const Unbounded = 1 << 40
+
+// Cap is the most the project may ever hold: its limit, or Unbounded.
 func (p Project) Cap() Shares {
 	if p.HasLimit {
 		return p.Limit
 	}
-	return 1<<62 - 1
+	return Unbounded
 }
 
 // Snapshot is the state one scheduling cycle decides on.

@@ -1,68 +1,84 @@
 package plan
 
 import (
+	"strings"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
 // nodeSummary is what the first-fit search reads to skip a node quickly.
 type nodeSummary struct {
-	maxFree int // the largest free milli-GPU of one GPU
+	maxFree int // the largest free amount of one GPU
 	idle    int // fully free GPUs
 }
 
-func (s *state) initSummaries() {
-	s.summaries = make([]nodeSummary, len(s.cluster.Nodes))
-	for n := range s.cluster.Nodes {
-		s.summarize(n)
+func (c *clusterState) initSummaries() {
+	c.summaries = make([]nodeSummary, len(c.Nodes))
+	for n := range c.Nodes {
+		c.summarize(n)
 	}
 }
 
-func (s *state) summarize(n int) {
-	if s.summaries == nil {
+// summarize refreshes node n's summary after its free capacity changed.
+func (c *clusterState) summarize(n int) {
+	if c.summaries == nil {
 		return
 	}
 	var sum nodeSummary
-	for _, g := range s.cluster.Nodes[n].GPUs {
+	for _, g := range c.Nodes[n].GPUs {
 		sum.maxFree = max(sum.maxFree, g.FreeMilli)
-		if g.FreeMilli >= 1000 {
+		if g.FreeMilli >= placementGPU(model.SharesPerGPU) {
 			sum.idle++
 		}
 	}
-	s.summaries[n] = sum
+	c.summaries[n] = sum
+}
+
+// shapeKey is what placeIdle remembers a failed task by.
+type shapeKey struct {
+	cpu, mem int64
+	count    int
+	milli    int
+	models   string
+}
+
+func shapeOf(t placement.Task) shapeKey {
+	return shapeKey{cpu: t.CPUMilli, mem: t.MemoryMiB, count: t.GPUCount, milli: t.GPUMilli, models: strings.Join(t.Models, "\x00")}
 }
 
 // placeIdle finds room for t on free capacity, with the policy or by first
 // fit. A shape that failed is not searched again until capacity is given
 // back.
-func (s *state) placeIdle(t placement.Task) (placement.Choice, bool) {
+func (c *clusterState) placeIdle(t placement.Task) (placement.Choice, bool) {
 	key := shapeOf(t)
-	if at, ok := s.failed[key]; ok && at == s.releases {
+	if at, ok := c.failed[key]; ok && at == c.releases {
 		return placement.Choice{}, false
 	}
 	var ch placement.Choice
 	var ok bool
-	if s.policy != nil {
-		ch, ok = s.policy.Place(&s.cluster, t)
+	if c.policy != nil {
+		ch, ok = c.policy.Place(&c.Cluster, t)
 	} else {
-		ch, ok = s.firstFit(t)
+		ch, ok = c.firstFit(t)
 	}
 	if !ok {
-		s.failed[key] = s.releases
+		c.failed[key] = c.releases
 	}
 	return ch, ok
 }
 
-func (s *state) firstFit(t placement.Task) (placement.Choice, bool) {
-	for n := range s.cluster.Nodes {
-		node := &s.cluster.Nodes[n]
+func (c *clusterState) firstFit(t placement.Task) (placement.Choice, bool) {
+	for n := range c.Nodes {
+		node := &c.Nodes[n]
 		if node.FreeCPUMilli < t.CPUMilli || node.FreeMemoryMiB < t.MemoryMiB {
 			continue
 		}
-		sum := s.summaries[n]
-		if t.GPUCount > 0 && (sum.maxFree < t.GPUMilli || (t.GPUMilli >= 1000 && sum.idle < t.GPUCount)) {
+		sum := c.summaries[n]
+		if t.GPUCount > 0 && (sum.maxFree < t.GPUMilli || (t.GPUMilli >= placementGPU(model.SharesPerGPU) && sum.idle < t.GPUCount)) {
 			continue
 		}
-		if gpus, ok := s.cluster.Fits(n, t); ok {
+		if gpus, ok := c.Fits(n, t); ok {
 			return placement.Choice{Node: n, GPUs: gpus}, true
 		}
 	}

@@ -5,7 +5,7 @@
 // (package fairshare), and walks the pending workloads in fairness order
 // (projects most below their guarantee, then most below their deserved share,
 // first; then project priority, workload priority and submit time). For each
-// workload it tries, in this order:
+// workload it tries, in this order (docs/design.md, Reclaim and preempt):
 //
 //  1. idle capacity: as long as jobs wait no GPU stays idle, so a workload
 //     that fits on free GPUs is placed even above its project's guarantee (up
@@ -18,7 +18,7 @@
 //  3. preempt: lower-priority jobs of the workload's own project make way.
 //
 // Victims are whole jobs (the quota service suspends jobs), taken in the
-// order of compareVictims until the workload fits on one node (for a share,
+// order of compareVictims (docs/design.md, Victim order) until the workload fits on one node (for a share,
 // on one GPU); then every victim not needed for the fit is put back.
 // Non-preemptible work is never a victim and is admitted only within its
 // project's guarantee. Suspended jobs come back as pending workloads and are
@@ -40,7 +40,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/fairshare"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
@@ -145,19 +144,24 @@ func Plan(snap *model.Snapshot, opts Options) (Result, error) {
 	if err := s.run(); err != nil {
 		return Result{}, err
 	}
-	res := Result{Actions: s.actions, Unplaced: s.unplaced, Shares: make([]ProjectShare, len(snap.Projects))}
-	if len(s.cancelled) > 0 {
-		res.Actions = make([]Action, 0, len(s.actions)-len(s.cancelled))
-		for i, a := range s.actions {
-			if !s.cancelled[int32(i)] {
+	return s.result(), nil
+}
+
+// result is the outcome of the cycle once the walk is done.
+func (s *state) result() Result {
+	res := Result{Actions: s.plan.actions, Unplaced: s.plan.unplaced, Shares: make([]ProjectShare, len(s.snap.Projects))}
+	if len(s.plan.cancelled) > 0 {
+		res.Actions = make([]Action, 0, len(s.plan.actions)-len(s.plan.cancelled))
+		for i, a := range s.plan.actions {
+			if !s.plan.cancelled[int32(i)] {
 				res.Actions = append(res.Actions, a)
 			}
 		}
 	}
-	for i := range snap.Projects {
+	for i := range s.snap.Projects {
 		p := &s.projects[i]
 		res.Shares[i] = ProjectShare{
-			Name:       snap.Projects[i].Name,
+			Name:       s.snap.Projects[i].Name,
 			Guaranteed: p.guaranteed,
 			Demand:     p.demand,
 			Deserved:   p.deserved,
@@ -165,19 +169,10 @@ func Plan(snap *model.Snapshot, opts Options) (Result, error) {
 			Planned:    p.usage,
 		}
 	}
-	return res, nil
+	return res
 }
 
-// DeservedShares computes only the deserved share of every project, in
-// Snapshot.Projects order, with demand = running + pending GPU amounts.
-func DeservedShares(snap *model.Snapshot) ([]model.Shares, error) {
-	x, err := snap.Index()
-	if err != nil {
-		return nil, err
-	}
-	return fairshare.Deserved(snap.Capacity(), snap.Projects, demand(snap, x)), nil
-}
-
+// demand is, per project, what it runs plus what it has pending.
 func demand(snap *model.Snapshot, x *model.Index) []model.Shares {
 	d := make([]model.Shares, len(snap.Projects))
 	copy(d, x.Usage)

@@ -8,30 +8,6 @@ import (
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 )
 
-func TestCompareVictims(t *testing.T) {
-	base := victimKey{projectPriority: 1, overDeserved: 100, jobPriority: 5, start: 10, job: "j"}
-	tests := []struct {
-		name  string
-		first victimKey // suspended before base
-	}{
-		{"lower project priority first", victimKey{projectPriority: 0, overDeserved: -500, jobPriority: 99, start: 0, job: "z"}},
-		{"then most over its fair share", victimKey{projectPriority: 1, overDeserved: 101, jobPriority: 99, start: 0, job: "z"}},
-		{"then lowest job priority", victimKey{projectPriority: 1, overDeserved: 100, jobPriority: 4, start: 0, job: "z"}},
-		{"then newest", victimKey{projectPriority: 1, overDeserved: 100, jobPriority: 5, start: 11, job: "z"}},
-		{"then job name", victimKey{projectPriority: 1, overDeserved: 100, jobPriority: 5, start: 10, job: "a"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if compareVictims(tt.first, base) >= 0 || compareVictims(base, tt.first) <= 0 {
-				t.Errorf("%+v should come before %+v", tt.first, base)
-			}
-		})
-	}
-	if compareVictims(base, base) != 0 {
-		t.Error("a key must compare equal to itself")
-	}
-}
-
 // builder helpers keep the table rows short.
 func node(name string, gpus int) model.Node {
 	n := model.Node{Name: name, CPUMilli: 64000, MemoryMiB: 1 << 20, GPUs: make([]model.GPU, gpus)}

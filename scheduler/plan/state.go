@@ -4,29 +4,51 @@ import (
 	"cmp"
 	"math"
 	"slices"
-	"strings"
 
 	"github.com/gpushare/nomad-gpushare/scheduler/fairshare"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
-// milliPerShare converts shares (0.01 GPU) to placement's milli-GPU.
-const milliPerShare = 10
+// state is one planning cycle in progress.
+type state struct {
+	// snap is the snapshot planned on and index its lookup tables; both
+	// are read-only.
+	snap  *model.Snapshot
+	index *model.Index
+	// projects are the projects' quota numbers, in Snapshot.Projects
+	// order, as the plan so far leaves them.
+	projects []projectState
+	// cluster is the capacity being placed on (see clusterState).
+	cluster clusterState
+	// jobs are the jobs that may be suspended: the running ones and, as
+	// the next cycle will see it, the work placed in this cycle (see
+	// registerPlanned); jobByKey finds them by name, and allocs holds
+	// their allocations.
+	jobs     []jobState
+	jobByKey map[string]int32
+	allocs   allocTable
+	// plan is the plan built so far.
+	plan planProgress
+	// attempt is the workload being tried.
+	attempt attempt
+	// walk is findVictims' scratch space, reused from one search to the
+	// next.
+	walk walkState
+}
 
 // projectState is a project's quota numbers during the walk.
 type projectState struct {
 	guaranteed, deserved, demand, cap model.Shares
 	usage, nonPreemptible             model.Shares
 	priority                          int
-	// jobs are the project's suspendable jobs in victim order (see
-	// compareVictims; the project fields are equal inside a project).
+	// jobs are the project's suspendable jobs in victim order.
 	jobs []int32
 	// queue is the project's pending workloads in the order they are tried.
 	queue []int32
 }
 
-// jobState is a running job: every allocation of one job.
+// jobState is a job that may be suspended: every allocation of one job.
 type jobState struct {
 	name        string
 	project     int32
@@ -36,22 +58,117 @@ type jobState struct {
 	// newest is the latest start among its allocations.
 	newest int64
 	usage  model.Shares
+	// allocs are its positions in state.allocs.
 	allocs []int32
-	count  int32
 	// planned marks work placed in this cycle (see registerPlanned).
 	planned bool
-}
-
-// plannedJob is what a job planned in this cycle consists of: the
-// workloads placed and their Place actions.
-type plannedJob struct {
-	workloads []int32
-	actions   []int32
 }
 
 // plannedStart is the start of work placed in this cycle: after every
 // running allocation, all equal, as the next cycle will see them.
 const plannedStart = math.MaxInt64
+
+// allocTable is what the jobs' allocations hold, packed for the victim
+// walk: the running allocations (at their Snapshot.Allocations positions),
+// then those placed in this cycle.
+type allocTable struct {
+	infos []allocInfo
+	// gpus holds every allocation's GPU indexes (see allocInfo).
+	gpus []int32
+}
+
+// allocInfo is what one allocation holds: its node, CPU, memory, and on
+// each of its GPUs perGPU (in placement's unit); its gpuN GPU indexes start
+// at allocTable.gpus[gpuOff].
+type allocInfo struct {
+	cpu, mem     int64
+	node         int32
+	perGPU       int32
+	gpuOff, gpuN int32
+}
+
+// get returns allocation a.
+func (t *allocTable) get(a int32) *allocInfo { return &t.infos[a] }
+
+// gpusOf returns the GPU indexes of al on its node.
+func (t *allocTable) gpusOf(al *allocInfo) []int32 {
+	return t.gpus[al.gpuOff : al.gpuOff+al.gpuN]
+}
+
+// add records an allocation (running, or placed in this cycle) and returns
+// its position.
+func (t *allocTable) add(node int, ask *model.Ask, gpus []int) int32 {
+	off := int32(len(t.gpus))
+	for _, g := range gpus {
+		t.gpus = append(t.gpus, int32(g))
+	}
+	t.infos = append(t.infos, allocInfo{
+		cpu: ask.CPUMilli, mem: ask.MemoryMiB, node: int32(node),
+		perGPU: int32(placementGPU(perGPU(ask))), gpuOff: off, gpuN: int32(len(gpus)),
+	})
+	return int32(len(t.infos) - 1)
+}
+
+// planProgress is the plan built so far, and what the walk of the pending
+// workloads keeps about it.
+type planProgress struct {
+	actions []Action
+	// cancelled marks the Place actions of work taken back; they are left
+	// out of the result.
+	cancelled map[int32]bool
+	unplaced  []Unplaced
+	// placed says which workloads are placed; placements counts them.
+	placed     []bool
+	placements int
+	// takenBack lists the workloads taken back since the last walk.
+	takenBack []int32
+	// planned is, per job placed in this cycle, what it consists of.
+	planned map[int32]*plannedJob
+	// changes counts placements and releases; failedAt records, per
+	// workload, the count when it last failed.
+	changes  int
+	failedAt []int
+}
+
+// plannedJob is what a job placed in this cycle consists of: the workloads
+// placed and their Place actions.
+type plannedJob struct {
+	workloads []int32
+	actions   []int32
+}
+
+func newPlanProgress(pending int) planProgress {
+	return planProgress{
+		cancelled: map[int32]bool{},
+		planned:   map[int32]*plannedJob{},
+		placed:    make([]bool, pending),
+		failedAt:  make([]int, pending),
+	}
+}
+
+// attempt is the workload being tried: what it asks and may do, its
+// placements so far, and how to undo them.
+type attempt struct {
+	// w and p are the positions of the workload and its project.
+	w, p int
+	wl   *model.Pending
+	// task is one instance as placement sees it, inst its GPU amount.
+	task placement.Task
+	inst model.Shares
+	// exclude is the workload's own job, never its victim (-1 if none).
+	exclude int32
+	// withinGuarantee and withinDeserved say whether the project stays
+	// within its guarantee or deserved share once the workload runs.
+	withinGuarantee, withinDeserved bool
+	// resume prefixes the reasons of a suspended job's placements.
+	resume string
+	// firstAction is where the workload's actions start in plan.actions;
+	// undo reverts its changes (see rollback).
+	firstAction int
+	undo        []func()
+	// instances are its placements so far.
+	instances []instance
+}
 
 // instance is one placement of the workload being tried.
 type instance struct {
@@ -60,90 +177,33 @@ type instance struct {
 	action int32
 }
 
-// state is one planning cycle in progress.
-type state struct {
-	snap     *model.Snapshot
-	index    *model.Index
-	policy   placement.Policy
-	cluster  placement.Cluster
-	projects []projectState
-	jobs     []jobState
-	jobByKey map[string]int32
-	// allocs are the running allocations (positions as in
-	// Snapshot.Allocations), packed; allocGPU holds their GPU indexes.
-	allocs   []allocInfo
-	allocGPU []int32
-	// walk and sourceBuf are findVictims' reusable scratch space.
-	walk      walkState
-	sourceBuf []victimSource
-	// models maps an ask kind and model list to the encoded model names
-	// it may use (GPU modes are encoded in the model name).
-	models     map[string][]string
-	modeEncode map[string]string
-	hasModes   bool
-	baseModels []string
-	// releases counts capacity given back; failed records, per task
-	// shape, the count when it last failed to fit on idle capacity.
-	releases int
-	failed   map[shapeKey]int
-	// summaries speed up first fit, one per node.
-	summaries []nodeSummary
-
-	actions  []action
-	unplaced []Unplaced
-	// undo reverts the current workload's changes (see rollback).
-	undo []func()
-	// instances are the current workload's placements so far.
-	instances []instance
-	// cancelled marks the Place actions of work taken back; takenBack
-	// lists the workloads taken back since the last walk, placed says
-	// which workloads are placed.
-	cancelled map[int32]bool
-	plannedOf map[int32]*plannedJob
-	takenBack []int32
-	placed    []bool
-	// changes counts placements and releases; failedAt records, per
-	// workload, the count when it last failed; placements counts the
-	// workloads placed.
-	changes    int
-	failedAt   []int
-	placements int
-}
-
-type action = Action
-
-type shapeKey struct {
-	cpu, mem int64
-	count    int
-	milli    int
-	models   string
-}
-
 func newState(snap *model.Snapshot, opts Options) (*state, error) {
 	x, err := snap.Index()
 	if err != nil {
 		return nil, err
 	}
 	s := &state{
-		snap:       snap,
-		index:      x,
-		policy:     opts.Policy,
-		projects:   make([]projectState, len(snap.Projects)),
-		jobByKey:   make(map[string]int32, len(snap.Allocations)/2+1),
-		models:     map[string][]string{},
-		modeEncode: map[string]string{},
-		failed:     map[shapeKey]int{},
-		cancelled:  map[int32]bool{},
-		plannedOf:  map[int32]*plannedJob{},
-		placed:     make([]bool, len(snap.Pending)),
-		failedAt:   make([]int, len(snap.Pending)),
+		snap:     snap,
+		index:    x,
+		projects: newProjects(snap, x),
+		cluster:  newClusterState(snap, x, opts.Policy),
+		jobByKey: make(map[string]int32, len(snap.Allocations)/2+1),
+		plan:     newPlanProgress(len(snap.Pending)),
 	}
-	s.buildCluster()
-	deserved := fairshare.Deserved(snap.Capacity(), snap.Projects, demand(snap, x))
+	s.addRunningJobs()
+	s.listVictims()
+	return s, nil
+}
+
+// newProjects is every project's quota numbers before the plan, with its
+// deserved share for the cycle.
+func newProjects(snap *model.Snapshot, x *model.Index) []projectState {
 	d := demand(snap, x)
+	deserved := fairshare.Deserved(snap.Capacity(), snap.Projects, d)
+	projects := make([]projectState, len(snap.Projects))
 	for i := range snap.Projects {
 		p := &snap.Projects[i]
-		s.projects[i] = projectState{
+		projects[i] = projectState{
 			guaranteed:     p.Guaranteed,
 			deserved:       deserved[i],
 			demand:         d[i],
@@ -153,15 +213,54 @@ func newState(snap *model.Snapshot, opts Options) (*state, error) {
 			priority:       p.Priority,
 		}
 	}
-	// Jobs in two passes: numbering (allocations of one job usually come
-	// one after another, so the map is asked only when the job changes),
-	// then the job records and one flat array of allocation positions
-	// that every job's allocs slice points into.
-	allocJob := make([]int32, len(snap.Allocations))
-	var count []int32
-	lastJob, last := "", int32(-1)
-	for i := range snap.Allocations {
+	return projects
+}
+
+// addRunningJobs records every running job and its allocations. Every
+// job's allocs slice points into one array of allocation positions; the
+// tables have room for the work this cycle places (see registerPlanned).
+func (s *state) addRunningJobs() {
+	snap, x := s.snap, s.index
+	allocJob, count := s.numberJobs()
+	instances, gpus := 0, 0
+	for i := range snap.Pending {
+		w := &snap.Pending[i]
+		instances += w.Count
+		gpus += w.Count * max(w.Ask.WholeGPUs, 1)
+	}
+	s.jobs = make([]jobState, len(count), len(count)+len(snap.Pending))
+	flat := make([]int32, len(snap.Allocations))
+	offset := int32(0)
+	for j, c := range count {
+		s.jobs[j].allocs = flat[offset : offset : offset+c]
+		offset += c
+	}
+	s.allocs.infos = make([]allocInfo, 0, len(snap.Allocations)+instances)
+	s.allocs.gpus = make([]int32, 0, len(snap.Allocations)+gpus)
+	for i, j := range allocJob {
 		a := &snap.Allocations[i]
+		s.allocs.add(int(x.AllocNode[i]), &a.Ask, a.GPUs)
+		job := &s.jobs[j]
+		if len(job.allocs) == 0 {
+			job.name, job.project, job.priority, job.preemptible, job.newest = a.Job, x.AllocProject[i], a.Priority, true, a.Start
+		}
+		job.allocs = append(job.allocs, int32(i))
+		job.usage += a.Ask.GPUShares()
+		job.preemptible = job.preemptible && a.Preemptible
+		job.priority = max(job.priority, a.Priority)
+		job.newest = max(job.newest, a.Start)
+	}
+}
+
+// numberJobs numbers the running jobs in order of first appearance and
+// returns every allocation's job number and every job's allocation count.
+// Allocations of one job usually come one after another, so the map is
+// asked only when the job changes.
+func (s *state) numberJobs() (allocJob, count []int32) {
+	allocJob = make([]int32, len(s.snap.Allocations))
+	lastJob, last := "", int32(-1)
+	for i := range s.snap.Allocations {
+		a := &s.snap.Allocations[i]
 		if last < 0 || a.Job != lastJob {
 			j, ok := s.jobByKey[a.Job]
 			if !ok {
@@ -174,36 +273,12 @@ func newState(snap *model.Snapshot, opts Options) (*state, error) {
 		allocJob[i] = last
 		count[last]++
 	}
-	// Room for the work this cycle places (see registerPlanned).
-	instances, gpus := 0, 0
-	for i := range snap.Pending {
-		w := &snap.Pending[i]
-		instances += w.Count
-		gpus += w.Count * max(w.Ask.WholeGPUs, 1)
-	}
-	s.jobs = make([]jobState, len(count), len(count)+len(snap.Pending))
-	flat := make([]int32, len(snap.Allocations))
-	offset := int32(0)
-	for j, c := range count {
-		s.jobs[j].allocs = flat[offset : offset : offset+c]
-		s.jobs[j].count = c
-		offset += c
-	}
-	s.allocs = make([]allocInfo, 0, len(snap.Allocations)+instances)
-	s.allocGPU = make([]int32, 0, len(snap.Allocations)+gpus)
-	for i, j := range allocJob {
-		a := &snap.Allocations[i]
-		s.addAlloc(int(x.AllocNode[i]), &a.Ask, a.GPUs)
-		job := &s.jobs[j]
-		if len(job.allocs) == 0 {
-			job.name, job.project, job.priority, job.preemptible, job.newest = a.Job, x.AllocProject[i], a.Priority, true, a.Start
-		}
-		job.allocs = append(job.allocs, int32(i))
-		job.usage += a.Ask.GPUShares()
-		job.preemptible = job.preemptible && a.Preemptible
-		job.priority = max(job.priority, a.Priority)
-		job.newest = max(job.newest, a.Start)
-	}
+	return allocJob, count
+}
+
+// listVictims puts every preemptible job that holds GPUs on its project's
+// list of victims, in victim order.
+func (s *state) listVictims() {
 	for j := range s.jobs {
 		if job := &s.jobs[j]; job.preemptible && job.usage > 0 {
 			p := &s.projects[job.project]
@@ -213,7 +288,6 @@ func newState(snap *model.Snapshot, opts Options) (*state, error) {
 	for i := range s.projects {
 		slices.SortFunc(s.projects[i].jobs, s.compareJobs)
 	}
-	return s, nil
 }
 
 // compareQueued orders one project's pending workloads: higher priority,
@@ -230,106 +304,4 @@ func (s *state) compareQueued(a, b int32) int {
 		return c
 	}
 	return cmp.Compare(wa.Group, wb.Group)
-}
-
-const (
-	modeWholeSuffix  = "\x00whole"
-	modeSharedSuffix = "\x00shared"
-)
-
-// buildCluster turns the snapshot's nodes and free capacity into a
-// placement cluster. A GPU's mode is folded into its model name, so that a
-// task may only use GPUs whose mode admits it (see task).
-func (s *state) buildCluster() {
-	x := s.index
-	s.cluster.Nodes = make([]placement.Node, len(s.snap.Nodes))
-	seen := map[string]bool{}
-	for n := range s.snap.Nodes {
-		node := &s.snap.Nodes[n]
-		gpus := make([]placement.GPU, len(node.GPUs))
-		for g := range node.GPUs {
-			gpu := &node.GPUs[g]
-			if !seen[gpu.Model] {
-				seen[gpu.Model] = true
-				s.baseModels = append(s.baseModels, gpu.Model)
-			}
-			gpus[g] = placement.GPU{Model: s.encodeModel(gpu.Model, gpu.Mode), MemoryMiB: gpu.MemoryMiB, FreeMilli: int(x.Free(n, g)) * milliPerShare}
-		}
-		s.cluster.Nodes[n] = placement.Node{
-			Name:          node.Name,
-			CPUMilli:      node.CPUMilli,
-			FreeCPUMilli:  x.FreeCPUMilli[n],
-			MemoryMiB:     node.MemoryMiB,
-			FreeMemoryMiB: x.FreeMemoryMiB[n],
-			GPUs:          gpus,
-		}
-	}
-	slices.Sort(s.baseModels)
-}
-
-func (s *state) encodeModel(m string, mode model.Mode) string {
-	if mode == model.ModeAny {
-		return m
-	}
-	s.hasModes = true
-	key := m + mode.String()
-	if e, ok := s.modeEncode[key]; ok {
-		return e
-	}
-	e := m + modeWholeSuffix
-	if mode == model.ModeShared {
-		e = m + modeSharedSuffix
-	}
-	s.modeEncode[key] = e
-	return e
-}
-
-// baseTask converts an ask to a placement task without model restrictions.
-func baseTask(a model.Ask) placement.Task {
-	t := placement.Task{CPUMilli: a.CPUMilli, MemoryMiB: a.MemoryMiB}
-	switch {
-	case a.WholeGPUs > 0:
-		t.GPUCount, t.GPUMilli = a.WholeGPUs, int(model.SharesPerGPU)*milliPerShare
-	case a.Shares > 0:
-		t.GPUCount, t.GPUMilli = 1, int(a.Shares)*milliPerShare
-	}
-	return t
-}
-
-// task converts an ask to a placement task, with the models (and GPU modes)
-// it may use.
-func (s *state) task(a model.Ask) placement.Task {
-	t := baseTask(a)
-	if t.GPUCount == 0 {
-		return t
-	}
-	if !s.hasModes {
-		t.Models = a.Models
-		return t
-	}
-	suffix := modeWholeSuffix
-	if a.Shares > 0 {
-		suffix = modeSharedSuffix
-	}
-	key := suffix + "\x00" + strings.Join(a.Models, "\x00")
-	if m, ok := s.models[key]; ok {
-		t.Models = m
-		return t
-	}
-	var allowed []string
-	for _, m := range s.baseModels {
-		if len(a.Models) == 0 || slices.Contains(a.Models, m) {
-			allowed = append(allowed, m, m+suffix)
-		}
-	}
-	if allowed == nil {
-		allowed = []string{"\x00none"}
-	}
-	s.models[key] = allowed
-	t.Models = allowed
-	return t
-}
-
-func shapeOf(t placement.Task) shapeKey {
-	return shapeKey{cpu: t.CPUMilli, mem: t.MemoryMiB, count: t.GPUCount, milli: t.GPUMilli, models: strings.Join(t.Models, "\x00")}
 }

@@ -30,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/quota-service/actuator"
 	"github.com/gpushare/nomad-gpushare/quota-service/httpapi"
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
@@ -69,8 +70,8 @@ func run(args []string) error {
 		envErrs = append(envErrs, err)
 		return d
 	}
-	interval := fs.Duration("plan-interval", durEnv("GPUSHARE_PLAN_INTERVAL", 10*time.Second), "safety-net full re-list and plan period")
-	staleness := fs.Duration("max-staleness", durEnv("GPUSHARE_MAX_STALENESS", 15*time.Second), "take no action on data listed longer ago")
+	interval := fs.Duration("plan-interval", durEnv("GPUSHARE_PLAN_INTERVAL", service.DefaultPlanInterval), "safety-net full re-list and plan period")
+	staleness := fs.Duration("max-staleness", durEnv("GPUSHARE_MAX_STALENESS", actuator.DefaultMaxStaleness), "take no action on data listed longer ago")
 	policyName := fs.String("policy", env("GPUSHARE_POLICY", "gpushare"), "placement policy for idle capacity")
 	instance := fs.String("instance", env("GPUSHARE_INSTANCE", fmt.Sprintf("%s-%d", host, os.Getpid())), "name of this instance")
 	level := fs.String("log-level", env("GPUSHARE_LOG_LEVEL", "info"), "log level")

@@ -1,0 +1,99 @@
+package nomadwatch
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/quota-service/quota"
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+// projectResolver maps jobs to projects.
+type projectResolver struct {
+	byNamespace map[string]string
+	// metaKeys maps a job meta key to the projects that declared it.
+	metaKeys map[string]map[string]bool
+}
+
+// newResolver builds the mapping from the quota settings in force.
+func newResolver(settings []quota.Settings) *projectResolver {
+	r := &projectResolver{byNamespace: map[string]string{}, metaKeys: map[string]map[string]bool{}}
+	for _, s := range settings {
+		if _, taken := r.byNamespace[s.Namespace]; !taken || s.Project == s.Namespace {
+			r.byNamespace[s.Namespace] = s.Project
+		}
+		if s.JobMetaKey != "" {
+			if r.metaKeys[s.JobMetaKey] == nil {
+				r.metaKeys[s.JobMetaKey] = map[string]bool{}
+			}
+			r.metaKeys[s.JobMetaKey][s.Project] = true
+		}
+	}
+	return r
+}
+
+// Project returns the project of a job: a project named by a declared meta
+// key, else the project mapping its namespace, else the namespace itself.
+func (r *projectResolver) Project(namespace string, meta map[string]string) string {
+	keys := make([]string, 0, len(r.metaKeys))
+	for k := range r.metaKeys {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if v, ok := meta[k]; ok && r.metaKeys[k][v] {
+			return v
+		}
+	}
+	if p, ok := r.byNamespace[namespace]; ok {
+		return p
+	}
+	return namespace
+}
+
+// groupAsk is the GPU ask of one instance of a task group, with its CPU
+// and memory, summed over its tasks; ok is false for CPU-only groups.
+func groupAsk(tg *nomadapi.TaskGroup) (ask model.Ask, ok bool, err error) {
+	for _, task := range tg.Tasks {
+		if task.Resources == nil {
+			continue
+		}
+		if task.Resources.CPU != nil {
+			ask.CPUMilli += int64(*task.Resources.CPU)
+		}
+		if task.Resources.MemoryMB != nil {
+			ask.MemoryMiB += int64(*task.Resources.MemoryMB)
+		}
+		for _, d := range task.Resources.Devices {
+			if d == nil {
+				continue
+			}
+			req := ids.ParseRequest(d)
+			switch {
+			case req.Whole():
+				ask.WholeGPUs += req.Count
+			case req.Share():
+				ask.Shares += model.Shares(req.Count)
+			default:
+				continue
+			}
+			if req.Name != "" {
+				ask.Models = append(ask.Models, req.Name)
+			}
+			ok = true
+		}
+	}
+	if ok {
+		if verr := ask.Validate(); verr != nil {
+			return model.Ask{}, false, fmt.Errorf("group %q: %w", *tg.Name, verr)
+		}
+	}
+	return ask, ok, nil
+}
+
+func jobPreemptible(meta map[string]string) bool {
+	return !strings.EqualFold(strings.TrimSpace(meta[MetaPreempt]), "false")
+}

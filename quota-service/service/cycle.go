@@ -1,0 +1,151 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/quota-service/actuator"
+	"github.com/gpushare/nomad-gpushare/quota-service/leader"
+	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
+	"github.com/gpushare/nomad-gpushare/quota-service/quota"
+	"github.com/gpushare/nomad-gpushare/scheduler/plan"
+)
+
+// cycle re-lists, plans and acts once; held reports that an action was
+// held back or failed, so that the leader retries soon.
+func (s *Service) cycle(ctx context.Context) (held bool) { return s.run(ctx, true) }
+
+// observe is a cycle that never acts (standby).
+func (s *Service) observe(ctx context.Context) { s.run(ctx, false) }
+
+// cycleData is what one cycle read, planned and did.
+type cycleData struct {
+	settings []quota.Settings
+	view     *nomadwatch.View
+	res      plan.Result
+	rep      actuator.Report
+	// acted is set when the cycle went through the actuator (leader).
+	acted bool
+}
+
+// cycleFailure is why a cycle took no action. cause labels
+// gpushare_cycle_errors_total; retry asks the leader to cycle again soon.
+type cycleFailure struct {
+	cause string
+	err   error
+	retry bool
+}
+
+// run is one cycle: read Nomad and Consul, plan, act (when mayAct and
+// leading) and record the outcome.
+func (s *Service) run(ctx context.Context, mayAct bool) (held bool) {
+	s.cycleMu.Lock()
+	defer s.cycleMu.Unlock()
+	start := time.Now()
+	defer func() { s.metrics.Cycle.Observe(time.Since(start).Seconds()) }()
+	c, failure := s.read(ctx)
+	if failure == nil {
+		failure = s.plan(c)
+	}
+	if failure == nil && mayAct && s.leading() {
+		failure = s.apply(ctx, c)
+	}
+	if failure != nil {
+		s.fail(failure)
+		return failure.retry
+	}
+	s.metrics.CycleOK.Set(1)
+	if s.Status().LastError != "" {
+		s.log.Info("cycle works again")
+	}
+	s.record(ctx, c)
+	return len(c.rep.Skipped) > 0 || len(c.rep.Errors) > 0
+}
+
+// read takes the quota settings in force, the suspension records and a
+// full listing of Nomad. The first read after an outage holds resumes
+// back while Nomad's state settles (see actuator.HoldResumes).
+func (s *Service) read(ctx context.Context) (*cycleData, *cycleFailure) {
+	if s.watcher.LastSync().IsZero() {
+		return nil, &cycleFailure{cause: "quotas-unread", err: errors.New("quota documents not read from Consul yet")}
+	}
+	recs, bad, err := s.store.Suspensions(ctx)
+	if err != nil {
+		return nil, &cycleFailure{cause: "consul", err: err}
+	}
+	for k, e := range bad {
+		s.log.Error("ignoring unreadable suspension record", "key", k, "error", e)
+	}
+	c := &cycleData{settings: s.watcher.Settings()}
+	if c.view, err = s.builder.Build(ctx, c.settings, recs); err != nil {
+		return nil, &cycleFailure{cause: "nomad", err: err}
+	}
+	s.metrics.LastRelist.Set(float64(c.view.ListedAt.Unix()))
+	if s.blind {
+		s.blind = false
+		s.act.HoldResumes(time.Now())
+	}
+	return c, nil
+}
+
+// plan plans on the cycle's snapshot with the configured placement policy.
+func (s *Service) plan(c *cycleData) *cycleFailure {
+	var opts plan.Options
+	var err error
+	if s.cfg.PolicyName != "" {
+		if opts.Policy, err = plan.PolicyByName(s.cfg.PolicyName, 1, c.view.Snapshot); err != nil {
+			return &cycleFailure{cause: "plan", err: err}
+		}
+	}
+	if c.res, err = plan.Plan(c.view.Snapshot, opts); err != nil {
+		return &cycleFailure{cause: "plan", err: err}
+	}
+	s.log.Trace("planned", "pending", len(c.view.Snapshot.Pending), "allocations", len(c.view.Snapshot.Allocations), "actions", len(c.res.Actions), "unplaced", len(c.res.Unplaced))
+	return nil
+}
+
+// apply checks that the lock still names this instance and carries out
+// the plan. A view that does not account for every running GPU allocation is
+// transient (after an agent restart): the leader retries soon.
+func (s *Service) apply(ctx context.Context, c *cycleData) *cycleFailure {
+	if err := leader.Held(ctx, s.cfg.Consul, s.cfg.Layout.Leader(), s.cfg.Instance); err != nil {
+		return &cycleFailure{cause: "leadership", err: err}
+	}
+	rep, err := s.act.Apply(ctx, c.view, c.res)
+	if errors.Is(err, actuator.ErrUnsettled) {
+		return &cycleFailure{cause: "unsettled", err: err, retry: true}
+	}
+	if err != nil {
+		return &cycleFailure{cause: "stale", err: err}
+	}
+	c.rep, c.acted = rep, true
+	for _, e := range rep.Errors {
+		s.log.Error("action failed", "error", e)
+	}
+	for _, sk := range rep.Skipped {
+		s.log.Debug("action held back", "why", sk)
+	}
+	return nil
+}
+
+// fail records a cycle that took no action: metrics, the status's last
+// error, and a log line once per outage (cycle_ok and /v1/health say it
+// meanwhile). A cycle that could not read Nomad or Consul makes the
+// service blind until one reads both.
+func (s *Service) fail(f *cycleFailure) {
+	if f.cause == "nomad" || f.cause == "consul" {
+		s.blind = true
+	}
+	s.metrics.CycleErrors.WithLabelValues(f.cause).Inc()
+	s.metrics.CycleOK.Set(0)
+	s.mu.Lock()
+	again := s.status.LastError != ""
+	s.status.LastCycle, s.status.LastError = time.Now(), f.err.Error()
+	s.mu.Unlock()
+	if again {
+		s.log.Debug("cycle took no action", "cause", f.cause, "error", f.err)
+	} else {
+		s.log.Warn("cycle took no action", "cause", f.cause, "error", f.err)
+	}
+}

@@ -1,0 +1,243 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/quota-service/actuator"
+	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
+	"github.com/gpushare/nomad-gpushare/quota-service/quota"
+	"github.com/gpushare/nomad-gpushare/quota-service/state"
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+)
+
+// ProjectView is one project's line in /v1/projects.
+type ProjectView struct {
+	state.ProjectStatus
+	Priority        int    `json:"priority"`
+	OverQuotaWeight int64  `json:"over_quota_weight"`
+	Namespace       string `json:"namespace,omitempty"`
+}
+
+// Status is /v1/status.
+type Status struct {
+	Instance   string        `json:"instance"`
+	Leader     bool          `json:"leader"`
+	LastCycle  time.Time     `json:"last_cycle"`
+	LastRelist time.Time     `json:"last_relist"`
+	LastError  string        `json:"last_error,omitempty"`
+	Projects   []ProjectView `json:"projects"`
+	Pending    []string      `json:"pending"`
+	Suspended  []string      `json:"suspended"`
+	Unplaced   []string      `json:"unplaced"`
+	Recent     []string      `json:"recent_actions"`
+	Warnings   []string      `json:"warnings,omitempty"`
+}
+
+// Health is /v1/health.
+type Health struct {
+	OK     bool   `json:"ok"`
+	Leader bool   `json:"leader"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// recentMax bounds the status's recent actions.
+const recentMax = 50
+
+// record updates metrics, the HTTP status and, when the cycle acted
+// (leader), the per-project status documents in KV.
+func (s *Service) record(ctx context.Context, c *cycleData) {
+	now := time.Now()
+	sum := summarizePending(c.view)
+	views := s.projectViews(c, sum)
+	s.setProjectMetrics(c, sum)
+	s.mu.Lock()
+	recent := s.noteActions(c.rep, sum, now)
+	st := &s.status
+	st.LastCycle, st.LastRelist, st.LastError = now, c.view.ListedAt, ""
+	st.Projects, st.Pending, st.Suspended, st.Unplaced, st.Warnings = views, sum.pending, sum.suspended, unplacedLines(c), c.view.Warnings
+	st.Recent = append(st.Recent, recent...)
+	if n := len(st.Recent); n > recentMax {
+		st.Recent = append([]string(nil), st.Recent[n-recentMax:]...)
+	}
+	s.mu.Unlock()
+	if c.acted {
+		s.writeProjectStatus(ctx, views, now)
+	}
+}
+
+// pendingSummary is the cycle's pending work by project and as lines.
+type pendingSummary struct {
+	shares map[string]model.Shares
+	count  map[string]int
+	// pending and suspended are "namespace/job/group" lines, sorted.
+	pending, suspended []string
+	// suspendedJobs counts the suspended jobs of each project.
+	suspendedJobs map[string]int
+}
+
+func summarizePending(v *nomadwatch.View) pendingSummary {
+	sum := pendingSummary{shares: map[string]model.Shares{}, count: map[string]int{}, suspendedJobs: map[string]int{}}
+	for _, p := range v.Snapshot.Pending {
+		sum.shares[p.Project] += p.GPUShares()
+		sum.count[p.Project]++
+		if p.Suspended {
+			sum.suspended = append(sum.suspended, p.Job+"/"+p.Group)
+		} else {
+			sum.pending = append(sum.pending, p.Job+"/"+p.Group)
+		}
+	}
+	for key := range v.Suspended {
+		if info := v.Jobs[key]; info != nil {
+			sum.suspendedJobs[info.Project]++
+		}
+	}
+	sort.Strings(sum.pending)
+	sort.Strings(sum.suspended)
+	return sum
+}
+
+// projectViews are the per-project lines of the cycle, in the plan's
+// project order.
+func (s *Service) projectViews(c *cycleData, sum pendingSummary) []ProjectView {
+	rejected := s.watcher.Rejected()
+	byName := map[string]quota.Settings{}
+	for _, st := range c.settings {
+		byName[st.Project] = st
+	}
+	var views []ProjectView
+	for _, sh := range c.res.Shares {
+		st := state.ProjectStatus{Project: sh.Name, Guaranteed: sh.Guaranteed.String(), Deserved: sh.Deserved.String(),
+			Allocated: sh.Usage.String(), Pending: sum.shares[sh.Name].String(), OverQuota: max(sh.Usage-sh.Guaranteed, 0).String(),
+			PendingWorkloads: sum.count[sh.Name], SuspendedJobs: sum.suspendedJobs[sh.Name]}
+		qs := byName[sh.Name]
+		if qs.HasLimit {
+			st.Limit = qs.Limit.String()
+		}
+		if fe, ok := rejected[sh.Name]; ok {
+			st.QuotaError = fe.Error()
+		}
+		views = append(views, ProjectView{ProjectStatus: st, Priority: qs.Priority, OverQuotaWeight: qs.OverQuotaWeight, Namespace: qs.Namespace})
+	}
+	return views
+}
+
+// setProjectMetrics sets the per-project gauges (in GPUs) and the queue.
+func (s *Service) setProjectMetrics(c *cycleData, sum pendingSummary) {
+	gpus := func(x model.Shares) float64 { return float64(x) / float64(model.SharesPerGPU) }
+	for _, sh := range c.res.Shares {
+		s.metrics.Guaranteed.WithLabelValues(sh.Name).Set(gpus(sh.Guaranteed))
+		s.metrics.Allocated.WithLabelValues(sh.Name).Set(gpus(sh.Usage))
+		s.metrics.Deserved.WithLabelValues(sh.Name).Set(gpus(sh.Deserved))
+		s.metrics.Pending.WithLabelValues(sh.Name).Set(gpus(sum.shares[sh.Name]))
+		s.metrics.Suspended.WithLabelValues(sh.Name).Set(float64(sum.suspendedJobs[sh.Name]))
+	}
+	s.metrics.Queue.Set(float64(len(c.view.Snapshot.Pending)))
+}
+
+// noteActions counts the cycle's actions in the metrics, observes the
+// reclaim latency of workloads no longer pending, and returns the actions
+// as recent-action lines. s.mu must be held.
+func (s *Service) noteActions(rep actuator.Report, sum pendingSummary, now time.Time) []string {
+	var recent []string
+	for _, d := range rep.Done {
+		switch d.Event {
+		case state.EventSuspend, state.EventSuspendFinished:
+			kind := "reclaim"
+			if d.Project == d.ForProject {
+				kind = "preempt"
+			}
+			s.metrics.Reclaims.WithLabelValues(d.Project, kind).Inc()
+			if _, ok := s.reclaimFor[d.ForWorkload]; !ok && d.ForWorkload != "" {
+				s.reclaimFor[d.ForWorkload] = now
+			}
+		case state.EventResume:
+			s.metrics.Resumes.WithLabelValues(d.Project).Inc()
+		}
+		recent = append(recent, fmt.Sprintf("%s %s %s/%s %s", now.UTC().Format(time.RFC3339), d.Event, d.Namespace, d.Job, d.Reason))
+	}
+	stillPending := map[string]bool{}
+	for _, w := range sum.pending {
+		stillPending[w] = true
+	}
+	for w, t := range s.reclaimFor {
+		if !stillPending[w] {
+			s.metrics.ReclaimLatency.Observe(now.Sub(t).Seconds())
+			delete(s.reclaimFor, w)
+		}
+	}
+	return recent
+}
+
+// unplacedLines says why each workload the plan could not place waits.
+func unplacedLines(c *cycleData) []string {
+	var out []string
+	for _, u := range c.res.Unplaced {
+		p := c.view.Snapshot.Pending[u.Workload]
+		out = append(out, fmt.Sprintf("%s/%s: %s", p.Job, p.Group, u.Reason))
+	}
+	return out
+}
+
+// writeProjectStatus writes the project status documents that changed
+// (apart from their time) and deletes those of projects gone.
+func (s *Service) writeProjectStatus(ctx context.Context, views []ProjectView, now time.Time) {
+	keep := map[string]bool{}
+	for _, pv := range views {
+		keep[pv.Project] = true
+		old, ok := s.written[pv.Project]
+		cur := pv.ProjectStatus
+		if ok {
+			old.Updated = cur.Updated
+			if old == cur {
+				continue
+			}
+		}
+		cur.Updated = now
+		if err := s.store.PutProjectStatus(ctx, cur); err != nil {
+			s.log.Warn("writing project status failed", "project", pv.Project, "error", err)
+			continue
+		}
+		s.written[pv.Project] = cur
+	}
+	for p := range s.written {
+		if !keep[p] {
+			delete(s.written, p)
+		}
+	}
+	if err := s.store.PruneProjectStatus(ctx, keep); err != nil {
+		s.log.Warn("pruning project status failed", "error", err)
+	}
+}
+
+// Status returns the last cycle's status.
+func (s *Service) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.status
+	st.Projects = append([]ProjectView(nil), st.Projects...)
+	st.Recent = append([]string(nil), st.Recent...)
+	return st
+}
+
+// Projects returns the per-project lines of the last cycle.
+func (s *Service) Projects() []ProjectView { return s.Status().Projects }
+
+// Health says whether the service works: its last cycle succeeded and is
+// recent. A standby instance is healthy when it can read (its read-only
+// cycles succeed).
+func (s *Service) Health() Health {
+	st := s.Status()
+	h := Health{OK: true, Leader: st.Leader}
+	switch {
+	case st.LastError != "":
+		h.OK, h.Reason = false, st.LastError
+	case !st.LastCycle.IsZero() && time.Since(st.LastRelist) > s.cfg.MaxStaleness+s.cfg.PlanInterval:
+		h.OK, h.Reason = false, fmt.Sprintf("no successful re-list of Nomad since %s", st.LastRelist.Format(time.RFC3339))
+	case !st.Leader:
+		h.Reason = "standby: another instance holds the leader lock"
+	}
+	return h
+}
