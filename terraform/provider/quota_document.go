@@ -135,7 +135,9 @@ func validationError(m quotaModel) (at path.Path, summary, detail string, ok boo
 		return path.Empty(), "Invalid quota for project " + project, err.Error(), false
 	}
 	at = attributeOf(fe.Field)
-	if fe.Field == "" && fe.Project == project && quota.ValidProjectName(project) != nil {
+	if fe.Field == "" {
+		// encode writes well-formed JSON: a document-level error can
+		// only be about the project name, the key's last segment.
 		at = path.Root("project")
 	}
 	return at, fmt.Sprintf("Invalid quota for project %q", project),
