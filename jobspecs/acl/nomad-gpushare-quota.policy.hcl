@@ -1,14 +1,17 @@
-# Nomad ACL policy for the gpushare quota service: exactly what it calls.
+# Nomad ACL policy for the gpushare quota service: what it reads in every
+# namespace. It acts (suspends and resumes) only in project namespaces:
+# add nomad-gpushare-quota-project.policy.hcl once per project namespace,
+# with <namespace> replaced, to the same policy (terraform/ does this from
+# the quotas), for example:
 #
-#   nomad acl policy apply -description "gpushare quota service" \
-#     gpushare-quota jobspecs/acl/nomad-gpushare-quota.policy.hcl
+#   { cat jobspecs/acl/nomad-gpushare-quota.policy.hcl
+#     for ns in team-a team-b; do
+#       sed "s/<namespace>/$ns/" jobspecs/acl/nomad-gpushare-quota-project.policy.hcl
+#     done; } >gpushare-quota.hcl
+#   nomad acl policy apply -description "gpushare quota service" gpushare-quota gpushare-quota.hcl
 #   nomad acl token create -name gpushare-quota -policy gpushare-quota
 #
 # Give the token's secret to the service as NOMAD_TOKEN.
-#
-# Projects map to namespaces (and may claim jobs of any namespace through a
-# job meta key), so the service needs the same rights in every namespace.
-# Restrict "*" to your project namespaces if they are fixed.
 namespace "*" {
   capabilities = [
     # GET /v1/jobs?namespace=*  (jobs with their summaries: queued work)
@@ -17,10 +20,6 @@ namespace "*" {
     # GET /v1/allocations?namespace=*&resources=true (who holds which GPU),
     # GET /v1/event/stream topics Job, Allocation, Evaluation
     "read-job",
-    # DELETE /v1/job/:id without purge (suspend),
-    # POST /v1/job/:id with Stop=false and EnforceIndex (resume),
-    # POST /v1/job/:id/evaluate (re-evaluate work it made room for)
-    "submit-job",
   ]
 }
 
