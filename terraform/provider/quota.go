@@ -43,7 +43,7 @@ func (r *quotaResource) Schema(_ context.Context, _ resource.SchemaRequest, resp
 			"priority": schema.Int64Attribute{Optional: true,
 				Description: "Higher wins over-quota capacity and loses it last. Unset: 0."},
 			"over_quota_weight": schema.Int64Attribute{Optional: true,
-				Description: "Share of over-quota capacity among projects of equal priority (1-1000000). Unset: 1."},
+				Description: "Share of over-quota capacity among projects of equal priority (0-1000000; 0: none, idle GPUs only while nobody else wants them). Unset: 1."},
 			"namespace": schema.StringAttribute{Optional: true,
 				Description: "Nomad namespace whose jobs belong to the project. Unset: the project name."},
 			"job_meta_key": schema.StringAttribute{Optional: true,
