@@ -47,11 +47,10 @@ func BenchmarkFingerprint(b *testing.B) {
 	p, _ := benchPlugin(b)
 	b.ReportAllocs()
 	b.ResetTimer()
+	st := loopStateOf(p)
 	for i := 0; i < b.N; i++ {
-		p.mu.Lock()
-		p.groupSig = "" // force a full rebuild and change detection
-		p.publishLocked()
-		p.mu.Unlock()
+		p.pub.reset() // force a full rebuild and change detection
+		p.publish(st)
 	}
 }
 
@@ -61,7 +60,8 @@ func BenchmarkFingerprintWithNVML(b *testing.B) {
 	p, _ := benchPlugin(b)
 	b.ReportAllocs()
 	b.ResetTimer()
+	st := loopStateOf(p)
 	for i := 0; i < b.N; i++ {
-		p.refreshHardware()
+		p.refreshHardware(st)
 	}
 }

@@ -40,9 +40,7 @@ func TestComputedClassFollowsAllocatableInstances(t *testing.T) {
 	p := newPlugin(t, f, nil)
 	u := uuids(p)
 	snapshot := func() (fams, class string) {
-		p.mu.Lock()
-		groups := p.groups
-		p.mu.Unlock()
+		groups := p.pub.current()
 		return fmt.Sprint(families(p)), nodeClass(t, groups)
 	}
 	fams, class := snapshot()
@@ -52,14 +50,14 @@ func TestComputedClassFollowsAllocatableInstances(t *testing.T) {
 	}{
 		{"idle", func() {}},
 		{"usage changes within the share GPU", func() { f.place("a0", "gpu-share", shares(u[3], 0, 10)...) }},
-		{"stats change", func() { p.sim.SetUsage(1, 1000, 50) }},
+		{"stats change", func() { p.hw.simulated().SetUsage(1, 1000, 50) }},
 		{"landing place fills: GPU 2 withdrawn", func() { f.place("a1", "gpu-share", shares(u[3], 10, 60)...) }},
 		{"settling", func() {}},
 		{"GPU 2 published as shares", func() {}},
 		{"tenants end: GPU 2 withdrawn", func() { f.finish("a0"); f.finish("a1") }},
 		{"settling", func() {}},
 		{"GPU 2 back to whole", func() {}},
-		{"a GPU is lost", func() { p.sim.SetLost(0, nvml.ERROR_GPU_IS_LOST) }},
+		{"a GPU is lost", func() { p.hw.simulated().SetLost(0, nvml.ERROR_GPU_IS_LOST) }},
 	}
 	changes := 0
 	for _, s := range steps {

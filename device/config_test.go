@@ -121,8 +121,8 @@ func TestSetConfigEmpty(t *testing.T) {
 	if err := p.SetConfig(&base.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	if p.cfg.Backend != BackendNVML {
-		t.Fatalf("backend %q", p.cfg.Backend)
+	if b := loopStateOf(p).cfg.Backend; b != BackendNVML {
+		t.Fatalf("backend %q", b)
 	}
 }
 

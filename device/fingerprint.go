@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/device/partition"
@@ -27,33 +28,20 @@ func (p *Plugin) Fingerprint(ctx context.Context) (<-chan *dev.FingerprintRespon
 		return nil, err
 	}
 	out := make(chan *dev.FingerprintResponse)
-	notify := make(chan struct{}, 1)
-	p.mu.Lock()
-	p.subs[notify] = struct{}{}
-	if p.hwRead {
-		notify <- struct{}{}
-	}
-	p.mu.Unlock()
+	changed, unsubscribe := p.pub.subscribe()
 	go func() {
 		defer close(out)
-		defer func() {
-			p.mu.Lock()
-			delete(p.subs, notify)
-			p.mu.Unlock()
-		}()
+		defer unsubscribe()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-p.ctx.Done():
 				return
-			case <-notify:
+			case <-changed:
 			}
-			p.mu.Lock()
-			groups := p.groups
-			p.mu.Unlock()
 			select {
-			case out <- dev.NewFingerprint(groups...):
+			case out <- dev.NewFingerprint(p.pub.current()...):
 			case <-ctx.Done():
 				return
 			case <-p.ctx.Done():
@@ -69,69 +57,50 @@ func (p *Plugin) Fingerprint(ctx context.Context) (<-chan *dev.FingerprintRespon
 // the NVML error.
 const UnavailableGroup = "nvml-unavailable"
 
-// publishLocked rebuilds the device groups and the Reserve view from the
-// hardware and the partition, and wakes the fingerprint streams when the
-// groups changed. p.mu must be held.
-func (p *Plugin) publishLocked() {
-	pubs := p.machine.Publications()
-	hw := p.sortedHW()
-
+// deviceGroups builds the device groups from the hardware and the
+// partition: one whole group per model, one share group per shareable GPU,
+// each instance healthy only in the family the partition publishes its GPU
+// in. retryEvery is the fingerprint period, for the NVML failure message.
+func deviceGroups(hw hwView, pubs map[string]partition.Publication, retryEvery time.Duration) []*dev.DeviceGroup {
 	var groups []*dev.DeviceGroup
 	whole := map[string]*dev.DeviceGroup{}
-	view := &reserveView{gpus: map[string]gpuInfo{}, whole: map[string]bool{}, shares: map[string]int{}}
-	if p.cfg != nil {
-		view.mps, view.mpsDir = p.cfg.MPSEnabled, p.cfg.MPSPipeDirectory
-	}
-	for _, g := range hw {
+	for i := range hw.gpus {
+		g := &hw.gpus[i]
 		pub := pubs[g.UUID]
-		view.gpus[g.UUID] = gpuInfo{model: g.Model, memMiB: g.MemoryMiB, shareable: !g.MIG}
-		if u := p.usage[g.UUID]; u != nil {
-			view.whole[g.UUID] = len(u.WholeAllocs) > 0
-			view.shares[g.UUID] = u.ShareUnits
-		}
-
 		wg := whole[g.Model]
 		if wg == nil {
-			wg = &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeWhole, Name: g.Model, Attributes: p.attributes(g, false)}
+			wg = &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeWhole, Name: g.Model, Attributes: attributes(hw, g, false)}
 			whole[g.Model] = wg
 			groups = append(groups, wg)
 		}
-		healthy, desc := p.health(g, pub, partition.Whole)
+		healthy, desc := health(g, pub, partition.Whole)
 		wg.Devices = append(wg.Devices, &dev.Device{ID: g.UUID, Healthy: healthy, HealthDesc: desc, HwLocality: locality(g)})
-
-		if g.MIG {
-			continue
+		if !g.MIG {
+			groups = append(groups, shareGroup(hw, g, pub))
 		}
-		sg := &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeShare, Name: shareGroupName(g.GPU), Attributes: p.attributes(g, true)}
-		healthy, desc = p.health(g, pub, partition.Share)
-		sg.Devices = make([]*dev.Device, ids.SharesPerGPU)
-		for k := range sg.Devices {
-			sg.Devices[k] = &dev.Device{ID: ids.Share(g.UUID, k), Healthy: healthy, HealthDesc: desc, HwLocality: locality(g)}
-		}
-		groups = append(groups, sg)
 	}
-	if len(hw) == 0 && p.hwErr != nil {
+	if len(hw.gpus) == 0 && hw.err != nil {
 		// Nothing to list, but make the NVML failure visible in the node's
 		// devices (`nomad node status -verbose`) without ending the stream.
 		groups = append(groups, &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeWhole, Name: UnavailableGroup,
-			Devices: []*dev.Device{{ID: UnavailableGroup, Healthy: false, HealthDesc: fmt.Sprintf("gpushare: %v (retrying every %s)", p.hwErr, p.cfg.fingerprintPeriod)}}})
+			Devices: []*dev.Device{{ID: UnavailableGroup, Healthy: false, HealthDesc: fmt.Sprintf("gpushare: %v (retrying every %s)", hw.err, retryEvery)}}})
 	}
 	for _, g := range groups {
 		setOffered(g)
 	}
-	p.view.Store(view)
+	return groups
+}
 
-	sig := signature(groups)
-	if sig == p.groupSig {
-		return
+// shareGroup is the share device group of one GPU: ids.SharesPerGPU
+// instances of one health.
+func shareGroup(hw hwView, g *hwGPU, pub partition.Publication) *dev.DeviceGroup {
+	sg := &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeShare, Name: shareGroupName(g.GPU), Attributes: attributes(hw, g, true)}
+	healthy, desc := health(g, pub, partition.Share)
+	sg.Devices = make([]*dev.Device, ids.SharesPerGPU)
+	for k := range sg.Devices {
+		sg.Devices[k] = &dev.Device{ID: ids.Share(g.UUID, k), Healthy: healthy, HealthDesc: desc, HwLocality: locality(g)}
 	}
-	p.groups, p.groupSig = groups, sig
-	for n := range p.subs {
-		select {
-		case n <- struct{}{}:
-		default:
-		}
-	}
+	return sg
 }
 
 // OfferedAttr names the device-group attribute that counts the group's
@@ -178,7 +147,7 @@ func locality(g *hwGPU) *dev.DeviceLocality {
 }
 
 // health says whether a GPU's instances in family fam are allocatable.
-func (p *Plugin) health(g *hwGPU, pub partition.Publication, fam partition.Mode) (bool, string) {
+func health(g *hwGPU, pub partition.Publication, fam partition.Mode) (bool, string) {
 	switch {
 	case !g.healthy:
 		return false, g.reason
@@ -194,18 +163,18 @@ func (p *Plugin) health(g *hwGPU, pub partition.Publication, fam partition.Mode)
 
 // attributes are the group attributes of a GPU (for a whole group: of the
 // first GPU of its model).
-func (p *Plugin) attributes(g *hwGPU, share bool) map[string]*structs.Attribute {
+func attributes(hw hwView, g *hwGPU, share bool) map[string]*structs.Attribute {
 	a := map[string]*structs.Attribute{
 		"model":              structs.NewStringAttribute(g.Model),
 		"memory":             structs.NewIntAttribute(int64(g.MemoryMiB), structs.UnitMiB),
 		"compute_capability": structs.NewStringAttribute(g.ComputeCapability()),
 		"sharing":            structs.NewStringAttribute(map[bool]string{true: "share", false: "whole"}[share]),
 	}
-	if p.driver != "" {
-		a["driver_version"] = structs.NewStringAttribute(p.driver)
+	if hw.driver != "" {
+		a["driver_version"] = structs.NewStringAttribute(hw.driver)
 	}
-	if p.cuda != "" {
-		a["cuda_version"] = structs.NewStringAttribute(p.cuda)
+	if hw.cuda != "" {
+		a["cuda_version"] = structs.NewStringAttribute(hw.cuda)
 	}
 	if g.Architecture != "" {
 		a["architecture"] = structs.NewStringAttribute(g.Architecture)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/gpushare/nomad-gpushare/device/gpu"
-	"github.com/gpushare/nomad-gpushare/device/partition"
 	hclog "github.com/hashicorp/go-hclog"
 	dev "github.com/hashicorp/nomad/plugins/device"
 )
@@ -36,30 +35,34 @@ func newPlugin(t testing.TB, f *fakeNomad, mod func(*Config)) *Plugin {
 	return p
 }
 
+// loopStateOf returns the configured loop's state, for tests that run its
+// steps while no loop runs.
+func loopStateOf(p *Plugin) *loopState {
+	p.loop.mu.Lock()
+	defer p.loop.mu.Unlock()
+	return p.loop.state
+}
+
 // cycle is one round of the plugin's loop followed by the Nomad client
 // pushing the new fingerprint to the servers.
 func cycle(p *Plugin, f *fakeNomad) {
-	p.refreshHardware()
-	p.observe(context.Background())
-	p.mu.Lock()
-	groups := p.groups
-	p.mu.Unlock()
-	f.sync(groups)
+	st := loopStateOf(p)
+	p.refreshHardware(st)
+	p.observe(context.Background(), st)
+	f.sync(p.pub.current())
 }
 
 // families returns, per GPU index, where it is allocatable: "whole",
 // "share", or "none".
 func families(p *Plugin) []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	hw := p.sortedHW()
+	hw := p.hw.view().gpus
 	out := make([]string, len(hw))
 	pos := map[string]int{}
 	for i, g := range hw {
 		pos[g.UUID] = i
 		out[i] = "none"
 	}
-	for _, g := range p.groups {
+	for _, g := range p.pub.current() {
 		for _, d := range g.Devices {
 			if !d.Healthy {
 				continue
@@ -79,10 +82,8 @@ func families(p *Plugin) []string {
 }
 
 func uuids(p *Plugin) []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	var out []string
-	for _, g := range p.sortedHW() {
+	for _, g := range p.hw.view().gpus {
 		out = append(out, g.UUID)
 	}
 	return out
@@ -95,9 +96,7 @@ func TestFingerprintGroups(t *testing.T) {
 	if got := fmt.Sprint(families(p)); got != "[whole whole whole share]" {
 		t.Fatalf("families = %s", got)
 	}
-	p.mu.Lock()
-	groups := p.groups
-	p.mu.Unlock()
+	groups := p.pub.current()
 	if len(groups) != 5 {
 		t.Fatalf("%d groups, want 1 whole + 4 share", len(groups))
 	}
@@ -151,9 +150,7 @@ func TestNothingAllocatableBeforeNomadIsRead(t *testing.T) {
 	if got := fmt.Sprint(families(p)); got != "[none none none none]" {
 		t.Fatalf("families = %s", got)
 	}
-	p.mu.Lock()
-	desc := p.groups[0].Devices[0].HealthDesc
-	p.mu.Unlock()
+	desc := p.pub.current()[0].Devices[0].HealthDesc
 	if !contains(desc, "waiting to read GPU usage from the Nomad API") {
 		t.Errorf("HealthDesc = %q", desc)
 	}
@@ -202,13 +199,10 @@ func TestPartitionFollowsUsage(t *testing.T) {
 func TestPlacementRacingASwitchAbortsIt(t *testing.T) {
 	f := newFakeNomad(t)
 	p := newPlugin(t, f, nil)
-	p.mu.Lock()
-	p.machine.SetPolicy(partition.Policy{MinIdleShareGPUs: 1, ShareHeadroom: 50, SettlePeriod: time.Hour})
-	p.mu.Unlock()
 	u := uuids(p)
 	f.place("a1", "gpu-share", shares(u[3], 0, 70)...)
 	cycle(p, f)
-	cycle(p, f) // servers see GPU 2 withdrawn; settling for an hour
+	cycle(p, f) // servers see GPU 2 withdrawn; settling until the next read
 	if got := fmt.Sprint(families(p)); got != "[whole whole none share]" {
 		t.Fatalf("families = %s", got)
 	}
@@ -263,15 +257,13 @@ func TestLostGPUBecomesUnhealthy(t *testing.T) {
 	f := newFakeNomad(t)
 	p := newPlugin(t, f, nil)
 	cycle(p, f)
-	p.sim.SetLost(1, nvml.ERROR_GPU_IS_LOST)
+	p.hw.simulated().SetLost(1, nvml.ERROR_GPU_IS_LOST)
 	cycle(p, f)
-	p.mu.Lock()
-	d := p.groups[0].Devices[1]
-	p.mu.Unlock()
+	d := p.pub.current()[0].Devices[1]
 	if d.Healthy || !contains(d.HealthDesc, "GPU_IS_LOST") {
 		t.Fatalf("lost GPU: healthy=%v desc=%q", d.Healthy, d.HealthDesc)
 	}
-	p.sim.SetLost(1, nvml.SUCCESS)
+	p.hw.simulated().SetLost(1, nvml.SUCCESS)
 	cycle(p, f)
 	if got := fmt.Sprint(families(p)); got != "[whole whole whole share]" {
 		t.Fatalf("after recovery: %s", got)
@@ -281,13 +273,11 @@ func TestLostGPUBecomesUnhealthy(t *testing.T) {
 func TestMIGGPUIsWholeOnly(t *testing.T) {
 	f := newFakeNomad(t)
 	p := newPlugin(t, f, nil)
-	p.sim.SetMIG(3, true)
+	p.hw.simulated().SetMIG(3, true)
 	cycle(p, f) // GPU 3 is whole only now; GPU 2 is withdrawn to become the landing place
 	cycle(p, f)
 	cycle(p, f)
-	p.mu.Lock()
-	n := len(p.groups)
-	p.mu.Unlock()
+	n := len(p.pub.current())
 	if got := fmt.Sprint(families(p)); got != "[whole whole share whole]" || n != 4 {
 		t.Fatalf("families = %s with %d groups", got, n)
 	}
@@ -340,9 +330,7 @@ func TestNVMLInitFailure(t *testing.T) {
 	if err := first.Devices[0].Validate(); err != nil {
 		t.Fatal(err)
 	}
-	p.mu.Lock()
-	hwErr := p.hwErr
-	p.mu.Unlock()
+	hwErr := p.hw.view().err
 	if hwErr == nil || !contains(hwErr.Error(), "libnvidia-ml.so.1 not found") {
 		t.Fatalf("recorded error: %v", hwErr)
 	}
@@ -377,7 +365,7 @@ func TestStats(t *testing.T) {
 	u := uuids(p)
 	f.place("a1", "gpu-share", shares(u[3], 0, 30)...)
 	cycle(p, f)
-	p.sim.SetUsage(3, 10240, 55)
+	p.hw.simulated().SetUsage(3, 10240, 55)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ch, err := p.Stats(ctx, 50*time.Millisecond)
@@ -436,7 +424,7 @@ func TestFingerprintStreamsChanges(t *testing.T) {
 }
 
 // TestDemandMovesIdleGPUs: waiting demand read from blocked evaluations
-// moves idle GPUs between the families (issue 3), and each job version is
+// moves idle GPUs between the families, and each job version is
 // read once.
 func TestDemandMovesIdleGPUs(t *testing.T) {
 	f := newFakeNomad(t)

@@ -5,7 +5,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/ids"
 	dev "github.com/hashicorp/nomad/plugins/device"
@@ -25,39 +24,34 @@ const (
 	EnvMPSThreadPercentage  = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 )
 
+// gpuInfo is what Reserve needs to know of a GPU.
 type gpuInfo struct {
-	model     string
 	memMiB    uint64
 	shareable bool
 }
 
-// reserveView is an immutable snapshot that Reserve reads without locks or
-// I/O: the GPUs and their usage as last read from Nomad.
+// reserveView is an immutable snapshot of the published GPUs and the MPS
+// settings, which Reserve reads without locks or I/O.
 type reserveView struct {
 	gpus   map[string]gpuInfo
-	whole  map[string]bool // held whole by a live allocation
-	shares map[string]int  // shares held by live allocations
 	mps    bool
 	mpsDir string
 }
 
-// pendingUse records reservations made since the last Nomad read, so two
-// Reserve calls between reads cannot give one GPU both whole and shared.
-type pendingUse struct {
-	whole, share bool
-	at           time.Time
+func newReserveView(hw hwView, s settings) *reserveView {
+	v := &reserveView{gpus: make(map[string]gpuInfo, len(hw.gpus)), mps: s.MPSEnabled, mpsDir: s.MPSPipeDirectory}
+	for _, g := range hw.gpus {
+		v.gpus[g.UUID] = gpuInfo{memMiB: g.MemoryMiB, shareable: !g.MIG}
+	}
+	return v
 }
 
-// dropPending forgets reservations that a Nomad read begun after them
-// accounts for. p.mu must be held.
-func (p *Plugin) dropPending(readStarted time.Time) {
-	p.pendMu.Lock()
-	defer p.pendMu.Unlock()
-	for u, pu := range p.pending {
-		if pu.at.Before(readStarted) {
-			delete(p.pending, u)
-		}
-	}
+// binding is a Reserve request that names known instances: whole GPUs, or
+// shares of one GPU.
+type binding struct {
+	whole    []string // whole GPU UUIDs
+	shareGPU string   // the GPU of the shares
+	shares   []string // share instance IDs
 }
 
 // Reserve validates a binding of device instances to a task and returns how
@@ -69,17 +63,37 @@ func (p *Plugin) Reserve(deviceIDs []string) (*dev.ContainerReservation, error) 
 	if len(deviceIDs) == 0 {
 		return &dev.ContainerReservation{}, nil
 	}
-	v := p.view.Load()
+	v := p.pub.view.Load()
 	if v == nil {
 		return nil, fmt.Errorf("gpushare: cannot reserve %s: no GPU fingerprinted yet", strings.Join(deviceIDs, ", "))
 	}
-	var unknown, wholeIDs, shareIDs []string
-	gpus := map[string][]string{} // UUID -> share IDs
+	b, err := v.bind(deviceIDs)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.usage.claim(b, p.now()); err != nil {
+		return nil, err
+	}
+	if len(b.whole) > 0 {
+		list := strings.Join(b.whole, ",")
+		return &dev.ContainerReservation{Envs: map[string]string{
+			EnvNvidiaVisibleDevices: list,
+			EnvCudaVisibleDevices:   list,
+		}}, nil
+	}
+	return shareReservation(v, b.shareGPU, len(b.shares)), nil
+}
+
+// bind checks that the instances are known, named once, and either whole
+// GPUs or shares of one GPU.
+func (v *reserveView) bind(deviceIDs []string) (binding, error) {
+	var b binding
+	var unknown []string
+	byGPU := map[string][]string{} // GPU UUID -> its share IDs
 	seen := make(map[string]bool, len(deviceIDs))
-	var shareUUID string
 	for _, raw := range deviceIDs {
 		if seen[raw] {
-			return nil, fmt.Errorf("gpushare: device ID %s requested twice", raw)
+			return b, fmt.Errorf("gpushare: device ID %s requested twice", raw)
 		}
 		seen[raw] = true
 		id, err := ids.Parse(raw)
@@ -88,73 +102,32 @@ func (p *Plugin) Reserve(deviceIDs []string) (*dev.ContainerReservation, error) 
 			continue
 		}
 		info, ok := v.gpus[id.UUID]
-		if !ok || id.IsShare && !info.shareable {
+		switch {
+		case !ok || id.IsShare && !info.shareable:
 			unknown = append(unknown, raw)
-			continue
-		}
-		if id.IsShare {
-			shareIDs = append(shareIDs, raw)
-			gpus[id.UUID] = append(gpus[id.UUID], raw)
-			shareUUID = id.UUID
-		} else {
-			wholeIDs = append(wholeIDs, raw)
+		case id.IsShare:
+			b.shares = append(b.shares, raw)
+			byGPU[id.UUID] = append(byGPU[id.UUID], raw)
+			b.shareGPU = id.UUID
+		default:
+			b.whole = append(b.whole, raw)
 		}
 	}
-	if len(unknown) > 0 {
-		return nil, fmt.Errorf("gpushare: unknown device IDs: %s", strings.Join(unknown, ", "))
-	}
-	if len(wholeIDs) > 0 && len(shareIDs) > 0 {
-		return nil, fmt.Errorf("gpushare: a reservation mixes whole GPUs (%s) and GPU shares (%s); request either nvidia/gpu or nvidia/gpu-share",
-			strings.Join(wholeIDs, ", "), strings.Join(shareIDs, ", "))
-	}
-	if len(gpus) > 1 {
-		parts := make([]string, 0, len(gpus))
-		for u, s := range gpus {
+	switch {
+	case len(unknown) > 0:
+		return b, fmt.Errorf("gpushare: unknown device IDs: %s", strings.Join(unknown, ", "))
+	case len(b.whole) > 0 && len(b.shares) > 0:
+		return b, fmt.Errorf("gpushare: a reservation mixes whole GPUs (%s) and GPU shares (%s); request either nvidia/gpu or nvidia/gpu-share",
+			strings.Join(b.whole, ", "), strings.Join(b.shares, ", "))
+	case len(byGPU) > 1:
+		parts := make([]string, 0, len(byGPU))
+		for u, s := range byGPU {
 			parts = append(parts, fmt.Sprintf("%s: %s", u, strings.Join(s, ", ")))
 		}
 		sort.Strings(parts)
-		return nil, fmt.Errorf("gpushare: shares of one reservation must come from one GPU, got %s", strings.Join(parts, "; "))
+		return b, fmt.Errorf("gpushare: shares of one reservation must come from one GPU, got %s", strings.Join(parts, "; "))
 	}
-
-	now := p.now()
-	p.pendMu.Lock()
-	if len(shareIDs) > 0 {
-		if v.whole[shareUUID] || p.pending[shareUUID] != nil && p.pending[shareUUID].whole {
-			p.pendMu.Unlock()
-			return nil, fmt.Errorf("gpushare: refusing shares %s: GPU %s is held whole by another allocation", strings.Join(shareIDs, ", "), shareUUID)
-		}
-		pu := p.pending[shareUUID]
-		if pu == nil {
-			pu = &pendingUse{}
-			p.pending[shareUUID] = pu
-		}
-		pu.share, pu.at = true, now
-	} else {
-		for _, u := range wholeIDs {
-			if v.shares[u] > 0 || p.pending[u] != nil && p.pending[u].share {
-				p.pendMu.Unlock()
-				return nil, fmt.Errorf("gpushare: refusing whole GPU %s: it has share tenants (%d shares held)", u, v.shares[u])
-			}
-		}
-		for _, u := range wholeIDs {
-			pu := p.pending[u]
-			if pu == nil {
-				pu = &pendingUse{}
-				p.pending[u] = pu
-			}
-			pu.whole, pu.at = true, now
-		}
-	}
-	p.pendMu.Unlock()
-
-	if len(wholeIDs) > 0 {
-		list := strings.Join(wholeIDs, ",")
-		return &dev.ContainerReservation{Envs: map[string]string{
-			EnvNvidiaVisibleDevices: list,
-			EnvCudaVisibleDevices:   list,
-		}}, nil
-	}
-	return shareReservation(v, shareUUID, len(shareIDs)), nil
+	return b, nil
 }
 
 func shareReservation(v *reserveView, uuid string, k int) *dev.ContainerReservation {

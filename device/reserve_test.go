@@ -124,7 +124,7 @@ func TestReserveBetweenReads(t *testing.T) {
 		t.Fatalf("whole after a share reservation: %v", err)
 	}
 	// The next read shows neither allocation (they ended): both are free.
-	p.observe(context.Background())
+	p.observe(context.Background(), loopStateOf(p))
 	if _, err := p.Reserve(shares(u[2], 0, 5)); err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestReserveBeforeFingerprint(t *testing.T) {
 func FuzzReserve(f *testing.F) {
 	fake := newFakeNomad(f)
 	p := newPlugin(f, fake, nil)
-	p.observe(context.Background())
+	p.observe(context.Background(), loopStateOf(p))
 	u := uuids(p)
 	f.Add("GPU-x", "GPU-x-s01", 2)
 	f.Add("", "-s", 0)

@@ -47,28 +47,21 @@ func (p *Plugin) Stats(ctx context.Context, interval time.Duration) (<-chan *dev
 	return out, nil
 }
 
+// collectStats reads the GPUs' statistics once.
 func (p *Plugin) collectStats() *dev.StatsResponse {
-	p.mu.Lock()
-	src := p.src
-	p.mu.Unlock()
-	readings, err := src.Stats()
+	readings, hw, err := p.hw.stats()
 	if err != nil {
 		// Reported on the stream: Nomad's client logs it and retries.
 		return dev.NewStatsError(err)
 	}
+	use := p.usage.current()
 	now := time.Now()
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	var groups []*dev.DeviceGroupStats
 	whole := map[string]*dev.DeviceGroupStats{}
-	for _, g := range p.sortedHW() {
+	for _, g := range hw.gpus {
 		r, ok := readings[g.UUID]
 		if !ok {
 			continue
-		}
-		held := 0
-		if u := p.usage[g.UUID]; u != nil {
-			held = u.ShareUnits
 		}
 		wg := whole[g.Model]
 		if wg == nil {
@@ -79,6 +72,10 @@ func (p *Plugin) collectStats() *dev.StatsResponse {
 		wg.InstanceStats[g.UUID] = gpuStats(r, now, -1)
 		if g.MIG {
 			continue
+		}
+		held := 0
+		if u := use[g.UUID]; u != nil {
+			held = u.ShareUnits
 		}
 		sg := &dev.DeviceGroupStats{Vendor: ids.Vendor, Type: ids.TypeShare, Name: shareGroupName(g.GPU),
 			InstanceStats: make(map[string]*dev.DeviceStats, ids.SharesPerGPU)}

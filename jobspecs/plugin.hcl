@@ -24,11 +24,14 @@ plugin "nomad-device-gpushare" {
     # The local agent's HTTP API, used to learn which GPUs are in use and
     # which GPU work waits (blocked evaluations, in every namespace), so
     # that idle GPUs move to the family that waiting work needs, oldest
-    # first. Empty: NOMAD_ADDR, else http://127.0.0.1:4646. Token:
-    # NOMAD_TOKEN; with ACLs on it needs node:read and read-job in every
-    # namespace (without read-job the plugin falls back to the idle split
-    # below and logs why).
+    # first. Empty: NOMAD_ADDR, else http://127.0.0.1:4646.
     # nomad_address = "http://127.0.0.1:4646"
+
+    # With ACLs on, a token made from jobspecs/acl/nomad-gpushare-plugin.policy.hcl
+    # (node read, read-job in every namespace; terraform/ makes it). Empty:
+    # NOMAD_TOKEN from the client's environment. Without read-job the
+    # plugin falls back to the idle split below and logs why.
+    # nomad_token = "..."
 
     # With the NVIDIA MPS control daemon running, shares get hard memory
     # and compute limits through MPS.

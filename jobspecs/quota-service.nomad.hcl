@@ -29,6 +29,12 @@ variable "kv_prefix" {
   default     = "gpushare"
 }
 
+variable "tokens_from_variable" {
+  description = "With ACLs on: read NOMAD_TOKEN and CONSUL_HTTP_TOKEN from the Nomad Variable nomad/jobs/gpushare-quota (items nomad_token and consul_token), which only this job's tasks can read."
+  type        = bool
+  default     = false
+}
+
 job "gpushare-quota" {
   type     = "service"
   priority = 90
@@ -83,8 +89,25 @@ job "gpushare-quota" {
       }
 
       # The service reads NOMAD_TOKEN and CONSUL_HTTP_TOKEN from its
-      # environment; with ACLs on, give it tokens for the policies in
-      # jobspecs/acl/ (for example through a template from Nomad Variables).
+      # environment. With ACLs on, store tokens made from the policies in
+      # jobspecs/acl/ in the job's Nomad Variable and set
+      # tokens_from_variable (terraform/ does both):
+      #
+      #   nomad var put nomad/jobs/gpushare-quota nomad_token=... consul_token=...
+      dynamic "template" {
+        for_each = var.tokens_from_variable ? ["tokens"] : []
+        content {
+          destination = "secrets/tokens.env"
+          env         = true
+          change_mode = "restart"
+          data        = <<-EOT
+          {{ with nomadVar "nomad/jobs/gpushare-quota" -}}
+          NOMAD_TOKEN={{ .nomad_token }}
+          CONSUL_HTTP_TOKEN={{ .consul_token }}
+          {{ end -}}
+          EOT
+        }
+      }
 
       resources {
         cpu    = 200

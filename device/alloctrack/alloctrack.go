@@ -105,30 +105,51 @@ func (t *Tracker) q(ctx context.Context) (*api.QueryOptions, context.CancelFunc)
 // runs on.
 var ErrNodeNotFound = errors.New("nomad node of this plugin not found")
 
-// NodeID returns this plugin's node ID, resolving it once.
+// NodeID returns this plugin's node ID, resolving it once: Config.NodeID,
+// else the node named Config.NodeName, else the local agent's own node
+// (/v1/agent/self), else the node named like the hostname. When the agent
+// cannot tell and the hostname lookup fails too, the error carries both
+// reasons (an ACL denial on the agent reads as one, not as a missing node).
 func (t *Tracker) NodeID(ctx context.Context) (string, error) {
 	if t.nodeID != "" {
 		return t.nodeID, nil
 	}
-	name := t.cfg.NodeName
-	if name == "" {
-		// The local agent knows its own node ID.
-		var self api.AgentSelf
-		q, cancel := t.q(ctx)
-		_, err := t.client.Raw().Query("/v1/agent/self", &self, q)
-		cancel()
-		if err == nil {
-			if id := self.Stats["client"]["node_id"]; id != "" {
-				t.nodeID = id
-				return id, nil
-			}
-		}
-		h, err := os.Hostname()
-		if err != nil {
-			return "", fmt.Errorf("%w: set node_id or node_name in the plugin config (hostname: %v)", ErrNodeNotFound, err)
-		}
-		name = h
+	if t.cfg.NodeName != "" {
+		return t.nodeNamed(ctx, t.cfg.NodeName)
 	}
+	id, agentErr := t.agentNodeID(ctx)
+	if agentErr == nil {
+		t.nodeID = id
+		return id, nil
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("%w: set node_id or node_name in the plugin config (hostname: %v; %w)", ErrNodeNotFound, err, agentErr)
+	}
+	id, err = t.nodeNamed(ctx, h)
+	if err != nil {
+		return "", fmt.Errorf("%w (and %w)", err, agentErr)
+	}
+	return id, nil
+}
+
+// agentNodeID asks the local agent for its client's node ID.
+func (t *Tracker) agentNodeID(ctx context.Context) (string, error) {
+	var self api.AgentSelf
+	q, cancel := t.q(ctx)
+	defer cancel()
+	if _, err := t.client.Raw().Query("/v1/agent/self", &self, q); err != nil {
+		return "", fmt.Errorf("asking the local agent for its node (%s/v1/agent/self): %w", t.client.Address(), err)
+	}
+	id := self.Stats["client"]["node_id"]
+	if id == "" {
+		return "", fmt.Errorf("the agent at %s runs no client", t.client.Address())
+	}
+	return id, nil
+}
+
+// nodeNamed looks the node up by name and remembers its ID.
+func (t *Tracker) nodeNamed(ctx context.Context, name string) (string, error) {
 	q, cancel := t.q(ctx)
 	defer cancel()
 	nodes, _, err := t.client.Nodes().List(q)
@@ -175,7 +196,7 @@ func (t *Tracker) Read(ctx context.Context) (Snapshot, error) {
 	if node.NodeResources != nil {
 		addServerView(snap.GPUs, node.NodeResources.Devices)
 	}
-	AddAllocations(snap.GPUs, allocs)
+	addAllocations(snap.GPUs, allocs)
 	if t.cfg.Demand {
 		snap.Demand, snap.DemandErr = t.readDemand(ctx, node)
 	}
@@ -214,17 +235,17 @@ func addServerView(m map[string]*GPUUsage, groups []*api.NodeDeviceResource) {
 	}
 }
 
-// Live reports whether an allocation may still be using its devices: every
+// live reports whether an allocation may still be using its devices: every
 // allocation that is not terminal on the client, whatever its desired
 // status (a stopping allocation still runs).
-func Live(a *api.Allocation) bool {
+func live(a *api.Allocation) bool {
 	return !a.ClientTerminalStatus()
 }
 
-// AddAllocations adds the devices held by the live allocations to m.
-func AddAllocations(m map[string]*GPUUsage, allocs []*api.Allocation) {
+// addAllocations adds the devices held by the live allocations to m.
+func addAllocations(m map[string]*GPUUsage, allocs []*api.Allocation) {
 	for _, a := range allocs {
-		if a == nil || !Live(a) {
+		if a == nil || !live(a) {
 			continue
 		}
 		held := ids.HeldDevices(a.AllocatedResources)

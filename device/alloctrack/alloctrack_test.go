@@ -3,10 +3,13 @@ package alloctrack
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -79,7 +82,7 @@ func TestAddAllocations(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := map[string]*GPUUsage{}
-			AddAllocations(m, tt.allocs)
+			addAllocations(m, tt.allocs)
 			got := map[string]GPUUsage{}
 			for u, g := range m {
 				sort.Strings(g.ShareAllocs)
@@ -138,5 +141,59 @@ func TestRead(t *testing.T) {
 	tr, _ = New(Config{Address: srv.URL, NodeID: "n1"})
 	if _, err := tr.Read(context.Background()); err == nil || !strings.Contains(err.Error(), srv.URL) {
 		t.Fatalf("unreachable Nomad: %v", err)
+	}
+}
+
+// TestNodeIDKeepsTheAgentError: when the local agent refuses to say which
+// node it is (an ACL token without agent:read) and no node is named like
+// the host, the error says both; when one is, it is used.
+func TestNodeIDKeepsTheAgentError(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		nodes   []*api.NodeListStub
+		wantID  string
+		wantErr []string
+	}{
+		{"no node named like the host", []*api.NodeListStub{{ID: "n2", Name: "other"}}, "",
+			[]string{"403", "Permission denied", "/v1/agent/self", "no node named " + strconv.Quote(host)}},
+		{"a node named like the host", []*api.NodeListStub{{ID: "n1", Name: host}, {ID: "n2", Name: "other"}}, "n1", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				switch r.URL.Path {
+				case "/v1/agent/self":
+					http.Error(w, "Permission denied", http.StatusForbidden)
+				case "/v1/nodes":
+					json.NewEncoder(w).Encode(tt.nodes)
+				default:
+					http.NotFound(w, r)
+				}
+			}))
+			defer srv.Close()
+			tr, err := New(Config{Address: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, err := tr.NodeID(context.Background())
+			if tt.wantErr == nil {
+				if err != nil || id != tt.wantID {
+					t.Fatalf("NodeID = %q, %v; want %q", id, err, tt.wantID)
+				}
+				return
+			}
+			if !errors.Is(err, ErrNodeNotFound) {
+				t.Fatalf("NodeID error %v is not ErrNodeNotFound", err)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("NodeID error %q lacks %q", err, w)
+				}
+			}
+		})
 	}
 }

@@ -84,7 +84,7 @@ func (s *Source) init() error {
 	if s.inited {
 		return nil
 	}
-	ret := callRet(s.lib.Init)
+	ret := s.lib.Init()
 	if ret != nvml.SUCCESS {
 		hint := ""
 		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
@@ -101,7 +101,7 @@ func (s *Source) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.inited {
-		callRet(s.lib.Shutdown)
+		s.lib.Shutdown()
 		s.inited = false
 	}
 }
@@ -116,13 +116,13 @@ func (s *Source) Inventory() (Inventory, error) {
 		return Inventory{}, err
 	}
 	var inv Inventory
-	if v, ret := getString(s.lib.SystemGetDriverVersion); ret == nvml.SUCCESS {
+	if v, ret := s.lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
 		inv.DriverVersion = v
 	}
-	if v, ret := getInt(s.lib.SystemGetCudaDriverVersion); ret == nvml.SUCCESS && v > 0 {
+	if v, ret := s.lib.SystemGetCudaDriverVersion(); ret == nvml.SUCCESS && v > 0 {
 		inv.CUDAVersion = fmt.Sprintf("%d.%d", v/1000, v%1000/10)
 	}
-	n, ret := getInt(s.lib.DeviceGetCount)
+	n, ret := s.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		// NVML may have been unloaded under us (driver reload): init again
 		// next time.
@@ -135,70 +135,63 @@ func (s *Source) Inventory() (Inventory, error) {
 	return inv, nil
 }
 
+// describe reads GPU i: its identity and memory (a failure sets Err), then
+// the optional facts.
 func (s *Source) describe(i int) GPU {
 	g := GPU{Index: i}
-	var d nvml.Device
-	var ret nvml.Return
-	protect(&ret, func() { d, ret = s.lib.DeviceGetHandleByIndex(i) })
+	d, ret := s.lib.DeviceGetHandleByIndex(i)
 	if ret != nvml.SUCCESS {
 		g.Err = fmt.Errorf("GPU %d: get handle: %v", i, ret)
 		return g
 	}
-	if g.UUID, ret = getString(d.GetUUID); ret != nvml.SUCCESS {
+	if g.UUID, ret = d.GetUUID(); ret != nvml.SUCCESS {
 		g.Err = fmt.Errorf("GPU %d: read UUID: %v", i, ret)
 		return g
 	}
-	if g.Model, ret = getString(d.GetName); ret != nvml.SUCCESS {
+	if g.Model, ret = d.GetName(); ret != nvml.SUCCESS {
 		g.Err = fmt.Errorf("GPU %s: read name: %v", g.UUID, ret)
 	}
-	var mem nvml.Memory
-	protect(&ret, func() { mem, ret = d.GetMemoryInfo() })
+	mem, ret := d.GetMemoryInfo()
 	if ret != nvml.SUCCESS {
 		g.Err = fmt.Errorf("GPU %s: read memory: %v", g.UUID, ret)
 	}
 	g.MemoryMiB = mem.Total >> 20
-	protect(&ret, func() { g.ComputeMajor, g.ComputeMinor, ret = d.GetCudaComputeCapability() })
-	var pci nvml.PciInfo
-	protect(&ret, func() { pci, ret = d.GetPciInfo() })
-	if ret == nvml.SUCCESS {
+	g.ComputeMajor, g.ComputeMinor, _ = d.GetCudaComputeCapability()
+	if pci, ret := d.GetPciInfo(); ret == nvml.SUCCESS {
 		g.PCIBusID = busID(pci)
 	}
-	var cur, pending int
-	protect(&ret, func() { cur, pending, ret = d.GetMigMode() })
-	_ = pending
+	cur, _, ret := d.GetMigMode()
 	g.MIG = ret == nvml.SUCCESS && cur == nvml.DEVICE_MIG_ENABLE
-	var arch nvml.DeviceArchitecture
-	protect(&ret, func() { arch, ret = d.GetArchitecture() })
-	if ret == nvml.SUCCESS {
+	if arch, ret := d.GetArchitecture(); ret == nvml.SUCCESS {
 		g.Architecture = archName(arch)
 	}
-	gen, r1 := getInt(d.GetMaxPcieLinkGeneration)
-	width, r2 := getInt(d.GetMaxPcieLinkWidth)
+	describeLimits(d, &g)
+	return g
+}
+
+// describeLimits reads the facts NVML may not report (zero when it does
+// not): PCIe bandwidth, power limit, clocks, BAR1 size and core count.
+func describeLimits(d nvml.Device, g *GPU) {
+	gen, r1 := d.GetMaxPcieLinkGeneration()
+	width, r2 := d.GetMaxPcieLinkWidth()
 	if r1 == nvml.SUCCESS && r2 == nvml.SUCCESS {
 		g.PCIBandwidthMBps = pcieLaneMBps(gen) * width
 	}
-	var u uint32
-	protect(&ret, func() { u, ret = d.GetPowerManagementLimit() })
-	if ret == nvml.SUCCESS {
-		g.PowerLimitW = int(u / 1000)
+	if mw, ret := d.GetPowerManagementLimit(); ret == nvml.SUCCESS {
+		g.PowerLimitW = int(mw / 1000)
 	}
-	protect(&ret, func() { u, ret = d.GetMaxClockInfo(nvml.CLOCK_SM) })
-	if ret == nvml.SUCCESS {
-		g.CoresClockMHz = int(u)
+	if mhz, ret := d.GetMaxClockInfo(nvml.CLOCK_SM); ret == nvml.SUCCESS {
+		g.CoresClockMHz = int(mhz)
 	}
-	protect(&ret, func() { u, ret = d.GetMaxClockInfo(nvml.CLOCK_MEM) })
-	if ret == nvml.SUCCESS {
-		g.MemoryClockMHz = int(u)
+	if mhz, ret := d.GetMaxClockInfo(nvml.CLOCK_MEM); ret == nvml.SUCCESS {
+		g.MemoryClockMHz = int(mhz)
 	}
-	var bar1 nvml.BAR1Memory
-	protect(&ret, func() { bar1, ret = d.GetBAR1MemoryInfo() })
-	if ret == nvml.SUCCESS {
+	if bar1, ret := d.GetBAR1MemoryInfo(); ret == nvml.SUCCESS {
 		g.BAR1MiB = bar1.Bar1Total >> 20
 	}
-	if c, ret := getInt(d.GetNumGpuCores); ret == nvml.SUCCESS {
+	if c, ret := d.GetNumGpuCores(); ret == nvml.SUCCESS {
 		g.CUDACores = c
 	}
-	return g
 }
 
 // Stats reads live statistics of every GPU, keyed by UUID.
@@ -208,73 +201,44 @@ func (s *Source) Stats() (map[string]Stats, error) {
 	if err := s.init(); err != nil {
 		return nil, err
 	}
-	n, ret := getInt(s.lib.DeviceGetCount)
+	n, ret := s.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("NVML could not count GPUs: %v", ret)
 	}
 	out := make(map[string]Stats, n)
 	for i := 0; i < n; i++ {
-		var d nvml.Device
-		protect(&ret, func() { d, ret = s.lib.DeviceGetHandleByIndex(i) })
+		d, ret := s.lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
 			continue
 		}
-		uuid, ret := getString(d.GetUUID)
+		uuid, ret := d.GetUUID()
 		if ret != nvml.SUCCESS {
 			continue
 		}
-		st := Stats{UUID: uuid}
-		var mem nvml.Memory
-		protect(&ret, func() { mem, ret = d.GetMemoryInfo() })
-		if ret != nvml.SUCCESS {
-			st.Err = fmt.Errorf("read memory: %v", ret)
-		}
-		st.MemUsedMiB, st.MemTotalMiB = mem.Used>>20, mem.Total>>20
-		var ut nvml.Utilization
-		protect(&ret, func() { ut, ret = d.GetUtilizationRates() })
-		if ret == nvml.SUCCESS {
-			st.GPUUtilPct, st.MemUtilPct = &ut.Gpu, &ut.Memory
-		}
-		var t uint32
-		protect(&ret, func() { t, ret = d.GetTemperature(nvml.TEMPERATURE_GPU) })
-		if ret == nvml.SUCCESS {
-			st.TemperatureC = &t
-		}
-		var p uint32
-		protect(&ret, func() { p, ret = d.GetPowerUsage() })
-		if ret == nvml.SUCCESS {
-			w := float64(p) / 1000
-			st.PowerW = &w
-		}
-		out[uuid] = st
+		out[uuid] = readStats(uuid, d)
 	}
 	return out, nil
 }
 
-// protect runs an NVML call that sets *ret; a panic (a mock function that
-// is not set) is reported as ERROR_NOT_SUPPORTED.
-func protect(ret *nvml.Return, f func()) {
-	defer func() {
-		if recover() != nil {
-			*ret = nvml.ERROR_NOT_SUPPORTED
-		}
-	}()
-	f()
-}
-
-func callRet(f func() nvml.Return) (r nvml.Return) {
-	protect(&r, func() { r = f() })
-	return r
-}
-
-func getString(f func() (string, nvml.Return)) (v string, r nvml.Return) {
-	protect(&r, func() { v, r = f() })
-	return v, r
-}
-
-func getInt(f func() (int, nvml.Return)) (v int, r nvml.Return) {
-	protect(&r, func() { v, r = f() })
-	return v, r
+// readStats reads one GPU's live statistics.
+func readStats(uuid string, d nvml.Device) Stats {
+	st := Stats{UUID: uuid}
+	mem, ret := d.GetMemoryInfo()
+	if ret != nvml.SUCCESS {
+		st.Err = fmt.Errorf("read memory: %v", ret)
+	}
+	st.MemUsedMiB, st.MemTotalMiB = mem.Used>>20, mem.Total>>20
+	if ut, ret := d.GetUtilizationRates(); ret == nvml.SUCCESS {
+		st.GPUUtilPct, st.MemUtilPct = &ut.Gpu, &ut.Memory
+	}
+	if t, ret := d.GetTemperature(nvml.TEMPERATURE_GPU); ret == nvml.SUCCESS {
+		st.TemperatureC = &t
+	}
+	if mw, ret := d.GetPowerUsage(); ret == nvml.SUCCESS {
+		w := float64(mw) / 1000
+		st.PowerW = &w
+	}
+	return st
 }
 
 func busID(p nvml.PciInfo) string {

@@ -112,19 +112,64 @@ func TestLostGPUAndMIG(t *testing.T) {
 }
 
 func TestStats(t *testing.T) {
-	sim, _ := NewSimulated(SimOptions{Preset: PresetH100, Count: 2})
-	sim.SetUsage(1, 40960, 80)
-	st, err := NewSource(sim).Stats()
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name   string
+		opts   SimOptions
+		memMiB uint64
+	}{
+		{"h100 preset", SimOptions{Preset: PresetH100, Count: 2}, 81920},
+		{"a100 preset", SimOptions{Preset: PresetA100, Count: 2}, 40960},
+		{"custom", SimOptions{Preset: PresetCustom, Count: 2, Model: "NVIDIA L4", MemoryMiB: 23034}, 23034},
+		{"h100 grown to 10", SimOptions{Preset: PresetH100, Count: 10}, 81920},
 	}
-	u := sim.UUIDs()
-	s0, s1 := st[u[0]], st[u[1]]
-	if s0.MemUsedMiB != 0 || s0.MemTotalMiB != 81920 || *s0.GPUUtilPct != 0 {
-		t.Errorf("idle GPU stats %+v", s0)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sim, err := NewSimulated(tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := len(sim.UUIDs()) - 1
+			sim.SetUsage(last, tt.memMiB/2, 80)
+			st, err := NewSource(sim).Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			u := sim.UUIDs()
+			s0, s1 := st[u[0]], st[u[last]]
+			if s0.Err != nil || s0.MemUsedMiB != 0 || s0.MemTotalMiB != tt.memMiB || *s0.GPUUtilPct != 0 {
+				t.Errorf("idle GPU stats %+v", s0)
+			}
+			if s1.Err != nil || s1.MemUsedMiB != tt.memMiB/2 || *s1.GPUUtilPct != 80 || *s1.MemUtilPct != 50 || s1.TemperatureC == nil || s1.PowerW == nil || *s1.PowerW <= *s0.PowerW {
+				t.Errorf("busy GPU stats %+v", s1)
+			}
+		})
 	}
-	if s1.MemUsedMiB != 40960 || *s1.GPUUtilPct != 80 || *s1.MemUtilPct != 50 || s1.TemperatureC == nil || s1.PowerW == nil || *s1.PowerW <= *s0.PowerW {
-		t.Errorf("busy GPU stats %+v", s1)
+}
+
+// TestSimulatedSetsEveryCallOfSource: every optional fact Source reads is
+// answered on every preset, also for GPUs added beyond the preset's eight
+// (an unset go-nvml mock function would panic, and Source recovers from
+// nothing).
+func TestSimulatedSetsEveryCallOfSource(t *testing.T) {
+	for _, o := range []SimOptions{{Preset: PresetH100, Count: 10}, {Preset: PresetA100, Count: 10}, {Preset: PresetCustom, Count: 2, Model: "NVIDIA L4", MemoryMiB: 23034}} {
+		sim, err := NewSimulated(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sim.SetMIG(1, true)
+		inv, err := NewSource(sim).Inventory()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range inv.GPUs {
+			if g.Err != nil || g.Architecture == "" || g.ComputeMajor == 0 || g.PCIBusID == "" || g.PCIBandwidthMBps == 0 ||
+				g.PowerLimitW == 0 || g.CoresClockMHz == 0 || g.MemoryClockMHz == 0 || g.BAR1MiB == 0 || g.CUDACores == 0 {
+				t.Errorf("%s GPU %d lacks a fact: %+v", o.Preset, g.Index, g)
+			}
+			if g.MIG != (g.Index == 1) {
+				t.Errorf("%s GPU %d: MIG %v", o.Preset, g.Index, g.MIG)
+			}
+		}
 	}
 }
 

@@ -34,6 +34,11 @@ type SimOptions struct {
 // the mocks lack filled in: PCI bus IDs, utilization, temperature, power,
 // memory in use, processes (none), stable UUIDs. Its Set methods let tests
 // and demos change readings and break GPUs.
+//
+// A go-nvml mock function that is not set panics when called, and Source
+// recovers from nothing (real NVML does not panic, and a panic there is a
+// bug to see), so Simulated sets every function that Source calls; the
+// package tests call all of them on every preset.
 type Simulated struct {
 	*server.Server
 

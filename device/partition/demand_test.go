@@ -30,7 +30,7 @@ func TestDemand(t *testing.T) {
 		steps []step
 	}{
 		{
-			name: "issue 3a: a 4th whole job waits; the idle share landing place no share demand needs goes whole",
+			name: "a 4th whole job waits; the idle share landing place no share demand needs goes whole",
 			steps: []step{
 				{at: 0, gpus: m{"a": gpu(0, "pw", "W"), "b": gpu(1, "pw", "W"), "c": gpu(2, "pw", "W"), "d": gpu(3, "ps")},
 					demand: ds{wd("j4", 0, 1)}, want: w{"d": "none"}},
@@ -44,7 +44,7 @@ func TestDemand(t *testing.T) {
 			},
 		},
 		{
-			name: "issue 3b: share GPU with headroom but not enough for 60: an idle whole GPU goes share",
+			name: "share GPU with headroom but not enough for 60: an idle whole GPU goes share",
 			steps: []step{
 				{at: 0, gpus: m{"a": gpu(0, "pw"), "b": gpu(1, "pw"), "c": gpu(2, "pw"), "d": gpu(3, "ps", "S50")},
 					want: w{"a": "whole", "b": "whole", "c": "whole", "d": "share"}},

@@ -3,7 +3,9 @@
 // "gpu-share"). It is a pure state machine: it is fed observations (GPU
 // health and usage as read from the Nomad API, and what the Nomad servers
 // currently see as published) and answers what to publish. It does no I/O
-// and reads no clock.
+// and reads no clock. The protocol is stated in docs/design.md, section
+// "Partition protocol"; units (a share is 1/ids.SharesPerGPU of a GPU) in
+// "Units and device families".
 //
 // Rules:
 //   - A GPU with share tenants stays in share mode until its last tenant
@@ -145,37 +147,37 @@ type Observation struct {
 	Demand []Demand
 }
 
-// Phase is where a GPU is in a switch.
-type Phase uint8
+// phase is where a GPU is in a switch.
+type phase uint8
 
 const (
-	// Published: the GPU is offered in its Mode's family.
-	Published Phase = iota
-	// Withdrawing: withdrawn from every family; waiting for the Nomad
+	// phasePublished: the GPU is offered in its Mode's family.
+	phasePublished phase = iota
+	// phaseWithdrawing: withdrawn from every family; waiting for the Nomad
 	// servers to see it.
-	Withdrawing
-	// Settling: the servers see it withdrawn since Since; waiting
+	phaseWithdrawing
+	// phaseSettling: the servers see it withdrawn since Since; waiting
 	// SettlePeriod before confirming that nothing landed.
-	Settling
+	phaseSettling
 )
 
-func (p Phase) String() string {
+func (p phase) String() string {
 	switch p {
-	case Withdrawing:
+	case phaseWithdrawing:
 		return "withdrawing"
-	case Settling:
+	case phaseSettling:
 		return "settling"
 	default:
 		return "published"
 	}
 }
 
-// GPUState is the machine's decision for one GPU.
-type GPUState struct {
+// gpuState is the machine's decision for one GPU.
+type gpuState struct {
 	Mode   Mode
-	Phase  Phase
-	Target Mode      // the family being switched to (Phase != Published)
-	Since  time.Time // start of the Settling phase
+	Phase  phase
+	Target Mode      // the family being switched to (Phase != phasePublished)
+	Since  time.Time // start of the settling phase
 	// Conflict is set when the GPU is observed both held whole and shared
 	// (a placement raced a switch); it is then published nowhere until one
 	// side ends.
@@ -194,7 +196,7 @@ type Publication struct {
 // use New.
 type Machine struct {
 	policy Policy
-	gpus   map[string]*GPUState
+	gpus   map[string]*gpuState
 	obs    map[string]GPUObs
 	seen   bool // at least one non-blind observation
 	// demand is the demand of the last non-blind observation; held adds
@@ -212,11 +214,8 @@ type heldDemand struct {
 // New returns a machine that has seen nothing yet: every GPU it learns of is
 // published nowhere until the first non-blind observation.
 func New(p Policy) *Machine {
-	return &Machine{policy: p, gpus: map[string]*GPUState{}, obs: map[string]GPUObs{}, held: map[string]heldDemand{}}
+	return &Machine{policy: p, gpus: map[string]*gpuState{}, obs: map[string]GPUObs{}, held: map[string]heldDemand{}}
 }
-
-// SetPolicy changes the policy; it applies from the next Step.
-func (m *Machine) SetPolicy(p Policy) { m.policy = p }
 
 // Event records one decision of a Step, for logging.
 type Event struct {
@@ -224,13 +223,11 @@ type Event struct {
 	Msg  string
 }
 
-// State returns a copy of the state of a GPU.
-func (m *Machine) State(uuid string) (GPUState, bool) {
-	s, ok := m.gpus[uuid]
-	if !ok {
-		return GPUState{}, false
-	}
-	return *s, true
+// events collects a Step's events in the order of its decisions.
+type events []Event
+
+func (ev *events) add(uuid, format string, a ...any) {
+	*ev = append(*ev, Event{UUID: uuid, Msg: fmt.Sprintf(format, a...)})
 }
 
 // Publications returns where each known GPU should be published.
@@ -242,45 +239,28 @@ func (m *Machine) Publications() map[string]Publication {
 	return out
 }
 
-func (m *Machine) publication(s *GPUState) Publication {
+func (m *Machine) publication(s *gpuState) Publication {
 	switch {
-	case !m.seen || s.Mode == Unknown && s.Phase == Published:
+	case !m.seen || s.Mode == Unknown && s.Phase == phasePublished:
 		return Publication{Reason: "gpushare: waiting to read GPU usage from the Nomad API"}
 	case s.Mode == Unknown && !s.Conflict:
 		return Publication{Reason: fmt.Sprintf("gpushare: settling before first publication in %s mode", s.Target)}
 	case s.Conflict:
 		return Publication{Reason: "gpushare: GPU is held both whole and shared; withdrawn until one side ends"}
-	case s.Phase != Published:
+	case s.Phase != phasePublished:
 		return Publication{Reason: fmt.Sprintf("gpushare: switching to %s mode (%s)", s.Target, s.Phase)}
 	}
 	return Publication{Family: s.Mode}
 }
 
-// Step feeds one observation and returns what changed.
+// Step feeds one observation and returns what changed. The steps run in
+// this order: observed usage wins; GPUs never decided adopt what the servers
+// publish; switches in progress advance; the policy splits the idle GPUs.
 func (m *Machine) Step(o Observation) []Event {
-	var ev []Event
-	add := func(u, f string, a ...any) { ev = append(ev, Event{UUID: u, Msg: fmt.Sprintf(f, a...)}) }
-
-	// Learn new GPUs and forget vanished ones.
-	for u := range m.gpus {
-		if _, ok := o.GPUs[u]; !ok {
-			delete(m.gpus, u)
-			delete(m.obs, u)
-			add(u, "forgotten: no longer observed")
-		}
-	}
-	for u := range o.GPUs {
-		if _, ok := m.gpus[u]; !ok {
-			m.gpus[u] = &GPUState{}
-		}
-	}
+	var ev events
+	m.learnGPUs(o, &ev)
 	if o.Blind {
-		// Keep the hardware facts, but not usage: nothing switches blind.
-		for u, g := range o.GPUs {
-			prev := m.obs[u]
-			prev.Order, prev.Healthy, prev.Shareable = g.Order, g.Healthy, g.Shareable
-			m.obs[u] = prev
-		}
+		m.keepHardwareFacts(o)
 		return ev
 	}
 	m.seen = true
@@ -288,199 +268,290 @@ func (m *Machine) Step(o Observation) []Event {
 	for u, g := range o.GPUs {
 		m.obs[u] = g
 	}
+	m.holdDemand(o, &ev)
+	uuids := m.sorted()
+	m.followUsage(uuids, &ev)
+	m.adoptServerView(uuids, &ev)
+	m.advanceSwitches(o.At, uuids, &ev)
+	m.balance(o.At, uuids, &ev)
+	return ev
+}
+
+// learnGPUs starts tracking new GPUs and forgets vanished ones.
+func (m *Machine) learnGPUs(o Observation, ev *events) {
+	for u := range m.gpus {
+		if _, ok := o.GPUs[u]; !ok {
+			delete(m.gpus, u)
+			delete(m.obs, u)
+			ev.add(u, "forgotten: no longer observed")
+		}
+	}
+	for u := range o.GPUs {
+		if _, ok := m.gpus[u]; !ok {
+			m.gpus[u] = &gpuState{}
+		}
+	}
+}
+
+// keepHardwareFacts takes a blind observation's hardware facts but not its
+// usage: nothing switches blind.
+func (m *Machine) keepHardwareFacts(o Observation) {
+	for u, g := range o.GPUs {
+		prev := m.obs[u]
+		prev.Order, prev.Healthy, prev.Shareable = g.Order, g.Healthy, g.Shareable
+		m.obs[u] = prev
+	}
+}
+
+// holdDemand records the observation's demand and holds it for
+// Policy.DemandHold after it was last seen.
+func (m *Machine) holdDemand(o Observation, ev *events) {
 	m.demand = append(m.demand[:0], o.Demand...)
 	for _, d := range o.Demand {
 		if _, ok := m.held[d.Key]; !ok {
-			add("", "demand waits: %s", d)
+			ev.add("", "demand waits: %s", d)
 		}
 		m.held[d.Key] = heldDemand{d: d, lastSeen: o.At}
 	}
 	for _, k := range sortedKeys(m.held) {
 		if h := m.held[k]; o.At.Sub(h.lastSeen) > m.policy.DemandHold {
 			delete(m.held, k)
-			add("", "demand no longer waits: %s", h.d)
+			ev.add("", "demand no longer waits: %s", h.d)
 		}
 	}
+}
 
-	uuids := m.sorted()
-
-	// 1. Observed usage wins.
+// followUsage makes observed usage win: a GPU held whole is whole, one with
+// share tenants is shared (aborting any switch), one held both ways is a
+// conflict published nowhere, and one that is never shared is whole.
+func (m *Machine) followUsage(uuids []string, ev *events) {
 	for _, u := range uuids {
 		g, s := m.obs[u], m.gpus[u]
 		switch {
 		case g.WholeHeld && g.ShareUnits > 0:
 			if !s.Conflict {
-				add(u, "conflict: held whole and by %d shares; withdrawn", g.ShareUnits)
+				ev.add(u, "conflict: held whole and by %d shares; withdrawn", g.ShareUnits)
 			}
 			s.Conflict = true
-			s.Phase = Published
+			s.Phase = phasePublished
 			continue
 		case g.WholeHeld:
-			m.force(u, s, Whole, "held whole by an allocation", add)
+			m.force(u, s, Whole, "held whole by an allocation", ev)
 		case g.ShareUnits > 0:
-			m.force(u, s, Share, fmt.Sprintf("%d shares held", g.ShareUnits), add)
-		case !g.Shareable && (s.Mode != Whole || s.Phase != Published):
-			m.force(u, s, Whole, "not shareable", add)
+			m.force(u, s, Share, fmt.Sprintf("%d shares held", g.ShareUnits), ev)
+		case !g.Shareable && (s.Mode != Whole || s.Phase != phasePublished):
+			m.force(u, s, Whole, "not shareable", ev)
 		}
 		if s.Conflict {
 			s.Conflict = false
-			add(u, "conflict resolved; %s", s.Mode)
+			ev.add(u, "conflict resolved; %s", s.Mode)
 		}
 	}
+}
 
-	// 2. First decision for GPUs never decided: what the servers already
-	// publish stands; a GPU published nowhere may be given a family at once;
-	// one published in both is withdrawn and then assigned.
+// adoptServerView makes the first decision for GPUs never decided: what the
+// servers already publish stands; a GPU published nowhere is left to
+// balance; one published in both families is withdrawn and then assigned.
+func (m *Machine) adoptServerView(uuids []string, ev *events) {
 	for _, u := range uuids {
 		g, s := m.obs[u], m.gpus[u]
-		if s.Mode != Unknown || s.Phase != Published {
+		if s.Mode != Unknown || s.Phase != phasePublished {
 			continue
 		}
 		switch {
 		case g.ServerWhole && !g.ServerShare:
 			s.Mode = Whole
-			add(u, "adopted whole mode from the servers' view")
+			ev.add(u, "adopted whole mode from the servers' view")
 		case g.ServerShare && !g.ServerWhole:
 			s.Mode = Share
-			add(u, "adopted share mode from the servers' view")
+			ev.add(u, "adopted share mode from the servers' view")
 		case g.ServerShare && g.ServerWhole:
-			s.Phase, s.Target = Withdrawing, Share
-			add(u, "published in both families; withdrawing")
+			s.Phase, s.Target = phaseWithdrawing, Share
+			ev.add(u, "published in both families; withdrawing")
 		}
 	}
+}
 
-	// 3. Advance switches in progress.
+// advanceSwitches moves switches in progress: a withdrawn GPU settles once
+// the servers see it withdrawn, and is published in its target family once
+// the settle period has passed and it is still unused.
+func (m *Machine) advanceSwitches(now time.Time, uuids []string, ev *events) {
 	for _, u := range uuids {
 		g, s := m.obs[u], m.gpus[u]
 		switch s.Phase {
-		case Withdrawing:
+		case phaseWithdrawing:
 			if !g.ServerWhole && !g.ServerShare {
-				s.Phase, s.Since = Settling, o.At
-				add(u, "servers see it withdrawn; settling")
+				s.Phase, s.Since = phaseSettling, now
+				ev.add(u, "servers see it withdrawn; settling")
 			}
-		case Settling:
+		case phaseSettling:
 			if g.ServerWhole || g.ServerShare {
 				// Republished by someone else (a stale fingerprint); wait again.
-				s.Phase = Withdrawing
-				add(u, "servers publish it again; withdrawing")
-			} else if !o.At.Before(s.Since.Add(m.policy.SettlePeriod)) && g.idle() {
-				s.Mode, s.Phase = s.Target, Published
-				add(u, "switched to %s mode", s.Mode)
+				s.Phase = phaseWithdrawing
+				ev.add(u, "servers publish it again; withdrawing")
+			} else if !now.Before(s.Since.Add(m.policy.SettlePeriod)) && g.idle() {
+				s.Mode, s.Phase = s.Target, phasePublished
+				ev.add(u, "switched to %s mode", s.Mode)
 			}
 		}
 	}
-
-	// 4. Policy: split the idle GPUs.
-	m.balance(o.At, uuids, add)
-	return ev
 }
 
-func (m *Machine) force(u string, s *GPUState, to Mode, why string, add func(string, string, ...any)) {
-	if s.Mode == to && s.Phase == Published {
+func (m *Machine) force(u string, s *gpuState, to Mode, why string, ev *events) {
+	if s.Mode == to && s.Phase == phasePublished {
 		return
 	}
-	if s.Phase != Published {
-		add(u, "switch to %s aborted: %s", s.Target, why)
+	if s.Phase != phasePublished {
+		ev.add(u, "switch to %s aborted: %s", s.Target, why)
 	} else {
-		add(u, "%s mode: %s", to, why)
+		ev.add(u, "%s mode: %s", to, why)
 	}
-	s.Mode, s.Phase, s.Target = to, Published, Unknown
+	s.Mode, s.Phase, s.Target = to, phasePublished, Unknown
+}
+
+// idleCensus is where the GPUs stand for the policy: the idle ones by mode,
+// and the room left on the in-use share GPUs.
+type idleCensus struct {
+	// idleShare counts idle GPUs in share mode or switching to it.
+	idleShare int
+	// room is the most free shares of an in-use share GPU; free lists the
+	// free shares of each, in GPU order.
+	room int
+	free []int
+	// flex counts the idle shareable GPUs, fixed the idle GPUs that are
+	// whole for good (not shareable).
+	flex, fixed int
+	// wholeCands and shareCands are the idle shareable GPUs published
+	// whole / as shares, in GPU order; fresh those published nowhere yet.
+	wholeCands, shareCands, fresh []string
 }
 
 // balance starts switches (and makes first assignments) so that the number
 // of idle share-mode GPUs meets the policy and the waiting demand.
-func (m *Machine) balance(now time.Time, uuids []string, add func(string, string, ...any)) {
-	var idleShare, room, flex, fixed int
-	var free []int // free shares of the in-use share GPUs, in GPU order
-	var wholeCands, shareCands, fresh []string
+func (m *Machine) balance(now time.Time, uuids []string, ev *events) {
+	m.assignNeverShared(uuids, ev)
+	c := m.census(uuids)
+	lo, hi := m.shareTargets(c)
+	m.assignFresh(now, &c, lo, hi, ev)
+	m.switchIdle(&c, lo, hi, ev)
+}
+
+// assignNeverShared publishes whole the undecided GPUs that are unhealthy
+// or never shared.
+func (m *Machine) assignNeverShared(uuids []string, ev *events) {
+	for _, u := range uuids {
+		g, s := m.obs[u], m.gpus[u]
+		if !s.Conflict && s.Mode == Unknown && s.Phase == phasePublished && (!g.Healthy || !g.Shareable) {
+			s.Mode = Whole // published (unhealthy, or never shared) as whole
+			ev.add(u, "assigned whole mode")
+		}
+	}
+}
+
+// census counts the GPUs by where they stand (conflicts left out).
+func (m *Machine) census(uuids []string) idleCensus {
+	var c idleCensus
 	for _, u := range uuids {
 		g, s := m.obs[u], m.gpus[u]
 		if s.Conflict {
 			continue
 		}
-		if s.Mode == Share && s.Phase == Published && g.Healthy && g.ShareUnits > 0 {
+		if s.Mode == Share && s.Phase == phasePublished && g.Healthy && g.ShareUnits > 0 {
 			f := ids.SharesPerGPU - g.ShareUnits
-			room = max(room, f)
-			free = append(free, f)
-		}
-		if s.Mode == Unknown && s.Phase == Published && (!g.Healthy || !g.Shareable) {
-			s.Mode = Whole // published (unhealthy, or never shared) as whole
-			add(u, "assigned whole mode")
+			c.room = max(c.room, f)
+			c.free = append(c.free, f)
 		}
 		if !g.idle() || !g.Healthy {
 			continue
 		}
 		if !g.Shareable {
-			fixed++ // an idle whole GPU that never moves
+			c.fixed++ // an idle whole GPU that never moves
 			continue
 		}
-		flex++
+		c.flex++
 		switch {
-		case s.Mode == Unknown && s.Phase == Settling:
+		case s.Mode == Unknown && s.Phase == phaseSettling:
 			// Never published yet: its target may still change.
-			fresh = append(fresh, u)
-		case s.Phase != Published:
+			c.fresh = append(c.fresh, u)
+		case s.Phase != phasePublished:
 			if s.Target == Share {
-				idleShare++
+				c.idleShare++
 			}
 		case s.Mode == Share:
-			idleShare++
-			shareCands = append(shareCands, u)
+			c.idleShare++
+			c.shareCands = append(c.shareCands, u)
 		case s.Mode == Whole:
-			wholeCands = append(wholeCands, u)
+			c.wholeCands = append(c.wholeCands, u)
 		case s.Mode == Unknown:
-			fresh = append(fresh, u)
+			c.fresh = append(c.fresh, u)
 		}
 	}
+	return c
+}
+
+// shareTargets is how many idle GPUs should be in share mode: lo for the
+// current demand or the held demand, whichever wants fewer, hi for
+// whichever wants more. Switches to share start only below lo and switches
+// to whole only above hi (hysteresis).
+func (m *Machine) shareTargets(c idleCensus) (lo, hi int) {
 	base := m.policy.MinIdleShareGPUs
-	if m.policy.ShareHeadroom > 0 && room >= m.policy.ShareHeadroom {
+	if m.policy.ShareHeadroom > 0 && c.room >= m.policy.ShareHeadroom {
 		base = 0
 	}
 	held := make([]Demand, 0, len(m.held))
 	for _, k := range sortedKeys(m.held) {
 		held = append(held, m.held[k].d)
 	}
-	a := shareNeed(m.demand, free, flex, fixed, base)
-	b := shareNeed(held, free, flex, fixed, base)
-	lo, hi := min(a, b), max(a, b)
+	a := shareNeed(m.demand, c.free, c.flex, c.fixed, base)
+	b := shareNeed(held, c.free, c.flex, c.fixed, base)
+	return min(a, b), max(a, b)
+}
 
-	// Fresh GPUs, published nowhere: a placement planned against an earlier
-	// publication (before a plugin restart) may still be in flight, so they
-	// settle like a switch before their first publication. The landing
-	// place comes from the highest-ordered end.
-	for i := len(fresh) - 1; i >= 0; i-- {
-		u := fresh[i]
+// assignFresh gives the GPUs published nowhere their first family. A
+// placement planned against an earlier publication (before a plugin
+// restart) may still be in flight, so they settle like a switch before
+// their first publication. The landing place comes from the
+// highest-ordered end.
+func (m *Machine) assignFresh(now time.Time, c *idleCensus, lo, hi int, ev *events) {
+	for i := len(c.fresh) - 1; i >= 0; i-- {
+		u := c.fresh[i]
 		s := m.gpus[u]
 		want := lo
-		if s.Phase != Published && s.Target == Share {
+		if s.Phase != phasePublished && s.Target == Share {
 			want = hi
 		}
 		target := Whole
-		if idleShare < want {
+		if c.idleShare < want {
 			target = Share
-			idleShare++
+			c.idleShare++
 		}
-		if s.Phase == Published {
-			s.Phase, s.Since = Settling, now
+		if s.Phase == phasePublished {
+			s.Phase, s.Since = phaseSettling, now
 		} else if s.Target == target {
 			continue
 		}
 		s.Target = target
-		add(u, "assigning %s mode after settling", s.Target)
+		ev.add(u, "assigning %s mode after settling", s.Target)
 	}
-	for i := len(wholeCands) - 1; i >= 0 && idleShare < lo; i-- {
-		u := wholeCands[i]
+}
+
+// switchIdle withdraws idle published GPUs to switch them: whole ones to
+// share (from the highest-ordered end) while fewer than lo idle GPUs are in
+// share mode, share ones to whole (from the lowest) while more than hi are.
+func (m *Machine) switchIdle(c *idleCensus, lo, hi int, ev *events) {
+	for i := len(c.wholeCands) - 1; i >= 0 && c.idleShare < lo; i-- {
+		u := c.wholeCands[i]
 		s := m.gpus[u]
-		s.Phase, s.Target = Withdrawing, Share
-		idleShare++
-		add(u, "switching whole -> share (%d idle share GPUs wanted): withdrawn", lo)
+		s.Phase, s.Target = phaseWithdrawing, Share
+		c.idleShare++
+		ev.add(u, "switching whole -> share (%d idle share GPUs wanted): withdrawn", lo)
 	}
-	for i := 0; i < len(shareCands) && idleShare > hi; i++ {
-		u := shareCands[i]
+	for i := 0; i < len(c.shareCands) && c.idleShare > hi; i++ {
+		u := c.shareCands[i]
 		s := m.gpus[u]
-		s.Phase, s.Target = Withdrawing, Whole
-		idleShare--
-		add(u, "switching share -> whole (%d idle share GPUs wanted): withdrawn", hi)
+		s.Phase, s.Target = phaseWithdrawing, Whole
+		c.idleShare--
+		ev.add(u, "switching share -> whole (%d idle share GPUs wanted): withdrawn", hi)
 	}
 }
 

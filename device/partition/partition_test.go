@@ -415,7 +415,7 @@ func TestExhaustiveTwoGPUs(t *testing.T) {
 				if was != Unknown && p != Unknown && was != p && !forced {
 					t.Fatalf("%v: %s switched %v -> %v without withdrawal or usage", trace, u, was, p)
 				}
-				if g.idle() && was == Unknown && p != Unknown && m.gpus[u].Phase == Published {
+				if g.idle() && was == Unknown && p != Unknown && m.gpus[u].Phase == phasePublished {
 					// An idle GPU published after being withdrawn must have
 					// settled: the servers saw it withdrawn a period ago.
 					if st := m.gpus[u]; st.Since.Add(pol.SettlePeriod).After(o.At) {

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gpushare/nomad-gpushare/internal/aclpolicy"
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 )
 
@@ -41,6 +42,11 @@ type Config struct {
 	Out io.Writer
 	// Ready, when set, is called once everything is up.
 	Ready func(*localcluster.Cluster)
+	// ACL runs Consul and Nomad with ACLs on (default deny): the plugin
+	// and the quota service run on tokens made from the shipped
+	// policies (jobspecs/acl), and the env file carries management
+	// tokens for the CLIs.
+	ACL bool
 }
 
 // Run starts the demo and blocks until ctx is cancelled, then stops it.
@@ -66,6 +72,13 @@ func Run(ctx context.Context, cfg Config) error {
 	opts.PluginDir = pluginDir
 	opts.PluginConfig = string(hcl)
 	opts.WaitForDevices = []string{"nvidia/gpu"}
+	if cfg.ACL {
+		policy, err := aclpolicy.Read(cfg.RepoRoot, aclpolicy.PluginNomad)
+		if err != nil {
+			return err
+		}
+		opts.ACL, opts.PluginPolicy = true, policy
+	}
 
 	fmt.Fprintln(cfg.Out, "starting Consul and Nomad")
 	cluster, err := localcluster.New(opts)
@@ -132,7 +145,11 @@ func writeEnv(dir string, c *localcluster.Cluster) error {
 	}
 	env := fmt.Sprintf("export PATH=%q:\"$PATH\"\nexport NOMAD_ADDR=%q\nexport CONSUL_HTTP_ADDR=%q\n",
 		filepath.Join(tools, "bin"), c.NomadAddr, c.ConsulAddr)
-	if err := os.WriteFile(filepath.Join(dir, "env"), []byte(env), 0o644); err != nil {
+	if c.NomadToken != "" {
+		env += fmt.Sprintf("# Management tokens (ACLs are on).\nexport NOMAD_TOKEN=%q\nexport CONSUL_HTTP_TOKEN=%q\n",
+			c.NomadToken, c.ConsulToken)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "env"), []byte(env), 0o600); err != nil {
 		return fmt.Errorf("writing %s/env: %w", dir, err)
 	}
 	return nil
@@ -146,6 +163,9 @@ func printWelcome(w io.Writer, dir string, c *localcluster.Cluster, jobs []strin
 	}
 	fmt.Fprintf(&b, "Nomad API:  %s (the source-built agent has no web UI; use the CLI)\n", c.NomadAddr)
 	fmt.Fprintf(&b, "Logs:       %s\n", c.Dir)
+	if c.NomadToken != "" {
+		fmt.Fprintf(&b, "ACLs:       on, default deny; management tokens in %s/env (the Consul UI asks for CONSUL_HTTP_TOKEN)\n", dir)
+	}
 	if len(jobs) > 0 {
 		fmt.Fprintf(&b, "Submitted:  %s\n", strings.Join(jobs, ", "))
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -37,6 +38,21 @@ func (s *syncBuffer) String() string {
 // that its agents answer and its examples are submitted, then cancels it as
 // Ctrl-C does and checks that nothing is left listening.
 func TestDemoComesUpAndStopsCleanly(t *testing.T) {
+	runDemo(t, false)
+}
+
+// TestDemoWithACLs runs the demo as `make demo ACL=1` does: the same story
+// with ACLs on, the plugin and the quota service (healthy only if it can
+// read Nomad and Consul) on tokens from the shipped policies, and the
+// management tokens in the env file for the CLIs.
+func TestDemoWithACLs(t *testing.T) {
+	runDemo(t, true)
+}
+
+func runDemo(t *testing.T, acl bool) {
+	if testing.Short() {
+		t.Skip("integration test: needs real agents; run without -short")
+	}
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -46,8 +62,9 @@ func TestDemoComesUpAndStopsCleanly(t *testing.T) {
 	var out syncBuffer
 	ready := make(chan *localcluster.Cluster, 1)
 	done := make(chan error, 1)
+	dir := t.TempDir()
 	go func() {
-		done <- Run(ctx, Config{RepoRoot: root, Dir: t.TempDir(), Out: &out,
+		done <- Run(ctx, Config{RepoRoot: root, Dir: dir, Out: &out, ACL: acl,
 			Ready: func(c *localcluster.Cluster) { ready <- c }})
 	}()
 
@@ -61,6 +78,9 @@ func TestDemoComesUpAndStopsCleanly(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), readyBanner) {
 		t.Fatalf("demo did not print its banner:\n%s", out.String())
+	}
+	if acl {
+		checkACLsOn(t, cluster, dir)
 	}
 	jobs, _, err := cluster.Nomad.Jobs().List(nil)
 	if err != nil {
@@ -123,6 +143,29 @@ func TestDemoComesUpAndStopsCleanly(t *testing.T) {
 		if resp, err := http.Get(addr + "/v1/status/leader"); err == nil {
 			resp.Body.Close()
 			t.Errorf("%s still answers after the demo stopped", addr)
+		}
+	}
+}
+
+// checkACLsOn checks that a request without a token is denied and that
+// the env file gives the CLIs the management tokens.
+func checkACLsOn(t *testing.T, c *localcluster.Cluster, dir string) {
+	t.Helper()
+	resp, err := http.Get(c.NomadAddr + "/v1/jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("Nomad answered a job list without a token: %s", resp.Status)
+	}
+	env, err := os.ReadFile(filepath.Join(dir, "env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"NOMAD_TOKEN=\"" + c.NomadToken, "CONSUL_HTTP_TOKEN=\"" + c.ConsulToken} {
+		if !strings.Contains(string(env), want) {
+			t.Errorf("env file lacks %s...:\n%s", want[:strings.Index(want, "=")], env)
 		}
 	}
 }

@@ -22,8 +22,14 @@ const quotaService = "gpushare-quota"
 // namespace for each, builds the quota service and runs its job, and returns
 // the address of a healthy instance's HTTP API.
 func startQuotaService(ctx context.Context, c *localcluster.Cluster, cfg Config) (string, error) {
-	if err := seedQuotas(c, cfg.RepoRoot); err != nil {
+	projects, err := seedQuotas(c, cfg.RepoRoot)
+	if err != nil {
 		return "", err
+	}
+	if cfg.ACL {
+		if err := storeServiceTokens(c, cfg.RepoRoot, projects); err != nil {
+			return "", err
+		}
 	}
 	fmt.Fprintf(cfg.Out, "building the quota service (%s)\n", quotaPkg)
 	bin := filepath.Join(cfg.Dir, "bin", "gpushare-quota")
@@ -34,8 +40,8 @@ func startQuotaService(ctx context.Context, c *localcluster.Cluster, cfg Config)
 	if err != nil {
 		return "", fmt.Errorf("reading %s: %w", quotaJob, err)
 	}
-	vars := fmt.Sprintf("binary = %q\nnomad_addr = %q\nconsul_addr = %q\n",
-		bin, c.NomadAddr, strings.TrimPrefix(c.ConsulAddr, "http://"))
+	vars := fmt.Sprintf("binary = %q\nnomad_addr = %q\nconsul_addr = %q\ntokens_from_variable = %t\n",
+		bin, c.NomadAddr, strings.TrimPrefix(c.ConsulAddr, "http://"), cfg.ACL)
 	job, err := c.Nomad.Jobs().ParseHCLOpts(&nomadapi.JobsParseRequest{
 		JobHCL: string(src), Variables: vars, Canonicalize: true})
 	if err != nil {
@@ -48,33 +54,35 @@ func startQuotaService(ctx context.Context, c *localcluster.Cluster, cfg Config)
 	return waitHealthy(ctx, c.Consul, 2*time.Minute)
 }
 
-// seedQuotas puts each jobspecs/demo/quotas/<project>.json into KV and
-// creates the project's namespace.
-func seedQuotas(c *localcluster.Cluster, root string) error {
+// seedQuotas puts each jobspecs/demo/quotas/<project>.json into KV,
+// creates the project's namespace, and returns the projects.
+func seedQuotas(c *localcluster.Cluster, root string) ([]string, error) {
 	files, err := filepath.Glob(filepath.Join(root, quotasGlob))
 	if err != nil {
-		return fmt.Errorf("listing quotas: %w", err)
+		return nil, fmt.Errorf("listing quotas: %w", err)
 	}
 	sort.Strings(files)
+	var projects []string
 	for _, f := range files {
 		doc, err := os.ReadFile(f)
 		if err != nil {
-			return fmt.Errorf("reading %s: %w", f, err)
+			return nil, fmt.Errorf("reading %s: %w", f, err)
 		}
 		project := strings.TrimSuffix(filepath.Base(f), ".json")
+		projects = append(projects, project)
 		key := "gpushare/quotas/" + project
 		if _, err := c.Consul.KV().Put(&consulapi.KVPair{Key: key, Value: doc}, nil); err != nil {
-			return fmt.Errorf("writing %s: %w", key, err)
+			return nil, fmt.Errorf("writing %s: %w", key, err)
 		}
 		if project == "default" {
 			continue
 		}
 		ns := &nomadapi.Namespace{Name: project, Description: "gpushare project " + project}
 		if _, err := c.Nomad.Namespaces().Register(ns, nil); err != nil {
-			return fmt.Errorf("creating namespace %s: %w", project, err)
+			return nil, fmt.Errorf("creating namespace %s: %w", project, err)
 		}
 	}
-	return nil
+	return projects, nil
 }
 
 // waitHealthy polls Consul until an instance of the quota service passes

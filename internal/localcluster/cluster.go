@@ -30,6 +30,18 @@ type Options struct {
 	Dir string
 	// StartTimeout bounds each agent's start. Zero: 90 s.
 	StartTimeout time.Duration
+	// ACL turns ACLs on in both agents, with default deny. The
+	// cluster's clients then carry management tokens (ConsulToken,
+	// NomadToken); the Consul agent and Nomad's Consul integration get
+	// tokens of their own.
+	ACL bool
+	// PluginPolicy, with ACL, is the Nomad ACL policy (rules in HCL) of
+	// the device plugin's token. Once Nomad is bootstrapped the cluster
+	// creates the policy and a token and restarts the Nomad agent with
+	// the token in NOMAD_TOKEN (UsePluginToken), as a client host's
+	// service environment would. Empty: the plugin runs without a token
+	// until UsePluginToken, and New does not wait for WaitForDevices.
+	PluginPolicy string
 	// JobGCThreshold, when set, is the Nomad server's job_gc_threshold
 	// and job_gc_interval: stopped jobs are collected that long after
 	// their last change, checked as often. Zero: Nomad's defaults (4 h,
@@ -50,12 +62,18 @@ type Cluster struct {
 	Nomad      *nomadapi.Client
 	// NodeID is the Nomad client node's ID.
 	NodeID string
+	// ConsulToken and NomadToken are the management tokens with
+	// Options.ACL, empty without.
+	ConsulToken string
+	NomadToken  string
 
-	opts       Options
-	ownDir     bool
-	consul     *agent
-	nomad      *agent
-	nomadPorts []int
+	opts        Options
+	acl         aclSecrets
+	pluginToken bool
+	ownDir      bool
+	consul      *agent
+	nomad       *agent
+	nomadPorts  []int
 	// detached holds processes that a stopped Nomad agent left running
 	// (executors and tasks survive a client restart); Close kills them.
 	detached []int
@@ -74,15 +92,64 @@ func New(opts Options) (*Cluster, error) {
 		}
 		c.Dir, c.ownDir = dir, true
 	}
-	if err := c.startConsul(); err != nil {
-		c.Close()
-		return nil, err
+	if opts.ACL {
+		secrets, err := newACLSecrets()
+		if err != nil {
+			return nil, err
+		}
+		c.acl, c.ConsulToken, c.NomadToken = secrets, secrets.consulManagement, secrets.nomadManagement
 	}
-	if err := c.startNomad(); err != nil {
+	if err := c.start(); err != nil {
 		c.Close()
 		return nil, err
 	}
 	return c, nil
+}
+
+// start starts Consul, then Nomad; with ACLs, it makes the agents' tokens
+// and the plugin's.
+func (c *Cluster) start() error {
+	if err := c.startConsul(); err != nil {
+		return err
+	}
+	if c.opts.ACL {
+		if err := consulAgentTokens(c.Consul, c.acl); err != nil {
+			return err
+		}
+	}
+	if err := c.startNomad(); err != nil {
+		return err
+	}
+	if c.opts.ACL && c.opts.PluginPolicy != "" {
+		return c.restartWithPluginToken()
+	}
+	return nil
+}
+
+// restartWithPluginToken creates the plugin's Nomad token and restarts the
+// Nomad agent with it.
+func (c *Cluster) restartWithPluginToken() error {
+	secret, err := c.CreateNomadToken("gpushare-plugin", c.opts.PluginPolicy)
+	if err != nil {
+		return err
+	}
+	return c.UsePluginToken(secret)
+}
+
+// UsePluginToken restarts the Nomad agent with NOMAD_TOKEN=secret in its
+// environment, which device plugins inherit (Nomad keeps it from tasks),
+// and waits until the node is ready with Options.WaitForDevices. Running
+// tasks survive.
+func (c *Cluster) UsePluginToken(secret string) error {
+	env := []string{"NOMAD_TOKEN=" + secret}
+	for _, e := range c.nomad.env {
+		if !strings.HasPrefix(e, "NOMAD_TOKEN=") {
+			env = append(env, e)
+		}
+	}
+	c.nomad.env = env
+	c.pluginToken = true
+	return c.RestartNomad()
 }
 
 // startWithRetry starts an agent on fresh ports until it does not die of a
@@ -147,7 +214,8 @@ ports {
   grpc = -1
   grpc_tls = -1
 }
-`, filepath.Join(dir, "data"), p[0], p[1], p[2], p[3])
+%s
+`, filepath.Join(dir, "data"), p[0], p[1], p[2], p[3], c.consulACLConfig())
 		path := filepath.Join(dir, "consul.hcl")
 		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 			return nil, fmt.Errorf("writing consul config: %w", err)
@@ -165,7 +233,7 @@ ports {
 }
 
 func (c *Cluster) waitConsul(a *agent) error {
-	client, err := consulapi.NewClient(&consulapi.Config{Address: strings.TrimPrefix(c.ConsulAddr, "http://")})
+	client, err := consulapi.NewClient(&consulapi.Config{Address: strings.TrimPrefix(c.ConsulAddr, "http://"), Token: c.ConsulToken})
 	if err != nil {
 		return fmt.Errorf("creating consul client: %w", err)
 	}
@@ -236,6 +304,10 @@ client {
 }
 consul {
   address = "127.0.0.1:%s"
+  token = %q
+}
+acl {
+  enabled = %t
 }
 plugin "raw_exec" {
   config {
@@ -244,7 +316,7 @@ plugin "raw_exec" {
 }
 %s
 `, filepath.Join(dir, "data"), pluginDir, p[0], p[1], p[2], c.serverGC(), p[1],
-		strings.TrimPrefix(c.ConsulAddr, "http://127.0.0.1:"), c.opts.PluginConfig)
+		strings.TrimPrefix(c.ConsulAddr, "http://127.0.0.1:"), c.acl.nomadConsul, c.opts.ACL, c.opts.PluginConfig)
 	path := filepath.Join(dir, "nomad.hcl")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, fmt.Errorf("writing nomad config: %w", err)
@@ -272,9 +344,16 @@ func (c *Cluster) waitNomad(a *agent) error {
 		return fmt.Errorf("creating nomad client: %w", err)
 	}
 	c.Nomad = client
+	// With ACLs the plugin reads Nomad only once it has its token.
+	waitDevices := !c.opts.ACL || c.pluginToken
 	return waitUntil(a, c.opts.StartTimeout, func() error {
 		if err := hasLeader(client.Status().Leader()); err != nil {
 			return err
+		}
+		if c.opts.ACL {
+			if err := bootstrapNomad(client, c.NomadToken); err != nil {
+				return err
+			}
 		}
 		nodes, _, err := client.Nodes().List(nil)
 		if err != nil {
@@ -288,7 +367,7 @@ func (c *Cluster) waitNomad(a *agent) error {
 			return fmt.Errorf("node %s is %s", n.ID, n.Status)
 		}
 		c.NodeID = n.ID
-		if len(c.opts.WaitForDevices) == 0 {
+		if len(c.opts.WaitForDevices) == 0 || !waitDevices {
 			return nil
 		}
 		node, _, err := client.Nodes().Info(n.ID, nil)

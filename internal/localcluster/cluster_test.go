@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
+	consulapi "github.com/hashicorp/consul/api"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -127,3 +128,55 @@ func hasSleep(pids []int) bool {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestACLClusterDeniesWithoutToken starts the agents with ACLs on and
+// checks what an operator relies on: a request without a token is denied
+// by both agents, the management tokens work, Consul's agent registered
+// its node (a session can be made on it), and Nomad registers a job's
+// service in Consul with its own Consul token.
+func TestACLClusterDeniesWithoutToken(t *testing.T) {
+	c := testcluster.Start(t, localcluster.Options{ACL: true})
+	if c.ConsulToken == "" || c.NomadToken == "" {
+		t.Fatalf("ACL cluster without management tokens: consul %q, nomad %q", c.ConsulToken, c.NomadToken)
+	}
+	anonNomad, err := nomadapi.NewClient(&nomadapi.Config{Address: c.NomadAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := anonNomad.Jobs().List(nil); err == nil || !strings.Contains(err.Error(), "403") {
+		t.Fatalf("Nomad answered a job list without a token: %v", err)
+	}
+	anonConsul, err := consulapi.NewClient(&consulapi.Config{Address: strings.TrimPrefix(c.ConsulAddr, "http://")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := anonConsul.KV().Put(&consulapi.KVPair{Key: "gpushare-test/anon", Value: []byte("x")}, nil); err == nil {
+		t.Fatal("Consul took a KV write without a token")
+	}
+	testcluster.Eventually(t, 60*time.Second, func() error {
+		_, _, err := c.Consul.Session().Create(&consulapi.SessionEntry{Name: "probe", TTL: "10s"}, nil)
+		return err
+	})
+
+	job := nomadapi.NewServiceJob("web", "web", "global", 50)
+	job.Datacenters = []string{"dc1"}
+	task := nomadapi.NewTask("sleep", "raw_exec").
+		SetConfig("command", "/bin/sleep").SetConfig("args", []string{"600"})
+	task.Resources = &nomadapi.Resources{CPU: ptr(20), MemoryMB: ptr(16)}
+	group := nomadapi.NewTaskGroup("web", 1).AddTask(task)
+	group.Services = []*nomadapi.Service{{Name: "acl-probe", Provider: "consul"}}
+	job.AddTaskGroup(group)
+	if _, _, err := c.Nomad.Jobs().Register(job, nil); err != nil {
+		t.Fatalf("registering a job with the management token: %v", err)
+	}
+	testcluster.Eventually(t, 60*time.Second, func() error {
+		entries, _, err := c.Consul.Catalog().Service("acl-probe", "", nil)
+		if err != nil {
+			return err
+		}
+		if len(entries) != 1 {
+			return fmt.Errorf("%d instances of acl-probe in Consul's catalog, want 1", len(entries))
+		}
+		return nil
+	})
+}

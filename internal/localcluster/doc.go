@@ -5,6 +5,12 @@
 // cloud fingerprinters denied, and an optional device plugin directory and
 // plugin configuration.
 //
+// With Options.ACL both agents run with ACLs on and default deny, as in
+// production: the cluster's clients carry management tokens, the Consul
+// agent and Nomad's Consul integration get tokens of their own, and
+// CreateNomadToken, CreateConsulToken and UsePluginToken give the device
+// plugin and the services least-privilege tokens.
+//
 // The agents are the pinned binaries that `make tools` builds into the tools
 // cache (GPUSHARE_TOOLS_DIR, default $XDG_CACHE_HOME/gpushare/tools). Close
 // stops both agents and every process they started (plugins, executors,

@@ -27,4 +27,3 @@ func Start(t testing.TB, opts localcluster.Options) *localcluster.Cluster {
 	})
 	return c
 }
-

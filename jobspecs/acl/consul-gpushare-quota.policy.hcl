@@ -8,31 +8,35 @@
 #
 # Give the token's secret to the service as CONSUL_HTTP_TOKEN.
 
-# gpushare/quotas/*       read (quota documents, written by people)
-# gpushare/status/*       write (project status, quota errors)
-# gpushare/suspended/*    write (the record written before every stop)
-# gpushare/history/*      write (bounded history)
-# gpushare/leader         write (the leader lock; KV acquire/release)
-key_prefix "gpushare/" {
-  policy = "write"
-}
-
-# The leader lock is a Consul session: create, renew and destroy it. The
-# session is bound to the local agent's node, whose name is not known in
-# advance; narrow "" to your nodes' name prefix if they share one.
-session_prefix "" {
-  policy = "write"
-}
-
-# Sessions carry the node's serfHealth check: reading the node is needed.
-node_prefix "" {
+# Quota documents are written by people (people-quota-admin.consul.policy.hcl)
+# or terraform/: the service only reads them.
+key_prefix "gpushare/quotas/" {
   policy = "read"
 }
 
-# The Nomad job registers the instances as the Consul service
-# "gpushare-quota" (jobspecs/quota-service.nomad.hcl). Nomad registers it
-# with its own Consul token; grant this to that token (or to this one if
-# the service registers itself).
-service "gpushare-quota" {
+# Project and service status, and the reports of rejected quota documents.
+key_prefix "gpushare/status/" {
+  policy = "write"
+}
+
+# The record written before every stop.
+key_prefix "gpushare/suspended/" {
+  policy = "write"
+}
+
+# The bounded history of actions.
+key_prefix "gpushare/history/" {
+  policy = "write"
+}
+
+# The leader lock (KV acquire and release with a session).
+key "gpushare/leader" {
+  policy = "write"
+}
+
+# The lock's session: create, renew and destroy it. It is bound to the
+# local Consul agent's node, whose name is not known in advance; narrow ""
+# to your nodes' name prefix if they share one.
+session_prefix "" {
   policy = "write"
 }

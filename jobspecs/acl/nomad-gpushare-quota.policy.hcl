@@ -1,45 +1,45 @@
-# Nomad ACL policy for the gpushare quota service: exactly what it calls.
+# Nomad ACL policy for the gpushare quota service: what it reads in every
+# namespace. It acts (suspends and resumes) only in project namespaces:
+# add nomad-gpushare-quota-project.policy.hcl once per project namespace,
+# with <namespace> replaced, to the same policy (terraform/ does this from
+# the quotas), for example:
 #
-#   nomad acl policy apply -description "gpushare quota service" \
-#     gpushare-quota jobspecs/acl/nomad-gpushare-quota.policy.hcl
+#   { cat jobspecs/acl/nomad-gpushare-quota.policy.hcl
+#     for ns in team-a team-b; do
+#       sed "s/<namespace>/$ns/" jobspecs/acl/nomad-gpushare-quota-project.policy.hcl
+#     done; } >gpushare-quota.hcl
+#   nomad acl policy apply -description "gpushare quota service" gpushare-quota gpushare-quota.hcl
 #   nomad acl token create -name gpushare-quota -policy gpushare-quota
 #
 # Give the token's secret to the service as NOMAD_TOKEN.
 #
-# Projects map to namespaces (and may claim jobs of any namespace through a
-# job meta key), so the service needs the same rights in every namespace.
-# Restrict "*" to your project namespaces if they are fixed.
-#
 # The service never stops a job it could not register again: before a job
 # may be suspended, it evaluates this token's own policies the way Nomad's
-# register endpoint does (namespace, host volumes, CSI volumes). A job this
-# token could not bring back is never a victim; /v1/status says why under
-# "warnings". The volume rights below let it resume GPU jobs that mount
-# volumes. They are the trade-off: the token can register a job that mounts
-# any host volume read-write, although it only ever registers the owner's
-# own spec of a job it suspended. Narrow `host_volume "*"` to the volumes
-# your GPU jobs use (jobs mounting other volumes are then never suspended),
-# or drop the host_volume and plugin blocks and csi-mount-volume to keep
+# register endpoint does (submit-job in the job's namespace, host volumes,
+# CSI volumes). A job this token could not bring back is never a victim;
+# /v1/status says why under "warnings". The host_volume and plugin blocks
+# below (with csi-mount-volume in the project block) let it resume GPU jobs
+# that mount volumes. They are the trade-off: the token can register a job
+# that mounts any host volume read-write in a project namespace, although
+# it only ever registers the owner's own spec of a job it suspended.
+# Narrow `host_volume "*"` to the volumes your GPU jobs use (jobs mounting
+# other volumes are then never suspended), or drop both blocks to keep
 # every job with volumes out of suspension.
 namespace "*" {
   capabilities = [
-    # GET /v1/jobs?namespace=*&meta=true (jobs, their meta and summaries),
+    # GET /v1/jobs?namespace=*&meta=true (jobs, their meta and summaries)
     "list-jobs",
-    # GET /v1/job/:id and /v1/job/:id/versions (specs of running, pending
-    # and suspended jobs; the suspended version to register again),
+    # GET /v1/job/:id (specs of running, pending and suspended jobs),
     # GET /v1/allocations?namespace=*&resources=true (who holds which GPU),
     # GET /v1/event/stream topics Job, Allocation, Evaluation
     "read-job",
-    # DELETE /v1/job/:id without purge (suspend),
-    # PUT /v1/job/:id/versions/:tag/tag and DELETE of it (tag the stopped
-    # version so that Nomad's garbage collector keeps it and its owner
-    # sees why; untag after the resume),
-    # POST /v1/job/:id with Stop=false and EnforceIndex (resume),
-    # POST /v1/job/:id/evaluate (re-evaluate work it made room for)
-    "submit-job",
-    # Resume of jobs with CSI volumes (Nomad checks it on register).
-    "csi-mount-volume",
   ]
+}
+
+# GET /v1/nodes?resources=true (each node's GPUs in both device families)
+# and the Node topic of the event stream.
+node {
+  policy = "read"
 }
 
 # Resume of jobs with host volumes: Nomad's register checks mount-readwrite
@@ -50,11 +50,5 @@ host_volume "*" {
 
 # Resume of jobs with CSI volumes also needs plugin read.
 plugin {
-  policy = "read"
-}
-
-# GET /v1/nodes?resources=true (each node's GPUs in both device families)
-# and the Node topic of the event stream.
-node {
   policy = "read"
 }

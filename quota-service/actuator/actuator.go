@@ -40,11 +40,6 @@ import (
 // ErrStale is returned when the View is too old to act on.
 var ErrStale = errors.New("cluster view is stale; taking no action")
 
-// ErrUnsettled is returned when the View leaves running GPU allocations
-// unaccounted for (nomadwatch.View.Unaccounted): usage would be
-// undercounted, so nothing is done until Nomad's state settles.
-var ErrUnsettled = errors.New("cluster view does not account for every running GPU allocation yet; taking no action")
-
 // Done is one action carried out.
 type Done struct {
 	Event     state.Event
@@ -160,9 +155,6 @@ func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Resul
 	if age := now.Sub(v.ListedAt); age > a.opts.MaxStaleness {
 		return Report{}, fmt.Errorf("%w: listed %s ago", ErrStale, age.Round(time.Millisecond))
 	}
-	if n := len(v.Unaccounted); n > 0 {
-		return Report{}, fmt.Errorf("%w: %d, e.g. %s", ErrUnsettled, n, v.Unaccounted[0])
-	}
 	ap := &applying{Actuator: a, v: v, now: now, records: map[string]*state.Suspension{}, suspending: map[string]bool{}}
 	for key, r := range v.Records {
 		rec := r.Suspension
@@ -202,11 +194,12 @@ type applying struct {
 
 // carryOut takes the plan's actions in order; once a suspension for a
 // workload is held back or fails, the workload's other actions are
-// dropped.
+// dropped. A suspension that holds a project to its limit (Workload -1)
+// stands alone.
 func (ap *applying) carryOut(ctx context.Context, res plan.Result) {
 	ap.tally(res)
 	for _, act := range res.Actions {
-		if ap.skipped[act.Workload] {
+		if act.Workload >= 0 && ap.skipped[act.Workload] {
 			continue
 		}
 		switch act.Kind {

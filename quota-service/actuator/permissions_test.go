@@ -1,10 +1,10 @@
 package actuator
 
 import (
-	"os"
 	"strings"
 	"testing"
 
+	"github.com/gpushare/nomad-gpushare/internal/aclpolicy"
 	"github.com/hashicorp/nomad/acl"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -42,7 +42,8 @@ func gpuJobWith(ns string, vols map[string]*nomadapi.VolumeRequest) *nomadapi.Jo
 // endpoint does, and the shipped policy lets the service resume GPU jobs
 // with host and CSI volumes.
 func TestMayRegister(t *testing.T) {
-	shipped, err := os.ReadFile("../../jobspecs/acl/nomad-gpushare-quota.policy.hcl")
+	// The shipped policy as assembled for one project namespace, team-a.
+	shipped, err := aclpolicy.QuotaNomad("../..", []string{"team-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,9 +58,10 @@ host_volume "scratch" { policy = "read" }`
 		job    *nomadapi.Job
 		want   string // part of the reason; "" when it may
 	}{
-		{"shipped policy, plain job", string(shipped), gpuJobWith("team-a", nil), ""},
-		{"shipped policy, host volume read-write", string(shipped), gpuJobWith("team-a", hostRW), ""},
-		{"shipped policy, CSI volume", string(shipped), gpuJobWith("team-a", csi), ""},
+		{"shipped policy, plain job", shipped, gpuJobWith("team-a", nil), ""},
+		{"shipped policy, host volume read-write", shipped, gpuJobWith("team-a", hostRW), ""},
+		{"shipped policy, CSI volume", shipped, gpuJobWith("team-a", csi), ""},
+		{"shipped policy, namespace that is no project", shipped, gpuJobWith("team-z", nil), "may not submit jobs in namespace team-z"},
 		{"narrow policy, other namespace", narrow, gpuJobWith("team-b", nil), "may not submit jobs in namespace team-b"},
 		{"narrow policy, host volume read-write", narrow, gpuJobWith("team-a", hostRW), `host volume "datasets"`},
 		{"narrow policy, read-only host volume it may read", narrow, gpuJobWith("team-a", hostRO), ""},

@@ -143,9 +143,13 @@ func (ap *applying) tag(ctx context.Context, job *nomadapi.Job, rec *state.Suspe
 // tagDescription tells the owner, in `nomad job history`, who took the
 // GPUs, when and why, and what their own commands do.
 func tagDescription(rec state.Suspension) string {
-	d := fmt.Sprintf("Suspended by gpushare at %s for project %s (%s): %s. It resumes by itself when GPUs free up. "+
+	who := fmt.Sprintf("for project %s (%s)", rec.ForProject, rec.ForWorkload)
+	if rec.ForWorkload == "" {
+		who = "to hold project " + rec.Project + " to its limit"
+	}
+	d := fmt.Sprintf("Suspended by gpushare at %s %s: %s. It resumes by itself when GPUs free up. "+
 		"`nomad job start` or a new version runs it now under the normal rules; `nomad job stop` keeps it stopped.",
-		rec.Time.UTC().Format("2006-01-02T15:04:05Z"), rec.ForProject, rec.ForWorkload, rec.Reason)
+		rec.Time.UTC().Format("2006-01-02T15:04:05Z"), who, rec.Reason)
 	if len(d) > 1000 {
 		d = d[:997] + "..."
 	}

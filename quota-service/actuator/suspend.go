@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -16,7 +17,12 @@ import (
 // suspension that was never stopped (a leader died in between) is finished
 // here, when the current plan suspends the same job.
 func (ap *applying) suspendFor(ctx context.Context, act plan.Action) {
-	w := ap.v.Snapshot.Pending[act.Workload]
+	var w model.Pending // none, for a suspension that holds a project to its limit
+	forWorkload := ""
+	if act.Workload >= 0 {
+		w = ap.v.Snapshot.Pending[act.Workload]
+		forWorkload = w.Job + "/" + w.Group
+	}
 	spec := ap.v.Specs[act.Job]
 	if spec == nil || spec.Version == nil || spec.JobModifyIndex == nil {
 		ap.skip(act, "suspend %s: job not in the view", act.Job)
@@ -24,14 +30,14 @@ func (ap *applying) suspendFor(ctx context.Context, act plan.Action) {
 	}
 	r := ap.v.Records[act.Job]
 	if why := ap.holdSuspend(r, ap.withinGuarantee[w.Project]); why != "" {
-		ap.skip(act, "suspend %s for %s/%s: %s", act.Job, w.Job, w.Group, why)
+		ap.skip(act, "suspend %s (for %q): %s", act.Job, forWorkload, why)
 		return
 	}
 	if why := ap.mayComeBack(ctx, spec); why != "" {
-		ap.skip(act, "suspend %s for %s/%s: %s", act.Job, w.Job, w.Group, why)
+		ap.skip(act, "suspend %s (for %q): %s", act.Job, forWorkload, why)
 		return
 	}
-	rec, event, err := ap.newRecord(ctx, act, w.Job+"/"+w.Group, w.Project, spec)
+	rec, event, err := ap.newRecord(ctx, act, forWorkload, w.Project, spec)
 	if err == nil {
 		err = ap.put(ctx, rec, "recording the suspension of")
 	}
@@ -67,7 +73,7 @@ func (ap *applying) newRecord(ctx context.Context, act plan.Action, forWorkload,
 	rec := &state.Suspension{Namespace: *spec.Namespace, Job: *spec.ID, Project: act.Project, Phase: state.PhaseStopping,
 		Reason: act.Reason, ForWorkload: forWorkload, ForProject: forProject, Time: ap.now, By: ap.instance,
 		Version: *spec.Version, JobModifyIndex: *spec.JobModifyIndex, Groups: map[string]int{}, Allocations: act.Allocations,
-		Tag: nomadwatch.TagName(forProject, ap.now)}
+		Tag: nomadwatch.TagName(tagReason(act.Project, forProject), ap.now)}
 	for _, tg := range spec.TaskGroups {
 		if tg.Name != nil && tg.Count != nil {
 			rec.Groups[*tg.Name] = *tg.Count
@@ -130,6 +136,15 @@ func (ap *applying) stop(ctx context.Context, rec *state.Suspension) error {
 	*rec = next
 	ap.log.Info("suspended job", "job", key, "project", rec.Project, "for", rec.ForWorkload, "tag", rec.Tag, "tagged", rec.Tagged, "reason", rec.Reason)
 	return nil
+}
+
+// tagReason is the tag name's reason: the project the GPUs went to, or,
+// for a suspension that holds project to its limit, its limit.
+func tagReason(project, forProject string) string {
+	if forProject == "" {
+		return "limit-of-" + project
+	}
+	return "for-" + forProject
 }
 
 func jobModifyIndex(job *nomadapi.Job) uint64 {

@@ -61,6 +61,8 @@ var dashboard = template.Must(template.New("dashboard").Parse(`<!doctype html>
 {{end}}</table>
 <h2>Suspended</h2><ul>{{range .Suspended}}<li>{{.}}</li>{{else}}<li>none</li>{{end}}</ul>
 <h2>Waiting</h2><ul>{{range .Unplaced}}<li>{{.}}</li>{{else}}<li>none</li>{{end}}</ul>
+{{if .Unplaceable}}<h2>Unplaceable</h2><ul>{{range .Unplaceable}}<li>{{.}}</li>{{end}}</ul>{{end}}
+{{if .OutOfPlanning}}<h2>Out of planning</h2><ul>{{range .OutOfPlanning}}<li>{{.}}</li>{{end}}</ul>{{end}}
 {{if .RecordErrors}}<h2>Suspension records not acted on</h2><ul>{{range .RecordErrors}}<li class="err">{{.Key}}: {{.Reason}}</li>{{end}}</ul>{{end}}
 <h2>Recent actions</h2><ul>{{range .Recent}}<li>{{.}}</li>{{else}}<li>none</li>{{end}}</ul>
 </body></html>

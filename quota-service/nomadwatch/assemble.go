@@ -1,19 +1,30 @@
 // Package nomadwatch builds the planner's model.Snapshot from Nomad and
 // tells the service when to plan again.
 //
-// Build lists nodes (with their device resources), allocations (with their
-// allocated device IDs) and jobs (with their summaries and meta) in all
-// namespaces, and assembles a View: the snapshot plus what the actuator
+// Build lists nodes (with their device resources, and each node's
+// attributes and meta, read once per node modify index), allocations (with
+// their allocated device IDs) and jobs (with their summaries and meta) in
+// all namespaces, and assembles a View: the snapshot plus what the actuator
 // needs to act on it (job specs, the suspension records with their
 // verdicts). Only GPU work counts (docs/design.md, Units and device
 // families): a node's GPUs are the physical GPUs named by its "nvidia/gpu"
 // and "nvidia/gpu-share" device instances (package device/ids), an
-// allocation's usage is the whole GPUs and shares it was given, and pending
-// demand is what Nomad will still place of each task group (demand.go)
-// times its device asks ("nvidia/gpu" count = whole GPUs,
-// "nvidia/gpu-share" count = shares of one GPU). Each suspension record is
-// read against Nomad's job (records.go; docs/design.md, Suspension and
-// resumption). CPU-only work is left out of the demand, but
+// allocation's usage is the whole GPUs and shares it was given, wherever
+// they land, and pending demand is what Nomad will still place of each
+// task group (demand.go) times its device asks ("nvidia/gpu" count = whole
+// GPUs, "nvidia/gpu-share" count = shares of one GPU). Each suspension
+// record is read against Nomad's job (records.go; docs/design.md,
+// Suspension and resumption).
+//
+// The snapshot plans on what Nomad will really do. A node that is not
+// ready, ineligible or draining, and a node holding an allocation the
+// snapshot cannot account for (a GPU it does not publish, more shares than
+// a GPU has), is out of planning with the reason (model.Node.Unavailable);
+// so is a GPU unhealthy for a reason other than the plugin's own switch
+// between device families (see withdrawnPrefixes). A pending group may run
+// only on the nodes its job's datacenters, node pool and constraints (on
+// node attributes and meta, and on device attributes) admit
+// (constrainPending). CPU-only work is left out of the demand, but
 // it counts against its node: a node's CPU and memory in the snapshot are
 // its capacity less Nomad's reserved resources and less what allocations
 // outside the snapshot hold, and GPU allocations and pending groups carry
@@ -54,7 +65,9 @@ type JobInfo struct {
 	Stop           bool
 	Status         string
 	Preemptible    bool
-	Groups         map[string]int
+	// Type is the job's type: service, batch, system or sysbatch.
+	Type   string
+	Groups map[string]int
 	// Running is the number of its allocations that run.
 	Running int
 	// Live is the number of its allocations placed and not finished
@@ -66,6 +79,10 @@ type JobInfo struct {
 	Queued  int
 	Pending map[string]int
 }
+
+// System reports whether the job runs on every node (system or sysbatch):
+// it is never suspended.
+func (j *JobInfo) System() bool { return j.Type == "system" || j.Type == "sysbatch" }
 
 // Key is the job's snapshot name, "namespace/id".
 func Key(namespace, id string) string { return namespace + "/" + id }
@@ -83,20 +100,18 @@ type View struct {
 	RecordErrors []state.RecordError
 	// Specs are the full job specs read (Inputs.Specs).
 	Specs map[string]*nomadapi.Job
-	// Warnings are things left out of the snapshot, for logs.
+	// Warnings are things left out of the snapshot or out of planning,
+	// for logs and the status.
 	Warnings []string
-	// Unaccounted names running GPU allocations the snapshot could not
-	// place on a node's GPUs (the node is not ready, or its GPUs are not
-	// published as the allocation holds them). Nomad shows this for a
-	// while after an agent restart or while a node reconnects; a view
-	// with such allocations undercounts usage and must not be acted on.
-	Unaccounted []string
-	ListedAt    time.Time
+	ListedAt time.Time
 }
 
 // Inputs are the raw listings Assemble works on.
 type Inputs struct {
-	Nodes       []*nomadapi.NodeListStub
+	Nodes []*nomadapi.NodeListStub
+	// NodeInfo are the full nodes by ID (attributes and meta, for
+	// constraints); a node missing here is judged by its stub.
+	NodeInfo    map[string]*nomadapi.Node
 	Allocations []*nomadapi.AllocationListStub
 	Jobs        []*nomadapi.JobListStub
 	// Specs are full job specs by Key: of every registered job that is
@@ -125,6 +140,7 @@ func Assemble(in Inputs) *View {
 	a.settleNodeResources()
 	a.classifyRecords()
 	a.addPending()
+	a.constrainPending()
 	sort.Slice(a.snap.Projects, func(i, j int) bool { return a.snap.Projects[i].Name < a.snap.Projects[j].Name })
 	return a.v
 }
@@ -165,13 +181,6 @@ func (a *assembler) warn(format string, args ...any) {
 	a.v.Warnings = append(a.v.Warnings, fmt.Sprintf(format, args...))
 }
 
-// unaccounted records a running GPU allocation left out of the snapshot.
-func (a *assembler) unaccounted(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	a.v.Warnings = append(a.v.Warnings, msg)
-	a.v.Unaccounted = append(a.v.Unaccounted, msg)
-}
-
 // addJobs records every job that can run (not parameterized or periodic
 // parents), with its version and group counts where its spec was read.
 func (a *assembler) addJobs() {
@@ -180,7 +189,7 @@ func (a *assembler) addJobs() {
 			continue
 		}
 		info := &JobInfo{Namespace: j.Namespace, ID: j.ID, Priority: j.Priority, JobModifyIndex: j.JobModifyIndex,
-			Stop: j.Stop, Status: j.Status, Preemptible: jobPreemptible(j.Meta), Groups: map[string]int{},
+			Stop: j.Stop, Status: j.Status, Preemptible: jobPreemptible(j.Meta), Type: j.Type, Groups: map[string]int{},
 			Project: a.resolver.Project(j.Namespace, j.Meta)}
 		if spec := a.in.Specs[Key(j.Namespace, j.ID)]; spec != nil {
 			if spec.Version != nil {

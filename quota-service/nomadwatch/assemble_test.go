@@ -212,31 +212,3 @@ func TestAssembleCPUAndMemory(t *testing.T) {
 		t.Fatalf("snapshot does not index: %v", err)
 	}
 }
-
-// TestAssembleFlagsUnaccountedAllocations checks that running GPU work the
-// snapshot cannot place on published GPUs (a node reconnecting after an
-// agent restart, a GPU not published yet) is reported, so that the service
-// does not act on a view that undercounts usage.
-func TestAssembleFlagsUnaccountedAllocations(t *testing.T) {
-	jobs := []*nomadapi.JobListStub{jobStub("a", "train", 0, false, nil)}
-	tests := []struct {
-		name   string
-		node   func() *nomadapi.NodeListStub
-		device string
-		want   int
-	}{
-		{"node ready, GPU published", node, "GPU-a", 0},
-		{"node not ready", func() *nomadapi.NodeListStub { n := node(); n.Status = "initializing"; return n }, "GPU-a", 1},
-		{"GPU not published", node, "GPU-unknown", 1},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			v := Assemble(Inputs{Nodes: []*nomadapi.NodeListStub{tt.node()},
-				Allocations: []*nomadapi.AllocationListStub{alloc("al1", "a", "train", "gpu", tt.device)},
-				Jobs:        jobs, Now: time.Unix(100, 0)})
-			if len(v.Unaccounted) != tt.want {
-				t.Fatalf("unaccounted = %v, want %d", v.Unaccounted, tt.want)
-			}
-		})
-	}
-}

@@ -16,18 +16,19 @@ import (
 
 // Builder lists Nomad and assembles Views. Job specs are cached by the
 // job's modify index (which moves with every change, version tags
-// included).
+// included), full nodes by node modify index.
 type Builder struct {
 	nomad *nomadapi.Client
 	log   hclog.Logger
 
 	mu    sync.Mutex
 	specs map[string]*nomadapi.Job
+	nodes map[string]cachedNode
 }
 
 // NewBuilder returns a builder over the Nomad client.
 func NewBuilder(client *nomadapi.Client, log hclog.Logger) *Builder {
-	return &Builder{nomad: client, log: log.Named("nomadwatch"), specs: map[string]*nomadapi.Job{}}
+	return &Builder{nomad: client, log: log.Named("nomadwatch"), specs: map[string]*nomadapi.Job{}, nodes: map[string]cachedNode{}}
 }
 
 // Build lists nodes, allocations and jobs in all namespaces and assembles
@@ -46,11 +47,15 @@ func (b *Builder) Build(ctx context.Context, settings []quota.Settings, suspensi
 	if err != nil {
 		return nil, fmt.Errorf("listing Nomad allocations: %w", err)
 	}
-	// Meta names projects and opts jobs out of suspension; the listing
-	// carries it only when asked.
+	// Meta only comes with meta=true: the non-preemptible flag and the
+	// projects' job_meta_key mapping read it.
 	jobs, _, err := b.nomad.Jobs().ListOptions(&nomadapi.JobListOptions{Fields: &nomadapi.JobListFields{Meta: true}}, q(nil))
 	if err != nil {
 		return nil, fmt.Errorf("listing Nomad jobs: %w", err)
+	}
+	info, err := b.nodeInfo(ctx, nodes)
+	if err != nil {
+		return nil, err
 	}
 	now := time.Now()
 	specs, err := b.readSpecs(ctx, jobs, suspensions)
@@ -62,7 +67,7 @@ func (b *Builder) Build(ctx context.Context, settings []quota.Settings, suspensi
 		return nil, err
 	}
 	b.prune(jobs)
-	return Assemble(Inputs{Nodes: nodes, Allocations: allocs, Jobs: jobs, Specs: specs,
+	return Assemble(Inputs{Nodes: nodes, NodeInfo: info, Allocations: allocs, Jobs: jobs, Specs: specs,
 		Settings: settings, Suspensions: suspensions, RecordErrors: recErrs, Unlisted: unlisted, Now: now}), nil
 }
 

@@ -57,7 +57,7 @@ func (a *assembler) countSlots() map[string]map[string]*slotCounts {
 // settled says a finished allocation keeps its place: Nomad will not
 // place another instance for it (scheduler/reconciler, shouldFilter).
 func settled(spec *nomadapi.Job, al *nomadapi.AllocationListStub, now time.Time) bool {
-	if al.DesiredStatus != "run" || al.JobVersion != version(spec) || al.NextAllocation != "" || al.FollowupEvalID != "" {
+	if al.DesiredStatus != "run" || al.JobVersion != jobVersion(spec) || al.NextAllocation != "" || al.FollowupEvalID != "" {
 		return false
 	}
 	batch := spec.Type != nil && (*spec.Type == "batch" || *spec.Type == "sysbatch")
@@ -96,15 +96,6 @@ func reschedulable(tg *nomadapi.TaskGroup, tracker *nomadapi.RescheduleTracker, 
 		}
 	}
 	return used < *p.Attempts
-}
-
-func groupOf(spec *nomadapi.Job, name string) *nomadapi.TaskGroup {
-	for _, tg := range spec.TaskGroups {
-		if tg.Name != nil && *tg.Name == name {
-			return tg
-		}
-	}
-	return nil
 }
 
 // addPending adds the pending demand, in job order: what Nomad will still

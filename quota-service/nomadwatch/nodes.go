@@ -1,6 +1,7 @@
 package nomadwatch
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
@@ -9,7 +10,7 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
-// nodeGPUs is what Assemble tracks of one node with GPUs.
+// nodeGPUs is what Assemble tracks of one node in the snapshot.
 type nodeGPUs struct {
 	id string
 	// index maps a GPU UUID to its index on the node; free is what is
@@ -24,42 +25,65 @@ type nodeGPUs struct {
 	otherCPU, otherMem int64
 }
 
-// addNodes adds the ready nodes that publish GPUs of either device
-// family, sorted by ID, each with its GPUs sorted by UUID.
+// addNodes adds the nodes that publish GPUs of either device family,
+// whatever their status, sorted by ID, each with its GPUs sorted by UUID.
+// A node Nomad will not place work on (not ready, ineligible, draining) is
+// in the snapshot, unavailable with the reason, so that the work it runs
+// still counts (docs/design.md, Projects and fair share); a GPU withdrawn
+// for a hardware reason is unavailable too (see gpuHealth).
 func (a *assembler) addNodes() {
 	sorted := append([]*nomadapi.NodeListStub(nil), a.in.Nodes...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].ID < sorted[j].ID })
 	for _, n := range sorted {
-		if n.Status != "ready" || n.NodeResources == nil {
+		if n.NodeResources == nil {
 			continue
 		}
-		models := a.gpuModels(n)
-		if len(models) == 0 {
+		gpus := a.gpus(n)
+		if len(gpus) == 0 {
 			continue
 		}
-		uuids := make([]string, 0, len(models))
-		for u := range models {
+		uuids := make([]string, 0, len(gpus))
+		for u := range gpus {
 			uuids = append(uuids, u)
 		}
 		sort.Strings(uuids)
-		ng := &nodeGPUs{id: n.ID, index: map[string]int{}, snap: len(a.snap.Nodes)}
-		node := model.Node{Name: n.ID}
+		ng := a.newNode(n.ID, nodeUnavailable(n))
+		node := &a.snap.Nodes[ng.snap]
 		node.CPUMilli, node.MemoryMiB = nodeCapacity(n)
 		for i, u := range uuids {
 			ng.index[u] = i
 			ng.free = append(ng.free, model.SharesPerGPU)
-			node.GPUs = append(node.GPUs, model.GPU{Model: models[u]})
+			node.GPUs = append(node.GPUs, model.GPU{Model: gpus[u].model, Unavailable: gpus[u].unavailable()})
 		}
-		a.nodes[n.ID] = ng
-		a.nodeOrder = append(a.nodeOrder, ng)
-		a.snap.Nodes = append(a.snap.Nodes, node)
 	}
 }
 
-// gpuModels maps the UUID of every GPU the node publishes, in either
-// device family, to its model name (the whole-GPU family's name wins).
-func (a *assembler) gpuModels(n *nomadapi.NodeListStub) map[string]string {
-	models := map[string]string{}
+// newNode adds a node without GPUs to the snapshot and the tables.
+func (a *assembler) newNode(id, unavailable string) *nodeGPUs {
+	ng := &nodeGPUs{id: id, index: map[string]int{}, snap: len(a.snap.Nodes)}
+	a.nodes[id] = ng
+	a.nodeOrder = append(a.nodeOrder, ng)
+	a.snap.Nodes = append(a.snap.Nodes, model.Node{Name: id, CPUMilli: model.Unbounded, MemoryMiB: model.Unbounded, Unavailable: unavailable})
+	return ng
+}
+
+// nodeUnavailable says why Nomad places no new work on the node, or "".
+func nodeUnavailable(n *nomadapi.NodeListStub) string {
+	switch {
+	case n.Status != "ready":
+		return fmt.Sprintf("node is %s", n.Status)
+	case n.Drain:
+		return "node is draining"
+	case n.SchedulingEligibility == "ineligible":
+		return "node is ineligible for scheduling"
+	}
+	return ""
+}
+
+// gpus maps the UUID of every GPU the node publishes, in either device
+// family, to its model name (the whole-GPU family's name wins) and health.
+func (a *assembler) gpus(n *nomadapi.NodeListStub) map[string]*gpuHealth {
+	gpus := map[string]*gpuHealth{}
 	for _, g := range n.NodeResources.Devices {
 		if g == nil || g.Vendor != ids.Vendor || (g.Type != ids.TypeWhole && g.Type != ids.TypeShare) {
 			continue
@@ -70,12 +94,18 @@ func (a *assembler) gpuModels(n *nomadapi.NodeListStub) map[string]string {
 				a.warn("node %s: %v", n.ID, err)
 				continue
 			}
-			if _, ok := models[id.UUID]; !ok || g.Type == ids.TypeWhole {
-				models[id.UUID] = g.Name
+			h := gpus[id.UUID]
+			if h == nil {
+				h = &gpuHealth{}
+				gpus[id.UUID] = h
 			}
+			if h.model == "" || g.Type == ids.TypeWhole {
+				h.model = g.Name
+			}
+			h.add(inst)
 		}
 	}
-	return models
+	return gpus
 }
 
 // nodeCapacity is the node's CPU and memory less Nomad's reservation, or
@@ -143,19 +173,34 @@ func (a *assembler) addAllocation(al *nomadapi.AllocationListStub) {
 	}
 	a.addProject(info.Project)
 	if ng == nil {
-		a.unaccounted("allocation %s: node %s has no GPUs listed", al.ID, al.NodeID)
-		return
+		// A node that publishes no GPUs (yet) or is not listed: its
+		// allocations count, but nothing is planned there.
+		ng = a.newNode(al.NodeID, "")
+		a.outOfPlanning(ng, "allocation %s holds GPUs the node does not publish", al.ID)
 	}
-	alloc := model.Allocation{ID: al.ID, Project: info.Project, Job: key, Group: al.TaskGroup, Priority: info.Priority,
-		Preemptible: info.Preemptible, Node: al.NodeID, Start: al.CreateTime / int64(time.Second)}
-	alloc.GPUs, alloc.Ask = a.bindGPUs(ng, al.ID, held)
-	if len(alloc.GPUs) == 0 {
-		return
+	base := model.Allocation{ID: al.ID, Project: info.Project, Job: key, Group: al.TaskGroup, Priority: info.Priority,
+		Preemptible: info.Preemptible, System: info.System(), Node: al.NodeID, Start: al.CreateTime / int64(time.Second)}
+	for i, part := range a.bindGPUs(ng, al.ID, held) {
+		alloc := base
+		alloc.Ask, alloc.GPUs = part.ask, part.gpus
+		if i == 0 {
+			alloc.Ask.CPUMilli, alloc.Ask.MemoryMiB = cpu, mem
+		}
+		a.snap.Allocations = append(a.snap.Allocations, alloc)
 	}
-	alloc.Ask.CPUMilli, alloc.Ask.MemoryMiB = cpu, mem
 	ng.otherCPU, ng.otherMem = ng.otherCPU-cpu, ng.otherMem-mem
 	ng.cpu, ng.mem = ng.cpu+cpu, ng.mem+mem
-	a.snap.Allocations = append(a.snap.Allocations, alloc)
+}
+
+// outOfPlanning makes node ng unavailable because of an allocation the
+// snapshot cannot account for; the first reason is kept.
+func (a *assembler) outOfPlanning(ng *nodeGPUs, format string, args ...any) {
+	node := &a.snap.Nodes[ng.snap]
+	msg := fmt.Sprintf(format, args...)
+	if node.Unavailable == "" {
+		node.Unavailable = msg
+	}
+	a.warn("node %s out of planning: %s", ng.id, msg)
 }
 
 // allocatedCPUMemory sums the CPU and memory of an allocation's tasks.
@@ -169,39 +214,64 @@ func allocatedCPUMemory(r *nomadapi.AllocatedResources) (cpu, mem int64) {
 	return cpu, mem
 }
 
-// bindGPUs takes what allocation id holds from the node's free GPUs and
-// returns the GPUs' indexes and the GPU part of its ask; GPUs unknown or
-// already taken are reported unaccounted and left out.
-func (a *assembler) bindGPUs(ng *nodeGPUs, id string, held ids.Held) ([]int, model.Ask) {
+// part is one shape of what an allocation holds: whole GPUs, or shares of
+// one GPU (a full GPU's worth of shares counts as a whole GPU).
+type part struct {
+	ask  model.Ask
+	gpus []int
+}
+
+// bindGPUs takes what allocation id holds from the node's free GPUs,
+// wherever it lands (docs/design.md, Units and device families): its whole
+// GPUs as one part, and the shares it holds of each GPU as one part per
+// GPU. A GPU the node does not publish, or one held beyond its capacity,
+// takes the node out of planning; the part still counts, unbound.
+func (a *assembler) bindGPUs(ng *nodeGPUs, id string, held ids.Held) []part {
+	var parts []part
 	if len(held.Whole) > 0 {
-		if len(held.Shares) > 0 {
-			a.warn("allocation %s holds whole GPUs and shares; counting the whole GPUs", id)
-		}
-		var gpus []int
+		whole := part{ask: model.Ask{WholeGPUs: len(held.Whole)}}
 		for _, u := range held.Whole {
-			g, ok := ng.index[u]
-			if !ok || ng.free[g] < model.SharesPerGPU {
-				a.unaccounted("allocation %s: GPU %s unknown or already taken on node %s", id, u, ng.id)
-				continue
+			if g, ok := a.take(ng, id, u, model.SharesPerGPU); ok {
+				whole.gpus = append(whole.gpus, g)
 			}
-			ng.free[g] = 0
-			gpus = append(gpus, g)
 		}
-		return gpus, model.Ask{WholeGPUs: len(gpus)}
+		if len(whole.gpus) != len(held.Whole) {
+			whole.gpus = nil
+		}
+		parts = append(parts, whole)
 	}
-	uuids := held.ShareUUIDs()
-	if len(uuids) > 1 {
-		a.warn("allocation %s holds shares of %d GPUs; counting the first", id, len(uuids))
+	for _, u := range held.ShareUUIDs() {
+		n := model.Shares(held.Shares[u])
+		p := part{ask: model.Ask{Shares: n}}
+		if n == model.SharesPerGPU {
+			p.ask = model.Ask{WholeGPUs: 1}
+		}
+		if n > model.SharesPerGPU {
+			a.outOfPlanning(ng, "allocation %s holds %d shares of GPU %s, more than one GPU has", id, n, u)
+			p.ask = model.Ask{WholeGPUs: int(n+model.SharesPerGPU-1) / model.SharesPerGPU}
+		} else if g, ok := a.take(ng, id, u, n); ok {
+			p.gpus = []int{g}
+		}
+		parts = append(parts, p)
 	}
-	u := uuids[0]
+	return parts
+}
+
+// take takes n shares of GPU u on node ng for allocation id and returns
+// the GPU's index; a GPU the node does not publish or that has less than n
+// free takes the node out of planning.
+func (a *assembler) take(ng *nodeGPUs, id, u string, n model.Shares) (int, bool) {
 	g, ok := ng.index[u]
-	n := model.Shares(held.Shares[u])
-	if !ok || ng.free[g] < n || n >= model.SharesPerGPU {
-		a.unaccounted("allocation %s: %d shares of GPU %s do not fit on node %s", id, n, u, ng.id)
-		return nil, model.Ask{}
+	switch {
+	case !ok:
+		a.outOfPlanning(ng, "allocation %s holds GPU %s, which the node does not publish", id, u)
+		return 0, false
+	case ng.free[g] < n:
+		a.outOfPlanning(ng, "allocation %s holds %s of GPU %s, which has only %s left by other allocations", id, n, u, ng.free[g])
+		return 0, false
 	}
 	ng.free[g] -= n
-	return []int{g}, model.Ask{Shares: n}
+	return g, true
 }
 
 // settleNodeResources takes what allocations outside the snapshot hold

@@ -149,10 +149,10 @@ func (r *Record) stopping() {
 		r.close(state.EventSuspendAbandoned, "the job changed since the record (job modify index %d, recorded %d); not stopping it", jobModifyIndex(job), r.JobModifyIndex)
 	case r.hasOurTag(job):
 		r.set(StopLanded, "stopped by the service (its tag %s is on the current version)", r.Tag)
-	case version(job) == r.Version+1 && r.stoppedInWindow(job):
-		r.set(StopLanded, "stopped right after the record (version %d, the one after the recorded %d)", version(job), r.Version)
+	case jobVersion(job) == r.Version+1 && r.stoppedInWindow(job):
+		r.set(StopLanded, "stopped right after the record (version %d, the one after the recorded %d)", jobVersion(job), r.Version)
 	default:
-		r.close(state.EventSuspendAbandoned, "the job was stopped, not by the service (version %d, recorded %d)", version(job), r.Version)
+		r.close(state.EventSuspendAbandoned, "the job was stopped, not by the service (version %d, recorded %d)", jobVersion(job), r.Version)
 	}
 }
 
@@ -168,7 +168,7 @@ func (r *Record) suspended(resuming bool) {
 	case !stopped(job) && resuming:
 		r.set(ResumeLanded, "registered again by the service's resume")
 	case !stopped(job):
-		r.close(state.EventSuperseded, "the owner registered the job again (version %d); it runs under the normal rules", version(job))
+		r.close(state.EventSuperseded, "the owner registered the job again (version %d); it runs under the normal rules", jobVersion(job))
 	case jobModifyIndex(job) != r.StopJobModifyIndex:
 		r.close(state.EventOwnerStopped, "the job was stopped again or changed while stopped (job modify index %d, the service's stop %d); it stays stopped", jobModifyIndex(job), r.StopJobModifyIndex)
 	case r.Tagged && !r.hasOurTag(job):
@@ -248,7 +248,7 @@ func usesGPUs(job *nomadapi.Job) bool {
 
 func stopped(job *nomadapi.Job) bool { return job.Stop != nil && *job.Stop }
 
-func version(job *nomadapi.Job) uint64 {
+func jobVersion(job *nomadapi.Job) uint64 {
 	if job.Version == nil {
 		return 0
 	}
@@ -262,19 +262,20 @@ func jobModifyIndex(job *nomadapi.Job) uint64 {
 	return *job.JobModifyIndex
 }
 
-// TagName is the version tag the service puts on a job it suspends for
-// project at t: the name says who took the GPUs and when (only letters,
-// digits, '.', '_' and '-': Nomad takes it in a URL path).
-func TagName(forProject string, t time.Time) string {
+// TagName is the version tag the service puts on a job it suspends at t;
+// reason says who took the GPUs ("for-<project>", or "limit-of-<project>"
+// for a suspension that holds a project to its limit). Only letters,
+// digits, '.', '_' and '-' are kept: Nomad takes the name in a URL path.
+func TagName(reason string, t time.Time) string {
 	clean := strings.Map(func(r rune) rune {
 		switch {
 		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
 			return r
 		}
 		return '-'
-	}, forProject)
-	if len(clean) > 64 {
-		clean = clean[:64]
+	}, reason)
+	if len(clean) > 72 {
+		clean = clean[:72]
 	}
-	return TagPrefix + "for-" + clean + "-" + t.UTC().Format("20060102T150405Z")
+	return TagPrefix + clean + "-" + t.UTC().Format("20060102T150405Z")
 }

@@ -119,7 +119,7 @@ func TestClassifyRecords(t *testing.T) {
 }
 
 func TestTagName(t *testing.T) {
-	got := TagName("team b/ä", time.Date(2026, 11, 23, 17, 8, 39, 0, time.UTC))
+	got := TagName("for-team b/ä", time.Date(2026, 11, 23, 17, 8, 39, 0, time.UTC))
 	if want := "gpushare-suspended-for-team-b--" + "-20261123T170839Z"; got != want {
 		t.Fatalf("TagName = %q, want %q", got, want)
 	}

@@ -7,7 +7,7 @@
 //	  "guaranteed": 1.5,            // GPUs, at most two decimals (required)
 //	  "limit": 3,                   // hard cap in GPUs (optional, >= guaranteed)
 //	  "priority": 10,               // higher wins over-quota capacity (default 0)
-//	  "over_quota_weight": 2,       // split of over-quota capacity (default 1)
+//	  "over_quota_weight": 2,       // split of over-quota capacity (default 1; 0: no share of it)
 //	  "mapping": {
 //	    "namespace": "ml",          // Nomad namespace of the project (default: the project name)
 //	    "job_meta_key": "project"   // a job whose meta[key] names this project belongs to it
@@ -58,6 +58,7 @@ func (s Settings) Model() model.Project {
 		HasLimit:        s.HasLimit,
 		Priority:        s.Priority,
 		OverQuotaWeight: s.OverQuotaWeight,
+		NoOverQuota:     s.OverQuotaWeight == 0,
 	}
 }
 
@@ -155,9 +156,9 @@ func Parse(project string, data []byte) (Settings, error) {
 		s.Priority = int(p)
 	}
 	if doc.OverQuotaWeight != nil {
-		w, err := integer(doc.OverQuotaWeight, 1, 1_000_000)
+		w, err := integer(doc.OverQuotaWeight, 0, 1_000_000)
 		if err != nil {
-			return Settings{}, fe("over_quota_weight", err.Error(), "write an integer between 1 and 1000000, or remove it for the default 1")
+			return Settings{}, fe("over_quota_weight", err.Error(), "write an integer between 0 (no share of the over-quota capacity) and 1000000, or remove it for the default 1")
 		}
 		s.OverQuotaWeight = w
 	}

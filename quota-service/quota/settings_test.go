@@ -31,7 +31,9 @@ func TestParse(t *testing.T) {
 		{name: "string guaranteed", project: "p", doc: `{"guaranteed": "lots"}`, field: "guaranteed", wantErr: true},
 		{name: "limit below guarantee", project: "p", doc: `{"guaranteed": 2, "limit": 1}`, field: "limit", wantErr: true},
 		{name: "fractional priority", project: "p", doc: `{"guaranteed": 2, "priority": 1.5}`, field: "priority", wantErr: true},
-		{name: "zero weight", project: "p", doc: `{"guaranteed": 2, "over_quota_weight": 0}`, field: "over_quota_weight", wantErr: true},
+		{name: "zero weight: no share of the surplus", project: "p", doc: `{"guaranteed": 2, "over_quota_weight": 0}`,
+			want: Settings{Project: "p", Guaranteed: 200, Namespace: "p"}},
+		{name: "negative weight", project: "p", doc: `{"guaranteed": 2, "over_quota_weight": -1}`, field: "over_quota_weight", wantErr: true},
 		{name: "unknown field", project: "p", doc: `{"guaranteed": 2, "guaranted": 3}`, field: "guaranted", wantErr: true},
 		{name: "unknown mapping field", project: "p", doc: `{"guaranteed": 2, "mapping": {"ns": "x"}}`, field: "ns", wantErr: true},
 		{name: "bad namespace", project: "p", doc: `{"guaranteed": 2, "mapping": {"namespace": "a b"}}`, field: "mapping.namespace", wantErr: true},
@@ -78,6 +80,13 @@ func TestModel(t *testing.T) {
 	if got := s.Model(); got != want {
 		t.Fatalf("Model = %+v, want %+v", got, want)
 	}
+	s, err = Parse("z", []byte(`{"guaranteed": 1, "over_quota_weight": 0}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Model(); !got.NoOverQuota || got.Weight() != 0 {
+		t.Fatalf("Model of weight 0 = %+v (weight %d), want NoOverQuota and weight 0", got, got.Weight())
+	}
 }
 
 func FuzzParse(f *testing.F) {
@@ -93,7 +102,7 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		if s.Guaranteed < 0 || (s.HasLimit && s.Limit < s.Guaranteed) || s.OverQuotaWeight < 1 || s.Namespace == "" {
+		if s.Guaranteed < 0 || (s.HasLimit && s.Limit < s.Guaranteed) || s.OverQuotaWeight < 0 || s.Namespace == "" {
 			t.Fatalf("accepted invalid settings %+v from %q", s, data)
 		}
 	})

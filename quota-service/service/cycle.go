@@ -30,11 +30,10 @@ type cycleData struct {
 }
 
 // cycleFailure is why a cycle took no action. cause labels
-// gpushare_cycle_errors_total; retry asks the leader to cycle again soon.
+// gpushare_cycle_errors_total.
 type cycleFailure struct {
 	cause string
 	err   error
-	retry bool
 }
 
 // run is one cycle: read Nomad and Consul, plan, act (when mayAct and
@@ -53,7 +52,7 @@ func (s *Service) run(ctx context.Context, mayAct bool) (held bool) {
 	}
 	if failure != nil {
 		s.fail(failure)
-		return failure.retry
+		return false
 	}
 	s.metrics.CycleOK.Set(1)
 	if s.Status().LastError != "" {
@@ -105,16 +104,12 @@ func (s *Service) plan(c *cycleData) *cycleFailure {
 }
 
 // apply checks that the lock still names this instance and carries out
-// the plan. A view that does not account for every running GPU allocation is
-// transient (after an agent restart): the leader retries soon.
+// the plan.
 func (s *Service) apply(ctx context.Context, c *cycleData) *cycleFailure {
 	if err := leader.Held(ctx, s.cfg.Consul, s.cfg.Layout.Leader(), s.cfg.Instance); err != nil {
 		return &cycleFailure{cause: "leadership", err: err}
 	}
 	rep, err := s.act.Apply(ctx, c.view, c.res)
-	if errors.Is(err, actuator.ErrUnsettled) {
-		return &cycleFailure{cause: "unsettled", err: err, retry: true}
-	}
 	if err != nil {
 		return &cycleFailure{cause: "stale", err: err}
 	}

@@ -34,7 +34,10 @@ type gpuJob struct {
 	whole    int // nvidia/gpu instances
 	shares   int // nvidia/gpu-share instances
 	priority int
-	meta     map[string]string
+	// groups is the number of task groups, each asking whole and shares
+	// (0: one); meta is the job's meta.
+	groups int
+	meta   map[string]string
 	// slowStop makes the task ignore SIGINT, so that a stop takes its
 	// kill timeout (8 s) to end it.
 	slowStop bool
@@ -121,6 +124,23 @@ func (s *scenario) submit(j gpuJob) {
 	job.Namespace = &j.ns
 	job.Datacenters = []string{"dc1"}
 	job.Meta = j.meta
+	for g := range max(j.groups, 1) {
+		name := "main"
+		if g > 0 {
+			name = fmt.Sprintf("main-%d", g+1)
+		}
+		job.AddTaskGroup(s.taskGroup(j, name))
+	}
+	s.mu.Lock()
+	s.jobs = append(s.jobs, j)
+	s.mu.Unlock()
+	if _, _, err := s.c.Nomad.Jobs().Register(job, &nomadapi.WriteOptions{Namespace: j.ns}); err != nil {
+		s.t.Fatalf("registering %s/%s: %v", j.ns, j.id, err)
+	}
+}
+
+// taskGroup is one group of j: a task that waits for its control file.
+func (s *scenario) taskGroup(j gpuJob, name string) *nomadapi.TaskGroup {
 	script := fmt.Sprintf("while [ ! -e %[1]s/%[2]s-%[3]s ] && [ ! -e %[1]s/all-%[2]s ]; do sleep 0.2; done", s.control, j.ns, j.id)
 	task := nomadapi.NewTask("work", "raw_exec").SetConfig("command", "/bin/sh").SetConfig("args", []string{"-c", script})
 	task.Resources = &nomadapi.Resources{CPU: ptr(20), MemoryMB: ptr(16)}
@@ -135,16 +155,10 @@ func (s *scenario) submit(j gpuJob) {
 	if j.shares > 0 {
 		task.Resources.Devices = append(task.Resources.Devices, &nomadapi.RequestedDevice{Name: "nvidia/gpu-share", Count: ptr(uint64(j.shares))})
 	}
-	tg := nomadapi.NewTaskGroup("main", 1).AddTask(task)
+	tg := nomadapi.NewTaskGroup(name, 1).AddTask(task)
 	tg.RestartPolicy = &nomadapi.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")}
 	tg.ReschedulePolicy = &nomadapi.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)}
-	job.AddTaskGroup(tg)
-	s.mu.Lock()
-	s.jobs = append(s.jobs, j)
-	s.mu.Unlock()
-	if _, _, err := s.c.Nomad.Jobs().Register(job, &nomadapi.WriteOptions{Namespace: j.ns}); err != nil {
-		s.t.Fatalf("registering %s/%s: %v", j.ns, j.id, err)
-	}
+	return tg
 }
 
 // finish lets one job (id) or all jobs of a namespace (id == "") exit.

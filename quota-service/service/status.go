@@ -11,6 +11,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 )
 
 // ProjectView is one project's line in /v1/projects.
@@ -19,6 +20,10 @@ type ProjectView struct {
 	Priority        int    `json:"priority"`
 	OverQuotaWeight int64  `json:"over_quota_weight"`
 	Namespace       string `json:"namespace,omitempty"`
+	// NonPreemptibleAboveGuarantee names the project's non-preemptible
+	// jobs that run above its guarantee (Nomad placed them by itself):
+	// they count as preemptible (docs/design.md, Reclaim and preempt).
+	NonPreemptibleAboveGuarantee []string `json:"nonpreemptible_above_guarantee,omitempty"`
 }
 
 // Status is /v1/status.
@@ -32,8 +37,15 @@ type Status struct {
 	Pending    []string      `json:"pending"`
 	Suspended  []string      `json:"suspended"`
 	Unplaced   []string      `json:"unplaced"`
-	Recent     []string      `json:"recent_actions"`
-	Warnings   []string      `json:"warnings,omitempty"`
+	// Unplaceable are the pending groups that fit on no node that admits
+	// them, even idle, with the reason; they are no demand.
+	Unplaceable []string `json:"unplaceable,omitempty"`
+	// OutOfPlanning are the nodes and GPUs the plan does not use, with the
+	// reason (not ready, ineligible, draining, unhealthy, or an allocation
+	// the service cannot account for).
+	OutOfPlanning []string `json:"out_of_planning,omitempty"`
+	Recent        []string `json:"recent_actions"`
+	Warnings      []string `json:"warnings,omitempty"`
 	// RecordErrors are the suspension records the service does not act
 	// on, and why (also under <root>/status/record-errors/ in Consul).
 	RecordErrors []state.RecordError `json:"record_errors,omitempty"`
@@ -61,7 +73,8 @@ func (s *Service) record(ctx context.Context, c *cycleData) {
 	recent := s.noteActions(c.rep, sum, now)
 	st := &s.status
 	st.LastCycle, st.LastRelist, st.LastError = now, c.view.ListedAt, ""
-	st.Projects, st.Pending, st.Suspended, st.Unplaced, st.Warnings = views, sum.pending, sum.suspended, unplacedLines(c), c.view.Warnings
+	st.Projects, st.Pending, st.Suspended, st.Unplaced, st.Warnings = views, sum.pending, sum.suspended, unplacedLines(c, c.res.Unplaced), c.view.Warnings
+	st.Unplaceable, st.OutOfPlanning = unplacedLines(c, c.res.Unplaceable), outOfPlanning(c.view.Snapshot)
 	st.RecordErrors = c.view.RecordErrors
 	st.Recent = append(st.Recent, recent...)
 	if n := len(st.Recent); n > recentMax {
@@ -114,6 +127,7 @@ func (s *Service) projectViews(c *cycleData, sum pendingSummary) []ProjectView {
 	}
 	var views []ProjectView
 	for _, sh := range c.res.Shares {
+		exposed := sh.Exposed
 		st := state.ProjectStatus{Project: sh.Name, Guaranteed: sh.Guaranteed.String(), Deserved: sh.Deserved.String(),
 			Allocated: sh.Usage.String(), Pending: sum.shares[sh.Name].String(), OverQuota: max(sh.Usage-sh.Guaranteed, 0).String(),
 			PendingWorkloads: sum.count[sh.Name], SuspendedJobs: sum.suspendedJobs[sh.Name]}
@@ -124,7 +138,8 @@ func (s *Service) projectViews(c *cycleData, sum pendingSummary) []ProjectView {
 		if fe, ok := rejected[sh.Name]; ok {
 			st.QuotaError = fe.Error()
 		}
-		views = append(views, ProjectView{ProjectStatus: st, Priority: qs.Priority, OverQuotaWeight: qs.OverQuotaWeight, Namespace: qs.Namespace})
+		views = append(views, ProjectView{ProjectStatus: st, Priority: qs.Priority, OverQuotaWeight: qs.OverQuotaWeight, Namespace: qs.Namespace,
+			NonPreemptibleAboveGuarantee: exposed})
 	}
 	return views
 }
@@ -176,12 +191,31 @@ func (s *Service) noteActions(rep actuator.Report, sum pendingSummary, now time.
 	return recent
 }
 
-// unplacedLines says why each workload the plan could not place waits.
-func unplacedLines(c *cycleData) []string {
+// unplacedLines says why each of the workloads the plan could not place
+// waits.
+func unplacedLines(c *cycleData, unplaced []plan.Unplaced) []string {
 	var out []string
-	for _, u := range c.res.Unplaced {
+	for _, u := range unplaced {
 		p := c.view.Snapshot.Pending[u.Workload]
 		out = append(out, fmt.Sprintf("%s/%s: %s", p.Job, p.Group, u.Reason))
+	}
+	return out
+}
+
+// outOfPlanning lists the snapshot's unavailable nodes and GPUs with the
+// reason.
+func outOfPlanning(snap *model.Snapshot) []string {
+	var out []string
+	for _, n := range snap.Nodes {
+		if n.Unavailable != "" {
+			out = append(out, fmt.Sprintf("node %s: %s", n.Name, n.Unavailable))
+			continue
+		}
+		for g, gpu := range n.GPUs {
+			if gpu.Unavailable != "" {
+				out = append(out, fmt.Sprintf("node %s GPU %d: %s", n.Name, g, gpu.Unavailable))
+			}
+		}
 	}
 	return out
 }

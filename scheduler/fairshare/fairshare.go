@@ -1,18 +1,22 @@
 // Package fairshare computes each project's deserved GPU share for one
 // scheduling cycle.
 //
-// The rule (BACKGROUND section 2): every project first gets
+// The rule (docs/design.md, Projects and fair share): every project first gets
 // min(guaranteed, demand); what is left of the capacity goes to projects with
 // unmet demand, highest priority tier first, split by over-quota weight
 // inside a tier, never above a project's limit. Inside a tier the split is
 // water-filling: a project capped by its demand or limit leaves its part to
 // the others of the tier, and what the tier cannot use goes to the next tier.
+// A project with over-quota weight 0 (model.Project.NoOverQuota, as in
+// KAI-Scheduler and Kueue) gets no part of the surplus at all: its deserved
+// share is min(guaranteed, demand), and what nobody else can use is left
+// unassigned rather than given to it.
 //
 // Everything is in integer shares (0.01 GPU), so results are exact. Each
 // division rounds down; the few shares left by rounding go one by one to the
 // projects with the largest remainders (then larger weight, then name), so
-// the total handed out is exactly min(capacity, total capped demand) and never
-// more than the capacity.
+// the total handed out is exactly min(capacity, total capped demand), less
+// what only weight-0 projects want, and never more than the capacity.
 //
 // When the guarantees alone exceed the capacity (an over-committed cluster,
 // e.g. after nodes left), the guarantee phase is itself water-filled: higher
@@ -43,23 +47,24 @@ func Deserved(capacity model.Shares, projects []model.Project, demand []model.Sh
 	}
 	capacity = max(capacity, 0)
 	tiers := priorityTiers(projects)
-	if firstTotal <= capacity {
-		copy(deserved, first)
-	} else {
+	if firstTotal > capacity {
 		// Guarantees over-committed: fill them tier by tier, in proportion
 		// to the guarantee.
+		byGuarantee := filling{projects, deserved, first, func(i int) int64 { return int64(first[i]) }}
 		avail := capacity
 		for _, tier := range tiers {
-			avail = fill(avail, tier, projects, deserved, first, func(i int) int64 { return int64(first[i]) })
+			avail = byGuarantee.fill(avail, tier)
 		}
 		return deserved
 	}
+	copy(deserved, first)
+	byWeight := filling{projects, deserved, want, func(i int) int64 { return projects[i].Weight() }}
 	avail := capacity - firstTotal
 	for _, tier := range tiers {
 		if avail == 0 {
 			break
 		}
-		avail = fill(avail, tier, projects, deserved, want, func(i int) int64 { return projects[i].Weight() })
+		avail = byWeight.fill(avail, tier)
 	}
 	return deserved
 }
@@ -89,70 +94,91 @@ func priorityTiers(projects []model.Project) [][]int {
 	return tiers
 }
 
-// fill water-fills avail over the members of one tier: member i may grow
-// up to upto[i], in proportion to weight(i). It adds to given and returns
-// what is left of avail.
-func fill(avail model.Shares, tier []int, projects []model.Project, given, upto []model.Shares, weight func(int) int64) model.Shares {
+// filling water-fills GPU amounts over the members of one priority tier:
+// member i may grow from given[i] up to upto[i], in proportion to
+// weight(i).
+type filling struct {
+	projects    []model.Project
+	given, upto []model.Shares
+	weight      func(int) int64
+}
+
+// fill hands out avail over the members of tier and returns what is left.
+// Members whose remaining room is within their part are filled and leave;
+// the others share the rest in the next pass, until nobody is capped (see
+// split).
+func (f filling) fill(avail model.Shares, tier []int) model.Shares {
 	active := make([]int, 0, len(tier))
 	for _, i := range tier {
-		if given[i] < upto[i] && weight(i) > 0 {
+		if f.given[i] < f.upto[i] && f.weight(i) > 0 {
 			active = append(active, i)
 		}
 	}
 	for avail > 0 && len(active) > 0 {
 		var total uint64
 		for _, i := range active {
-			total += uint64(weight(i))
+			total += uint64(f.weight(i))
 		}
-		// Members whose remaining room is within their part are filled
-		// and leave; the others share the rest in the next pass.
-		start := avail
-		kept := active[:0]
-		for _, i := range active {
-			part, _ := portion(start, weight(i), total)
-			if room := upto[i] - given[i]; room <= part {
-				given[i] += room
-				avail -= room
-			} else {
-				kept = append(kept, i)
-			}
+		left, kept := f.fillCapped(avail, active, total)
+		if len(kept) == len(active) {
+			return f.split(avail, active, total)
 		}
-		if len(kept) < len(active) {
-			active = kept
-			continue
+		avail, active = left, kept
+	}
+	return avail
+}
+
+// fillCapped gives every active member whose remaining room is within its
+// part of avail that room. It returns what is left of avail and the members
+// still short of their room (active, filtered in place).
+func (f filling) fillCapped(avail model.Shares, active []int, total uint64) (model.Shares, []int) {
+	left := avail
+	kept := active[:0]
+	for _, i := range active {
+		part, _ := portion(avail, f.weight(i), total)
+		if room := f.upto[i] - f.given[i]; room <= part {
+			f.given[i] += room
+			left -= room
+		} else {
+			kept = append(kept, i)
 		}
-		// Nobody is capped: everyone gets its part, rounded down, and the
-		// shares left by rounding go to the largest remainders.
-		type rest struct {
-			i   int
-			rem uint64
+	}
+	return left, kept
+}
+
+// split gives every active member its part of avail, none of them capped,
+// rounded down; the shares left by rounding go one by one to the largest
+// remainders (then larger weight, then name). It returns what is left.
+func (f filling) split(avail model.Shares, active []int, total uint64) model.Shares {
+	type rest struct {
+		i   int
+		rem uint64
+	}
+	start := avail
+	rests := make([]rest, 0, len(active))
+	for _, i := range active {
+		part, rem := portion(start, f.weight(i), total)
+		f.given[i] += part
+		avail -= part
+		rests = append(rests, rest{i, rem})
+	}
+	slices.SortFunc(rests, func(a, b rest) int {
+		if c := cmp.Compare(b.rem, a.rem); c != 0 {
+			return c
 		}
-		rests := make([]rest, 0, len(active))
-		for _, i := range active {
-			part, rem := portion(start, weight(i), total)
-			given[i] += part
-			avail -= part
-			rests = append(rests, rest{i, rem})
+		if c := cmp.Compare(f.weight(b.i), f.weight(a.i)); c != 0 {
+			return c
 		}
-		slices.SortFunc(rests, func(a, b rest) int {
-			if c := cmp.Compare(b.rem, a.rem); c != 0 {
-				return c
-			}
-			if c := cmp.Compare(weight(b.i), weight(a.i)); c != 0 {
-				return c
-			}
-			return cmp.Compare(projects[a.i].Name, projects[b.i].Name)
-		})
-		for _, r := range rests {
-			if avail == 0 {
-				break
-			}
-			if given[r.i] < upto[r.i] {
-				given[r.i]++
-				avail--
-			}
+		return cmp.Compare(f.projects[a.i].Name, f.projects[b.i].Name)
+	})
+	for _, r := range rests {
+		if avail == 0 {
+			break
 		}
-		break
+		if f.given[r.i] < f.upto[r.i] {
+			f.given[r.i]++
+			avail--
+		}
 	}
 	return avail
 }

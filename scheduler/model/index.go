@@ -30,9 +30,25 @@ type Index struct {
 	FreeCPUMilli  []int64
 	FreeMemoryMiB []int64
 	// Usage is the GPU amount each project's allocations hold;
-	// NonPreemptibleUsage the part of it that may not be suspended.
+	// NonPreemptibleUsage the part of it held by work that opted out of
+	// suspension.
 	Usage               []Shares
 	NonPreemptibleUsage []Shares
+	// Capacity is the GPU amount projects share: every available GPU of
+	// an available node, plus what allocations hold on unavailable GPUs
+	// and nodes (that work runs and counts for its projects, but nothing
+	// else can be given there).
+	Capacity Shares
+	// PendingNodes is, per pending workload, the nodes it may run on as a
+	// table by node position, or nil when it may run on every node.
+	// Workloads that share one Nodes slice share the table.
+	PendingNodes [][]bool
+}
+
+// Admits reports whether pending workload w may run on node n.
+func (x *Index) Admits(w, n int) bool {
+	t := x.PendingNodes[w]
+	return t == nil || t[n]
 }
 
 // Free returns the free shares of GPU g on node n.
@@ -49,27 +65,51 @@ func (s *Snapshot) Index() (*Index, error) {
 		AllocProject:        make([]int32, len(s.Allocations)),
 		AllocNode:           make([]int32, len(s.Allocations)),
 		PendingProject:      make([]int32, len(s.Pending)),
+		PendingNodes:        make([][]bool, len(s.Pending)),
 		GPUOffset:           make([]int32, len(s.Nodes)+1),
 		FreeCPUMilli:        make([]int64, len(s.Nodes)),
 		FreeMemoryMiB:       make([]int64, len(s.Nodes)),
 		Usage:               make([]Shares, len(s.Projects)),
 		NonPreemptibleUsage: make([]Shares, len(s.Projects)),
 	}
+	if err := x.addProjects(s); err != nil {
+		return nil, err
+	}
+	if err := x.addNodes(s); err != nil {
+		return nil, err
+	}
+	if err := x.addAllocations(s); err != nil {
+		return nil, err
+	}
+	if err := x.addPending(s); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// addProjects checks the projects and indexes them by name.
+func (x *Index) addProjects(s *Snapshot) error {
 	for i := range s.Projects {
 		p := &s.Projects[i]
 		if _, dup := x.ProjectByName[p.Name]; dup || p.Name == "" {
-			return nil, fmt.Errorf("%w: project %q: empty or duplicate name", ErrInvalid, p.Name)
+			return fmt.Errorf("%w: project %q: empty or duplicate name", ErrInvalid, p.Name)
 		}
 		if p.Guaranteed < 0 || (p.HasLimit && p.Limit < 0) {
-			return nil, fmt.Errorf("%w: project %q: negative guarantee or limit", ErrInvalid, p.Name)
+			return fmt.Errorf("%w: project %q: negative guarantee or limit", ErrInvalid, p.Name)
 		}
 		x.ProjectByName[p.Name] = i
 	}
+	return nil
+}
+
+// addNodes checks the nodes, indexes them by name and starts every node
+// and GPU fully free.
+func (x *Index) addNodes(s *Snapshot) error {
 	total := 0
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
 		if _, dup := x.NodeByName[n.Name]; dup || n.Name == "" {
-			return nil, fmt.Errorf("%w: node %q: empty or duplicate name", ErrInvalid, n.Name)
+			return fmt.Errorf("%w: node %q: empty or duplicate name", ErrInvalid, n.Name)
 		}
 		x.NodeByName[n.Name] = i
 		x.GPUOffset[i] = int32(total)
@@ -79,28 +119,40 @@ func (s *Snapshot) Index() (*Index, error) {
 	}
 	x.GPUOffset[len(s.Nodes)] = int32(total)
 	x.FreeShares = make([]Shares, total)
-	for i := range x.FreeShares {
-		x.FreeShares[i] = SharesPerGPU
+	for i := range s.Nodes {
+		n := &s.Nodes[i]
+		for g := range n.GPUs {
+			if n.Unavailable == "" && n.GPUs[g].Unavailable == "" {
+				x.FreeShares[int(x.GPUOffset[i])+g] = SharesPerGPU
+				x.Capacity += SharesPerGPU
+			}
+		}
 	}
+	return nil
+}
+
+// addAllocations checks the allocations, takes what they hold from the
+// free capacity and adds it to their projects' usage.
+func (x *Index) addAllocations(s *Snapshot) error {
 	// Allocations usually come node by node: remember the last lookup.
 	lastNode, n := "", -1
 	for i := range s.Allocations {
 		a := &s.Allocations[i]
 		p, ok := x.ProjectByName[a.Project]
 		if !ok {
-			return nil, fmt.Errorf("%w: allocation %q: unknown project %q", ErrInvalid, a.ID, a.Project)
+			return fmt.Errorf("%w: allocation %q: unknown project %q", ErrInvalid, a.ID, a.Project)
 		}
 		if n < 0 || a.Node != lastNode {
 			if n, ok = x.NodeByName[a.Node]; !ok {
-				return nil, fmt.Errorf("%w: allocation %q: unknown node %q", ErrInvalid, a.ID, a.Node)
+				return fmt.Errorf("%w: allocation %q: unknown node %q", ErrInvalid, a.ID, a.Node)
 			}
 			lastNode = a.Node
 		}
 		if err := a.Ask.Validate(); err != nil {
-			return nil, fmt.Errorf("%w: allocation %q: %w", ErrInvalid, a.ID, err)
+			return fmt.Errorf("%w: allocation %q: %w", ErrInvalid, a.ID, err)
 		}
 		if err := x.bind(s, n, a); err != nil {
-			return nil, fmt.Errorf("%w: allocation %q: %w", ErrInvalid, a.ID, err)
+			return fmt.Errorf("%w: allocation %q: %w", ErrInvalid, a.ID, err)
 		}
 		x.AllocProject[i], x.AllocNode[i] = int32(p), int32(n)
 		x.Usage[p] += a.Ask.GPUShares()
@@ -108,26 +160,76 @@ func (s *Snapshot) Index() (*Index, error) {
 			x.NonPreemptibleUsage[p] += a.Ask.GPUShares()
 		}
 	}
+	return nil
+}
+
+// addPending checks the pending workloads and finds their projects and the
+// nodes they may run on.
+func (x *Index) addPending(s *Snapshot) error {
+	tables := map[nodeList][]bool{}
 	for i := range s.Pending {
 		w := &s.Pending[i]
 		p, ok := x.ProjectByName[w.Project]
 		if !ok {
-			return nil, fmt.Errorf("%w: pending %s/%s: unknown project %q", ErrInvalid, w.Job, w.Group, w.Project)
+			return fmt.Errorf("%w: pending %s/%s: unknown project %q", ErrInvalid, w.Job, w.Group, w.Project)
 		}
 		if err := w.Ask.Validate(); err != nil {
-			return nil, fmt.Errorf("%w: pending %s/%s: %w", ErrInvalid, w.Job, w.Group, err)
+			return fmt.Errorf("%w: pending %s/%s: %w", ErrInvalid, w.Job, w.Group, err)
 		}
 		if w.Count < 1 {
-			return nil, fmt.Errorf("%w: pending %s/%s: count %d below 1", ErrInvalid, w.Job, w.Group, w.Count)
+			return fmt.Errorf("%w: pending %s/%s: count %d below 1", ErrInvalid, w.Job, w.Group, w.Count)
 		}
 		x.PendingProject[i] = int32(p)
+		t, err := x.nodeTable(w.Nodes, tables)
+		if err != nil {
+			return fmt.Errorf("%w: pending %s/%s: %w", ErrInvalid, w.Job, w.Group, err)
+		}
+		x.PendingNodes[i] = t
 	}
-	return x, nil
+	return nil
 }
 
-// bind takes the allocation's ask from the free capacity of node n.
+// nodeList identifies a Pending.Nodes slice: workloads whose lists share
+// their first element and length share one table.
+type nodeList struct {
+	first *string
+	n     int
+}
+
+// nodeTable turns a list of node names into a table by node position
+// (nil for a nil list); tables holds the tables built so far.
+func (x *Index) nodeTable(names []string, tables map[nodeList][]bool) ([]bool, error) {
+	if names == nil {
+		return nil, nil
+	}
+	key := nodeList{n: len(names)}
+	if len(names) > 0 {
+		key.first = &names[0]
+	}
+	if t, ok := tables[key]; ok {
+		return t, nil
+	}
+	t := make([]bool, len(x.NodeByName))
+	for _, name := range names {
+		n, ok := x.NodeByName[name]
+		if !ok {
+			return nil, fmt.Errorf("nodes: unknown node %q", name)
+		}
+		t[n] = true
+	}
+	tables[key] = t
+	return t, nil
+}
+
+// bind takes the allocation's ask from the free capacity of node n. On an
+// unavailable node nothing is taken and the binding is not checked; on an
+// unavailable GPU what the allocation holds adds to the capacity instead.
 func (x *Index) bind(s *Snapshot, n int, a *Allocation) error {
 	node := &s.Nodes[n]
+	if node.Unavailable != "" {
+		x.Capacity += a.Ask.GPUShares()
+		return nil
+	}
 	want := a.Ask.WholeGPUs
 	per := Shares(SharesPerGPU)
 	if a.Ask.Shares > 0 {
@@ -146,6 +248,10 @@ func (x *Index) bind(s *Snapshot, n int, a *Allocation) error {
 			}
 		}
 		gpu := &node.GPUs[g]
+		if gpu.Unavailable != "" {
+			x.Capacity += per
+			continue
+		}
 		if (gpu.Mode == ModeWhole && a.Ask.Shares > 0) || (gpu.Mode == ModeShared && a.Ask.WholeGPUs > 0) {
 			return fmt.Errorf("node %q GPU %d is in %s mode", node.Name, g, gpu.Mode)
 		}

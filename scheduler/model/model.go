@@ -115,15 +115,26 @@ type GPU struct {
 	Model     string
 	MemoryMiB int64
 	Mode      Mode
+	// Unavailable, when not empty, says why the GPU takes no work (it is
+	// unhealthy): nothing is placed on it, and what allocations hold on it
+	// still counts for their projects but is never freed for other work.
+	Unavailable string
 }
 
 // Node is one Nomad client with its capacity. What is free is derived from
-// the allocations bound to it (see Snapshot.Free).
+// the allocations bound to it (see Snapshot.Index).
 type Node struct {
 	Name      string
 	CPUMilli  int64
 	MemoryMiB int64
 	GPUs      []GPU
+	// Unavailable, when not empty, says why the node is out of planning
+	// (not ready, ineligible, draining, or holding allocations the
+	// snapshot cannot account for): nothing is placed on it and nothing
+	// is suspended to make room on it. Its allocations still count for
+	// their projects; their GPU bindings are not checked and may be
+	// empty.
+	Unavailable string
 }
 
 // Ask is what one instance of a workload needs. It asks for WholeGPUs whole
@@ -155,7 +166,10 @@ func (a Ask) Validate() error {
 	return nil
 }
 
-// Allocation is one running instance of a task group.
+// Allocation is one running instance of a task group: what it holds on one
+// node. An instance that holds GPUs in more than one shape (shares of two
+// GPUs through two tasks, or whole GPUs and shares) is given as one
+// Allocation per shape, with the same ID and job.
 type Allocation struct {
 	ID      string
 	Project string
@@ -164,10 +178,15 @@ type Allocation struct {
 	Job      string
 	Group    string
 	Priority int
-	// Preemptible is false for work that must never be suspended; such work
-	// may only run within its project's guarantee.
+	// Preemptible is false for work that opts out of suspension; it is
+	// protected only within its project's guarantee (docs/design.md,
+	// Reclaim and preempt).
 	Preemptible bool
-	Ask         Ask
+	// System marks an allocation of a system or sysbatch job: such a job
+	// runs on every eligible node, and stopping it stops it everywhere, so
+	// it is never a victim. Its GPUs count for its project.
+	System bool
+	Ask    Ask
 	// Node names the node; GPUs are the indexes of the bound GPUs on it
 	// (WholeGPUs of them, or one for a share).
 	Node string
@@ -192,6 +211,12 @@ type Pending struct {
 	// earlier goes first among equals.
 	Submit    int64
 	Suspended bool
+	// Nodes, when not nil, are the only nodes the workload may run on
+	// (those its constraints admit); an empty non-nil list admits none.
+	// NodesReason says, for people, why the others are left out (for
+	// example which constraint filtered them).
+	Nodes       []string
+	NodesReason string
 }
 
 // GPUShares is the GPU amount of all instances, in shares.
@@ -211,11 +236,21 @@ type Project struct {
 	// OverQuotaWeight splits over-quota capacity inside a priority tier;
 	// zero means the default weight 1.
 	OverQuotaWeight int64
+	// NoOverQuota is an over-quota weight of 0, as KAI-Scheduler and
+	// Kueue read it: the project gets no share of the surplus. It may
+	// still run on idle GPUs, above its deserved share, so any project
+	// entitled to reclaim takes that work back first (docs/design.md,
+	// Projects and fair share).
+	NoOverQuota bool
 }
 
-// Weight is the over-quota weight with the default applied.
+// Weight is the over-quota weight with the default applied: 0 for
+// NoOverQuota, else OverQuotaWeight or 1.
 func (p Project) Weight() int64 {
-	if p.OverQuotaWeight <= 0 {
+	switch {
+	case p.NoOverQuota:
+		return 0
+	case p.OverQuotaWeight <= 0:
 		return 1
 	}
 	return p.OverQuotaWeight
@@ -240,13 +275,4 @@ type Snapshot struct {
 	Allocations []Allocation
 	Pending     []Pending
 	Projects    []Project
-}
-
-// Capacity is the total GPU capacity of the cluster in shares.
-func (s *Snapshot) Capacity() Shares {
-	var n int
-	for i := range s.Nodes {
-		n += len(s.Nodes[i].GPUs)
-	}
-	return GPUs(n)
 }

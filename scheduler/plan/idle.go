@@ -1,68 +1,158 @@
 package plan
 
 import (
+	"strings"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
 // nodeSummary is what the first-fit search reads to skip a node quickly.
 type nodeSummary struct {
-	maxFree int // the largest free milli-GPU of one GPU
+	maxFree int // the largest free amount of one GPU
 	idle    int // fully free GPUs
 }
 
-func (s *state) initSummaries() {
-	s.summaries = make([]nodeSummary, len(s.cluster.Nodes))
-	for n := range s.cluster.Nodes {
-		s.summarize(n)
+// nodeTally counts the nodes by their summary, so that a task no node
+// could take is refused without a search: byIdle[k] nodes have k idle
+// GPUs, byFree[f] nodes have f shares free on their emptiest GPU.
+type nodeTally struct {
+	byIdle []int32
+	byFree [model.SharesPerGPU + 1]int32
+}
+
+func (c *clusterState) initSummaries() {
+	c.summaries = make([]nodeSummary, len(c.Nodes))
+	most := 0
+	for n := range c.Nodes {
+		most = max(most, len(c.Nodes[n].GPUs))
+	}
+	c.tally.byIdle = make([]int32, most+1)
+	c.tally.byIdle[0] = int32(len(c.Nodes))
+	c.tally.byFree[0] = int32(len(c.Nodes))
+	for n := range c.Nodes {
+		c.summarize(n)
 	}
 }
 
-func (s *state) summarize(n int) {
-	if s.summaries == nil {
+// summarize refreshes node n's summary after its free capacity changed.
+func (c *clusterState) summarize(n int) {
+	if c.summaries == nil {
 		return
 	}
 	var sum nodeSummary
-	for _, g := range s.cluster.Nodes[n].GPUs {
+	for _, g := range c.Nodes[n].GPUs {
 		sum.maxFree = max(sum.maxFree, g.FreeMilli)
-		if g.FreeMilli >= 1000 {
+		if g.FreeMilli >= placementWholeGPU {
 			sum.idle++
 		}
 	}
-	s.summaries[n] = sum
+	old := c.summaries[n]
+	c.tally.byIdle[old.idle]--
+	c.tally.byFree[old.maxFree/milliPerShare]--
+	c.tally.byIdle[sum.idle]++
+	c.tally.byFree[sum.maxFree/milliPerShare]++
+	c.summaries[n] = sum
 }
 
-// placeIdle finds room for t on free capacity, with the policy or by first
-// fit. A shape that failed is not searched again until capacity is given
-// back.
-func (s *state) placeIdle(t placement.Task) (placement.Choice, bool) {
-	key := shapeOf(t)
-	if at, ok := s.failed[key]; ok && at == s.releases {
+// mayFit reports whether some node's summary admits t: a node with
+// GPUCount idle GPUs for whole GPUs, one with a GPU that has GPUMilli free
+// for a share.
+func (c *clusterState) mayFit(t placement.Task) bool {
+	var counts []int32
+	from := 0
+	switch {
+	case t.GPUCount == 0 || c.summaries == nil:
+		return true
+	case t.GPUMilli >= placementWholeGPU:
+		counts, from = c.tally.byIdle, t.GPUCount
+	default:
+		counts, from = c.tally.byFree[:], (t.GPUMilli+milliPerShare-1)/milliPerShare
+	}
+	for k := from; k < len(counts); k++ {
+		if counts[k] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// shapeKey is what placeIdle remembers a failed task by: its shape and
+// the table of nodes it may use.
+type shapeKey struct {
+	cpu, mem int64
+	count    int
+	milli    int
+	models   string
+	nodes    *bool
+}
+
+func shapeOf(t placement.Task, nodes []bool) shapeKey {
+	k := shapeKey{cpu: t.CPUMilli, mem: t.MemoryMiB, count: t.GPUCount, milli: t.GPUMilli, models: strings.Join(t.Models, "\x00")}
+	if len(nodes) > 0 {
+		k.nodes = &nodes[0]
+	}
+	return k
+}
+
+// placeIdle finds room for t on free capacity of the nodes it may use
+// (nil: all), with the policy or by first fit. A shape that failed is not
+// searched again until capacity is given back.
+func (c *clusterState) placeIdle(t placement.Task, nodes []bool) (placement.Choice, bool) {
+	if !c.mayFit(t) {
+		return placement.Choice{}, false
+	}
+	key := shapeOf(t, nodes)
+	if at, ok := c.failed[key]; ok && at == c.releases {
 		return placement.Choice{}, false
 	}
 	var ch placement.Choice
 	var ok bool
-	if s.policy != nil {
-		ch, ok = s.policy.Place(&s.cluster, t)
-	} else {
-		ch, ok = s.firstFit(t)
+	switch {
+	case c.policy == nil:
+		ch, ok = c.firstFit(t, nodes)
+	case nodes == nil:
+		ch, ok = c.policy.Place(&c.Cluster, t)
+	default:
+		ch, ok = c.placeAmong(t, nodes)
 	}
 	if !ok {
-		s.failed[key] = s.releases
+		c.failed[key] = c.releases
 	}
 	return ch, ok
 }
 
-func (s *state) firstFit(t placement.Task) (placement.Choice, bool) {
-	for n := range s.cluster.Nodes {
-		node := &s.cluster.Nodes[n]
+// placeAmong asks the policy to place t on a cluster of the nodes it may
+// use only, and maps its choice back.
+func (c *clusterState) placeAmong(t placement.Task, nodes []bool) (placement.Choice, bool) {
+	c.sub.Nodes, c.subNodes = c.sub.Nodes[:0], c.subNodes[:0]
+	for n := range c.Nodes {
+		if nodes[n] {
+			c.sub.Nodes = append(c.sub.Nodes, c.Nodes[n])
+			c.subNodes = append(c.subNodes, n)
+		}
+	}
+	ch, ok := c.policy.Place(&c.sub, t)
+	if ok {
+		ch.Node = c.subNodes[ch.Node]
+	}
+	return ch, ok
+}
+
+func (c *clusterState) firstFit(t placement.Task, nodes []bool) (placement.Choice, bool) {
+	for n := range c.Nodes {
+		if nodes != nil && !nodes[n] {
+			continue
+		}
+		node := &c.Nodes[n]
 		if node.FreeCPUMilli < t.CPUMilli || node.FreeMemoryMiB < t.MemoryMiB {
 			continue
 		}
-		sum := s.summaries[n]
-		if t.GPUCount > 0 && (sum.maxFree < t.GPUMilli || (t.GPUMilli >= 1000 && sum.idle < t.GPUCount)) {
+		sum := c.summaries[n]
+		if t.GPUCount > 0 && (sum.maxFree < t.GPUMilli || (t.GPUMilli >= placementWholeGPU && sum.idle < t.GPUCount)) {
 			continue
 		}
-		if gpus, ok := s.cluster.Fits(n, t); ok {
+		if gpus, ok := c.Fits(n, t); ok {
 			return placement.Choice{Node: n, GPUs: gpus}, true
 		}
 	}

@@ -2,10 +2,15 @@
 // place where and which running jobs to suspend to make room for them.
 //
 // Plan reads a model.Snapshot, computes every project's deserved share
-// (package fairshare), and walks the pending workloads in fairness order
-// (projects most below their guarantee, then most below their deserved share,
-// first; then project priority, workload priority and submit time). For each
-// workload it tries, in this order:
+// (package fairshare) over the capacity that can be given (available GPUs of
+// available nodes, plus what runs where nothing else can go), and first
+// holds every project to its hard limit: Nomad places queued work on idle
+// GPUs by itself, so work beyond a limit is suspended, lowest job priority
+// and newest first (holdToLimits). It then walks the pending workloads in
+// fairness order (projects most below their guarantee, then most below their
+// deserved share, first; then project priority, workload priority and submit
+// time). For each workload it tries, in this order (docs/design.md, Reclaim
+// and preempt):
 //
 //  1. idle capacity: as long as jobs wait no GPU stays idle, so a workload
 //     that fits on free GPUs is placed even above its project's guarantee (up
@@ -17,11 +22,19 @@
 //     their deserved share give, never below it;
 //  3. preempt: lower-priority jobs of the workload's own project make way.
 //
+// A workload runs only on the available nodes its constraints admit
+// (Pending.Nodes); one that fits on none of them even idle is unplaceable:
+// no demand, not walked (findUnplaceable). The task groups of a suspended job
+// are placed together or not at all, because a job is resumed as a whole
+// (units).
+//
 // Victims are whole jobs (the quota service suspends jobs), taken in the
-// order of compareVictims until the workload fits on one node (for a share,
-// on one GPU); then every victim not needed for the fit is put back.
-// Non-preemptible work is never a victim and is admitted only within its
-// project's guarantee. Suspended jobs come back as pending workloads and are
+// order of compareVictims (docs/design.md, Victim order) until the workload
+// fits on one node (for a share, on one GPU); then every victim not needed is
+// put back (findVictims). System jobs are never victims. Non-preemptible work
+// is protected only within its project's guarantee: it is admitted only
+// there, and what Nomad placed above it is a victim like preemptible work
+// (listVictims). Suspended jobs come back as pending workloads and are
 // resumed by the same walk when they fit.
 //
 // Work placed earlier in the cycle is a victim like running work, ordered as
@@ -31,7 +44,9 @@
 // those taken back) are walked again while that places anything, so that a
 // workload that failed before later work was placed or capacity was
 // released gets its chance in this cycle rather than reclaiming a fresh
-// start in the next one.
+// start in the next one; with them, every job suspended so far reserves the
+// room it would come back to in the next cycle (reserveFor), so that
+// nothing this plan starts is displaced by it there.
 //
 // Plan does no I/O and is deterministic for a given snapshot and policy.
 package plan
@@ -40,7 +55,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/fairshare"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
@@ -84,7 +98,8 @@ type Action struct {
 	// allocations, all of which stop.
 	Allocations []string
 	// Workload is the position in Snapshot.Pending of the workload placed
-	// (Place) or made room for (Suspend).
+	// (Place) or made room for (Suspend); it is -1 for a suspension that
+	// holds a project to its limit (see holdToLimits).
 	Workload int
 	// Group, Node and GPUs, for Place, say which task group goes where
 	// (GPU indexes on the node; none for CPU-only work).
@@ -114,6 +129,9 @@ type ProjectShare struct {
 	// Usage is what it held before the plan, Planned what it holds after.
 	Usage   model.Shares
 	Planned model.Shares
+	// Exposed names its non-preemptible jobs that run above its guarantee
+	// (Nomad placed them by itself): they count as preemptible.
+	Exposed []string
 }
 
 // Unplaced is a pending workload the plan leaves waiting, and why.
@@ -128,6 +146,10 @@ type Result struct {
 	Shares   []ProjectShare
 	Actions  []Action
 	Unplaced []Unplaced
+	// Unplaceable are the pending workloads no plan could place (they fit
+	// on no node that admits them, even idle); they are not part of their
+	// projects' demand.
+	Unplaceable []Unplaced
 }
 
 // ErrPlacement is wrapped when the policy returns a choice that does not
@@ -145,44 +167,45 @@ func Plan(snap *model.Snapshot, opts Options) (Result, error) {
 	if err := s.run(); err != nil {
 		return Result{}, err
 	}
-	res := Result{Actions: s.actions, Unplaced: s.unplaced, Shares: make([]ProjectShare, len(snap.Projects))}
-	if len(s.cancelled) > 0 {
-		res.Actions = make([]Action, 0, len(s.actions)-len(s.cancelled))
-		for i, a := range s.actions {
-			if !s.cancelled[int32(i)] {
+	return s.result(), nil
+}
+
+// result is the outcome of the cycle once the walk is done.
+func (s *state) result() Result {
+	res := Result{Actions: s.plan.actions, Unplaced: s.plan.unplaced, Unplaceable: s.plan.unplaceable,
+		Shares: make([]ProjectShare, len(s.snap.Projects))}
+	if len(s.plan.cancelled) > 0 {
+		res.Actions = make([]Action, 0, len(s.plan.actions)-len(s.plan.cancelled))
+		for i, a := range s.plan.actions {
+			if !s.plan.cancelled[int32(i)] {
 				res.Actions = append(res.Actions, a)
 			}
 		}
 	}
-	for i := range snap.Projects {
+	for i := range s.snap.Projects {
 		p := &s.projects[i]
 		res.Shares[i] = ProjectShare{
-			Name:       snap.Projects[i].Name,
+			Name:       s.snap.Projects[i].Name,
 			Guaranteed: p.guaranteed,
 			Demand:     p.demand,
 			Deserved:   p.deserved,
 			Usage:      s.index.Usage[i],
-			Planned:    p.usage,
+			Planned:    p.usage - p.reserved,
+			Exposed:    p.exposed,
 		}
 	}
-	return res, nil
+	return res
 }
 
-// DeservedShares computes only the deserved share of every project, in
-// Snapshot.Projects order, with demand = running + pending GPU amounts.
-func DeservedShares(snap *model.Snapshot) ([]model.Shares, error) {
-	x, err := snap.Index()
-	if err != nil {
-		return nil, err
-	}
-	return fairshare.Deserved(snap.Capacity(), snap.Projects, demand(snap, x)), nil
-}
-
-func demand(snap *model.Snapshot, x *model.Index) []model.Shares {
+// demand is, per project, what it runs plus what it has pending, less the
+// workloads never marks (they fit nowhere).
+func demand(snap *model.Snapshot, x *model.Index, never []bool) []model.Shares {
 	d := make([]model.Shares, len(snap.Projects))
 	copy(d, x.Usage)
 	for i := range snap.Pending {
-		d[x.PendingProject[i]] += snap.Pending[i].GPUShares()
+		if !never[i] {
+			d[x.PendingProject[i]] += snap.Pending[i].GPUShares()
+		}
 	}
 	return d
 }

@@ -8,30 +8,6 @@ import (
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 )
 
-func TestCompareVictims(t *testing.T) {
-	base := victimKey{projectPriority: 1, overDeserved: 100, jobPriority: 5, start: 10, job: "j"}
-	tests := []struct {
-		name  string
-		first victimKey // suspended before base
-	}{
-		{"lower project priority first", victimKey{projectPriority: 0, overDeserved: -500, jobPriority: 99, start: 0, job: "z"}},
-		{"then most over its fair share", victimKey{projectPriority: 1, overDeserved: 101, jobPriority: 99, start: 0, job: "z"}},
-		{"then lowest job priority", victimKey{projectPriority: 1, overDeserved: 100, jobPriority: 4, start: 0, job: "z"}},
-		{"then newest", victimKey{projectPriority: 1, overDeserved: 100, jobPriority: 5, start: 11, job: "z"}},
-		{"then job name", victimKey{projectPriority: 1, overDeserved: 100, jobPriority: 5, start: 10, job: "a"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if compareVictims(tt.first, base) >= 0 || compareVictims(base, tt.first) <= 0 {
-				t.Errorf("%+v should come before %+v", tt.first, base)
-			}
-		})
-	}
-	if compareVictims(base, base) != 0 {
-		t.Error("a key must compare equal to itself")
-	}
-}
-
 // builder helpers keep the table rows short.
 func node(name string, gpus int) model.Node {
 	n := model.Node{Name: name, CPUMilli: 64000, MemoryMiB: 1 << 20, GPUs: make([]model.GPU, gpus)}
@@ -168,7 +144,28 @@ func TestPlanIsDeterministicAndLeavesSnapshotAlone(t *testing.T) {
 	for _, s := range a.Shares {
 		total += s.Deserved
 	}
-	if total > snap.Capacity() {
-		t.Errorf("deserved shares add up to %v, capacity %v", total, snap.Capacity())
+	x, _ := snap.Index()
+	if total > x.Capacity {
+		t.Errorf("deserved shares add up to %v, capacity %v", total, x.Capacity)
+	}
+}
+
+// TestExposedNonPreemptibleWork: the result names the non-preemptible jobs
+// that run above their project's guarantee (the newest first past it), so
+// that the status can say they count as preemptible.
+func TestExposedNonPreemptibleWork(t *testing.T) {
+	np := func(id string, start int64, gpu int) model.Allocation {
+		a := running(id, "a", 0, start, "n1", gpu)
+		a.Preemptible = false
+		return a
+	}
+	snap := &model.Snapshot{Nodes: []model.Node{node("n1", 4)}, Projects: []model.Project{{Name: "a", Guaranteed: 150}},
+		Allocations: []model.Allocation{np("old", 1, 0), np("newer", 2, 1), np("newest", 3, 2), running("pre", "a", 0, 4, "n1", 3)}}
+	res, err := Plan(snap, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Shares[0].Exposed; !slices.Equal(got, []string{"newer", "newest"}) {
+		t.Errorf("exposed %v, want [newer newest]: old alone is within the guarantee 1.50", got)
 	}
 }

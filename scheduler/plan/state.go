@@ -4,119 +4,236 @@ import (
 	"cmp"
 	"math"
 	"slices"
-	"strings"
 
 	"github.com/gpushare/nomad-gpushare/scheduler/fairshare"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
-// milliPerShare converts shares (0.01 GPU) to placement's milli-GPU.
-const milliPerShare = 10
+// state is one planning cycle in progress.
+type state struct {
+	// snap is the snapshot planned on and index its lookup tables; both
+	// are read-only.
+	snap  *model.Snapshot
+	index *model.Index
+	// projects are the projects' quota numbers, in Snapshot.Projects
+	// order, as the plan so far leaves them.
+	projects []projectState
+	// cluster is the capacity being placed on (see clusterState).
+	cluster clusterState
+	// jobs are the jobs that may be suspended: the running ones and, as
+	// the next cycle will see it, the work placed in this cycle (see
+	// registerPlanned); jobByKey finds them by name, and allocs holds
+	// their allocations.
+	jobs     []jobState
+	jobByKey map[string]int32
+	allocs   allocTable
+	// units groups the pending workloads placed together (see unitOf).
+	units units
+	// plan is the plan built so far.
+	plan planProgress
+	// attempt is the workload being tried.
+	attempt attempt
+	// walk is findVictims' scratch space, reused from one search to the
+	// next.
+	walk walkState
+}
 
 // projectState is a project's quota numbers during the walk.
 type projectState struct {
 	guaranteed, deserved, demand, cap model.Shares
 	usage, nonPreemptible             model.Shares
-	priority                          int
-	// jobs are the project's suspendable jobs in victim order (see
-	// compareVictims; the project fields are equal inside a project).
-	jobs []int32
-	// queue is the project's pending workloads in the order they are tried.
+	// reserved is the part of usage held for its jobs this plan suspends
+	// (see reserveFor).
+	reserved model.Shares
+	priority int
+	// jobs are the project's suspendable jobs in victim order; planned
+	// the part of them placed in this cycle (a reservation's only
+	// victims, see reserveFor).
+	jobs, planned []int32
+	// exposed are its non-preemptible jobs that run above its guarantee
+	// and count as preemptible (see listVictims).
+	exposed []string
+	// suspended are its running jobs this plan suspends, in order (see
+	// reserveFor).
+	suspended []int32
+	// queue is the project's pending units (by their lead workload) and
+	// reservations (see reservationEntry) in the order they are tried.
 	queue []int32
 }
 
-// jobState is a running job: every allocation of one job.
+// jobState is a job that may be suspended: every allocation of one job.
 type jobState struct {
-	name        string
-	project     int32
-	priority    int
-	preemptible bool
-	suspended   bool
+	name     string
+	project  int32
+	priority int
+	// nonPreemptible marks a job that opted out of suspension; exposed,
+	// one that runs above its project's guarantee all the same and is a
+	// victim like preemptible work (see listVictims). A system job is
+	// never a victim.
+	nonPreemptible, exposed bool
+	system                  bool
+	suspended               bool
 	// newest is the latest start among its allocations.
 	newest int64
 	usage  model.Shares
+	// allocs are its positions in state.allocs.
 	allocs []int32
-	count  int32
 	// planned marks work placed in this cycle (see registerPlanned).
 	planned bool
-}
-
-// plannedJob is what a job planned in this cycle consists of: the
-// workloads placed and their Place actions.
-type plannedJob struct {
-	workloads []int32
-	actions   []int32
+	// queued marks a job suspended in this plan whose reservation is in
+	// its project's queue (see reserveFor).
+	queued bool
 }
 
 // plannedStart is the start of work placed in this cycle: after every
 // running allocation, all equal, as the next cycle will see them.
 const plannedStart = math.MaxInt64
 
-// instance is one placement of the workload being tried.
+// allocTable is what the jobs' allocations hold, packed for the victim
+// walk: the running allocations (at their Snapshot.Allocations positions),
+// then those placed in this cycle.
+type allocTable struct {
+	infos []allocInfo
+	// gpus holds every allocation's GPU indexes (see allocInfo).
+	gpus []int32
+	// onNode lists, per node, the allocations on it (for findVictims'
+	// second step); an allocation whose job no longer holds it (a job
+	// placed in this cycle, taken back and placed again) stays listed and
+	// is skipped.
+	onNode [][]int32
+}
+
+// allocInfo is what one allocation holds: its job and node, CPU, memory,
+// and on each of its GPUs perGPU (in placement's unit); its gpuN GPU
+// indexes start at allocTable.gpus[gpuOff]. What it holds on an
+// unavailable node or GPU is left out: suspending it frees nothing there.
+type allocInfo struct {
+	cpu, mem     int64
+	job          int32
+	node         int32
+	perGPU       int32
+	gpuOff, gpuN int32
+}
+
+// get returns allocation a.
+func (t *allocTable) get(a int32) *allocInfo { return &t.infos[a] }
+
+// gpusOf returns the GPU indexes of al on its node.
+func (t *allocTable) gpusOf(al *allocInfo) []int32 {
+	return t.gpus[al.gpuOff : al.gpuOff+al.gpuN]
+}
+
+// add records an allocation of job on node n (running, or placed in this
+// cycle) and returns its position.
+func (t *allocTable) add(job int32, n int, node *model.Node, ask *model.Ask, gpus []int) int32 {
+	off := int32(len(t.gpus))
+	info := allocInfo{job: job, node: int32(n), perGPU: int32(placementGPU(perGPU(ask))), gpuOff: off}
+	if node.Unavailable == "" {
+		info.cpu, info.mem = ask.CPUMilli, ask.MemoryMiB
+		for _, g := range gpus {
+			if g >= 0 && g < len(node.GPUs) && node.GPUs[g].Unavailable == "" {
+				t.gpus = append(t.gpus, int32(g))
+			}
+		}
+	}
+	info.gpuN = int32(len(t.gpus)) - off
+	t.infos = append(t.infos, info)
+	a := int32(len(t.infos) - 1)
+	t.onNode[n] = append(t.onNode[n], a)
+	return a
+}
+
+// planProgress is the plan built so far, and what the walk of the pending
+// workloads keeps about it.
+type planProgress struct {
+	actions []Action
+	// cancelled marks the Place actions of work taken back; they are left
+	// out of the result.
+	cancelled map[int32]bool
+	unplaced  []Unplaced
+	// unplaceable lists the workloads that fit nowhere (see
+	// findUnplaceable); never marks them.
+	unplaceable []Unplaced
+	never       []bool
+	// placed says which workloads are placed; placements counts them.
+	placed     []bool
+	placements int
+	// queued marks the units in a project's queue.
+	queued []bool
+	// takenBack lists the workloads taken back since the last walk.
+	takenBack []int32
+	// planned is, per job placed in this cycle, what it consists of.
+	planned map[int32]*plannedJob
+	// changes counts placements and releases; failedAt records, per
+	// workload, the count when it last failed.
+	changes  int
+	failedAt []int
+	// reservations records, per job this plan suspends, -1 once room is
+	// reserved for it, else the change count when a reservation last
+	// failed (see reserveFor).
+	reservations map[int32]int
+}
+
+// plannedJob is what a job placed in this cycle consists of: the workloads
+// placed and their Place actions.
+type plannedJob struct {
+	workloads []int32
+	actions   []int32
+}
+
+func newPlanProgress(pending int) planProgress {
+	return planProgress{
+		cancelled:    map[int32]bool{},
+		planned:      map[int32]*plannedJob{},
+		reservations: map[int32]int{},
+		placed:       make([]bool, pending),
+		queued:       make([]bool, pending),
+		failedAt:     make([]int, pending),
+	}
+}
+
+// attempt is the unit of workloads being tried (see unitOf): what it asks
+// and may do, its placements so far, and how to undo them.
+type attempt struct {
+	// lead is the unit's first workload, p its project, unit every
+	// workload of it, total their GPU amount.
+	lead, p int
+	unit    []int32
+	total   model.Shares
+	// exclude is the unit's own job, never its victim (-1 if none).
+	exclude int32
+	// withinGuarantee and withinDeserved say whether the project stays
+	// within its guarantee or deserved share once the unit runs.
+	withinGuarantee, withinDeserved bool
+	// resume prefixes the reasons of a suspended job's placements.
+	resume string
+	// reserve marks a reservation (see reserveFor): its
+	// placements hold capacity but make no action, and its victims may
+	// only be work placed in this cycle.
+	reserve bool
+	// w is the workload being placed and wl its record; task is one
+	// instance as placement sees it, inst its GPU amount, nodes the
+	// nodes it may run on (nil: all).
+	w     int
+	wl    *model.Pending
+	task  placement.Task
+	inst  model.Shares
+	nodes []bool
+	// firstAction is where the unit's actions start in plan.actions;
+	// undo reverts its changes (see rollback).
+	firstAction int
+	undo        []func()
+	// instances are its placements so far.
+	instances []instance
+}
+
+// instance is one placement of a workload of the unit being tried.
 type instance struct {
+	w      int32
 	node   int32
 	gpus   []int
 	action int32
-}
-
-// state is one planning cycle in progress.
-type state struct {
-	snap     *model.Snapshot
-	index    *model.Index
-	policy   placement.Policy
-	cluster  placement.Cluster
-	projects []projectState
-	jobs     []jobState
-	jobByKey map[string]int32
-	// allocs are the running allocations (positions as in
-	// Snapshot.Allocations), packed; allocGPU holds their GPU indexes.
-	allocs   []allocInfo
-	allocGPU []int32
-	// walk and sourceBuf are findVictims' reusable scratch space.
-	walk      walkState
-	sourceBuf []victimSource
-	// models maps an ask kind and model list to the encoded model names
-	// it may use (GPU modes are encoded in the model name).
-	models     map[string][]string
-	modeEncode map[string]string
-	hasModes   bool
-	baseModels []string
-	// releases counts capacity given back; failed records, per task
-	// shape, the count when it last failed to fit on idle capacity.
-	releases int
-	failed   map[shapeKey]int
-	// summaries speed up first fit, one per node.
-	summaries []nodeSummary
-
-	actions  []action
-	unplaced []Unplaced
-	// undo reverts the current workload's changes (see rollback).
-	undo []func()
-	// instances are the current workload's placements so far.
-	instances []instance
-	// cancelled marks the Place actions of work taken back; takenBack
-	// lists the workloads taken back since the last walk, placed says
-	// which workloads are placed.
-	cancelled map[int32]bool
-	plannedOf map[int32]*plannedJob
-	takenBack []int32
-	placed    []bool
-	// changes counts placements and releases; failedAt records, per
-	// workload, the count when it last failed; placements counts the
-	// workloads placed.
-	changes    int
-	failedAt   []int
-	placements int
-}
-
-type action = Action
-
-type shapeKey struct {
-	cpu, mem int64
-	count    int
-	milli    int
-	models   string
 }
 
 func newState(snap *model.Snapshot, opts Options) (*state, error) {
@@ -125,25 +242,29 @@ func newState(snap *model.Snapshot, opts Options) (*state, error) {
 		return nil, err
 	}
 	s := &state{
-		snap:       snap,
-		index:      x,
-		policy:     opts.Policy,
-		projects:   make([]projectState, len(snap.Projects)),
-		jobByKey:   make(map[string]int32, len(snap.Allocations)/2+1),
-		models:     map[string][]string{},
-		modeEncode: map[string]string{},
-		failed:     map[shapeKey]int{},
-		cancelled:  map[int32]bool{},
-		plannedOf:  map[int32]*plannedJob{},
-		placed:     make([]bool, len(snap.Pending)),
-		failedAt:   make([]int, len(snap.Pending)),
+		snap:     snap,
+		index:    x,
+		cluster:  newClusterState(snap, x, opts.Policy),
+		jobByKey: make(map[string]int32, len(snap.Allocations)/2+1),
+		units:    newUnits(snap),
+		plan:     newPlanProgress(len(snap.Pending)),
 	}
-	s.buildCluster()
-	deserved := fairshare.Deserved(snap.Capacity(), snap.Projects, demand(snap, x))
-	d := demand(snap, x)
+	s.findUnplaceable()
+	s.projects = newProjects(snap, x, s.plan.never)
+	s.addRunningJobs()
+	s.listVictims()
+	return s, nil
+}
+
+// newProjects is every project's quota numbers before the plan, with its
+// deserved share for the cycle; the workloads never marks are no demand.
+func newProjects(snap *model.Snapshot, x *model.Index, never []bool) []projectState {
+	d := demand(snap, x, never)
+	deserved := fairshare.Deserved(x.Capacity, snap.Projects, d)
+	projects := make([]projectState, len(snap.Projects))
 	for i := range snap.Projects {
 		p := &snap.Projects[i]
-		s.projects[i] = projectState{
+		projects[i] = projectState{
 			guaranteed:     p.Guaranteed,
 			deserved:       deserved[i],
 			demand:         d[i],
@@ -153,15 +274,74 @@ func newState(snap *model.Snapshot, opts Options) (*state, error) {
 			priority:       p.Priority,
 		}
 	}
-	// Jobs in two passes: numbering (allocations of one job usually come
-	// one after another, so the map is asked only when the job changes),
-	// then the job records and one flat array of allocation positions
-	// that every job's allocs slice points into.
-	allocJob := make([]int32, len(snap.Allocations))
-	var count []int32
-	lastJob, last := "", int32(-1)
-	for i := range snap.Allocations {
+	return projects
+}
+
+// addRunningJobs records every running job and its allocations. Every
+// job's allocs slice points into one array of allocation positions; the
+// tables have room for the work this cycle places (see registerPlanned).
+func (s *state) addRunningJobs() {
+	snap, x := s.snap, s.index
+	allocJob, count := s.numberJobs()
+	instances, gpus := 0, 0
+	for i := range snap.Pending {
+		w := &snap.Pending[i]
+		instances += w.Count
+		gpus += w.Count * max(w.Ask.WholeGPUs, 1)
+	}
+	s.jobs = make([]jobState, len(count), len(count)+len(snap.Pending))
+	flat := make([]int32, len(snap.Allocations))
+	offset := int32(0)
+	for j, c := range count {
+		s.jobs[j].allocs = flat[offset : offset : offset+c]
+		offset += c
+	}
+	s.allocs.infos = make([]allocInfo, 0, len(snap.Allocations)+instances)
+	s.allocs.gpus = make([]int32, 0, len(snap.Allocations)+gpus)
+	s.allocs.onNode = nodeLists(x.AllocNode, len(snap.Nodes))
+	for i, j := range allocJob {
 		a := &snap.Allocations[i]
+		n := int(x.AllocNode[i])
+		s.allocs.add(j, n, &snap.Nodes[n], &a.Ask, a.GPUs)
+		job := &s.jobs[j]
+		if len(job.allocs) == 0 {
+			job.name, job.project, job.priority, job.newest = a.Job, x.AllocProject[i], a.Priority, a.Start
+		}
+		job.allocs = append(job.allocs, int32(i))
+		job.usage += a.Ask.GPUShares()
+		job.nonPreemptible = job.nonPreemptible || !a.Preemptible
+		job.system = job.system || a.System
+		job.priority = max(job.priority, a.Priority)
+		job.newest = max(job.newest, a.Start)
+	}
+}
+
+// nodeLists makes, per node, an empty list with room for its running
+// allocations, all in one array.
+func nodeLists(allocNode []int32, nodes int) [][]int32 {
+	count := make([]int32, nodes)
+	for _, n := range allocNode {
+		count[n]++
+	}
+	lists := make([][]int32, nodes)
+	flat := make([]int32, len(allocNode))
+	offset := int32(0)
+	for n, c := range count {
+		lists[n] = flat[offset : offset : offset+c]
+		offset += c
+	}
+	return lists
+}
+
+// numberJobs numbers the running jobs in order of first appearance and
+// returns every allocation's job number and every job's allocation count.
+// Allocations of one job usually come one after another, so the map is
+// asked only when the job changes.
+func (s *state) numberJobs() (allocJob, count []int32) {
+	allocJob = make([]int32, len(s.snap.Allocations))
+	lastJob, last := "", int32(-1)
+	for i := range s.snap.Allocations {
+		a := &s.snap.Allocations[i]
 		if last < 0 || a.Job != lastJob {
 			j, ok := s.jobByKey[a.Job]
 			if !ok {
@@ -174,162 +354,93 @@ func newState(snap *model.Snapshot, opts Options) (*state, error) {
 		allocJob[i] = last
 		count[last]++
 	}
-	// Room for the work this cycle places (see registerPlanned).
-	instances, gpus := 0, 0
-	for i := range snap.Pending {
-		w := &snap.Pending[i]
-		instances += w.Count
-		gpus += w.Count * max(w.Ask.WholeGPUs, 1)
-	}
-	s.jobs = make([]jobState, len(count), len(count)+len(snap.Pending))
-	flat := make([]int32, len(snap.Allocations))
-	offset := int32(0)
-	for j, c := range count {
-		s.jobs[j].allocs = flat[offset : offset : offset+c]
-		s.jobs[j].count = c
-		offset += c
-	}
-	s.allocs = make([]allocInfo, 0, len(snap.Allocations)+instances)
-	s.allocGPU = make([]int32, 0, len(snap.Allocations)+gpus)
-	for i, j := range allocJob {
-		a := &snap.Allocations[i]
-		s.addAlloc(int(x.AllocNode[i]), &a.Ask, a.GPUs)
-		job := &s.jobs[j]
-		if len(job.allocs) == 0 {
-			job.name, job.project, job.priority, job.preemptible, job.newest = a.Job, x.AllocProject[i], a.Priority, true, a.Start
-		}
-		job.allocs = append(job.allocs, int32(i))
-		job.usage += a.Ask.GPUShares()
-		job.preemptible = job.preemptible && a.Preemptible
-		job.priority = max(job.priority, a.Priority)
-		job.newest = max(job.newest, a.Start)
-	}
+	return allocJob, count
+}
+
+// listVictims puts every job that may be suspended and holds GPUs on its
+// project's list of victims, in victim order. System jobs are never
+// victims. A project's non-preemptible jobs are protected, oldest first,
+// as long as together they stay within its guarantee; the newer ones
+// (work Nomad placed by itself above the guarantee) are exposed: victims
+// like preemptible work (docs/design.md, Reclaim and preempt).
+func (s *state) listVictims() {
+	optedOut := make([][]int32, len(s.projects))
 	for j := range s.jobs {
-		if job := &s.jobs[j]; job.preemptible && job.usage > 0 {
+		job := &s.jobs[j]
+		switch {
+		case job.system || job.usage == 0:
+		case job.nonPreemptible:
+			optedOut[job.project] = append(optedOut[job.project], int32(j))
+		default:
 			p := &s.projects[job.project]
 			p.jobs = append(p.jobs, int32(j))
 		}
 	}
 	for i := range s.projects {
-		slices.SortFunc(s.projects[i].jobs, s.compareJobs)
+		p := &s.projects[i]
+		s.expose(p, optedOut[i])
+		slices.SortFunc(p.jobs, s.compareJobs)
 	}
-	return s, nil
 }
 
-// compareQueued orders one project's pending workloads: higher priority,
-// then earlier submit, then job and group name.
-func (s *state) compareQueued(a, b int32) int {
-	wa, wb := &s.snap.Pending[a], &s.snap.Pending[b]
-	if c := cmp.Compare(wb.Priority, wa.Priority); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(wa.Submit, wb.Submit); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(wa.Job, wb.Job); c != 0 {
-		return c
-	}
-	return cmp.Compare(wa.Group, wb.Group)
-}
-
-const (
-	modeWholeSuffix  = "\x00whole"
-	modeSharedSuffix = "\x00shared"
-)
-
-// buildCluster turns the snapshot's nodes and free capacity into a
-// placement cluster. A GPU's mode is folded into its model name, so that a
-// task may only use GPUs whose mode admits it (see task).
-func (s *state) buildCluster() {
-	x := s.index
-	s.cluster.Nodes = make([]placement.Node, len(s.snap.Nodes))
-	seen := map[string]bool{}
-	for n := range s.snap.Nodes {
-		node := &s.snap.Nodes[n]
-		gpus := make([]placement.GPU, len(node.GPUs))
-		for g := range node.GPUs {
-			gpu := &node.GPUs[g]
-			if !seen[gpu.Model] {
-				seen[gpu.Model] = true
-				s.baseModels = append(s.baseModels, gpu.Model)
+// expose protects the project's non-preemptible jobs oldest first while
+// they stay within its guarantee and adds the rest to its victims.
+func (s *state) expose(p *projectState, jobs []int32) {
+	slices.SortFunc(jobs, func(a, b int32) int {
+		ja, jb := &s.jobs[a], &s.jobs[b]
+		if c := cmp.Compare(ja.newest, jb.newest); c != 0 {
+			return c
+		}
+		return cmp.Compare(ja.name, jb.name)
+	})
+	var protected model.Shares
+	for k, j := range jobs {
+		if protected+s.jobs[j].usage > p.guaranteed {
+			for _, j := range jobs[k:] {
+				s.jobs[j].exposed = true
+				p.jobs = append(p.jobs, j)
+				p.exposed = append(p.exposed, s.jobs[j].name)
 			}
-			gpus[g] = placement.GPU{Model: s.encodeModel(gpu.Model, gpu.Mode), MemoryMiB: gpu.MemoryMiB, FreeMilli: int(x.Free(n, g)) * milliPerShare}
+			return
 		}
-		s.cluster.Nodes[n] = placement.Node{
-			Name:          node.Name,
-			CPUMilli:      node.CPUMilli,
-			FreeCPUMilli:  x.FreeCPUMilli[n],
-			MemoryMiB:     node.MemoryMiB,
-			FreeMemoryMiB: x.FreeMemoryMiB[n],
-			GPUs:          gpus,
-		}
+		protected += s.jobs[j].usage
 	}
-	slices.Sort(s.baseModels)
 }
 
-func (s *state) encodeModel(m string, mode model.Mode) string {
-	if mode == model.ModeAny {
-		return m
+// compareQueued orders one project's queue: higher priority, then earlier
+// submit, then job and group name. A reservation (see reserveFor) is
+// ordered as its job will be in the next cycle: submitted at its oldest
+// start.
+func (s *state) compareQueued(a, b int32) int {
+	ka, kb := s.queueKey(a), s.queueKey(b)
+	if c := cmp.Compare(kb.priority, ka.priority); c != 0 {
+		return c
 	}
-	s.hasModes = true
-	key := m + mode.String()
-	if e, ok := s.modeEncode[key]; ok {
-		return e
+	if c := cmp.Compare(ka.submit, kb.submit); c != 0 {
+		return c
 	}
-	e := m + modeWholeSuffix
-	if mode == model.ModeShared {
-		e = m + modeSharedSuffix
+	if c := cmp.Compare(ka.job, kb.job); c != 0 {
+		return c
 	}
-	s.modeEncode[key] = e
-	return e
+	return cmp.Compare(ka.group, kb.group)
 }
 
-// baseTask converts an ask to a placement task without model restrictions.
-func baseTask(a model.Ask) placement.Task {
-	t := placement.Task{CPUMilli: a.CPUMilli, MemoryMiB: a.MemoryMiB}
-	switch {
-	case a.WholeGPUs > 0:
-		t.GPUCount, t.GPUMilli = a.WholeGPUs, int(model.SharesPerGPU)*milliPerShare
-	case a.Shares > 0:
-		t.GPUCount, t.GPUMilli = 1, int(a.Shares)*milliPerShare
-	}
-	return t
+// queueKey is what compareQueued reads of a queue entry.
+type queueKey struct {
+	priority   int
+	submit     int64
+	job, group string
 }
 
-// task converts an ask to a placement task, with the models (and GPU modes)
-// it may use.
-func (s *state) task(a model.Ask) placement.Task {
-	t := baseTask(a)
-	if t.GPUCount == 0 {
-		return t
+func (s *state) queueKey(e int32) queueKey {
+	if e >= 0 {
+		w := &s.snap.Pending[e]
+		return queueKey{w.Priority, w.Submit, w.Job, w.Group}
 	}
-	if !s.hasModes {
-		t.Models = a.Models
-		return t
+	job := &s.jobs[reservationJob(e)]
+	oldest := job.newest
+	for _, al := range job.allocs {
+		oldest = min(oldest, s.snap.Allocations[al].Start)
 	}
-	suffix := modeWholeSuffix
-	if a.Shares > 0 {
-		suffix = modeSharedSuffix
-	}
-	key := suffix + "\x00" + strings.Join(a.Models, "\x00")
-	if m, ok := s.models[key]; ok {
-		t.Models = m
-		return t
-	}
-	var allowed []string
-	for _, m := range s.baseModels {
-		if len(a.Models) == 0 || slices.Contains(a.Models, m) {
-			allowed = append(allowed, m, m+suffix)
-		}
-	}
-	if allowed == nil {
-		allowed = []string{"\x00none"}
-	}
-	s.models[key] = allowed
-	t.Models = allowed
-	return t
-}
-
-func shapeOf(t placement.Task) shapeKey {
-	return shapeKey{cpu: t.CPUMilli, mem: t.MemoryMiB, count: t.GPUCount, milli: t.GPUMilli, models: strings.Join(t.Models, "\x00")}
+	return queueKey{job.priority, oldest, job.name, ""}
 }

@@ -2,86 +2,99 @@ package plan
 
 import (
 	"cmp"
+	"slices"
 
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
-// victimKey is what decides the order in which running jobs are suspended.
-type victimKey struct {
-	projectPriority int
-	// overDeserved is how far the job's project is above its deserved
-	// share (negative when below).
-	overDeserved model.Shares
-	jobPriority  int
-	// start is the job's newest allocation start.
-	start int64
-	job   string
+// victim is a job as the victim order sees it: the job and its project as
+// they stand now. It points into state.jobs and state.projects, so it is
+// only valid until the next job is added (see registerPlanned).
+type victim struct {
+	project *projectState
+	job     *jobState
 }
 
-// compareVictims is THE victim order (BACKGROUND section 2): lowest project
-// priority first, then the project most over its fair share, then lowest job
-// priority, then the newest job; the job name breaks remaining ties so that
-// plans are deterministic. It returns a negative number when a is suspended
-// before b.
-func compareVictims(a, b victimKey) int {
-	if c := cmp.Compare(a.projectPriority, b.projectPriority); c != 0 {
+// compareVictims is THE victim order (docs/design.md, Victim order): lowest
+// project priority first, then the project most over its deserved share,
+// then lowest job priority, then the newest job; the job name breaks
+// remaining ties so that plans are deterministic. It returns a negative
+// number when a is suspended before b.
+//
+// Every victim list the planner walks is in this order: each project's jobs
+// are sorted by it (compareJobs), and victimQueue merges the projects by it.
+func compareVictims(a, b victim) int {
+	if c := cmp.Compare(a.project.priority, b.project.priority); c != 0 {
 		return c
 	}
-	if c := cmp.Compare(b.overDeserved, a.overDeserved); c != 0 {
+	if c := cmp.Compare(b.project.overDeserved(), a.project.overDeserved()); c != 0 {
 		return c
 	}
-	if c := cmp.Compare(a.jobPriority, b.jobPriority); c != 0 {
+	if c := cmp.Compare(a.job.priority, b.job.priority); c != 0 {
 		return c
 	}
-	if c := cmp.Compare(b.start, a.start); c != 0 {
+	if c := cmp.Compare(b.job.newest, a.job.newest); c != 0 {
 		return c
 	}
-	return cmp.Compare(a.job, b.job)
+	return cmp.Compare(a.job.name, b.job.name)
 }
 
-// compareJobs is compareVictims for two jobs of the same project, whose
-// project fields are equal: lowest job priority, then newest, then name.
+// overDeserved is how far the project is above its deserved share
+// (negative when below).
+func (p *projectState) overDeserved() model.Shares { return p.usage - p.deserved }
+
+// victim returns job j as the victim order sees it.
+func (s *state) victim(j int32) victim {
+	job := &s.jobs[j]
+	return victim{project: &s.projects[job.project], job: job}
+}
+
+// compareJobs is compareVictims on two jobs.
 func (s *state) compareJobs(a, b int32) int {
-	ja, jb := &s.jobs[a], &s.jobs[b]
-	if c := cmp.Compare(ja.priority, jb.priority); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(jb.newest, ja.newest); c != 0 {
-		return c
-	}
-	return cmp.Compare(ja.name, jb.name)
+	return compareVictims(s.victim(a), s.victim(b))
 }
 
-// victimSource walks one project's jobs in victim order. The project
-// fields of the victim key do not change during a walk, so they are read
-// once.
+// victimSource is one project's jobs in victim order, and the next one.
 type victimSource struct {
-	priority int
-	over     model.Shares
-	jobs     []int32
-	pos      int
-}
-
-// before reports whether a's next job is suspended before b's
-// (compareVictims on their keys).
-func (s *state) before(a, b *victimSource) bool {
-	if a.priority != b.priority {
-		return a.priority < b.priority
-	}
-	if a.over != b.over {
-		return a.over > b.over
-	}
-	return s.compareJobs(a.jobs[a.pos], b.jobs[b.pos]) < 0
+	next victim
+	jobs []int32
+	pos  int
 }
 
 // victimQueue merges the sources of several projects into one stream in
-// victim order: a binary heap on before. Sources usually differ in their
-// project fields, so the root tends to stay the root for many jobs in a
-// row and each step costs a couple of comparisons.
+// victim order: a binary heap on compareVictims of the sources' next jobs.
+// Sources usually differ in their project fields, so the root tends to stay
+// the root for many jobs in a row and each step costs a couple of
+// comparisons. No job is added while a queue is in use, so the victims it
+// holds stay valid.
 type victimQueue struct {
 	s       *state
 	sources []victimSource
+}
+
+// newVictimQueue is the queue over the jobs of projects (only those placed
+// in this cycle, when plannedOnly), built in buf.
+func (s *state) newVictimQueue(projects []int32, plannedOnly bool, buf []victimSource) victimQueue {
+	q := victimQueue{s: s, sources: buf[:0]}
+	for _, p := range projects {
+		jobs := s.projects[p].jobs
+		if plannedOnly {
+			jobs = s.projects[p].planned
+		}
+		if len(jobs) > 0 {
+			q.sources = append(q.sources, victimSource{next: s.victim(jobs[0]), jobs: jobs})
+		}
+	}
+	for i := len(q.sources)/2 - 1; i >= 0; i-- {
+		q.down(i)
+	}
+	return q
+}
+
+// less reports whether source a's next job is suspended before source b's.
+func (q *victimQueue) less(a, b int) bool {
+	return compareVictims(q.sources[a].next, q.sources[b].next) < 0
 }
 
 func (q *victimQueue) down(i int) {
@@ -92,20 +105,14 @@ func (q *victimQueue) down(i int) {
 			return
 		}
 		m := l
-		if r := l + 1; r < n && q.s.before(&q.sources[r], &q.sources[l]) {
+		if r := l + 1; r < n && q.less(r, l) {
 			m = r
 		}
-		if !q.s.before(&q.sources[m], &q.sources[i]) {
+		if !q.less(m, i) {
 			return
 		}
 		q.sources[i], q.sources[m] = q.sources[m], q.sources[i]
 		i = m
-	}
-}
-
-func (q *victimQueue) init() {
-	for i := len(q.sources)/2 - 1; i >= 0; i-- {
-		q.down(i)
 	}
 }
 
@@ -117,7 +124,9 @@ func (q *victimQueue) next() int32 {
 	src := &q.sources[0]
 	j := src.jobs[src.pos]
 	src.pos++
-	if src.pos == len(src.jobs) {
+	if src.pos < len(src.jobs) {
+		src.next = q.s.victim(src.jobs[src.pos])
+	} else {
 		last := len(q.sources) - 1
 		q.sources[0] = q.sources[last]
 		q.sources = q.sources[:last]
@@ -126,7 +135,8 @@ func (q *victimQueue) next() int32 {
 	return j
 }
 
-// victimSearch says which jobs may be suspended for one workload.
+// victimSearch says which jobs may be suspended for one workload, and
+// where it may run.
 type victimSearch struct {
 	// projects whose jobs may be victims.
 	projects []int32
@@ -141,60 +151,153 @@ type victimSearch struct {
 	// mustFree is how much the victims must free in all (to keep the
 	// project under its limit); zero when only the fit matters.
 	mustFree model.Shares
+	// nodes are the nodes the workload may run on (nil: all).
+	nodes []bool
+	// plannedOnly admits only work placed in this cycle (for a
+	// reservation).
+	plannedOnly bool
 }
 
-// findVictims takes jobs in victim order until t fits on one node, then
-// puts back those not needed. It returns the node and the victims in the
-// order they were taken, or ok false when no set of allowed victims makes t
-// fit.
+// allows reports whether job j may be a victim at all.
+func (vs *victimSearch) allows(job *jobState, j int32) bool {
+	return !job.suspended && j != vs.exclude && (vs.belowPriority == nil || job.priority < *vs.belowPriority) &&
+		(!vs.plannedOnly || job.planned)
+}
+
+// findVictims finds the victims that make room for t on one node, in two
+// steps (docs/design.md, Victim order). First the node: jobs are taken in
+// victim order, each charged against its project's floor only on the
+// nodes it runs on, until t fits on one of them. Then the victims on that
+// node (refine): its jobs are taken again in victim order, each project's
+// amount above its deserved share measured anew after every victim taken,
+// until t fits; then every victim not needed is put back. It returns the
+// node and the victims in the order they were taken, or ok false when no
+// set of allowed victims makes t fit.
 //
-// The walk keeps, per touched node and GPU, what the victims taken so far
-// free there, so that each step costs only the victim's own allocations.
+// The first step keeps, per touched node and GPU, what the victims taken
+// so far free there, so that each step costs only the victim's own
+// allocations.
 func (s *state) findVictims(t placement.Task, vs victimSearch) (node int, victims []int32, ok bool) {
-	q := victimQueue{s: s, sources: s.sourceBuf[:0]}
-	for _, p := range vs.projects {
-		if ps := &s.projects[p]; len(ps.jobs) > 0 {
-			q.sources = append(q.sources, victimSource{priority: ps.priority, over: ps.usage - ps.deserved, jobs: ps.jobs})
-		}
-	}
-	defer func() { s.sourceBuf = q.sources[:0] }()
-	q.init()
 	w := &s.walk
 	w.reset(s)
+	q := s.newVictimQueue(vs.projects, vs.plannedOnly, w.sources)
+	defer func() { w.sources = q.sources[:0] }()
 	for j := q.next(); j >= 0; j = q.next() {
 		job := &s.jobs[j]
-		if job.suspended || j == vs.exclude {
+		if !vs.allows(job, j) {
 			continue
 		}
-		if vs.belowPriority != nil && job.priority >= *vs.belowPriority {
-			continue
-		}
-		p := job.project
-		if s.projects[p].usage-w.taken(p)-job.usage < vs.floor(p) {
-			continue
-		}
-		w.take(p, job.usage)
 		for _, a := range job.allocs {
-			n := s.allocs[a].node
+			n := s.allocs.get(a).node
+			if !s.admits(vs.nodes, int(n)) || !w.accepts(s, n, j, t, vs.floor) {
+				continue
+			}
 			if w.add(s, n, j, a, t) && s.enough(int(n), t, w.victims[n], vs.mustFree) {
-				return int(n), s.putBack(int(n), t, w.victims[n], vs.mustFree), true
+				return int(n), s.refine(int(n), t, vs, w.victims[n]), true
 			}
 		}
 	}
 	return 0, nil, false
 }
 
+// admits reports whether node n is available and in nodes (nil: all).
+func (s *state) admits(nodes []bool, n int) bool {
+	return s.snap.Nodes[n].Unavailable == "" && (nodes == nil || nodes[n])
+}
+
+// refine chooses the victims on node n, where the first step found that
+// the victims in found make room for t: the node's allowed jobs are taken
+// in victim order, with every project's usage lowered by what is taken from
+// it so that compareVictims sees the amount above its deserved share after
+// each victim, skipping those that would leave their project below its
+// floor, until t fits. Then every victim not needed is put back. Should
+// that order not reach a fit (a victim it took first blocks, through its
+// project's floor, one that was needed), the first step's victims are kept.
+func (s *state) refine(n int, t placement.Task, vs victimSearch, found []int32) []int32 {
+	cands := s.candidatesOn(n, vs)
+	var taken []int32
+	fits := false
+	for !fits {
+		best := -1
+		for i, j := range cands {
+			if j < 0 {
+				continue
+			}
+			job := &s.jobs[j]
+			if s.projects[job.project].usage-job.usage < vs.floor(job.project) {
+				cands[i] = -1
+				continue
+			}
+			if best < 0 || compareVictims(s.victim(j), s.victim(cands[best])) < 0 {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		j := cands[best]
+		cands[best] = -1
+		taken = append(taken, j)
+		s.projects[s.jobs[j].project].usage -= s.jobs[j].usage
+		fits = s.enough(n, t, taken, vs.mustFree)
+	}
+	for _, j := range taken {
+		s.projects[s.jobs[j].project].usage += s.jobs[j].usage
+	}
+	if !fits {
+		taken = found
+	}
+	return s.putBack(n, t, taken, vs.mustFree)
+}
+
+// candidatesOn lists, once each, the jobs with allocations on node n that
+// the search allows as victims.
+func (s *state) candidatesOn(n int, vs victimSearch) []int32 {
+	w := &s.walk
+	w.stamp++
+	for _, p := range vs.projects {
+		w.projectStamp[p] = w.stamp
+	}
+	var cands []int32
+	for _, a := range s.allocs.onNode[n] {
+		j := s.allocs.get(a).job
+		job := &s.jobs[j]
+		if w.projectStamp[job.project] != w.stamp || !vs.allows(job, j) || !job.holds(a) || slices.Contains(cands, j) {
+			continue
+		}
+		if job.victim() {
+			cands = append(cands, j)
+		}
+	}
+	return cands
+}
+
+// victim reports whether the job is on its project's list of victims (see
+// listVictims).
+func (job *jobState) victim() bool {
+	return job.usage > 0 && !job.system && (!job.nonPreemptible || job.exposed)
+}
+
+// holds reports whether allocation a is one of the job's own (a job placed
+// in this cycle, taken back and placed again, has new ones).
+func (job *jobState) holds(a int32) bool { return slices.Contains(job.allocs, a) }
+
 // walkState is findVictims' scratch space, reused from one search to the
 // next; stamps tell stale entries from current ones.
 type walkState struct {
-	stamp int32
+	// sources holds the victim queue.
+	sources []victimSource
+	stamp   int32
 	// per project
 	projectStamp []int32
-	takenShares  []model.Shares
-	// per node
+	// per node: the victims taken there and the last job asked about
+	// (decided, with its answer), the GPUs with room for the task, and
+	// the free CPU and memory once the victims are gone.
 	nodeStamp []int32
 	victims   [][]int32
-	open      []int32 // GPUs with room for the task
+	decided   []int32
+	accepted  []bool
+	open      []int32
 	cpu, mem  []int64
 	// per GPU (global index)
 	gpuStamp []int32
@@ -204,98 +307,80 @@ type walkState struct {
 func (w *walkState) reset(s *state) {
 	if w.projectStamp == nil {
 		w.projectStamp = make([]int32, len(s.projects))
-		w.takenShares = make([]model.Shares, len(s.projects))
 		n := len(s.cluster.Nodes)
 		w.nodeStamp, w.victims, w.open = make([]int32, n), make([][]int32, n), make([]int32, n)
+		w.decided, w.accepted = make([]int32, n), make([]bool, n)
 		w.cpu, w.mem = make([]int64, n), make([]int64, n)
 		w.gpuStamp, w.freed = make([]int32, len(s.index.FreeShares)), make([]int32, len(s.index.FreeShares))
 	}
 	w.stamp++
 }
 
-func (w *walkState) taken(p int32) model.Shares {
-	if w.projectStamp[p] != w.stamp {
-		return 0
+// touch starts node n's entries for this walk, once.
+func (w *walkState) touch(s *state, n int32, t placement.Task) {
+	if w.nodeStamp[n] == w.stamp {
+		return
 	}
-	return w.takenShares[p]
+	node := &s.cluster.Nodes[n]
+	w.nodeStamp[n] = w.stamp
+	w.victims[n] = w.victims[n][:0]
+	w.decided[n] = -1
+	w.cpu[n], w.mem[n] = node.FreeCPUMilli, node.FreeMemoryMiB
+	open := int32(0)
+	for _, g := range node.GPUs {
+		if g.FreeMilli >= t.GPUMilli && t.ModelAllowed(g.Model) {
+			open++
+		}
+	}
+	w.open[n] = open
 }
 
-func (w *walkState) take(p int32, amount model.Shares) {
-	if w.projectStamp[p] != w.stamp {
-		w.projectStamp[p], w.takenShares[p] = w.stamp, 0
+// accepts reports whether job j may join the victims on node n: its
+// project keeps at least its floor once every victim taken there so far
+// and j are gone. Victims taken on other nodes do not count: only one
+// node's victims are suspended. The answer is kept for j's other
+// allocations on n.
+func (w *walkState) accepts(s *state, n int32, j int32, t placement.Task, floor func(int32) model.Shares) bool {
+	w.touch(s, n, t)
+	if w.decided[n] == j {
+		return w.accepted[n]
 	}
-	w.takenShares[p] += amount
+	job := &s.jobs[j]
+	left := s.projects[job.project].usage - job.usage
+	for _, k := range w.victims[n] {
+		if s.jobs[k].project == job.project {
+			left -= s.jobs[k].usage
+		}
+	}
+	w.decided[n], w.accepted[n] = j, left >= floor(job.project)
+	return w.accepted[n]
 }
 
 // add records that victim job j frees allocation a on node n and reports
 // whether the node may now fit t (enough GPUs with room, CPU and memory).
 func (w *walkState) add(s *state, n int32, j int32, a int32, t placement.Task) bool {
 	node := &s.cluster.Nodes[n]
-	if w.nodeStamp[n] != w.stamp {
-		w.nodeStamp[n] = w.stamp
-		w.victims[n] = w.victims[n][:0]
-		w.cpu[n], w.mem[n] = node.FreeCPUMilli, node.FreeMemoryMiB
-		open := int32(0)
-		for _, g := range node.GPUs {
-			if g.FreeMilli >= t.GPUMilli && t.ModelAllowed(g.Model) {
-				open++
-			}
-		}
-		w.open[n] = open
-	}
+	w.touch(s, n, t)
 	if list := w.victims[n]; len(list) == 0 || list[len(list)-1] != j {
 		w.victims[n] = append(list, j)
 	}
-	al := &s.allocs[a]
+	al := s.allocs.get(a)
 	w.cpu[n] += al.cpu
 	w.mem[n] += al.mem
-	milli := int(al.milli)
+	amount := int(al.perGPU)
 	base := s.index.GPUOffset[n]
-	for _, g := range s.allocGPUs(al) {
+	for _, g := range s.allocs.gpusOf(al) {
 		k := base + g
 		if w.gpuStamp[k] != w.stamp {
 			w.gpuStamp[k], w.freed[k] = w.stamp, 0
 		}
 		before := node.GPUs[g].FreeMilli + int(w.freed[k])
-		w.freed[k] += int32(milli)
-		if before < t.GPUMilli && before+milli >= t.GPUMilli && t.ModelAllowed(node.GPUs[g].Model) {
+		w.freed[k] += int32(amount)
+		if before < t.GPUMilli && before+amount >= t.GPUMilli && t.ModelAllowed(node.GPUs[g].Model) {
 			w.open[n]++
 		}
 	}
 	return w.open[n] >= int32(t.GPUCount) && w.cpu[n] >= t.CPUMilli && w.mem[n] >= t.MemoryMiB
-}
-
-// allocInfo is what an allocation holds, packed for the victim walk: its
-// node, CPU, memory, and milli-GPU on each of its GPUs (gpuN GPUs listed
-// from allocGPU[gpuOff]).
-type allocInfo struct {
-	cpu, mem     int64
-	node         int32
-	milli        int32
-	gpuOff, gpuN int32
-}
-
-// allocNeeds is the milli-GPU an ask holds on each of its GPUs.
-func allocNeeds(a *model.Ask) int32 {
-	if a.WholeGPUs > 0 {
-		return int32(model.SharesPerGPU) * milliPerShare
-	}
-	return int32(a.Shares) * milliPerShare
-}
-
-func (s *state) allocGPUs(al *allocInfo) []int32 {
-	return s.allocGPU[al.gpuOff : al.gpuOff+al.gpuN]
-}
-
-// addAlloc records an allocation (running, or planned in this cycle) and
-// returns its position in s.allocs.
-func (s *state) addAlloc(node int, ask *model.Ask, gpus []int) int32 {
-	off := int32(len(s.allocGPU))
-	for _, g := range gpus {
-		s.allocGPU = append(s.allocGPU, int32(g))
-	}
-	s.allocs = append(s.allocs, allocInfo{cpu: ask.CPUMilli, mem: ask.MemoryMiB, node: int32(node), milli: allocNeeds(ask), gpuOff: off, gpuN: int32(len(gpus))})
-	return int32(len(s.allocs) - 1)
 }
 
 // putBack drops, from the last but one back to the first, every victim
@@ -325,14 +410,14 @@ func (s *state) enough(n int, t placement.Task, victims []int32, mustFree model.
 	for _, j := range victims {
 		freed += s.jobs[j].usage
 		for _, a := range s.jobs[j].allocs {
-			al := &s.allocs[a]
+			al := s.allocs.get(a)
 			if int(al.node) != n {
 				continue
 			}
 			cpu += al.cpu
 			mem += al.mem
-			for _, g := range s.allocGPUs(al) {
-				free[g] += int(al.milli)
+			for _, g := range s.allocs.gpusOf(al) {
+				free[g] += int(al.perGPU)
 			}
 		}
 	}

@@ -9,23 +9,41 @@ import (
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 )
 
-// victimKey builds job j's key for compareVictims.
-func (s *state) victimKey(j int32) victimKey {
-	job := &s.jobs[j]
-	p := &s.projects[job.project]
-	return victimKey{
-		projectPriority: p.priority,
-		overDeserved:    p.usage - p.deserved,
-		jobPriority:     job.priority,
-		start:           job.newest,
-		job:             job.name,
+func TestCompareVictims(t *testing.T) {
+	// key builds a victim from the fields the order reads.
+	key := func(projectPriority int, overDeserved model.Shares, jobPriority int, start int64, job string) victim {
+		return victim{
+			project: &projectState{priority: projectPriority, usage: overDeserved},
+			job:     &jobState{priority: jobPriority, newest: start, name: job},
+		}
+	}
+	base := key(1, 100, 5, 10, "j")
+	tests := []struct {
+		name  string
+		first victim // suspended before base
+	}{
+		{"lower project priority first", key(0, -500, 99, 0, "z")},
+		{"then most over its fair share", key(1, 101, 99, 0, "z")},
+		{"then lowest job priority", key(1, 100, 4, 0, "z")},
+		{"then newest", key(1, 100, 5, 11, "z")},
+		{"then job name", key(1, 100, 5, 10, "a")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if compareVictims(tt.first, base) >= 0 || compareVictims(base, tt.first) <= 0 {
+				t.Errorf("%+v %+v should come before %+v %+v", *tt.first.project, *tt.first.job, *base.project, *base.job)
+			}
+		})
+	}
+	if compareVictims(base, base) != 0 {
+		t.Error("a key must compare equal to itself")
 	}
 }
 
 // TestVictimQueueFollowsCompareVictims checks that the planner's fast
 // victim walk (one heap over per-project sources) yields exactly the order
-// of compareVictims, the rule of BACKGROUND section 2, on random clusters
-// with ties in every field.
+// of sorting all jobs by compareVictims (docs/design.md, Victim order), on
+// random clusters with ties in every field.
 func TestVictimQueueFollowsCompareVictims(t *testing.T) {
 	for seed := int64(1); seed <= 200; seed++ {
 		rng := rand.New(rand.NewSource(seed))
@@ -45,22 +63,19 @@ func TestVictimQueueFollowsCompareVictims(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
-		var all []int32
-		q := victimQueue{s: s}
+		var all, projects []int32
 		for i := range s.projects {
 			p := &s.projects[i]
 			p.deserved = model.Shares(rng.Intn(4) * 100)
 			all = append(all, p.jobs...)
-			if len(p.jobs) > 0 {
-				q.sources = append(q.sources, victimSource{priority: p.priority, over: p.usage - p.deserved, jobs: p.jobs})
-			}
+			projects = append(projects, int32(i))
 		}
-		q.init()
+		q := s.newVictimQueue(projects, false, nil)
 		var got []string
 		for j := q.next(); j >= 0; j = q.next() {
 			got = append(got, s.jobs[j].name)
 		}
-		slices.SortFunc(all, func(a, b int32) int { return compareVictims(s.victimKey(a), s.victimKey(b)) })
+		slices.SortFunc(all, func(a, b int32) int { return compareVictims(s.victim(a), s.victim(b)) })
 		var want []string
 		for _, j := range all {
 			want = append(want, s.jobs[j].name)

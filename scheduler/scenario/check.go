@@ -9,14 +9,11 @@ import (
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 )
 
-// Check compares the outcome of a first-fit run with every expectation and
-// the stability and churn rules; each mismatch is one error naming the file
-// and line of the expectation.
-func (sc *Scenario) Check(out *Outcome) []error { return sc.CheckPolicy(out, true) }
-
-// CheckPolicy is Check for a run with any placement policy. When firstFit is
-// false, the placement-dependent parts are left out: expectations marked
-// firstfit, and the node and GPUs of "expect place".
+// CheckPolicy compares the outcome of a run with every expectation and the
+// stability and churn rules; each mismatch is one error naming the file and
+// line of the expectation. When firstFit is false (a run with another
+// placement policy), the placement-dependent parts are left out:
+// expectations marked firstfit, and the node and GPUs of "expect place".
 func (sc *Scenario) CheckPolicy(out *Outcome, firstFit bool) []error {
 	var errs []error
 	for _, e := range sc.Expects {
@@ -26,7 +23,7 @@ func (sc *Scenario) CheckPolicy(out *Outcome, firstFit bool) []error {
 		if !firstFit {
 			e.Node, e.GPUs, e.HasGPU = "", nil, false
 		}
-		if err := sc.checkOne(e, out); err != nil {
+		if err := checkOne(e, out); err != nil {
 			errs = append(errs, fmt.Errorf("%s:%d: expect %s: %w", sc.File, e.Line, e.What, err))
 		}
 	}
@@ -34,16 +31,40 @@ func (sc *Scenario) CheckPolicy(out *Outcome, firstFit bool) []error {
 	return append(errs, sc.Churn(out)...)
 }
 
-func (sc *Scenario) checkOne(e Expect, out *Outcome) error {
-	final := out.Final
-	var rd *Round
+// checkOne checks one expectation against the outcome.
+func checkOne(e Expect, out *Outcome) error {
 	switch e.What {
-	case "deserved", "suspend", "place", "unplaced", "actions":
+	case "deserved", "suspend", "place", "unplaced", "unplaceable", "actions":
 		if e.Round > len(out.Rounds) {
 			return fmt.Errorf("round %d not run (rounds %d)", e.Round, len(out.Rounds))
 		}
-		rd = &out.Rounds[e.Round-1]
+		return checkRound(e, &out.Rounds[e.Round-1])
+	case "running":
+		var got []string
+		for _, a := range out.Final.Allocations {
+			got = append(got, a.Job)
+		}
+		return sameSet("running at the end", got, e.Jobs, nil)
+	case "waiting":
+		var got []string
+		for _, w := range out.Final.Pending {
+			got = append(got, w.Job)
+		}
+		return sameSet("waiting at the end", got, e.Jobs, nil)
+	case "usage":
+		return checkUsage(e, out.Final)
+	case "stable":
+		last := &out.Rounds[len(out.Rounds)-1]
+		if len(last.Result.Actions) > 0 {
+			return fmt.Errorf("last round still plans:\n%s", describe(last))
+		}
+		return nil
 	}
+	return fmt.Errorf("unknown expectation")
+}
+
+// checkRound checks an expectation about the plan of one round.
+func checkRound(e Expect, rd *Round) error {
 	switch e.What {
 	case "deserved":
 		for _, s := range rd.Result.Shares {
@@ -78,53 +99,37 @@ func (sc *Scenario) checkOne(e Expect, out *Outcome) error {
 			}
 		}
 		return fmt.Errorf("%s is not left waiting in round %d; plan:\n%s", e.Name, e.Round, describe(rd))
+	case "unplaceable":
+		for _, u := range rd.Result.Unplaceable {
+			if rd.Snapshot.Pending[u.Workload].Job == e.Name {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s is not unplaceable in round %d; plan:\n%s", e.Name, e.Round, describe(rd))
 	case "actions":
 		if n := len(rd.Result.Actions); n != e.Count {
 			return fmt.Errorf("%d actions in round %d, want %d; plan:\n%s", n, e.Round, e.Count, describe(rd))
 		}
 		return nil
-	case "running":
-		var got []string
-		for _, a := range final.Allocations {
-			if !slices.Contains(got, a.Job) {
-				got = append(got, a.Job)
-			}
-		}
-		return sameSet("running at the end", got, e.Jobs, nil)
-	case "waiting":
-		var got []string
-		for _, w := range final.Pending {
-			if !slices.Contains(got, w.Job) {
-				got = append(got, w.Job)
-			}
-		}
-		return sameSet("waiting at the end", got, e.Jobs, nil)
-	case "usage":
-		var used model.Shares
-		found := false
-		for _, p := range final.Projects {
-			found = found || p.Name == e.Name
-		}
-		if !found {
-			return fmt.Errorf("no project %s", e.Name)
-		}
-		for _, a := range final.Allocations {
-			if a.Project == e.Name {
-				used += a.Ask.GPUShares()
-			}
-		}
-		if used != e.Amount {
-			return fmt.Errorf("project %s holds %s at the end, want %s", e.Name, used, e.Amount)
-		}
-		return nil
-	case "stable":
-		last := &out.Rounds[len(out.Rounds)-1]
-		if len(last.Result.Actions) > 0 {
-			return fmt.Errorf("last round still plans:\n%s", describe(last))
-		}
-		return nil
 	}
 	return fmt.Errorf("unknown expectation")
+}
+
+// checkUsage checks what a project holds after the last round.
+func checkUsage(e Expect, final *model.Snapshot) error {
+	if !slices.ContainsFunc(final.Projects, func(p model.Project) bool { return p.Name == e.Name }) {
+		return fmt.Errorf("no project %s", e.Name)
+	}
+	var used model.Shares
+	for _, a := range final.Allocations {
+		if a.Project == e.Name {
+			used += a.Ask.GPUShares()
+		}
+	}
+	if used != e.Amount {
+		return fmt.Errorf("project %s holds %s at the end, want %s", e.Name, used, e.Amount)
+	}
+	return nil
 }
 
 func sameSet(what string, got, want []string, rd *Round) error {
@@ -151,6 +156,10 @@ func describe(rd *Round) string {
 	for _, u := range rd.Result.Unplaced {
 		w := rd.Snapshot.Pending[u.Workload]
 		fmt.Fprintf(&b, "\twaiting %s/%s: %s\n", w.Job, w.Group, u.Reason)
+	}
+	for _, u := range rd.Result.Unplaceable {
+		w := rd.Snapshot.Pending[u.Workload]
+		fmt.Fprintf(&b, "\tunplaceable %s/%s: %s\n", w.Job, w.Group, u.Reason)
 	}
 	for _, s := range rd.Result.Shares {
 		fmt.Fprintf(&b, "\tproject %s: guaranteed %s deserved %s usage %s -> %s\n", s.Name, s.Guaranteed, s.Deserved, s.Usage, s.Planned)

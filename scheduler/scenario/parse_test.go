@@ -37,6 +37,13 @@ func TestParseErrorsNameFileLineAndField(t *testing.T) {
 		{"unknown expectation", head + "expect miracles\n", 3, "expect", ErrUnknown},
 		{"bad rounds", "rounds many\n", 1, "rounds", ErrBadValue},
 		{"value missing", "node n1 gpus\n", 1, "gpus", ErrMissing},
+		{"GPU indexes in gpus on a run line", head + "run j project a gpus 0,1 node n1 gpu 0,1\n", 3, "gpus", ErrBadValue},
+		{"GPU indexes in gpus on a node line", "node n1 gpus 0,1\n", 1, "gpus", ErrBadValue},
+		{"GPU indexes in gpus on an expected placement", head + "expect place j node n1 gpus 0,1\n", 3, "gpus", ErrBadValue},
+		{"a count in gpus on an expected placement", head + "expect place j node n1 gpus 1\n", 3, "gpus", ErrBadValue},
+		{"a count in gpu on a run line", head + "run j project a gpu 2 node n1\n", 3, "gpu", ErrMissing},
+		{"a count in gpu on a pending line", head + "pending j project a gpu 2\n", 3, "gpu", ErrMissing},
+		{"a binding on a pending line", head + "pending j project a gpus 1 gpu 0\n", 3, "gpu", ErrBadValue},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -93,8 +100,8 @@ func TestParseFirstFitFlag(t *testing.T) {
 		line string
 		want bool
 	}{
-		{"expect place j node n1 gpus 0 firstfit", true},
-		{"expect place j node n1 gpus 0", false},
+		{"expect place j node n1 gpu 0 firstfit", true},
+		{"expect place j node n1 gpu 0", false},
 		{"expect suspend a b firstfit round 1", true},
 	}
 	for _, tt := range tests {

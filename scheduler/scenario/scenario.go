@@ -7,25 +7,39 @@
 //	scenario Two projects share four GPUs        (free text)
 //	rounds 5                                     (default 1)
 //	node n1 gpus 4 [model A100] [cpu 64] [mem 262144] [gpumem 81920] [mode any|whole|shared]
+//	    [unavailable REASON] [unhealthy 2[,3..]]
 //	project A guaranteed 2 [limit 4] [priority 1] [weight 1]
 //	run JOB project A (gpus N | share 0.5) node n1 gpu 0[,1..] [group g] [priority 0]
-//	    [nonpreemptible] [start 10] [cpu 1] [mem 1024] [id ID] [model A100[,H100]]
+//	    [nonpreemptible] [system] [start 10] [cpu 1] [mem 1024] [id ID] [model A100[,H100]]
 //	pending JOB project B (gpus N | share 0.5) [count 2] [submit 5] [round R]
 //	    [group g] [priority 0] [nonpreemptible] [suspended] [cpu 1] [mem 1024] [model ...]
+//	    [nodes n1[,n2..] | nodes none]
 //	finish JOB round R                           (the job ends before round R)
 //	expect deserved A 2 [round R]                (deserved share in round R, default 1)
 //	expect suspend JOB... | none [round R]       (exactly these jobs are suspended)
-//	expect place JOB [group g] [node n1] [gpus 0,1] [round R]
+//	expect place JOB [group g] [node n1] [gpu 0[,1..]] [round R]
 //	expect unplaced JOB [round R]
+//	expect unplaceable JOB [round R]             (fits nowhere; no demand)
 //	expect actions N [round R]                   (number of actions in round R)
 //	expect running JOB...                        (running after the last round)
 //	expect waiting JOB...                        (pending after the last round)
 //	expect usage A 2                             (GPUs held after the last round)
 //	expect stable                                (the last round plans nothing)
 //
+// "gpus N" is always a count of whole GPUs (on node, run and pending
+// lines); "gpu 0,1" always names GPU indexes on a node (the GPUs a run line
+// is bound to, or an expected placement's).
+//
+// A node marked unavailable (one word says why, e.g. draining) is out of
+// planning; its run lines may leave out gpu. "unhealthy" names the GPUs of a
+// node that take no work. "weight 0" gives a project no share of the
+// surplus (model.Project.NoOverQuota). "system" marks a system job's
+// allocation, never a victim. "nodes" lists the only nodes a pending
+// workload may run on, as its constraints would.
+//
 // Any expect line may end with the flag "firstfit": the expectation depends
 // on which node and GPUs first-fit placement picks, and runs with other
-// placement policies skip it. Those runs also ignore the node and gpus of
+// placement policies skip it. Those runs also ignore the node and gpu of
 // "expect place" (see CheckPolicy).
 //
 // GPU amounts are GPUs with at most two decimals; CPU in cores, memory in
@@ -73,7 +87,7 @@ type Finish struct {
 type Expect struct {
 	Line int
 	// What is the expectation's keyword: deserved, suspend, place,
-	// unplaced, actions, running, waiting, usage or stable.
+	// unplaced, unplaceable, actions, running, waiting, usage or stable.
 	What   string
 	Round  int
 	Jobs   []string
@@ -82,6 +96,7 @@ type Expect struct {
 	Count  int
 	Group  string
 	Node   string
+	// GPUs, when HasGPU, are the GPU indexes an expected placement uses.
 	GPUs   []int
 	HasGPU bool
 	// FirstFitOnly marks an expectation that holds only with first-fit
@@ -129,15 +144,17 @@ type parser struct {
 	refs []ref
 }
 
-// ref is a reference checked once every node and project is known.
+// ref is a run or pending line's references, checked once every node and
+// project is known; node and gpus are a run line's binding (unbound: none
+// given, on an unavailable node), nodes a pending line's node list.
 type ref struct {
 	line    int
 	project string
+	ask     model.Ask
 	node    string
 	gpus    []int
-	models  []string
-	ask     model.Ask
-	count   int
+	unbound bool
+	nodes   []string
 }
 
 // Parse reads a scenario. file names it in errors.
@@ -253,6 +270,15 @@ func (p *parser) intField(l line, key string, def, lo, hi int64) (int64, error) 
 	return n, nil
 }
 
+// gpuCount reads key gpus of an ask, a count of whole GPUs; a list there
+// is GPU indexes meant for key gpu.
+func (p *parser) gpuCount(l line, def, lo, hi int64) (int64, error) {
+	if v := l.fields["gpus"]; strings.Contains(v, ",") {
+		return 0, p.errf(l.num, "gpus", ErrBadValue, "%q is a list, but gpus is a count of whole GPUs (a run line binds GPU indexes with gpu %s)", v, v)
+	}
+	return p.intField(l, "gpus", def, lo, hi)
+}
+
 func (p *parser) sharesField(l line, key string, required bool) (model.Shares, bool, error) {
 	v, ok := l.fields[key]
 	if !ok {
@@ -288,7 +314,7 @@ func (p *parser) intList(l line, key string) ([]int, error) {
 }
 
 func (p *parser) node(num int, words []string) error {
-	l, err := p.split(num, words, []string{"gpus", "model", "cpu", "mem", "gpumem", "mode"}, nil)
+	l, err := p.split(num, words, []string{"gpus", "model", "cpu", "mem", "gpumem", "mode", "unavailable", "unhealthy"}, nil)
 	if err != nil {
 		return err
 	}
@@ -334,9 +360,21 @@ func (p *parser) node(num int, words []string) error {
 			return p.errf(num, "name", ErrBadValue, "node %q declared twice", name)
 		}
 	}
-	node := model.Node{Name: name, CPUMilli: cpu * 1000, MemoryMiB: mem, GPUs: make([]model.GPU, gpus)}
+	node := model.Node{Name: name, CPUMilli: cpu * 1000, MemoryMiB: mem, GPUs: make([]model.GPU, gpus), Unavailable: l.fields["unavailable"]}
 	for i := range node.GPUs {
 		node.GPUs[i] = model.GPU{Model: gpuModel, MemoryMiB: gpumem, Mode: mode}
+	}
+	if _, ok := l.fields["unhealthy"]; ok {
+		bad, err := p.intList(l, "unhealthy")
+		if err != nil {
+			return err
+		}
+		for _, g := range bad {
+			if g >= len(node.GPUs) {
+				return p.errf(num, "unhealthy", ErrUnknown, "node %q has no GPU %d", name, g)
+			}
+			node.GPUs[g].Unavailable = "unhealthy"
+		}
 	}
 	p.sc.Initial.Nodes = append(p.sc.Initial.Nodes, node)
 	return nil
@@ -363,7 +401,7 @@ func (p *parser) project(num int, words []string) error {
 	if err != nil {
 		return err
 	}
-	weight, err := p.intField(l, "weight", 1, 1, 1_000_000)
+	weight, err := p.intField(l, "weight", 1, 0, 1_000_000)
 	if err != nil {
 		return err
 	}
@@ -373,7 +411,7 @@ func (p *parser) project(num int, words []string) error {
 		}
 	}
 	p.sc.Initial.Projects = append(p.sc.Initial.Projects, model.Project{
-		Name: name, Guaranteed: g, Limit: limit, HasLimit: hasLimit, Priority: int(prio), OverQuotaWeight: weight,
+		Name: name, Guaranteed: g, Limit: limit, HasLimit: hasLimit, Priority: int(prio), OverQuotaWeight: weight, NoOverQuota: weight == 0,
 	})
 	return nil
 }
@@ -409,49 +447,59 @@ func (p *parser) workload(l line) (workload, error) {
 	}
 	w.priority = int(prio)
 	w.preemptible = !l.flags["nonpreemptible"]
+	w.ask, err = p.ask(l)
+	return w, err
+}
+
+// ask reads what one instance asks: gpus N or share X, cpu, mem and model.
+func (p *parser) ask(l line) (model.Ask, error) {
+	var ask model.Ask
 	_, hasWhole := l.fields["gpus"]
 	_, hasShare := l.fields["share"]
 	switch {
 	case hasWhole && hasShare:
-		return w, p.errf(l.num, "share", ErrBadValue, "give either gpus or share, not both")
+		return ask, p.errf(l.num, "share", ErrBadValue, "give either gpus or share, not both")
 	case !hasWhole && !hasShare:
-		return w, p.errf(l.num, "gpus", ErrMissing, "give gpus N or share X")
+		if v, ok := l.fields["gpu"]; ok {
+			return ask, p.errf(l.num, "gpu", ErrMissing, "gpu %s names GPU indexes; ask for whole GPUs with gpus N or for a share with share X", v)
+		}
+		return ask, p.errf(l.num, "gpus", ErrMissing, "give gpus N or share X")
 	case hasWhole:
-		n, err := p.intField(l, "gpus", 0, -1<<31, 1<<31)
+		n, err := p.gpuCount(l, 0, -1<<31, 1<<31)
 		if err != nil {
-			return w, err
+			return ask, err
 		}
 		if n < 0 {
-			return w, p.errf(l.num, "gpus", ErrBadValue, "negative GPU count %d", n)
+			return ask, p.errf(l.num, "gpus", ErrBadValue, "negative GPU count %d", n)
 		}
-		w.ask.WholeGPUs = int(n)
+		ask.WholeGPUs = int(n)
 	default:
 		s, _, err := p.sharesField(l, "share", true)
 		if err != nil {
-			return w, err
+			return ask, err
 		}
 		if s == 0 || s >= model.SharesPerGPU {
-			return w, p.errf(l.num, "share", ErrOverCapacity, "share %s must be above 0 and below one GPU", s)
+			return ask, p.errf(l.num, "share", ErrOverCapacity, "share %s must be above 0 and below one GPU", s)
 		}
-		w.ask.Shares = s
+		ask.Shares = s
 	}
 	cpu, err := p.intField(l, "cpu", 0, 0, 1<<20)
 	if err != nil {
-		return w, err
+		return ask, err
 	}
 	mem, err := p.intField(l, "mem", 0, 0, 1<<40)
 	if err != nil {
-		return w, err
+		return ask, err
 	}
-	w.ask.CPUMilli, w.ask.MemoryMiB = cpu*1000, mem
+	ask.CPUMilli, ask.MemoryMiB = cpu*1000, mem
 	if m := l.fields["model"]; m != "" {
-		w.ask.Models = strings.Split(m, ",")
+		ask.Models = strings.Split(m, ",")
 	}
-	return w, nil
+	return ask, nil
 }
 
 func (p *parser) run(num int, words []string) error {
-	l, err := p.split(num, words, append([]string{"node", "gpu", "start", "id"}, workloadKeys...), []string{"nonpreemptible"})
+	l, err := p.split(num, words, append([]string{"node", "gpu", "start", "id"}, workloadKeys...), []string{"nonpreemptible", "system"})
 	if err != nil {
 		return err
 	}
@@ -464,9 +512,10 @@ func (p *parser) run(num int, words []string) error {
 		return p.errf(num, "node", ErrMissing, "required")
 	}
 	var gpus []int
-	if w.ask.GPUShares() > 0 {
-		if _, ok := l.fields["gpu"]; !ok {
-			return p.errf(num, "gpu", ErrMissing, "GPU binding required")
+	_, bound := l.fields["gpu"]
+	if w.ask.GPUShares() > 0 && (bound || !p.unavailable(node)) {
+		if !bound {
+			return p.errf(num, "gpu", ErrMissing, "GPU binding required (only a run line on an unavailable node may leave it out)")
 		}
 		if gpus, err = p.intList(l, "gpu"); err != nil {
 			return err
@@ -487,20 +536,33 @@ func (p *parser) run(num int, words []string) error {
 	}
 	p.sc.Initial.Allocations = append(p.sc.Initial.Allocations, model.Allocation{
 		ID: id, Project: w.project, Job: w.job, Group: w.group, Priority: w.priority, Preemptible: w.preemptible,
-		Ask: w.ask, Node: node, GPUs: gpus, Start: start,
+		System: l.flags["system"], Ask: w.ask, Node: node, GPUs: gpus, Start: start,
 	})
-	p.refs = append(p.refs, ref{line: num, project: w.project, node: node, gpus: gpus, models: w.ask.Models, ask: w.ask, count: 1})
+	p.refs = append(p.refs, ref{line: num, project: w.project, node: node, gpus: gpus, ask: w.ask, unbound: !bound})
 	return nil
 }
 
+// unavailable reports whether node name, declared above, is unavailable.
+func (p *parser) unavailable(name string) bool {
+	for _, n := range p.sc.Initial.Nodes {
+		if n.Name == name {
+			return n.Unavailable != ""
+		}
+	}
+	return false
+}
+
 func (p *parser) pending(num int, words []string) error {
-	l, err := p.split(num, words, append([]string{"count", "submit", "round"}, workloadKeys...), []string{"nonpreemptible", "suspended"})
+	l, err := p.split(num, words, append([]string{"count", "submit", "round", "gpu", "nodes"}, workloadKeys...), []string{"nonpreemptible", "suspended"})
 	if err != nil {
 		return err
 	}
 	w, err := p.workload(l)
 	if err != nil {
 		return err
+	}
+	if _, ok := l.fields["gpu"]; ok {
+		return p.errf(num, "gpu", ErrBadValue, "pending work is not bound to GPUs; drop gpu (the count is gpus N)")
 	}
 	count, err := p.intField(l, "count", 1, 1, 10_000)
 	if err != nil {
@@ -518,12 +580,18 @@ func (p *parser) pending(num int, words []string) error {
 		Project: w.project, Job: w.job, Group: w.group, Priority: w.priority, Preemptible: w.preemptible,
 		Ask: w.ask, Count: int(count), Submit: submit, Suspended: l.flags["suspended"],
 	}
+	if v, ok := l.fields["nodes"]; ok {
+		pw.Nodes, pw.NodesReason = []string{}, "the scenario's nodes list"
+		if v != "none" {
+			pw.Nodes = strings.Split(v, ",")
+		}
+	}
 	if round == 1 {
 		p.sc.Initial.Pending = append(p.sc.Initial.Pending, pw)
 	} else {
 		p.sc.Arrivals = append(p.sc.Arrivals, Arrival{Round: int(round), Pending: pw})
 	}
-	p.refs = append(p.refs, ref{line: num, project: w.project, models: w.ask.Models, ask: w.ask, count: int(count)})
+	p.refs = append(p.refs, ref{line: num, project: w.project, ask: w.ask, nodes: pw.Nodes})
 	return nil
 }
 
@@ -551,7 +619,7 @@ func (p *parser) expect(num int, words []string) error {
 	if len(words) == 0 {
 		return p.errf(num, "expect", ErrMissing, "what to expect")
 	}
-	l, err := p.split(num, words[1:], []string{"round", "group", "node", "gpus"}, []string{"firstfit"})
+	l, err := p.split(num, words[1:], []string{"round", "group", "node", "gpu", "gpus"}, []string{"firstfit"})
 	if err != nil {
 		return err
 	}
@@ -561,119 +629,173 @@ func (p *parser) expect(num int, words []string) error {
 		return err
 	}
 	e.Round = int(round)
-	amount := func(field string) error {
-		if len(l.words) != 2 {
-			return p.errf(num, field, ErrMissing, "want a project and a GPU amount")
-		}
-		e.Name = l.words[0]
-		s, err := model.ParseShares(l.words[1])
-		if err != nil || s < 0 {
-			return p.errf(num, field, ErrBadValue, "%q is not a GPU amount", l.words[1])
-		}
-		e.Amount = s
-		return nil
-	}
 	switch e.What {
 	case "deserved", "usage":
-		if err := amount(e.What); err != nil {
-			return err
-		}
+		err = p.expectAmount(l, &e)
 	case "suspend", "running", "waiting":
-		if len(l.words) == 0 {
-			return p.errf(num, "jobs", ErrMissing, "list jobs, or none")
-		}
-		if !(len(l.words) == 1 && l.words[0] == "none") {
-			e.Jobs = l.words
-		}
-	case "place", "unplaced":
-		name, err := p.one(l, "job")
-		if err != nil {
-			return err
-		}
-		e.Name, e.Group, e.Node = name, l.fields["group"], l.fields["node"]
-		if _, ok := l.fields["gpus"]; ok {
-			if e.GPUs, err = p.intList(l, "gpus"); err != nil {
-				return err
-			}
-			e.HasGPU = true
-		}
+		err = p.expectJobs(l, &e)
+	case "place", "unplaced", "unplaceable":
+		err = p.expectPlace(l, &e)
 	case "actions":
-		n, err := p.one(l, "count")
-		if err != nil {
-			return err
-		}
-		c, err := strconv.Atoi(n)
-		if err != nil || c < 0 {
-			return p.errf(num, "count", ErrBadValue, "%q is not a count", n)
-		}
-		e.Count = c
+		err = p.expectCount(l, &e)
 	case "stable":
 		if len(l.words) > 0 {
-			return p.errf(num, l.words[0], ErrUnknown, "unexpected word")
+			err = p.errf(num, l.words[0], ErrUnknown, "unexpected word")
 		}
 	default:
-		return p.errf(num, "expect", ErrUnknown, "expectation %q", e.What)
+		err = p.errf(num, "expect", ErrUnknown, "expectation %q", e.What)
+	}
+	if err != nil {
+		return err
+	}
+	if v, ok := l.fields["gpus"]; ok {
+		return p.errf(num, "gpus", ErrBadValue, "gpus is a count of whole GPUs; an expected placement names its GPU indexes with gpu %s", v)
 	}
 	p.sc.Expects = append(p.sc.Expects, e)
 	return nil
 }
 
+// expectAmount reads "PROJECT AMOUNT" (deserved, usage).
+func (p *parser) expectAmount(l line, e *Expect) error {
+	if len(l.words) != 2 {
+		return p.errf(l.num, e.What, ErrMissing, "want a project and a GPU amount")
+	}
+	e.Name = l.words[0]
+	s, err := model.ParseShares(l.words[1])
+	if err != nil || s < 0 {
+		return p.errf(l.num, e.What, ErrBadValue, "%q is not a GPU amount", l.words[1])
+	}
+	e.Amount = s
+	return nil
+}
+
+// expectJobs reads "JOB..." or "none" (suspend, running, waiting).
+func (p *parser) expectJobs(l line, e *Expect) error {
+	if len(l.words) == 0 {
+		return p.errf(l.num, "jobs", ErrMissing, "list jobs, or none")
+	}
+	if !(len(l.words) == 1 && l.words[0] == "none") {
+		e.Jobs = l.words
+	}
+	return nil
+}
+
+// expectPlace reads "JOB [group g] [node n] [gpu 0,1]" (place, unplaced).
+func (p *parser) expectPlace(l line, e *Expect) error {
+	name, err := p.one(l, "job")
+	if err != nil {
+		return err
+	}
+	e.Name, e.Group, e.Node = name, l.fields["group"], l.fields["node"]
+	if _, ok := l.fields["gpu"]; ok {
+		if e.GPUs, err = p.intList(l, "gpu"); err != nil {
+			return err
+		}
+		e.HasGPU = true
+	}
+	return nil
+}
+
+// expectCount reads "N" (actions).
+func (p *parser) expectCount(l line, e *Expect) error {
+	n, err := p.one(l, "count")
+	if err != nil {
+		return err
+	}
+	c, err := strconv.Atoi(n)
+	if err != nil || c < 0 {
+		return p.errf(l.num, "count", ErrBadValue, "%q is not a count", n)
+	}
+	e.Count = c
+	return nil
+}
+
 // check resolves references once the whole file is read.
 func (p *parser) check() error {
-	sc := p.sc
-	projects := map[string]bool{}
-	for _, q := range sc.Initial.Projects {
-		projects[q.Name] = true
+	c := p.cluster()
+	for _, r := range p.refs {
+		if err := p.checkRef(r, c); err != nil {
+			return err
+		}
 	}
-	nodes := map[string]*model.Node{}
-	models := map[string]bool{}
-	maxGPUs, maxCPU := 0, int64(0)
+	if _, err := p.sc.Initial.Index(); err != nil {
+		return &ParseError{File: p.file, Line: p.culprit(), Field: "gpu", Err: err}
+	}
+	return nil
+}
+
+// clusterFacts is what references are checked against.
+type clusterFacts struct {
+	projects map[string]bool
+	nodes    map[string]*model.Node
+	models   map[string]bool
+	// maxGPUs and maxCPU are the largest node's.
+	maxGPUs int
+	maxCPU  int64
+}
+
+func (p *parser) cluster() clusterFacts {
+	sc := p.sc
+	c := clusterFacts{projects: map[string]bool{}, nodes: map[string]*model.Node{}, models: map[string]bool{}}
+	for _, q := range sc.Initial.Projects {
+		c.projects[q.Name] = true
+	}
 	for i := range sc.Initial.Nodes {
 		n := &sc.Initial.Nodes[i]
-		nodes[n.Name] = n
-		maxGPUs = max(maxGPUs, len(n.GPUs))
-		maxCPU = max(maxCPU, n.CPUMilli)
+		c.nodes[n.Name] = n
+		c.maxGPUs = max(c.maxGPUs, len(n.GPUs))
+		c.maxCPU = max(c.maxCPU, n.CPUMilli)
 		for _, g := range n.GPUs {
-			models[g.Model] = true
+			c.models[g.Model] = true
 		}
 	}
-	for _, r := range p.refs {
-		if !projects[r.project] {
-			return p.errf(r.line, "project", ErrUnknown, "project %q", r.project)
-		}
-		for _, m := range r.models {
-			if !models[m] {
-				return p.errf(r.line, "model", ErrUnknown, "GPU model %q is on no node", m)
-			}
-		}
-		if r.ask.WholeGPUs > maxGPUs {
-			return p.errf(r.line, "gpus", ErrOverCapacity, "%d GPUs, the largest node has %d", r.ask.WholeGPUs, maxGPUs)
-		}
-		if r.ask.CPUMilli > maxCPU {
-			return p.errf(r.line, "cpu", ErrOverCapacity, "%d cores, the largest node has %d", r.ask.CPUMilli/1000, maxCPU/1000)
-		}
-		if r.node == "" {
-			continue
-		}
-		n, ok := nodes[r.node]
-		if !ok {
-			return p.errf(r.line, "node", ErrUnknown, "node %q", r.node)
-		}
-		want := r.ask.WholeGPUs
-		if r.ask.Shares > 0 {
-			want = 1
-		}
-		if len(r.gpus) != want {
-			return p.errf(r.line, "gpu", ErrBadValue, "ask needs %d GPU(s), %d bound", want, len(r.gpus))
-		}
-		for _, g := range r.gpus {
-			if g >= len(n.GPUs) {
-				return p.errf(r.line, "gpu", ErrUnknown, "node %q has no GPU %d", r.node, g)
-			}
+	return c
+}
+
+// checkRef checks one run or pending line against the cluster: its
+// project and models exist, its ask fits the largest node, and a run
+// line's node and GPU binding exist and match the ask.
+func (p *parser) checkRef(r ref, c clusterFacts) error {
+	if !c.projects[r.project] {
+		return p.errf(r.line, "project", ErrUnknown, "project %q", r.project)
+	}
+	for _, m := range r.ask.Models {
+		if !c.models[m] {
+			return p.errf(r.line, "model", ErrUnknown, "GPU model %q is on no node", m)
 		}
 	}
-	if _, err := sc.Initial.Index(); err != nil {
-		return &ParseError{File: p.file, Line: p.culprit(), Field: "gpu", Err: err}
+	if r.ask.WholeGPUs > c.maxGPUs {
+		return p.errf(r.line, "gpus", ErrOverCapacity, "%d GPUs, the largest node has %d", r.ask.WholeGPUs, c.maxGPUs)
+	}
+	if r.ask.CPUMilli > c.maxCPU {
+		return p.errf(r.line, "cpu", ErrOverCapacity, "%d cores, the largest node has %d", r.ask.CPUMilli/1000, c.maxCPU/1000)
+	}
+	for _, name := range r.nodes {
+		if c.nodes[name] == nil {
+			return p.errf(r.line, "nodes", ErrUnknown, "node %q", name)
+		}
+	}
+	if r.node == "" {
+		return nil
+	}
+	n, ok := c.nodes[r.node]
+	if !ok {
+		return p.errf(r.line, "node", ErrUnknown, "node %q", r.node)
+	}
+	if r.unbound && n.Unavailable != "" {
+		return nil
+	}
+	want := r.ask.WholeGPUs
+	if r.ask.Shares > 0 {
+		want = 1
+	}
+	if len(r.gpus) != want {
+		return p.errf(r.line, "gpu", ErrBadValue, "ask needs %d GPU(s), %d bound", want, len(r.gpus))
+	}
+	for _, g := range r.gpus {
+		if g >= len(n.GPUs) {
+			return p.errf(r.line, "gpu", ErrUnknown, "node %q has no GPU %d", r.node, g)
+		}
 	}
 	return nil
 }

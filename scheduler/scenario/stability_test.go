@@ -3,6 +3,8 @@ package scenario
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
@@ -14,16 +16,12 @@ import (
 // tests do: no job may be suspended, resumed and suspended again, the last
 // round must plan nothing, and no job may be placed in one round and
 // suspended in a later one (churn: a wasted start).
-//
-// knownChurn lists the seeds that still churn, all by one mechanism the
-// planner does not yet cover: a job suspended in a cycle cannot be resumed
-// in that cycle, lower-priority work of its project is placed around it,
-// and in the next cycle the job comes back and preempts that work. A seed
-// that stops churning must leave the list, and no other seed may churn.
 func TestRandomClustersStayStable(t *testing.T) {
-	const seeds = 3000
-	knownChurn := map[uint64]bool{1866: true, 1948: true, 2280: true}
-	for seed := range uint64(seeds) {
+	seeds := uint64(3000)
+	if n, err := strconv.ParseUint(os.Getenv("GPUSHARE_STABILITY_SEEDS"), 10, 64); err == nil {
+		seeds = n
+	}
+	for seed := range seeds {
 		sc := randomScenario(seed)
 		out, err := sc.Run(plan.Options{})
 		if err != nil {
@@ -32,14 +30,8 @@ func TestRandomClustersStayStable(t *testing.T) {
 		for _, err := range sc.Stability(out) {
 			t.Errorf("seed %d: %v", seed, err)
 		}
-		churn := sc.Churn(out)
-		switch {
-		case knownChurn[seed] && len(churn) == 0:
-			t.Errorf("seed %d no longer churns: remove it from knownChurn", seed)
-		case !knownChurn[seed]:
-			for _, err := range churn {
-				t.Errorf("seed %d: %v", seed, err)
-			}
+		for _, err := range sc.Churn(out) {
+			t.Errorf("seed %d: %v", seed, err)
 		}
 		if last := out.Rounds[len(out.Rounds)-1]; len(last.Result.Actions) > 0 {
 			t.Errorf("seed %d: still planning in the last round: %v", seed, last.Result.Actions)

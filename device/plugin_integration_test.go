@@ -9,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
@@ -33,7 +32,7 @@ plugin "nomad-device-gpushare" {
 
 // startCluster builds the plugin and starts real Consul and Nomad agents
 // with it. Skipped in -short mode.
-func startCluster(t *testing.T) (*localcluster.Cluster, string) {
+func startCluster(t testing.TB) (*localcluster.Cluster, string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs real agents; run without -short")
@@ -88,10 +87,10 @@ func layout(c *localcluster.Cluster) (whole int, shareGroups []string, err error
 	return whole, shareGroups, nil
 }
 
-func waitLayout(t *testing.T, c *localcluster.Cluster, wantWhole, wantShare int) []string {
+func waitLayout(t testing.TB, c *localcluster.Cluster, wantWhole, wantShare int) []string {
 	t.Helper()
 	var groups []string
-	testcluster.Eventually(t, 60*time.Second, func() error {
+	testcluster.Eventually(t, liveWindow, func() error {
 		w, s, err := layout(c)
 		if err != nil {
 			return err
@@ -107,7 +106,7 @@ func waitLayout(t *testing.T, c *localcluster.Cluster, wantWhole, wantShare int)
 
 // gpuJob registers a raw_exec service job whose task prints its GPU
 // environment and then sleeps.
-func gpuJob(t *testing.T, c *localcluster.Cluster, name, deviceType string, count uint64, constraints ...*nomadapi.Constraint) {
+func gpuJob(t testing.TB, c *localcluster.Cluster, name, deviceType string, count uint64, constraints ...*nomadapi.Constraint) {
 	t.Helper()
 	job := nomadapi.NewServiceJob(name, name, "global", 50)
 	job.Datacenters = []string{"dc1"}
@@ -125,48 +124,57 @@ func gpuJob(t *testing.T, c *localcluster.Cluster, name, deviceType string, coun
 
 func ptr[T any](v T) *T { return &v }
 
+// runningAllocation returns the job's running allocation, nil while none
+// runs, with the number of its allocations; a failed one is an error.
+func runningAllocation(c *localcluster.Cluster, job string) (*nomadapi.Allocation, int, error) {
+	stubs, _, err := c.Nomad.Jobs().Allocations(job, false, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, s := range stubs {
+		if s.ClientStatus == "failed" {
+			a, _, _ := c.Nomad.Allocations().Info(s.ID, nil)
+			return nil, len(stubs), fmt.Errorf("allocation %s failed: %v", s.ID, taskEvents(a))
+		}
+		if s.ClientStatus == "running" {
+			a, _, err := c.Nomad.Allocations().Info(s.ID, nil)
+			return a, len(stubs), err
+		}
+	}
+	return nil, len(stubs), nil
+}
+
 // runningEnv waits for the job's allocation to run and returns the
 // environment its task printed.
-func runningEnv(t *testing.T, c *localcluster.Cluster, job string) (map[string]string, *nomadapi.Allocation) {
+func runningEnv(t testing.TB, c *localcluster.Cluster, job string) (map[string]string, *nomadapi.Allocation) {
 	t.Helper()
 	var env map[string]string
 	var alloc *nomadapi.Allocation
-	testcluster.Eventually(t, 90*time.Second, func() error {
-		stubs, _, err := c.Nomad.Jobs().Allocations(job, false, nil)
+	testcluster.Eventually(t, liveWindow, func() error {
+		a, n, err := runningAllocation(c, job)
 		if err != nil {
 			return err
 		}
-		for _, s := range stubs {
-			if s.ClientStatus == "failed" {
-				a, _, _ := c.Nomad.Allocations().Info(s.ID, nil)
-				return fmt.Errorf("allocation %s failed: %v", s.ID, taskEvents(a))
-			}
-			if s.ClientStatus != "running" {
-				continue
-			}
-			a, _, err := c.Nomad.Allocations().Info(s.ID, nil)
-			if err != nil {
-				return err
-			}
-			rc, err := c.Nomad.AllocFS().Cat(a, "alloc/logs/main.stdout.0", nil)
-			if err != nil {
-				return err
-			}
-			buf := new(strings.Builder)
-			_, _ = fmt.Fprint(buf, readAll(rc))
-			env = map[string]string{}
-			for _, line := range strings.Split(buf.String(), "\n") {
-				if k, v, ok := strings.Cut(line, "="); ok {
-					env[k] = v
-				}
-			}
-			if env["NVIDIA_VISIBLE_DEVICES"] == "" {
-				return fmt.Errorf("allocation %s printed no GPU environment yet", s.ID)
-			}
-			alloc = a
-			return nil
+		if a == nil {
+			return fmt.Errorf("no running allocation of %s (%d allocations)", job, n)
 		}
-		return fmt.Errorf("no running allocation of %s (%d allocations)", job, len(stubs))
+		rc, err := c.Nomad.AllocFS().Cat(a, "alloc/logs/main.stdout.0", nil)
+		if err != nil {
+			return err
+		}
+		buf := new(strings.Builder)
+		_, _ = fmt.Fprint(buf, readAll(rc))
+		env = map[string]string{}
+		for _, line := range strings.Split(buf.String(), "\n") {
+			if k, v, ok := strings.Cut(line, "="); ok {
+				env[k] = v
+			}
+		}
+		if env["NVIDIA_VISIBLE_DEVICES"] == "" {
+			return fmt.Errorf("allocation %s printed no GPU environment yet", a.ID)
+		}
+		alloc = a
+		return nil
 	})
 	return env, alloc
 }
@@ -200,7 +208,7 @@ func readAll(rc interface {
 	}
 }
 
-func stopJob(t *testing.T, c *localcluster.Cluster, job string) {
+func stopJob(t testing.TB, c *localcluster.Cluster, job string) {
 	t.Helper()
 	if _, _, err := c.Nomad.Jobs().Deregister(job, true, nil); err != nil {
 		t.Fatalf("stopping %s: %v", job, err)
@@ -241,7 +249,7 @@ func TestPluginOnRealNomad(t *testing.T) {
 	waitLayout(t, c, 3, 1)
 
 	// Stats reach the node's stats, per GPU and per share group.
-	testcluster.Eventually(t, 30*time.Second, func() error {
+	testcluster.Eventually(t, liveWindow, func() error {
 		hs, err := c.Nomad.Nodes().Stats(c.NodeID, nil)
 		if err != nil {
 			return err
@@ -296,7 +304,7 @@ func TestPluginOnRealNomad(t *testing.T) {
 	if err := syscall.Kill(old[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	testcluster.Eventually(t, 60*time.Second, func() error {
+	testcluster.Eventually(t, liveWindow, func() error {
 		if now := pluginPIDs(pluginDir); len(now) != 1 || now[0] == old[0] {
 			return fmt.Errorf("plugin processes %v (killed %d)", now, old[0])
 		}

@@ -1,0 +1,199 @@
+package device
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/device/alloctrack"
+	"github.com/gpushare/nomad-gpushare/device/partition"
+)
+
+// loopStopTimeout bounds how long a reconfiguration waits for the running
+// loop to exit (it is stuck only when an NVML call hangs).
+const loopStopTimeout = 30 * time.Second
+
+// loopControl runs at most one loop goroutine. mu guards every field and
+// is never taken by the loop itself, so holding it while waiting for the
+// loop to exit is safe.
+type loopControl struct {
+	mu sync.Mutex
+	// state is what the loop runs with; nil until configured.
+	state *loopState
+	// running is set while a loop is wanted (a stream started it).
+	running bool
+	// stop cancels the running loop; done is closed when it has exited.
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// loopState is what one configuration's loop works with. Only that loop's
+// goroutine touches it (tests call its steps while no loop runs).
+type loopState struct {
+	cfg     settings
+	tracker *alloctrack.Tracker
+	machine *partition.Machine
+	// blind is set while the Nomad API cannot be read; demandErr is the
+	// last demand read error, "" once it works, "-" before the first read.
+	blind     bool
+	demandErr string
+}
+
+// start runs the plugin's loop once configured; the Fingerprint and Stats
+// streams call it.
+func (p *Plugin) start() error {
+	p.loop.mu.Lock()
+	defer p.loop.mu.Unlock()
+	if p.loop.state == nil {
+		return errors.New("gpushare plugin is not configured: SetConfig was not called")
+	}
+	if p.loop.running {
+		return nil
+	}
+	if err := p.stopLoopLocked(); err != nil { // a loop that would not stop earlier
+		return err
+	}
+	p.startLoopLocked()
+	return nil
+}
+
+// startLoopLocked starts a loop on the current state. p.loop.mu must be
+// held and no loop may be running.
+func (p *Plugin) startLoopLocked() {
+	ctx, cancel := context.WithCancel(p.ctx)
+	done := make(chan struct{})
+	st := p.loop.state
+	go func() {
+		defer close(done)
+		p.run(ctx, st)
+	}()
+	p.loop.running, p.loop.stop, p.loop.done = true, cancel, done
+}
+
+// stopLoopLocked cancels the running loop and waits, at most
+// loopStopTimeout, for it to exit. p.loop.mu must be held.
+func (p *Plugin) stopLoopLocked() error {
+	if p.loop.stop != nil {
+		p.loop.stop()
+		p.loop.stop = nil
+	}
+	p.loop.running = false
+	if p.loop.done == nil {
+		return nil
+	}
+	p.logger.Debug("waiting for the running loop to stop")
+	select {
+	case <-p.loop.done:
+		p.loop.done = nil
+		return nil
+	case <-time.After(loopStopTimeout):
+		return fmt.Errorf("the running loop did not stop within %s (an NVML or Nomad call hangs)", loopStopTimeout)
+	}
+}
+
+// run is the loop: it reads the hardware every fingerprint period and
+// Nomad every poll period, and publishes after each.
+func (p *Plugin) run(ctx context.Context, st *loopState) {
+	p.refreshHardware(st)
+	p.observe(ctx, st)
+	fp := time.NewTicker(st.cfg.fingerprintPeriod)
+	poll := time.NewTicker(st.cfg.pollPeriod)
+	defer fp.Stop()
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-fp.C:
+			p.refreshHardware(st)
+		case <-poll.C:
+			p.observe(ctx, st)
+		}
+	}
+}
+
+// refreshHardware re-reads the GPUs and republishes.
+func (p *Plugin) refreshHardware(st *loopState) {
+	p.hw.refresh(st.cfg.fingerprintPeriod)
+	p.publish(st)
+}
+
+// observe reads usage from Nomad, steps the partition machine and
+// republishes. While Nomad cannot be read the machine is told so (blind)
+// and switches nothing.
+func (p *Plugin) observe(ctx context.Context, st *loopState) {
+	snap, err := st.tracker.Read(ctx)
+	if err != nil && ctx.Err() != nil {
+		return
+	}
+	o := partition.Observation{At: p.now()}
+	if err != nil {
+		p.noteBlind(st, err)
+		o.Blind = true
+	} else {
+		p.noteRead(st, snap)
+		p.usage.update(snap.GPUs, snap.Started)
+		o.At, o.Demand = snap.Started, snap.Demand
+	}
+	o.GPUs = gpuObservations(p.hw.view(), p.usage.current())
+	for _, e := range st.machine.Step(o) {
+		p.logger.Info("partition", "uuid", e.UUID, "event", e.Msg)
+	}
+	p.publish(st)
+}
+
+// noteBlind logs a failed Nomad read (once, then at debug level).
+func (p *Plugin) noteBlind(st *loopState, err error) {
+	if !st.blind {
+		p.logger.Error("cannot read GPU usage from the Nomad API; keeping the last known state and switching no GPU until it answers",
+			"address", st.tracker.Address(), "error", err)
+	} else {
+		p.logger.Debug("Nomad API still unreachable", "error", err)
+	}
+	st.blind = true
+}
+
+// noteRead logs what changed with a successful Nomad read: reachable
+// again, demand readable or not.
+func (p *Plugin) noteRead(st *loopState, snap alloctrack.Snapshot) {
+	if st.blind {
+		p.logger.Info("Nomad API reachable again", "address", st.tracker.Address(), "node_id", snap.NodeID)
+	}
+	st.blind = false
+	switch {
+	case snap.DemandErr != nil && st.demandErr != snap.DemandErr.Error():
+		p.logger.Warn("cannot read waiting GPU demand from the Nomad API; partitioning by usage alone until it answers", "error", snap.DemandErr)
+		st.demandErr = snap.DemandErr.Error()
+	case snap.DemandErr == nil && st.demandErr != "":
+		p.logger.Info("reading waiting GPU demand from the Nomad API (blocked evaluations)")
+		st.demandErr = ""
+	}
+	if p.logger.IsTrace() {
+		p.logger.Trace("usage", "snapshot", snap.String())
+	}
+}
+
+// gpuObservations is what the partition machine is told about each GPU.
+func gpuObservations(hw hwView, use map[string]*alloctrack.GPUUsage) map[string]partition.GPUObs {
+	out := make(map[string]partition.GPUObs, len(hw.gpus))
+	for _, h := range hw.gpus {
+		g := partition.GPUObs{Order: h.Index, Healthy: h.healthy, Shareable: !h.MIG}
+		if u := use[h.UUID]; u != nil {
+			g.WholeHeld = len(u.WholeAllocs) > 0
+			g.ShareUnits = u.ShareUnits
+			g.ServerWhole, g.ServerShare = u.ServerWhole, u.ServerShare
+		}
+		out[h.UUID] = g
+	}
+	return out
+}
+
+// publish rebuilds the device groups and the Reserve view from the
+// hardware and the partition.
+func (p *Plugin) publish(st *loopState) {
+	hw := p.hw.view()
+	groups := deviceGroups(hw, st.machine.Publications(), st.cfg.fingerprintPeriod)
+	p.pub.set(groups, newReserveView(hw, st.cfg))
+}

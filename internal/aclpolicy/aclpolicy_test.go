@@ -1,0 +1,69 @@
+package aclpolicy
+
+import (
+	"testing"
+
+	"github.com/hashicorp/nomad/acl"
+)
+
+// compile parses rules with Nomad's own policy parser.
+func compile(t *testing.T, rules string) *acl.ACL {
+	t.Helper()
+	p, err := acl.Parse(rules, true)
+	if err != nil {
+		t.Fatalf("Nomad rejects the policy: %v\n%s", err, rules)
+	}
+	a, err := acl.NewACL(false, []*acl.Policy{p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TestQuotaServiceActsOnlyInProjectNamespaces: the quota service's Nomad
+// policy, assembled from the shipped files, lets it watch every namespace
+// and suspend or resume jobs only in the project namespaces.
+func TestQuotaServiceActsOnlyInProjectNamespaces(t *testing.T) {
+	rules, err := QuotaNomad("../..", []string{"team-a", "team-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := compile(t, rules)
+	for _, ns := range []string{"team-a", "team-b", "default", "infra"} {
+		for _, op := range []string{acl.NamespaceCapabilityListJobs, acl.NamespaceCapabilityReadJob} {
+			if !a.AllowNamespaceOperation(ns, op) {
+				t.Errorf("the service may not %s in %s", op, ns)
+			}
+		}
+		project := ns == "team-a" || ns == "team-b"
+		if got := a.AllowNamespaceOperation(ns, acl.NamespaceCapabilitySubmitJob); got != project {
+			t.Errorf("submit-job in %s: %v, want %v", ns, got, project)
+		}
+	}
+	if !a.AllowNodeRead() || a.AllowNodeWrite() || a.AllowAgentRead() {
+		t.Errorf("node read %v, node write %v, agent read %v: want node read only", a.AllowNodeRead(), a.AllowNodeWrite(), a.AllowAgentRead())
+	}
+}
+
+// TestPluginPolicyIsReadOnly: the device plugin reads its node and every
+// namespace's jobs, and may change nothing.
+func TestPluginPolicyIsReadOnly(t *testing.T) {
+	rules, err := Read("../..", PluginNomad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := compile(t, rules)
+	if !a.AllowNodeRead() || a.AllowNodeWrite() {
+		t.Errorf("node read %v, node write %v: want read only", a.AllowNodeRead(), a.AllowNodeWrite())
+	}
+	for _, ns := range []string{"default", "team-a"} {
+		if !a.AllowNamespaceOperation(ns, acl.NamespaceCapabilityReadJob) {
+			t.Errorf("the plugin may not read jobs in %s", ns)
+		}
+		for _, op := range []string{acl.NamespaceCapabilitySubmitJob, acl.NamespaceCapabilityAllocLifecycle, acl.NamespaceCapabilityDispatchJob} {
+			if a.AllowNamespaceOperation(ns, op) {
+				t.Errorf("the plugin may %s in %s", op, ns)
+			}
+		}
+	}
+}

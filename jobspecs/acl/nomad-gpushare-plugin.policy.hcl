@@ -1,0 +1,28 @@
+# Nomad ACL policy for the gpushare device plugin on every GPU client:
+# read-only.
+#
+#   nomad acl policy apply -description "gpushare device plugin" \
+#     gpushare-plugin jobspecs/acl/nomad-gpushare-plugin.policy.hcl
+#   nomad acl token create -name gpushare-plugin -policy gpushare-plugin
+#
+# Give the secret to the plugin as `nomad_token` in its config block of the
+# client configuration, or as NOMAD_TOKEN in the Nomad client's environment
+# (Nomad keeps NOMAD_TOKEN from tasks).
+#
+# The plugin finds its node by the local agent's node ID when the token may
+# read the agent (add `agent { policy = "read" }`), else by a node named
+# like the host, else by node_id or node_name in its config.
+
+# GET /v1/node/:id (the servers' view of this node's GPUs),
+# GET /v1/node/:id/allocations (which GPUs live allocations hold).
+node {
+  policy = "read"
+}
+
+# Allocations of a namespace the token cannot read are left out of the
+# node's list, so every namespace: read-job. It also reads waiting demand:
+# GET /v1/evaluations?status=blocked&namespace=* and GET /v1/job/:id of
+# the blocked jobs (their device requests).
+namespace "*" {
+  capabilities = ["read-job"]
+}

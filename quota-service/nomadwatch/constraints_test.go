@@ -1,0 +1,121 @@
+package nomadwatch
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/plan"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+// constrainedCluster is three GPU nodes of the default node pool: n1 in
+// dc1 (rack r1, A100 80 GiB), n2 in dc1 (rack r2, A100 80 GiB), n3 in dc2
+// (no rack, H100 40 GiB, kernel 6.1).
+func constrainedCluster() ([]*nomadapi.NodeListStub, map[string]*nomadapi.Node) {
+	mk := func(id, dc, pool, model string, mem int64, attrs, meta map[string]string) (*nomadapi.NodeListStub, *nomadapi.Node) {
+		stub := node()
+		stub.ID, stub.Datacenter, stub.NodePool = id, dc, pool
+		for _, g := range stub.NodeResources.Devices {
+			g.Name = strings.Replace(g.Name, "A100", model, 1)
+			g.Attributes = map[string]*nomadapi.Attribute{"memory": {IntVal: ptr(mem), Unit: "MiB"}, "model": {StringVal: ptr(model)}}
+		}
+		full := &nomadapi.Node{ID: id, Name: id + "-name", Datacenter: dc, NodePool: pool, Attributes: attrs, Meta: meta, NodeResources: stub.NodeResources}
+		return stub, full
+	}
+	var stubs []*nomadapi.NodeListStub
+	info := map[string]*nomadapi.Node{}
+	for _, n := range []struct {
+		id, dc, pool, model string
+		mem                 int64
+		attrs, meta         map[string]string
+	}{
+		{"n1", "dc1", "default", "A100", 81920, map[string]string{"kernel.version": "5.15.0", "cpu.arch": "amd64"}, map[string]string{"rack": "r1", "tags": "ssd,fast"}},
+		{"n2", "dc1", "default", "A100", 81920, map[string]string{"kernel.version": "5.4.0", "cpu.arch": "amd64"}, map[string]string{"rack": "r2", "tags": "hdd"}},
+		{"n3", "dc2", "", "H100", 40960, map[string]string{"kernel.version": "6.1.0", "cpu.arch": "arm64"}, nil},
+	} {
+		s, f := mk(n.id, n.dc, n.pool, n.model, n.mem, n.attrs, n.meta)
+		stubs = append(stubs, s)
+		info[n.id] = f
+	}
+	return stubs, info
+}
+
+func TestConstrainPending(t *testing.T) {
+	tests := []struct {
+		name   string
+		tweak  func(j *nomadapi.Job)
+		want   []string // admitted nodes; nil: every node
+		reason string   // in NodesReason
+		models []string
+	}{
+		{name: "no constraint", tweak: func(*nomadapi.Job) {}},
+		{name: "datacenter", tweak: func(j *nomadapi.Job) { j.Datacenters = []string{"dc2"} }, want: []string{"n3"}, reason: "datacenters [dc2] filtered 2"},
+		{name: "datacenter glob", tweak: func(j *nomadapi.Job) { j.Datacenters = []string{"dc*"} }},
+		{name: "node pool", tweak: func(j *nomadapi.Job) { j.NodePool = ptr("gpu-b") }, want: []string{}, reason: `node pool "gpu-b" filtered 3`},
+		{name: "node pool all", tweak: func(j *nomadapi.Job) { j.NodePool = ptr("all") }},
+		{name: "meta equals", tweak: func(j *nomadapi.Job) { j.Constrain(nomadapi.NewConstraint("${meta.rack}", "=", "r1")) }, want: []string{"n1"}, reason: "constraint ${meta.rack} = r1 filtered 2"},
+		{name: "not equal, missing counts as different", tweak: func(j *nomadapi.Job) { j.Constrain(nomadapi.NewConstraint("${meta.rack}", "!=", "r1")) }, want: []string{"n2", "n3"}},
+		{name: "is_set", tweak: func(j *nomadapi.Job) { j.Constrain(nomadapi.NewConstraint("${meta.rack}", "is_set", "")) }, want: []string{"n1", "n2"}},
+		{name: "is_not_set", tweak: func(j *nomadapi.Job) { j.Constrain(nomadapi.NewConstraint("${meta.rack}", "is_not_set", "")) }, want: []string{"n3"}},
+		{name: "regexp on attribute", tweak: func(j *nomadapi.Job) { j.Constrain(nomadapi.NewConstraint("${attr.cpu.arch}", "regexp", "^arm")) }, want: []string{"n3"}},
+		{name: "version", tweak: func(j *nomadapi.Job) {
+			j.Constrain(nomadapi.NewConstraint("${attr.kernel.version}", "version", ">= 5.10"))
+		}, want: []string{"n1", "n3"}},
+		{name: "semver", tweak: func(j *nomadapi.Job) {
+			j.Constrain(nomadapi.NewConstraint("${attr.kernel.version}", "semver", "< 6.0.0"))
+		}, want: []string{"n1", "n2"}},
+		{name: "set_contains", tweak: func(j *nomadapi.Job) { j.Constrain(nomadapi.NewConstraint("${meta.tags}", "set_contains", "fast,ssd")) }, want: []string{"n1"}},
+		{name: "set_contains_any", tweak: func(j *nomadapi.Job) {
+			j.Constrain(nomadapi.NewConstraint("${meta.tags}", "set_contains_any", "hdd,nvme"))
+		}, want: []string{"n2"}},
+		{name: "lexical order", tweak: func(j *nomadapi.Job) { j.Constrain(nomadapi.NewConstraint("${node.unique.name}", ">", "n2")) }, want: []string{"n2", "n3"}},
+		{name: "node fields", tweak: func(j *nomadapi.Job) { j.Constrain(nomadapi.NewConstraint("${node.datacenter}", "=", "dc1")) }, want: []string{"n1", "n2"}},
+		{name: "distinct_hosts is not a feasibility check", tweak: func(j *nomadapi.Job) { j.Constrain(nomadapi.NewConstraint("", "distinct_hosts", "true")) }},
+		{name: "group constraint", tweak: func(j *nomadapi.Job) { j.TaskGroups[0].Constrain(nomadapi.NewConstraint("${meta.rack}", "=", "r2")) }, want: []string{"n2"}},
+		{name: "device memory with units", tweak: func(j *nomadapi.Job) {
+			d := j.TaskGroups[0].Tasks[0].Resources.Devices[0]
+			d.Constraints = append(d.Constraints, nomadapi.NewConstraint("${device.attr.memory}", ">=", "64 GiB"))
+		}, want: []string{"n1", "n2"}, reason: `device "nvidia/gpu" filtered 1`, models: []string{"A100"}},
+		{name: "device model", tweak: func(j *nomadapi.Job) {
+			d := j.TaskGroups[0].Tasks[0].Resources.Devices[0]
+			d.Constraints = append(d.Constraints, nomadapi.NewConstraint("${device.model}", "=", "H100"))
+		}, want: []string{"n3"}, models: []string{"H100"}},
+		{name: "nothing admits", tweak: func(j *nomadapi.Job) { j.Constrain(nomadapi.NewConstraint("${meta.rack}", "=", "r9")) }, want: []string{}, reason: "filtered 3"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stubs, info := constrainedCluster()
+			sp := spec("a", "queued", "nvidia/gpu", 1)
+			tt.tweak(sp)
+			v := Assemble(Inputs{Nodes: stubs, NodeInfo: info, Jobs: []*nomadapi.JobListStub{jobStub("a", "queued", 1, false, nil)},
+				Specs: map[string]*nomadapi.Job{"a/queued": sp}, Now: time.Unix(100, 0)})
+			if len(v.Snapshot.Pending) != 1 {
+				t.Fatalf("pending %+v, want one group", v.Snapshot.Pending)
+			}
+			w := v.Snapshot.Pending[0]
+			if (w.Nodes == nil) != (tt.want == nil) || !slices.Equal(w.Nodes, tt.want) {
+				t.Errorf("nodes %q, want %q (reason %q)", w.Nodes, tt.want, w.NodesReason)
+			}
+			if !strings.Contains(w.NodesReason, tt.reason) {
+				t.Errorf("reason %q, want it to say %q", w.NodesReason, tt.reason)
+			}
+			if !slices.Equal(w.Ask.Models, tt.models) {
+				t.Errorf("models %q, want %q", w.Ask.Models, tt.models)
+			}
+			res, err := plan.Plan(v.Snapshot, plan.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if unplaceable := len(res.Unplaceable) == 1; unplaceable != (tt.want != nil && len(tt.want) == 0) {
+				t.Errorf("unplaceable %+v", res.Unplaceable)
+			}
+			for _, a := range res.Actions {
+				if a.Kind == plan.Place && tt.want != nil && !slices.Contains(tt.want, a.Node) {
+					t.Errorf("placed on %s, which its constraints refuse", a.Node)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,179 @@
+package service_test
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/internal/aclpolicy"
+	"github.com/gpushare/nomad-gpushare/internal/localcluster"
+	"github.com/gpushare/nomad-gpushare/internal/testcluster"
+	"github.com/gpushare/nomad-gpushare/quota-service/service"
+	consulapi "github.com/hashicorp/consul/api"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+// repoRoot is the checkout, where the shipped policies are.
+const repoRoot = "../.."
+
+func shippedPolicy(t testing.TB, name string) string {
+	t.Helper()
+	rules, err := aclpolicy.Read(repoRoot, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rules
+}
+
+// newACLGPUCluster starts Consul and Nomad with ACLs on (default deny) and
+// the device plugin on the demo's four simulated GPUs, with a token made
+// from the shipped plugin policy.
+func newACLGPUCluster(t *testing.T) *localcluster.Cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs real agents; run without -short")
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "nomad-device-gpushare")
+	if err := localcluster.BuildBinary("github.com/gpushare/nomad-gpushare/device/cmd/nomad-device-gpushare", out); err != nil {
+		t.Fatalf("building the device plugin: %v", err)
+	}
+	return testcluster.Start(t, localcluster.Options{PluginDir: dir, PluginConfig: demoPluginConfig,
+		WaitForDevices: []string{"nvidia/gpu", "nvidia/gpu-share"}, ACL: true,
+		PluginPolicy: shippedPolicy(t, aclpolicy.PluginNomad)})
+}
+
+func nomadWithToken(t testing.TB, c *localcluster.Cluster, token string) *nomadapi.Client {
+	t.Helper()
+	client, err := nomadapi.NewClient(&nomadapi.Config{Address: c.NomadAddr, SecretID: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
+}
+
+func consulWithToken(t testing.TB, c *localcluster.Cluster, token string) *consulapi.Client {
+	t.Helper()
+	client, err := consulapi.NewClient(&consulapi.Config{Address: strings.TrimPrefix(c.ConsulAddr, "http://"), Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
+}
+
+// TestReclaimWithACLs is issue 13's ACL story: Consul and Nomad with ACLs
+// on and default deny; the device plugin, the quota service and the person
+// editing quotas each hold a token made from the shipped policies and
+// nothing more. Team-a borrows the whole 4-GPU node (its fourth job needs
+// the GPU the plugin keeps shared, which the plugin switches only if its
+// token may read the waiting demand), team-b reclaims its 2 guaranteed
+// GPUs, and team-a's suspended jobs resume when team-b's end. The
+// service's tokens cannot write a quota nor act outside project
+// namespaces.
+func TestReclaimWithACLs(t *testing.T) {
+	c := newACLGPUCluster(t)
+	s := newScenario(t, c, "gpushare")
+
+	people, err := c.CreateConsulToken("people-quota-admin", shippedPolicy(t, aclpolicy.PeopleConsul))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"team-a", "team-b"} {
+		pair := &consulapi.KVPair{Key: s.layout.Quota(q), Value: []byte("{\n  \"guaranteed\": 2\n}\n")}
+		if _, err := consulWithToken(t, c, people).KV().Put(pair, nil); err != nil {
+			t.Fatalf("writing quota %s with the quota admins' token: %v", q, err)
+		}
+	}
+	rules, err := aclpolicy.QuotaNomad(repoRoot, []string{"team-a", "team-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nomadToken, err := c.CreateNomadToken("gpushare-quota", rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consulToken, err := c.CreateConsulToken("gpushare-quota", shippedPolicy(t, aclpolicy.QuotaConsul))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcNomad, svcConsul := nomadWithToken(t, c, nomadToken), consulWithToken(t, c, consulToken)
+	svc, _ := s.startQuotaService("q1", func(cfg *service.Config) { cfg.Nomad, cfg.Consul = svcNomad, svcConsul })
+	waitLeader(t, svc)
+
+	a, b := jobsOf("team-a", 4, 1), jobsOf("team-b", 2, 1)
+	for _, j := range a {
+		s.submit(j)
+	}
+	s.wait(120*time.Second, "running", isRunning, a...)
+	stop := s.watchNothingLost(append(append([]gpuJob(nil), a...), b...))
+	latency, suspended := s.reclaim(a, b, 2)
+	t.Logf("reclaim with ACLs: team-b's 2 jobs run %.2fs after submission", latency.Seconds())
+	checkPrettyJSON(t, c, s.layout.Root+"/")
+
+	for _, j := range b {
+		s.finish(j.ns, j.id)
+	}
+	s.wait(60*time.Second, "complete", isComplete, b...)
+	s.wait(60*time.Second, "running again", isRunning, suspended...)
+	s.finish("team-a", "")
+	s.wait(60*time.Second, "complete", isComplete, a...)
+	if violations, polls := stop(); len(violations) > 0 {
+		t.Fatalf("jobs lost at %d of %d polls:\n%s", len(violations), polls, strings.Join(violations, "\n"))
+	}
+	for _, j := range suspended {
+		for _, ev := range []string{"suspend ", "resume ", "running-again "} {
+			if n := countPrefix(s.historyEvents(), ev+j.ns+"/"+j.id); n != 1 {
+				t.Errorf("history has %d %q entries for %s/%s, want 1", n, strings.TrimSpace(ev), j.ns, j.id)
+			}
+		}
+	}
+	checkServiceTokensDenied(t, s, svcNomad, svcConsul)
+}
+
+// checkServiceTokensDenied shows what the service's tokens may not do:
+// write a quota, write outside its folders, or stop a job outside the
+// project namespaces.
+func checkServiceTokensDenied(t *testing.T, s *scenario, nomad *nomadapi.Client, consul *consulapi.Client) {
+	t.Helper()
+	for _, key := range []string{s.layout.Quota("team-a"), s.layout.Quota("new-project"), "other/key"} {
+		_, err := consul.KV().Put(&consulapi.KVPair{Key: key, Value: []byte(`{"guaranteed": 4}`)}, nil)
+		if err == nil || !strings.Contains(err.Error(), "Permission denied") {
+			t.Errorf("the service's Consul token wrote %s: %v, want permission denied", key, err)
+		}
+	}
+	runSleeper(t, s.c, "default", "outside")
+	if _, _, err := nomad.Jobs().Deregister("outside", false, nil); err == nil || !strings.Contains(err.Error(), "403") {
+		t.Errorf("the service's Nomad token stopped a job in namespace default: %v, want 403", err)
+	}
+}
+
+// checkPrettyJSON checks that every JSON document the service wrote under
+// prefix (all but people's quota documents and the lock) is indented, so
+// it reads well in the Consul UI.
+func checkPrettyJSON(t *testing.T, c *localcluster.Cluster, prefix string) {
+	t.Helper()
+	pairs, _, err := c.Consul.KV().List(prefix, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range pairs {
+		if strings.HasPrefix(p.Key, prefix+"quotas/") || p.Key == prefix+"leader" {
+			continue
+		}
+		n++
+		if !json.Valid(p.Value) {
+			t.Errorf("%s is not JSON: %.80q", p.Key, p.Value)
+			continue
+		}
+		if !strings.Contains(string(p.Value), "\n  \"") {
+			t.Errorf("%s is not indented JSON: %.80q", p.Key, p.Value)
+		}
+	}
+	if n < 4 {
+		t.Errorf("only %d documents under %s, want project status, records and history", n, prefix)
+	}
+	t.Logf("%d documents under %s are indented JSON", n, prefix)
+}

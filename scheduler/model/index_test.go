@@ -1,0 +1,128 @@
+package model
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestIndexFreeAndUsage(t *testing.T) {
+	snap := &Snapshot{
+		Nodes:    []Node{{Name: "n1", CPUMilli: 8000, MemoryMiB: 1000, GPUs: []GPU{{Model: "A100"}, {Model: "A100"}}}},
+		Projects: []Project{{Name: "a", Guaranteed: 100}},
+		Allocations: []Allocation{
+			{ID: "x", Project: "a", Job: "j1", Node: "n1", GPUs: []int{1}, Ask: Ask{Shares: 30}, Preemptible: true},
+			{ID: "y", Project: "a", Job: "j2", Node: "n1", GPUs: []int{0}, Ask: Ask{WholeGPUs: 1, CPUMilli: 1000}},
+		},
+	}
+	x, err := snap.Index()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.Free(0, 0) != 0 || x.Free(0, 1) != 70 {
+		t.Errorf("free = %v, %v; want 0, 70", x.Free(0, 0), x.Free(0, 1))
+	}
+	if x.Usage[0] != 130 || x.NonPreemptibleUsage[0] != 100 || x.FreeCPUMilli[0] != 7000 {
+		t.Errorf("usage %v, non-preemptible %v, cpu %v", x.Usage[0], x.NonPreemptibleUsage[0], x.FreeCPUMilli[0])
+	}
+}
+
+func TestIndexRejectsContradictions(t *testing.T) {
+	base := func() *Snapshot {
+		return &Snapshot{
+			Nodes:    []Node{{Name: "n1", CPUMilli: 8000, MemoryMiB: 1000, GPUs: []GPU{{Model: "A100"}, {Model: "A100", Mode: ModeWhole}}}},
+			Projects: []Project{{Name: "a"}},
+		}
+	}
+	tests := []struct {
+		name  string
+		alloc Allocation
+		want  string
+	}{
+		{"unknown project", Allocation{ID: "x", Project: "b", Node: "n1", GPUs: []int{0}, Ask: Ask{Shares: 10}}, "unknown project"},
+		{"unknown node", Allocation{ID: "x", Project: "a", Node: "n9", GPUs: []int{0}, Ask: Ask{Shares: 10}}, "unknown node"},
+		{"no such GPU", Allocation{ID: "x", Project: "a", Node: "n1", GPUs: []int{2}, Ask: Ask{Shares: 10}}, "has no GPU 2"},
+		{"share on whole GPU", Allocation{ID: "x", Project: "a", Node: "n1", GPUs: []int{1}, Ask: Ask{Shares: 10}}, "whole mode"},
+		{"negative", Allocation{ID: "x", Project: "a", Node: "n1", GPUs: []int{0}, Ask: Ask{Shares: -10}}, "negative"},
+		{"share too big", Allocation{ID: "x", Project: "a", Node: "n1", GPUs: []int{0}, Ask: Ask{Shares: 100}}, "not below one GPU"},
+		{"wrong GPU count", Allocation{ID: "x", Project: "a", Node: "n1", GPUs: []int{0}, Ask: Ask{WholeGPUs: 2}}, "needs 2 GPUs"},
+		{"cpu", Allocation{ID: "x", Project: "a", Node: "n1", GPUs: []int{0}, Ask: Ask{Shares: 10, CPUMilli: 9000}}, "CPU or memory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			snap := base()
+			snap.Allocations = []Allocation{tt.alloc}
+			_, err := snap.Index()
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want ErrInvalid mentioning %q", err, tt.want)
+			}
+		})
+	}
+	snap := base()
+	snap.Allocations = []Allocation{
+		{ID: "x", Project: "a", Node: "n1", GPUs: []int{0}, Ask: Ask{Shares: 60}},
+		{ID: "y", Project: "a", Node: "n1", GPUs: []int{0}, Ask: Ask{Shares: 50}},
+	}
+	if _, err := snap.Index(); err == nil || !strings.Contains(err.Error(), "over-committed") {
+		t.Errorf("over-commit error %v", err)
+	}
+}
+
+// TestIndexUnavailable checks what an unavailable node or GPU contributes:
+// no free room, the GPUs its allocations hold as capacity (they count for
+// their projects), and no binding checks on an unavailable node.
+func TestIndexUnavailable(t *testing.T) {
+	snap := &Snapshot{
+		Nodes: []Node{
+			{Name: "ok", CPUMilli: 8000, MemoryMiB: 1000, GPUs: []GPU{{Model: "A100"}, {Model: "A100", Unavailable: "unhealthy"}}},
+			{Name: "drain", CPUMilli: 8000, MemoryMiB: 1000, GPUs: []GPU{{Model: "A100"}, {Model: "A100"}}, Unavailable: "draining"},
+		},
+		Projects: []Project{{Name: "a"}},
+		Allocations: []Allocation{
+			{ID: "on-bad-gpu", Project: "a", Job: "j1", Node: "ok", GPUs: []int{1}, Ask: Ask{WholeGPUs: 1}, Preemptible: true},
+			{ID: "unbound", Project: "a", Job: "j2", Node: "drain", Ask: Ask{Shares: 50}, Preemptible: true},
+		},
+	}
+	x, err := snap.Index()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.Free(0, 0) != 100 || x.Free(0, 1) != 0 || x.Free(1, 0) != 0 || x.Free(1, 1) != 0 {
+		t.Errorf("free = %v %v %v %v; want 100 0 0 0", x.Free(0, 0), x.Free(0, 1), x.Free(1, 0), x.Free(1, 1))
+	}
+	if x.Usage[0] != 150 {
+		t.Errorf("usage %v, want 1.50", x.Usage[0])
+	}
+	// One healthy GPU, plus what allocations hold where nothing else goes.
+	if x.Capacity != 250 {
+		t.Errorf("capacity %v, want 2.50", x.Capacity)
+	}
+}
+
+func TestIndexPendingNodes(t *testing.T) {
+	nodes := []string{"n2"}
+	snap := &Snapshot{
+		Nodes:    []Node{{Name: "n1"}, {Name: "n2"}},
+		Projects: []Project{{Name: "a"}},
+		Pending: []Pending{
+			{Project: "a", Job: "any", Count: 1},
+			{Project: "a", Job: "n2-only", Count: 1, Nodes: nodes},
+			{Project: "a", Job: "n2-too", Count: 1, Nodes: nodes},
+			{Project: "a", Job: "none", Count: 1, Nodes: []string{}},
+		},
+	}
+	x, err := snap.Index()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][2]bool{{true, true}, {false, true}, {false, true}, {false, false}}
+	for w, ok := range want {
+		if x.Admits(w, 0) != ok[0] || x.Admits(w, 1) != ok[1] {
+			t.Errorf("workload %d admits %v %v, want %v", w, x.Admits(w, 0), x.Admits(w, 1), ok)
+		}
+	}
+	snap.Pending[1].Nodes = []string{"n3"}
+	if _, err := snap.Index(); err == nil || !strings.Contains(err.Error(), `unknown node "n3"`) {
+		t.Errorf("error %v, want unknown node n3", err)
+	}
+}

@@ -1,0 +1,127 @@
+package plan
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+)
+
+// A reservation holds, for a running job this plan suspends, the room it
+// would come back to in the next plan, so that no work this plan starts is
+// displaced by it there. A suspended job is pending work in the next
+// cycle, tried by the same rules: it may take idle capacity, reclaim or
+// preempt. Work this plan places there would be suspended in the next
+// one, with nothing else changed: wasted starts, and the churn the
+// stability property forbids (docs/design.md, Suspension and resumption).
+// So each such job is queued once more in this plan, in fairness order
+// with the workloads walked again (see requeueWaiting), and tried as a
+// reservation: placed by the rules it will meet, but taking back only work
+// placed in this cycle (never suspending running work), and holding the
+// capacity it gets without placing anything. Next cycle the reservation is
+// gone and the job finds its room idle. A reservation that fails is tried
+// again once the plan changed.
+
+// reservationEntry is the queue entry of job j's reservation; queue
+// entries of pending units are their lead workloads, >= 0.
+func reservationEntry(j int32) int32 { return -j - 1 }
+
+// reservationJob is the job of a reservation's queue entry.
+func reservationJob(e int32) int32 { return -e - 1 }
+
+// queueReservations queues a reservation for every job this plan suspends
+// that has none and was not tried since the plan last changed. It reports
+// whether it queued any.
+func (s *state) queueReservations() bool {
+	queued := false
+	for p := range s.projects {
+		ps := &s.projects[p]
+		for _, j := range ps.suspended {
+			at, tried := s.plan.reservations[j]
+			if job := &s.jobs[j]; job.queued || tried && (at < 0 || at == s.plan.changes) {
+				continue
+			}
+			s.jobs[j].queued = true
+			ps.queue = append(ps.queue, reservationEntry(j))
+			queued = true
+		}
+	}
+	return queued
+}
+
+// reserveFor tries the reservation of suspended job j and records the
+// outcome; a success counts as a placement of the walk.
+func (s *state) reserveFor(j int32) error {
+	s.jobs[j].queued = false
+	ok, err := s.tryReserve(j)
+	if err != nil {
+		return err
+	}
+	s.plan.reservations[j] = s.plan.changes
+	if ok {
+		s.plan.reservations[j] = -1
+		s.plan.placements++
+	}
+	return nil
+}
+
+// tryReserve tries to reserve room for suspended job j, all of it or
+// nothing.
+func (s *state) tryReserve(j int32) (bool, error) {
+	job := &s.jobs[j]
+	ps := &s.projects[job.project]
+	shapes := s.shapesOf(j)
+	a := &s.attempt
+	*a = attempt{
+		lead: -1, p: int(job.project), total: job.usage, exclude: j,
+		withinGuarantee: ps.usage+job.usage <= ps.guaranteed,
+		withinDeserved:  ps.usage+job.usage <= ps.deserved,
+		reserve:         true,
+		firstAction:     len(s.plan.actions),
+		undo:            a.undo[:0],
+		instances:       a.instances[:0],
+	}
+	if job.nonPreemptible && ps.nonPreemptible+job.usage > ps.guaranteed {
+		return false, nil
+	}
+	for i := range shapes {
+		a.w, a.wl = -1, &shapes[i]
+		a.task, a.inst, a.nodes = s.cluster.task(a.wl.Ask), a.wl.Ask.GPUShares(), nil
+		for range a.wl.Count {
+			placed, _, err := s.placeInstance(a)
+			if err != nil {
+				return false, err
+			}
+			if !placed {
+				s.rollback(a)
+				return false, nil
+			}
+		}
+	}
+	return true, nil
+}
+
+// shapesOf is suspended job j as the next cycle will see it: one pending
+// workload per task group and ask, counting its allocations.
+func (s *state) shapesOf(j int32) []model.Pending {
+	job := &s.jobs[j]
+	var shapes []model.Pending
+	for _, al := range job.allocs {
+		a := &s.snap.Allocations[al]
+		k := slices.IndexFunc(shapes, func(w model.Pending) bool { return w.Group == a.Group && sameAsk(&w.Ask, &a.Ask) })
+		if k >= 0 {
+			shapes[k].Count++
+			continue
+		}
+		shapes = append(shapes, model.Pending{Project: a.Project, Job: a.Job, Group: a.Group, Priority: a.Priority,
+			Preemptible: a.Preemptible, Ask: a.Ask, Count: 1, Suspended: true})
+	}
+	slices.SortStableFunc(shapes, func(x, y model.Pending) int { return cmp.Compare(x.Group, y.Group) })
+	return shapes
+}
+
+// sameAsk reports whether two asks are equal.
+func sameAsk(x, y *model.Ask) bool {
+	return x.CPUMilli == y.CPUMilli && x.MemoryMiB == y.MemoryMiB && x.WholeGPUs == y.WholeGPUs && x.Shares == y.Shares &&
+		slices.Equal(x.Models, y.Models)
+}

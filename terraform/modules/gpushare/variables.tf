@@ -1,0 +1,45 @@
+variable "projects" {
+  description = "Projects by name: their quota (guaranteed GPUs, optional limit, priority, over_quota_weight) and where their jobs are (namespace, default the project name; job_meta_key). A namespace is created for each project unless it is \"default\" or create_namespaces is false."
+  type = map(object({
+    guaranteed        = number
+    limit             = optional(number)
+    priority          = optional(number)
+    over_quota_weight = optional(number)
+    namespace         = optional(string)
+    job_meta_key      = optional(string)
+  }))
+}
+
+variable "create_namespaces" {
+  description = "Create a Nomad namespace for each project."
+  type        = bool
+  default     = true
+}
+
+variable "acl" {
+  description = "Nomad and Consul run with ACLs on: create the ACL policies and tokens of the quota service and the device plugin, and give the service its tokens through its Nomad Variable."
+  type        = bool
+  default     = true
+}
+
+variable "manage_scheduler_config" {
+  description = "Set Nomad's scheduler configuration to what the quota service expects (Nomad's own preemption off for batch and service jobs). This resource owns the cluster-wide setting."
+  type        = bool
+  default     = true
+}
+
+variable "kv_prefix" {
+  description = "Root of the quota service's Consul keys (the gpushare provider's kv_prefix must be the same)."
+  type        = string
+  default     = "gpushare"
+}
+
+variable "quota_service" {
+  description = "The quota service job: path of the gpushare-quota binary on the clients, and the Nomad and Consul HTTP addresses it uses from there."
+  type = object({
+    binary      = optional(string, "/usr/local/bin/gpushare-quota")
+    nomad_addr  = optional(string, "http://127.0.0.1:4646")
+    consul_addr = optional(string, "127.0.0.1:8500")
+  })
+  default = {}
+}

@@ -1,0 +1,187 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gpushare/nomad-gpushare/quota-service/quota"
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+)
+
+// quotaResource is gpushare_quota: one project's quota document in KV.
+type quotaResource struct {
+	c *clients
+}
+
+var (
+	_ resource.ResourceWithConfigure      = (*quotaResource)(nil)
+	_ resource.ResourceWithImportState    = (*quotaResource)(nil)
+	_ resource.ResourceWithValidateConfig = (*quotaResource)(nil)
+)
+
+func (r *quotaResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_quota"
+}
+
+func (r *quotaResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		Description: "A project's guaranteed GPU quota: the JSON document at <kv_prefix>/quotas/<project> that the gpushare quota service reads. Validated at plan time by the service's own parser. Import with the project name.",
+		Attributes: map[string]schema.Attribute{
+			"project": schema.StringAttribute{Required: true,
+				Description:   "Project name (1-128 letters, digits, '.', '-', '_'); by default the Nomad namespace of the same name.",
+				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()}},
+			"guaranteed": schema.Float64Attribute{Required: true,
+				Description: "Guaranteed GPUs, at most two decimals (0.25 is a quarter GPU); 0 for no guarantee."},
+			"limit": schema.Float64Attribute{Optional: true,
+				Description: "Hard cap in GPUs, at least guaranteed. Unset: no cap."},
+			"priority": schema.Int64Attribute{Optional: true,
+				Description: "Higher wins over-quota capacity and loses it last. Unset: 0."},
+			"over_quota_weight": schema.Int64Attribute{Optional: true,
+				Description: "Share of over-quota capacity among projects of equal priority (0-1000000; 0: none, idle GPUs only while nobody else wants them). Unset: 1."},
+			"namespace": schema.StringAttribute{Optional: true,
+				Description: "Nomad namespace whose jobs belong to the project. Unset: the project name."},
+			"job_meta_key": schema.StringAttribute{Optional: true,
+				Description: "A job whose meta value under this key is the project's name belongs to it, whatever its namespace."},
+			"key": schema.StringAttribute{Computed: true,
+				Description:   "The Consul key of the document.",
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()}},
+		},
+	}
+}
+
+func (r *quotaResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	configured(req.ProviderData, &r.c, resp.Diagnostics.AddError)
+}
+
+// ValidateConfig runs the service's parser on the document the
+// configuration describes, at `validate` and `plan`.
+func (r *quotaResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	var m quotaModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() || !m.known() || m.Guaranteed.IsNull() {
+		return
+	}
+	if at, summary, detail, ok := validationError(m); !ok {
+		if at.Equal(path.Empty()) {
+			resp.Diagnostics.AddError(summary, detail)
+			return
+		}
+		resp.Diagnostics.AddAttributeError(at, summary, detail)
+	}
+}
+
+func (r *quotaResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var m quotaModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	key := r.c.layout.Quota(m.Project.ValueString())
+	index, err := r.replaceableIndex(ctx, m.Project.ValueString(), key)
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot create quota", err.Error())
+		return
+	}
+	if err := r.write(ctx, key, m, index); err != nil {
+		resp.Diagnostics.AddError("Cannot create quota", err.Error())
+		return
+	}
+	m.Key = types.StringValue(key)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}
+
+// replaceableIndex returns the CAS index a create may write key at: 0 when
+// there is no document, the document's index when it is one the service
+// rejects (Read drops such a document from state so that apply replaces
+// it). A valid document is another owner's: import it instead.
+func (r *quotaResource) replaceableIndex(ctx context.Context, project, key string) (uint64, error) {
+	pair, _, err := r.c.consul.KV().Get(key, (&consulapi.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	if err != nil {
+		return 0, fmt.Errorf("reading Consul key %s: %w", key, err)
+	}
+	if pair == nil {
+		return 0, nil
+	}
+	if _, err := quota.Parse(project, pair.Value); err != nil {
+		return pair.ModifyIndex, nil
+	}
+	return 0, fmt.Errorf("%s already holds a quota for project %q: import it (`terraform import <address> %s`) or delete the key first", key, project, project)
+}
+
+// write puts the document at key if the key is still at index (0: absent).
+func (r *quotaResource) write(ctx context.Context, key string, m quotaModel, index uint64) error {
+	ok, _, err := r.c.consul.KV().CAS(&consulapi.KVPair{Key: key, Value: m.encode(), ModifyIndex: index},
+		(&consulapi.WriteOptions{}).WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("writing Consul key %s: %w (is the token allowed to write it?)", key, err)
+	}
+	if !ok {
+		return fmt.Errorf("%s changed while it was being written; run plan again", key)
+	}
+	return nil
+}
+
+func (r *quotaResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var m quotaModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	project := m.Project.ValueString()
+	key := r.c.layout.Quota(project)
+	pair, _, err := r.c.consul.KV().Get(key, (&consulapi.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot read quota", fmt.Sprintf("reading Consul key %s: %v", key, err))
+		return
+	}
+	if pair == nil {
+		resp.State.RemoveResource(ctx)
+		return
+	}
+	got, err := decodeQuota(project, pair.Value)
+	if err != nil {
+		resp.Diagnostics.AddWarning("The quota document in Consul is invalid",
+			fmt.Sprintf("%s: %v. The service keeps the last good settings in force; apply writes the configured document.", key, err))
+		resp.State.RemoveResource(ctx)
+		return
+	}
+	got.Key = types.StringValue(key)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &got)...)
+}
+
+func (r *quotaResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var m quotaModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	key := r.c.layout.Quota(m.Project.ValueString())
+	if _, err := r.c.consul.KV().Put(&consulapi.KVPair{Key: key, Value: m.encode()}, (&consulapi.WriteOptions{}).WithContext(ctx)); err != nil {
+		resp.Diagnostics.AddError("Cannot update quota", fmt.Sprintf("writing Consul key %s: %v", key, err))
+		return
+	}
+	m.Key = types.StringValue(key)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}
+
+func (r *quotaResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
+	var m quotaModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	key := r.c.layout.Quota(m.Project.ValueString())
+	if _, err := r.c.consul.KV().Delete(key, (&consulapi.WriteOptions{}).WithContext(ctx)); err != nil {
+		resp.Diagnostics.AddError("Cannot delete quota", fmt.Sprintf("deleting Consul key %s: %v", key, err))
+	}
+}
+
+func (r *quotaResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	resource.ImportStatePassthroughID(ctx, path.Root("project"), req, resp)
+}
