@@ -16,9 +16,11 @@ type vetted struct {
 
 // Vet keeps the planner from choosing victims the service could not bring
 // back: every running GPU job whose record would not fit in Consul, or
-// that the service's token could not register again, counts as
-// non-preemptible in v's snapshot, with a warning saying why. Verdicts are
-// cached by the job's modify index and the token's permissions.
+// that the service's token could not register again, is never a victim in
+// v's snapshot, with a warning saying why. (The model's one "never a
+// victim" mark is model.Allocation.System; a non-preemptible job would
+// still be a victim above its project's guarantee.) Verdicts are cached by
+// the job's modify index and the token's permissions.
 func (a *Actuator) Vet(ctx context.Context, v *nomadwatch.View) {
 	_, gen, err := a.perms.current(ctx, time.Now())
 	a.mu.Lock()
@@ -29,7 +31,7 @@ func (a *Actuator) Vet(ctx context.Context, v *nomadwatch.View) {
 	why := map[string]string{}
 	for i := range v.Snapshot.Allocations {
 		al := &v.Snapshot.Allocations[i]
-		if !al.Preemptible {
+		if al.System {
 			continue
 		}
 		w, seen := why[al.Job]
@@ -41,7 +43,7 @@ func (a *Actuator) Vet(ctx context.Context, v *nomadwatch.View) {
 			}
 		}
 		if w != "" {
-			al.Preemptible = false
+			al.System = true
 		}
 	}
 	for key := range a.vetted {

@@ -1,0 +1,61 @@
+package actuator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
+	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
+	"github.com/gpushare/nomad-gpushare/quota-service/state"
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+// TestVetKeepsUnreturnableJobsOffTheVictimList: a running GPU job whose
+// record would not fit in a Consul value, or that the service's token
+// could not register again, is never a victim, and the view says why.
+func TestVetKeepsUnreturnableJobsOffTheVictimList(t *testing.T) {
+	consul, err := consulapi.NewClient(consulapi.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := state.New(consul, kvlayout.New("vet"))
+	store.MaxRecordBytes = 64 << 10
+	a := New(nil, store, hclog.NewNullLogger(), "test", Options{})
+	narrow := policyACL(t, `namespace "team-a" { capabilities = ["submit-job"] }`)
+	a.perms.acl, a.perms.gen, a.perms.read = narrow, 1, time.Now() // as read from Nomad
+
+	big := gpuJobWith("team-a", nil)
+	noise := make([]byte, 200<<10) // incompressible, so that gzip does not make it fit
+	rand.Read(noise)
+	big.ID, big.Meta = ptr("big"), map[string]string{"blob": base64.StdEncoding.EncodeToString(noise)}
+	big.ModifyIndex = ptr(uint64(7))
+	fits, elsewhere := gpuJobWith("team-a", nil), gpuJobWith("team-b", nil)
+	fits.ID, elsewhere.ID = ptr("fits"), ptr("elsewhere")
+	fits.ModifyIndex, elsewhere.ModifyIndex = ptr(uint64(8)), ptr(uint64(9))
+	v := &nomadwatch.View{Snapshot: &model.Snapshot{}, Specs: map[string]*nomadapi.Job{"team-a/big": big, "team-a/fits": fits, "team-b/elsewhere": elsewhere}}
+	for _, key := range []string{"team-a/big", "team-a/fits", "team-b/elsewhere"} {
+		v.Snapshot.Allocations = append(v.Snapshot.Allocations, model.Allocation{ID: key, Job: key, Preemptible: true})
+	}
+	a.Vet(context.Background(), v)
+	want := map[string]string{"team-a/big": "would exceed", "team-a/fits": "", "team-b/elsewhere": "may not submit jobs in namespace team-b"}
+	for _, al := range v.Snapshot.Allocations {
+		never := want[al.Job] != ""
+		if al.System != never {
+			t.Errorf("%s: never a victim %v, want %v", al.Job, al.System, never)
+		}
+		warned := false
+		for _, w := range v.Warnings {
+			warned = warned || (strings.Contains(w, al.Job) && never && strings.Contains(w, want[al.Job]))
+		}
+		if warned != never {
+			t.Errorf("%s: warnings %q, want one saying %q", al.Job, v.Warnings, want[al.Job])
+		}
+	}
+}
