@@ -201,6 +201,8 @@ func (r *Record) resumed() {
 		r.close(state.EventRunningAgain, "the job left Nomad after its resume")
 	case stopped(job) || jobModifyIndex(job) != r.ResumeJobModifyIndex:
 		r.close(state.EventRunningAgain, "the owner changed the job after its resume")
+	case job.Status != nil && *job.Status == "dead":
+		r.close(state.EventRunningAgain, "the job finished after its resume; no hold is left to keep")
 	default:
 		r.set(Resumed, "resumed by the service at job modify index %d", r.ResumeJobModifyIndex)
 	}

@@ -24,6 +24,11 @@ func current(ver, jmi uint64, stop bool, tag string, submit time.Time) *nomadapi
 	return j
 }
 
+func dead(j *nomadapi.Job) *nomadapi.Job {
+	j.Status = ptr("dead")
+	return j
+}
+
 func cpuOnly(j *nomadapi.Job) *nomadapi.Job {
 	j.TaskGroups[0].Tasks[0].Resources.Devices = nil
 	return j
@@ -85,6 +90,7 @@ func TestClassifyRecords(t *testing.T) {
 		{name: "resuming, the register landed", rec: with(state.PhaseResuming, suspended), job: current(5, 30, false, tag, soon), want: ResumeLanded},
 		{name: "resuming, the register did not land", rec: with(state.PhaseResuming, suspended), job: current(4, 20, true, tag, soon), want: Suspended},
 		{name: "resumed, ours", rec: with(state.PhaseResumed, resumed), job: current(5, 30, false, "", soon), want: Resumed},
+		{name: "resumed, then finished", rec: with(state.PhaseResumed, resumed), job: dead(current(5, 30, false, "", soon)), want: Closed, event: state.EventRunningAgain},
 		{name: "resumed, changed by its owner since", rec: with(state.PhaseResumed, resumed), job: current(6, 35, false, "", soon), want: Closed, event: state.EventRunningAgain},
 	}
 	for _, tt := range tests {

@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -122,13 +123,18 @@ func TestReclaimWithACLs(t *testing.T) {
 	if violations, polls := stop(); len(violations) > 0 {
 		t.Fatalf("jobs lost at %d of %d polls:\n%s", len(violations), polls, strings.Join(violations, "\n"))
 	}
-	for _, j := range suspended {
-		for _, ev := range []string{"suspend ", "resume ", "running-again "} {
-			if n := countPrefix(s.historyEvents(), ev+j.ns+"/"+j.id); n != 1 {
-				t.Errorf("history has %d %q entries for %s/%s, want 1", n, strings.TrimSpace(ev), j.ns, j.id)
+	// A resumed job's record closes ("running-again") at the cycle after
+	// it finished.
+	testcluster.Eventually(t, 30*time.Second, func() error {
+		for _, j := range suspended {
+			for _, ev := range []string{"suspend ", "resume ", "running-again "} {
+				if n := countPrefix(s.historyEvents(), ev+j.ns+"/"+j.id); n != 1 {
+					return fmt.Errorf("history has %d %q entries for %s/%s, want 1", n, strings.TrimSpace(ev), j.ns, j.id)
+				}
 			}
 		}
-	}
+		return nil
+	})
 	checkServiceTokensDenied(t, s, svcNomad, svcConsul)
 }
 

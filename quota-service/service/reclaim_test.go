@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
-	"github.com/gpushare/nomad-gpushare/quota-service/service"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 )
 
@@ -23,9 +22,7 @@ func TestReclaimGuaranteedGPUsAndResume(t *testing.T) {
 	s := newScenario(t, c, "reclaim-test")
 	s.quota("team-a", `{"guaranteed": 2}`)
 	s.quota("team-b", `{"guaranteed": 2}`)
-	// A short resume hold, so that the records' end is seen soon (the
-	// hold itself: TestActuatorSuspendsAndResumesARealJob).
-	svc, _ := s.startQuotaService("q1", func(cfg *service.Config) { cfg.ResumeHold = 10 * time.Second })
+	svc, _ := s.startQuotaService("q1", nil)
 	waitLeader(t, svc)
 
 	a, b := jobsOf("team-a", 4, 1), jobsOf("team-b", 2, 1)
