@@ -30,7 +30,7 @@ const (
 // NomadAccess resolves tokens with Nomad's own API, so Nomad's ACL rules
 // (policies, roles, globs, expiry) decide:
 //
-//   - whether ACLs are on: GET /v1/acl/token/self answers "ACL support
+//   - whether ACLs are on: GET /v1/acl/policies answers "ACL support
 //     disabled" when they are off, and every request may see everything;
 //   - the token: GET /v1/acl/token/self with it (a management token sees
 //     everything; an unknown or expired one is rejected);
@@ -115,7 +115,7 @@ func (n *NomadAccess) aclsEnabled(ctx context.Context) (bool, error) {
 	if known != nil && time.Since(read) < aclModeTTL {
 		return *known, nil
 	}
-	_, _, err := n.nomad.ACLTokens().Self((&nomadapi.QueryOptions{}).WithContext(ctx))
+	_, _, err := n.nomad.ACLPolicies().List((&nomadapi.QueryOptions{}).WithContext(ctx))
 	var on bool
 	switch {
 	case err == nil:

@@ -33,7 +33,9 @@ func TestBothInstancesTellTheSameStory(t *testing.T) {
 	q2, _ := s.startInstance("q2", nil, nil)
 	var urls []string
 	for _, q := range []*service.Service{q1, q2} {
-		srv := httptest.NewServer(httpapi.Handler(q, q.Registry()))
+		// Nomad runs without ACLs here: NomadAccess lets every request
+		// see everything.
+		srv := httptest.NewServer(httpapi.New(httpapi.Config{Source: q, Registry: q.Registry(), Access: httpapi.NewNomadAccess(c.Nomad, 0)}))
 		t.Cleanup(srv.Close)
 		urls = append(urls, srv.URL)
 	}
