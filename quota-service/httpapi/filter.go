@@ -13,7 +13,7 @@ const hiddenWorkload = "(a workload in a namespace your token cannot read)"
 
 // hiddenError stands for the last cycle's error for a token that cannot
 // see everything: the error may name any namespace's jobs.
-const hiddenError = "the last cycle took no action; the reason is in the service's log, and in this status for a management token"
+const hiddenError = "hidden, as it may name jobs of any namespace: see the service's log, or /v1/status with a management token"
 
 // visibleStatus is what a request with access a may see of st: the
 // projects whose namespace it may read; the pending, suspended, waiting

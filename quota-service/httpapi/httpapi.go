@@ -91,7 +91,9 @@ func secureHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Referrer-Policy", "no-referrer")
+		// Not no-referrer: with it a browser posts forms with
+		// "Origin: null", and the login could not tell its own form.
+		h.Set("Referrer-Policy", "same-origin")
 		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 		h.Set("Cache-Control", "no-store")
 		next.ServeHTTP(w, r)
@@ -230,9 +232,13 @@ func (a *api) logout(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }
 
-// sameOrigin refuses form posts from other sites (a browser sends Origin
-// with every POST); a request without Origin (curl) is let through.
+// sameOrigin refuses form posts from other sites: a browser says where a
+// request comes from in Sec-Fetch-Site, or else in Origin; a request with
+// neither (curl) is let through.
 func sameOrigin(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return site == "same-origin" || site == "none"
+	}
 	origin := r.Header.Get("Origin")
 	if origin == "" {
 		return true
