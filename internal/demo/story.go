@@ -91,7 +91,9 @@ func showReclaim(ctx context.Context, c *localcluster.Cluster, cfg Config, print
 	if err != nil {
 		return err
 	}
-	slices.SortFunc(urls, func(a, b string) int { return boolOrder(a != printed) - boolOrder(b != printed) })
+	if i := slices.Index(urls, printed); i > 0 {
+		urls[0], urls[i] = urls[i], urls[0]
+	}
 	fmt.Fprintf(cfg.Out, "\nreclaim story: %s borrows a GPU for project default, then %s asks for research's guaranteed 2\n", storyBorrow, storyReclaim)
 	story, err := runReclaimStory(ctx, c, cfg.RepoRoot, urls, cfg.Screenshot)
 	if err != nil {
@@ -103,13 +105,6 @@ func showReclaim(ctx context.Context, c *localcluster.Cluster, cfg Config, print
 	}
 	fmt.Fprintf(cfg.Out, "suspended for research: %s\nScreenshot: %s (the dashboard at %s)\n", strings.Join(jobs, ", "), cfg.Screenshot, urls[0])
 	return nil
-}
-
-func boolOrder(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // showsStory checks that d shows research holding its guaranteed 2 GPUs,

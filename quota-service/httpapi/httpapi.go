@@ -107,7 +107,7 @@ func (a *api) access(r *http.Request) (Access, error) {
 	}
 	acc, err := a.Access.Access(r.Context(), requestToken(r))
 	if err != nil && accessStatus(err) == http.StatusServiceUnavailable {
-		a.Log.Warn("cannot resolve a request's Nomad token", "error", err)
+		a.Log.Debug("cannot resolve a request's Nomad token", "error", err)
 	}
 	return acc, err
 }
