@@ -1,7 +1,10 @@
 # The gpushare quota service: two instances; a Consul lock makes one of them
 # act, the other takes over within seconds. Each serves the HTTP status API,
-# the dashboard and Prometheus metrics on a dynamic port registered in
-# Consul as "gpushare-quota".
+# the dashboard and Prometheus metrics on a dynamic port of its node's
+# address (Consul's health check and people reach it there), registered in
+# Consul as "gpushare-quota". With Nomad's ACLs on, the status and the
+# dashboard ask for a Nomad token and show the namespaces it can read;
+# /v1/health and /metrics answer without one.
 #
 #   nomad job run -var binary=/usr/local/bin/gpushare-quota jobspecs/quota-service.nomad.hcl
 
@@ -27,6 +30,18 @@ variable "kv_prefix" {
   description = "Root of the service's Consul keys."
   type        = string
   default     = "gpushare"
+}
+
+variable "tls_cert" {
+  description = "Path on the client nodes of a PEM certificate (chain) for the HTTP API: set it and tls_key to serve HTTPS (the health check then uses HTTPS)."
+  type        = string
+  default     = ""
+}
+
+variable "tls_key" {
+  description = "Path on the client nodes of the private key of tls_cert."
+  type        = string
+  default     = ""
 }
 
 variable "tokens_from_variable" {
@@ -58,9 +73,13 @@ job "gpushare-quota" {
 
       check {
         type     = "http"
-        path     = "/v1/health"
-        interval = "10s"
-        timeout  = "2s"
+        protocol = var.tls_cert != "" ? "https" : "http"
+        # The check reaches the allocation's IP, which the certificate
+        # may not name; it sends no token and reads only ok or not.
+        tls_skip_verify = var.tls_cert != ""
+        path            = "/v1/health"
+        interval        = "10s"
+        timeout         = "2s"
       }
     }
 
@@ -82,10 +101,15 @@ job "gpushare-quota" {
         ]
       }
 
+      # NOMAD_CACERT, CONSUL_CACERT and the other TLS variables of the
+      # Nomad and Consul clients are read here too: add them to this block
+      # when the agents serve HTTPS.
       env {
         NOMAD_ADDR         = var.nomad_addr
         CONSUL_HTTP_ADDR   = var.consul_addr
         GPUSHARE_KV_PREFIX = var.kv_prefix
+        GPUSHARE_TLS_CERT  = var.tls_cert
+        GPUSHARE_TLS_KEY   = var.tls_key
       }
 
       # The service reads NOMAD_TOKEN and CONSUL_HTTP_TOKEN from its

@@ -47,6 +47,10 @@ type Config struct {
 	// policies (jobspecs/acl), and the env file carries management
 	// tokens for the CLIs.
 	ACL bool
+	// Screenshot, when set, makes Run play the reclaim story once the
+	// demo is up (jobspecs/demo/reclaim), write a PNG of the dashboard
+	// there, and stop.
+	Screenshot string
 }
 
 // Run starts the demo and blocks until ctx is cancelled, then stops it.
@@ -108,6 +112,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Ready != nil {
 		cfg.Ready(cluster)
 	}
+	if cfg.Screenshot != "" {
+		return showReclaim(ctx, cluster, cfg, quotaURL)
+	}
 	<-ctx.Done()
 	fmt.Fprintln(cfg.Out, "\nstopping the demo")
 	return nil
@@ -160,6 +167,9 @@ func printWelcome(w io.Writer, dir string, c *localcluster.Cluster, jobs []strin
 	fmt.Fprintf(&b, "\nConsul UI:  %s/ui  (quotas and state under Key/Value > gpushare)\n", c.ConsulAddr)
 	if quotaURL != "" {
 		fmt.Fprintf(&b, "Quotas:     %s/  (dashboard; %s/v1/projects, %s/metrics)\n", quotaURL, quotaURL, quotaURL)
+		if c.NomadToken != "" {
+			fmt.Fprintf(&b, "            the dashboard asks for a Nomad token: NOMAD_TOKEN in %s/env\n", dir)
+		}
 	}
 	fmt.Fprintf(&b, "Nomad API:  %s (the source-built agent has no web UI; use the CLI)\n", c.NomadAddr)
 	fmt.Fprintf(&b, "Logs:       %s\n", c.Dir)

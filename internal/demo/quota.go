@@ -2,7 +2,6 @@ package demo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -88,22 +87,36 @@ func seedQuotas(c *localcluster.Cluster, root string) ([]string, error) {
 // waitHealthy polls Consul until an instance of the quota service passes
 // its health check, and returns its HTTP address.
 func waitHealthy(ctx context.Context, consul *consulapi.Client, timeout time.Duration) (string, error) {
+	urls, err := quotaInstances(ctx, consul, 1, timeout)
+	if err != nil {
+		return "", err
+	}
+	return urls[0], nil
+}
+
+// quotaInstances polls Consul until n instances of the quota service pass
+// their health check, and returns their HTTP addresses, sorted.
+func quotaInstances(ctx context.Context, consul *consulapi.Client, n int, timeout time.Duration) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		entries, _, err := consul.Health().Service(quotaService, "", true, nil)
-		if err == nil && len(entries) > 0 {
-			svc := entries[0].Service
-			return fmt.Sprintf("http://%s:%d", svc.Address, svc.Port), nil
+		if err == nil && len(entries) >= n {
+			var urls []string
+			for _, e := range entries {
+				urls = append(urls, fmt.Sprintf("http://%s:%d", e.Service.Address, e.Service.Port))
+			}
+			sort.Strings(urls)
+			return urls, nil
 		}
 		select {
 		case <-ctx.Done():
 			if err == nil {
-				err = errors.New("no instance passes its health check")
+				err = fmt.Errorf("%d of %d instances pass their health check", len(entries), n)
 			}
-			return "", fmt.Errorf("quota service not healthy after %s: %w", timeout, err)
+			return nil, fmt.Errorf("quota service not healthy after %s: %w", timeout, err)
 		case <-tick.C:
 		}
 	}

@@ -112,6 +112,7 @@ func TestReclaimWithACLs(t *testing.T) {
 	latency, suspended := s.reclaim(a, b, 2)
 	t.Logf("reclaim with ACLs: team-b's 2 jobs run %.2fs after submission", latency.Seconds())
 	checkPrettyJSON(t, c, s.layout.Root+"/")
+	checkStatusByToken(t, c, svc, svcNomad, suspended)
 
 	for _, j := range b {
 		s.finish(j.ns, j.id)

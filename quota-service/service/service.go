@@ -142,15 +142,17 @@ func New(cfg Config) *Service {
 // Registry is where the metrics live.
 func (s *Service) Registry() *prometheus.Registry { return s.reg }
 
-// Run runs until ctx ends: the quota watcher, the leader election, and the
-// cycles (acting only while leader). A standby instance cycles every
+// Run runs until ctx ends: the quota watcher, the history follower (the
+// status's recent actions), the leader election, and the cycles (acting
+// only while leader). A standby instance cycles every
 // PlanInterval without acting, so that its /v1/status shows the same
 // read-only view as the leader's and its health says whether it can read
 // Nomad and Consul.
 func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); s.watcher.Run(ctx) }()
+	go func() { defer wg.Done(); s.followHistory(ctx) }()
 	go func() { defer wg.Done(); s.standby(ctx) }()
 	var lerr error
 	go func() {

@@ -35,8 +35,11 @@ type Status struct {
 	LastError  string        `json:"last_error,omitempty"`
 	Projects   []ProjectView `json:"projects"`
 	Pending    []string      `json:"pending"`
-	Suspended  []string      `json:"suspended"`
-	Unplaced   []string      `json:"unplaced"`
+	// Suspended are the jobs the service stopped and will resume, from
+	// their suspension records; each project's suspended_jobs counts its
+	// entries here.
+	Suspended []SuspendedJob `json:"suspended"`
+	Unplaced  []string       `json:"unplaced"`
 	// Unplaceable are the pending groups that fit on no node that admits
 	// them, even idle, with the reason; they are no demand.
 	Unplaceable []string `json:"unplaceable,omitempty"`
@@ -44,11 +47,30 @@ type Status struct {
 	// reason (not ready, ineligible, draining, unhealthy, or an allocation
 	// the service cannot account for).
 	OutOfPlanning []string `json:"out_of_planning,omitempty"`
-	Recent        []string `json:"recent_actions"`
-	Warnings      []string `json:"warnings,omitempty"`
+	// Recent are the last entries of the KV history, newest first: what
+	// the leader did, whichever instance answers.
+	Recent   []state.Entry `json:"recent_actions"`
+	Warnings []string      `json:"warnings,omitempty"`
 	// RecordErrors are the suspension records the service does not act
 	// on, and why (also under <root>/status/record-errors/ in Consul).
 	RecordErrors []state.RecordError `json:"record_errors,omitempty"`
+}
+
+// SuspendedJob is a job the service stopped to make room, from its
+// suspension record.
+type SuspendedJob struct {
+	Namespace string `json:"namespace"`
+	Job       string `json:"job"`
+	// Project is the project the job counts for now.
+	Project string `json:"project"`
+	// Groups are the task groups' counts it resumes with.
+	Groups map[string]int `json:"groups"`
+	Reason string         `json:"reason"`
+	// ForWorkload and ForProject name the work it made room for.
+	ForWorkload string    `json:"for_workload,omitempty"`
+	ForProject  string    `json:"for_project,omitempty"`
+	Since       time.Time `json:"since"`
+	By          string    `json:"by,omitempty"`
 }
 
 // Health is /v1/health.
@@ -58,7 +80,7 @@ type Health struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// recentMax bounds the status's recent actions.
+// recentMax bounds the status's recent actions (read from the history).
 const recentMax = 50
 
 // record updates metrics, the HTTP status and, when the cycle acted
@@ -70,16 +92,12 @@ func (s *Service) record(ctx context.Context, c *cycleData) {
 	s.setProjectMetrics(c, sum)
 	s.reportRecordErrors(ctx, c)
 	s.mu.Lock()
-	recent := s.noteActions(c.rep, sum, now)
+	s.noteActions(c.rep, sum, now)
 	st := &s.status
 	st.LastCycle, st.LastRelist, st.LastError = now, c.view.ListedAt, ""
 	st.Projects, st.Pending, st.Suspended, st.Unplaced, st.Warnings = views, sum.pending, sum.suspended, unplacedLines(c, c.res.Unplaced), c.view.Warnings
 	st.Unplaceable, st.OutOfPlanning = unplacedLines(c, c.res.Unplaceable), outOfPlanning(c.view.Snapshot)
 	st.RecordErrors = c.view.RecordErrors
-	st.Recent = append(st.Recent, recent...)
-	if n := len(st.Recent); n > recentMax {
-		st.Recent = append([]string(nil), st.Recent[n-recentMax:]...)
-	}
 	s.mu.Unlock()
 	if c.acted {
 		s.writeProjectStatus(ctx, views, now)
@@ -90,9 +108,11 @@ func (s *Service) record(ctx context.Context, c *cycleData) {
 type pendingSummary struct {
 	shares map[string]model.Shares
 	count  map[string]int
-	// pending and suspended are "namespace/job/group" lines, sorted.
-	pending, suspended []string
-	// suspendedJobs counts the suspended jobs of each project.
+	// pending are "namespace/job/group" lines, sorted.
+	pending []string
+	// suspended are the suspended jobs, by namespace and job;
+	// suspendedJobs counts them by project.
+	suspended     []SuspendedJob
 	suspendedJobs map[string]int
 }
 
@@ -101,20 +121,38 @@ func summarizePending(v *nomadwatch.View) pendingSummary {
 	for _, p := range v.Snapshot.Pending {
 		sum.shares[p.Project] += p.GPUShares()
 		sum.count[p.Project]++
-		if p.Suspended {
-			sum.suspended = append(sum.suspended, p.Job+"/"+p.Group)
-		} else {
+		if !p.Suspended {
 			sum.pending = append(sum.pending, p.Job+"/"+p.Group)
 		}
 	}
-	for key, r := range v.Records {
-		if info := v.Jobs[key]; info != nil && r.Resumable() {
-			sum.suspendedJobs[info.Project]++
-		}
-	}
 	sort.Strings(sum.pending)
-	sort.Strings(sum.suspended)
+	sum.suspended = suspendedJobs(v)
+	for _, j := range sum.suspended {
+		sum.suspendedJobs[j.Project]++
+	}
 	return sum
+}
+
+// suspendedJobs lists the view's suspended jobs (records whose job is
+// stopped), sorted by namespace and job: the one source of both the
+// status's list and each project's count.
+func suspendedJobs(v *nomadwatch.View) []SuspendedJob {
+	out := make([]SuspendedJob, 0, len(v.Records))
+	for key, rec := range v.Records {
+		if !rec.Resumable() {
+			continue
+		}
+		project := rec.Project
+		if info := v.Jobs[key]; info != nil {
+			project = info.Project
+		}
+		out = append(out, SuspendedJob{Namespace: rec.Namespace, Job: rec.Job, Project: project, Groups: rec.Groups,
+			Reason: rec.Reason, ForWorkload: rec.ForWorkload, ForProject: rec.ForProject, Since: rec.Time, By: rec.By})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return nomadwatch.Key(out[i].Namespace, out[i].Job) < nomadwatch.Key(out[j].Namespace, out[j].Job)
+	})
+	return out
 }
 
 // projectViews are the per-project lines of the cycle, in the plan's
@@ -130,7 +168,7 @@ func (s *Service) projectViews(c *cycleData, sum pendingSummary) []ProjectView {
 		exposed := sh.Exposed
 		st := state.ProjectStatus{Project: sh.Name, Guaranteed: sh.Guaranteed.String(), Deserved: sh.Deserved.String(),
 			Allocated: sh.Usage.String(), Pending: sum.shares[sh.Name].String(), OverQuota: max(sh.Usage-sh.Guaranteed, 0).String(),
-			PendingWorkloads: sum.count[sh.Name], SuspendedJobs: sum.suspendedJobs[sh.Name]}
+			PendingWorkloads: sum.count[sh.Name], SuspendedJobs: sum.suspendedJobs[sh.Name], Updated: c.view.ListedAt}
 		qs := byName[sh.Name]
 		if qs.HasLimit {
 			st.Limit = qs.Limit.String()
@@ -157,11 +195,9 @@ func (s *Service) setProjectMetrics(c *cycleData, sum pendingSummary) {
 	s.metrics.Queue.Set(float64(len(c.view.Snapshot.Pending)))
 }
 
-// noteActions counts the cycle's actions in the metrics, observes the
-// reclaim latency of workloads no longer pending, and returns the actions
-// as recent-action lines. s.mu must be held.
-func (s *Service) noteActions(rep actuator.Report, sum pendingSummary, now time.Time) []string {
-	var recent []string
+// noteActions counts the cycle's actions in the metrics and observes the
+// reclaim latency of workloads no longer pending. s.mu must be held.
+func (s *Service) noteActions(rep actuator.Report, sum pendingSummary, now time.Time) {
 	for _, d := range rep.Done {
 		switch d.Event {
 		case state.EventSuspend, state.EventSuspendFinished:
@@ -176,7 +212,6 @@ func (s *Service) noteActions(rep actuator.Report, sum pendingSummary, now time.
 		case state.EventResume:
 			s.metrics.Resumes.WithLabelValues(d.Project).Inc()
 		}
-		recent = append(recent, fmt.Sprintf("%s %s %s/%s %s", now.UTC().Format(time.RFC3339), d.Event, d.Namespace, d.Job, d.Reason))
 	}
 	stillPending := map[string]bool{}
 	for _, w := range sum.pending {
@@ -188,7 +223,6 @@ func (s *Service) noteActions(rep actuator.Report, sum pendingSummary, now time.
 			delete(s.reclaimFor, w)
 		}
 	}
-	return recent
 }
 
 // unplacedLines says why each of the workloads the plan could not place
@@ -257,7 +291,8 @@ func (s *Service) Status() Status {
 	defer s.mu.Unlock()
 	st := s.status
 	st.Projects = append([]ProjectView(nil), st.Projects...)
-	st.Recent = append([]string(nil), st.Recent...)
+	st.Suspended = append([]SuspendedJob(nil), st.Suspended...)
+	st.Recent = append([]state.Entry(nil), st.Recent...)
 	return st
 }
 

@@ -169,19 +169,8 @@ func (s *Store) AddHistory(ctx context.Context, e Entry) error {
 
 // History returns the entries, oldest first.
 func (s *Store) History(ctx context.Context) ([]Entry, error) {
-	pairs, _, err := s.kv.List(s.layout.History(), (&consulapi.QueryOptions{}).WithContext(ctx))
-	if err != nil {
-		return nil, fmt.Errorf("listing Consul prefix %s: %w", s.layout.History(), err)
-	}
-	var out []Entry
-	for _, p := range pairs {
-		var e Entry
-		if json.Unmarshal(p.Value, &e) == nil {
-			out = append(out, e)
-		}
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
-	return out, nil
+	out, _, err := s.WatchHistory(ctx, 0, 0)
+	return out, err
 }
 
 // PutProjectStatus writes one project's status document.

@@ -5,51 +5,48 @@
 //
 // Every flag has an environment variable; flags win.
 //
-//	-nomad-addr      NOMAD_ADDR          Nomad HTTP address (http://127.0.0.1:4646)
-//	-nomad-token     NOMAD_TOKEN         Nomad ACL token
-//	-consul-addr     CONSUL_HTTP_ADDR    Consul HTTP address (127.0.0.1:8500)
-//	-consul-token    CONSUL_HTTP_TOKEN   Consul ACL token
-//	-kv-prefix       GPUSHARE_KV_PREFIX  root of the service's Consul keys (gpushare)
-//	-listen          GPUSHARE_LISTEN     HTTP API address (127.0.0.1:9646)
-//	-plan-interval   GPUSHARE_PLAN_INTERVAL  safety-net re-list period (10s)
-//	-max-staleness   GPUSHARE_MAX_STALENESS  no action on older data (15s)
-//	-policy          GPUSHARE_POLICY     placement policy for idle capacity (gpushare)
-//	-max-record-bytes GPUSHARE_MAX_RECORD_BYTES  largest suspension record (524288, Consul's kv_max_value_size)
-//	-instance        GPUSHARE_INSTANCE   name of this instance (hostname-pid)
-//	-log-level       GPUSHARE_LOG_LEVEL  trace, debug, info, warn, error (info)
+//	-nomad-addr         NOMAD_ADDR                 Nomad HTTP address (http://127.0.0.1:4646)
+//	-nomad-token-file   GPUSHARE_NOMAD_TOKEN_FILE  file holding the Nomad ACL token (else NOMAD_TOKEN)
+//	-consul-addr        CONSUL_HTTP_ADDR           Consul HTTP address (127.0.0.1:8500)
+//	-consul-token-file  CONSUL_HTTP_TOKEN_FILE     file holding the Consul ACL token (else CONSUL_HTTP_TOKEN)
+//	-kv-prefix          GPUSHARE_KV_PREFIX         root of the service's Consul keys (gpushare)
+//	-listen             GPUSHARE_LISTEN            HTTP API address (127.0.0.1:9646: this host only)
+//	-tls-cert           GPUSHARE_TLS_CERT          PEM certificate (chain) to serve the API over HTTPS
+//	-tls-key            GPUSHARE_TLS_KEY           PEM private key of -tls-cert
+//	-plan-interval      GPUSHARE_PLAN_INTERVAL     safety-net re-list period (10s)
+//	-max-staleness      GPUSHARE_MAX_STALENESS     no action on older data (15s)
+//	-policy             GPUSHARE_POLICY            placement policy for idle capacity (gpushare)
+//	-max-record-bytes   GPUSHARE_MAX_RECORD_BYTES  largest suspension record (524288, Consul's kv_max_value_size)
+//	-instance           GPUSHARE_INSTANCE          name of this instance (hostname-pid)
+//	-log-level          GPUSHARE_LOG_LEVEL         trace, debug, info, warn, error (info)
+//
+// Tokens come from the environment or from files, never from the command
+// line, which every user of the host can read (ps). The Nomad and Consul
+// clients honor their usual TLS variables: NOMAD_CACERT, NOMAD_CAPATH,
+// NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY, NOMAD_TLS_SERVER_NAME,
+// NOMAD_SKIP_VERIFY, and CONSUL_CACERT, CONSUL_CAPATH, CONSUL_CLIENT_CERT,
+// CONSUL_CLIENT_KEY, CONSUL_TLS_SERVER_NAME, CONSUL_HTTP_SSL,
+// CONSUL_HTTP_SSL_VERIFY (an https:// address turns TLS on too).
+//
+// With Nomad's ACLs on, the API's status and dashboard need a Nomad token
+// and show only the namespaces it can read (package httpapi).
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/quota-service/actuator"
 	"github.com/gpushare/nomad-gpushare/quota-service/httpapi"
-	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
-	"github.com/gpushare/nomad-gpushare/quota-service/state"
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
-	"github.com/gpushare/nomad-gpushare/scheduler/plan"
-	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
-	nomadapi "github.com/hashicorp/nomad/api"
 )
-
-func env(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
@@ -59,71 +56,42 @@ func main() {
 }
 
 func run(args []string) error {
-	host, _ := os.Hostname()
-	fs := flag.NewFlagSet("gpushare-quota", flag.ContinueOnError)
-	nomadAddr := fs.String("nomad-addr", env("NOMAD_ADDR", "http://127.0.0.1:4646"), "Nomad HTTP address")
-	nomadToken := fs.String("nomad-token", env("NOMAD_TOKEN", ""), "Nomad ACL token")
-	consulAddr := fs.String("consul-addr", env("CONSUL_HTTP_ADDR", "127.0.0.1:8500"), "Consul HTTP address")
-	consulToken := fs.String("consul-token", env("CONSUL_HTTP_TOKEN", ""), "Consul ACL token")
-	prefix := fs.String("kv-prefix", env("GPUSHARE_KV_PREFIX", kvlayout.DefaultRoot), "root of the service's Consul KV keys")
-	listen := fs.String("listen", env("GPUSHARE_LISTEN", "127.0.0.1:9646"), "HTTP API listen address")
-	var envErrs []error
-	durEnv := func(name string, def time.Duration) time.Duration {
-		d, err := durationEnv(name, def)
-		envErrs = append(envErrs, err)
-		return d
-	}
-	interval := fs.Duration("plan-interval", durEnv("GPUSHARE_PLAN_INTERVAL", service.DefaultPlanInterval), "safety-net full re-list and plan period")
-	staleness := fs.Duration("max-staleness", durEnv("GPUSHARE_MAX_STALENESS", actuator.DefaultMaxStaleness), "take no action on data listed longer ago")
-	policyName := fs.String("policy", env("GPUSHARE_POLICY", "gpushare"), "placement policy for idle capacity")
-	maxRecord, err := intEnv("GPUSHARE_MAX_RECORD_BYTES", state.DefaultMaxRecordBytes)
-	envErrs = append(envErrs, err)
-	maxRecordBytes := fs.Int("max-record-bytes", maxRecord, "largest suspension record written to Consul: a job whose spec would not fit is never suspended (keep it at or below Consul's kv_max_value_size)")
-	instance := fs.String("instance", env("GPUSHARE_INSTANCE", fmt.Sprintf("%s-%d", host, os.Getpid())), "name of this instance")
-	level := fs.String("log-level", env("GPUSHARE_LOG_LEVEL", "info"), "log level")
-	if err := errors.Join(envErrs...); err != nil {
+	opts, err := parseOptions(args)
+	if err != nil {
 		return err
 	}
-	if err := fs.Parse(args); err != nil {
+	log := hclog.New(&hclog.LoggerOptions{Name: "gpushare-quota", Level: hclog.LevelFromString(opts.logLevel)})
+	nomad, err := newNomadClient(opts)
+	if err != nil {
 		return err
 	}
-	log := hclog.New(&hclog.LoggerOptions{Name: "gpushare-quota", Level: hclog.LevelFromString(*level)})
-	if *interval <= 0 || *staleness <= 0 {
-		return errors.New("-plan-interval and -max-staleness must be positive durations such as 10s")
-	}
-	if *maxRecordBytes < 16<<10 {
-		return fmt.Errorf("-max-record-bytes %d is below 16384: records hold the suspended job's spec; use Consul's kv_max_value_size (524288 by default)", *maxRecordBytes)
-	}
-	if _, err := plan.PolicyByName(*policyName, 1, &model.Snapshot{}); err != nil {
-		return fmt.Errorf("-policy %q: %w", *policyName, err)
-	}
-	nomad, err := nomadapi.NewClient(&nomadapi.Config{Address: *nomadAddr, SecretID: *nomadToken})
+	consul, consulAddr, err := newConsulClient(opts)
 	if err != nil {
-		return fmt.Errorf("-nomad-addr %q: %w", *nomadAddr, err)
+		return err
 	}
-	ccfg := consulapi.DefaultConfig()
-	ccfg.Address, ccfg.Token = *consulAddr, *consulToken
-	consul, err := consulapi.NewClient(ccfg)
-	if err != nil {
-		return fmt.Errorf("-consul-addr %q: %w", *consulAddr, err)
-	}
-	svc := service.New(service.Config{Nomad: nomad, Consul: consul, Layout: kvlayout.New(*prefix), Log: log,
-		Instance: *instance, PlanInterval: *interval, MaxStaleness: *staleness, PolicyName: *policyName, MaxRecordBytes: *maxRecordBytes})
+	svc := service.New(service.Config{Nomad: nomad, Consul: consul, Layout: opts.layout, Log: log,
+		Instance: opts.instance, PlanInterval: opts.interval, MaxStaleness: opts.staleness, PolicyName: opts.policy, MaxRecordBytes: opts.maxRecordBytes})
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ln, err := net.Listen("tcp", *listen)
+	handler := httpapi.New(httpapi.Config{Source: svc, Registry: svc.Registry(), Log: log.Named("http"),
+		Access: httpapi.NewNomadAccess(nomad, 0)})
+	srv, ln, err := listen(opts, handler)
 	if err != nil {
-		return fmt.Errorf("-listen %q: %w", *listen, err)
+		return err
 	}
-	srv := &http.Server{Handler: httpapi.Handler(svc, svc.Registry()), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := srv.Serve
+		if srv.TLSConfig != nil {
+			serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
+		}
+		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("HTTP API stopped", "error", err)
 			stop()
 		}
 	}()
-	log.Info("started", "instance", *instance, "nomad", *nomadAddr, "consul", *consulAddr, "kv_prefix", *prefix, "listen", ln.Addr().String())
+	log.Info("started", "instance", opts.instance, "nomad", nomad.Address(), "consul", consulAddr, "kv_prefix", opts.layout.Root,
+		"listen", ln.Addr().String(), "https", srv.TLSConfig != nil)
 	runErr := svc.Run(ctx)
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -132,30 +100,21 @@ func run(args []string) error {
 	return runErr
 }
 
-// intEnv reads an integer from the environment variable name, or returns
-// def when it is unset.
-func intEnv(name string, def int) (int, error) {
-	v := os.Getenv(name)
-	if v == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(v)
+// listen opens the API's listener, with TLS when a certificate is
+// configured.
+func listen(opts *options, handler http.Handler) (*http.Server, net.Listener, error) {
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", opts.listen)
 	if err != nil {
-		return def, fmt.Errorf("%s=%q is not an integer: use a byte count such as 524288", name, v)
+		return nil, nil, fmt.Errorf("-listen %q: %w", opts.listen, err)
 	}
-	return n, nil
-}
-
-// durationEnv reads a duration from the environment variable name, or
-// returns def when it is unset.
-func durationEnv(name string, def time.Duration) (time.Duration, error) {
-	v := os.Getenv(name)
-	if v == "" {
-		return def, nil
+	if opts.tlsCert != "" {
+		cfg, err := serverTLS(opts.tlsCert, opts.tlsKey)
+		if err != nil {
+			ln.Close()
+			return nil, nil, err
+		}
+		srv.TLSConfig = cfg
 	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return def, fmt.Errorf("%s=%q is not a duration: use a value such as 10s or 1m30s", name, v)
-	}
-	return d, nil
+	return srv, ln, nil
 }

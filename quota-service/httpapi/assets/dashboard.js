@@ -1,0 +1,151 @@
+// The gpushare dashboard: reads v1/status every few seconds and redraws
+// the page's tables in place (no reload). All text goes in through
+// textContent, never as HTML.
+"use strict";
+
+const refreshMillis = 3000;
+
+// Columns of each table: a title and how to get the cell from a row of
+// the status. num marks right-aligned amounts.
+const columns = {
+  projects: [
+    { title: "Project", value: p => p.project + (p.quota_error ? " (quota document rejected: " + p.quota_error + ")" : "") },
+    { title: "Namespace", value: p => p.namespace || p.project },
+    { title: "Guaranteed", value: p => p.guaranteed, num: true },
+    { title: "Limit", value: p => p.limit || "none", num: true },
+    { title: "Deserved", value: p => p.deserved, num: true },
+    { title: "Allocated", value: p => p.allocated, num: true },
+    { title: "Over quota", value: p => p.over_quota, num: true, over: true },
+    { title: "Pending", value: p => p.pending, num: true },
+    { title: "Suspended jobs", value: p => String(p.suspended_jobs), num: true },
+    { title: "Priority", value: p => String(p.priority), num: true },
+    { title: "Updated", value: p => clock(p.updated) },
+  ],
+  suspended: [
+    { title: "Job", value: j => j.namespace + "/" + j.job },
+    { title: "Project", value: j => j.project },
+    { title: "Since", value: j => clock(j.since) },
+    { title: "Reason", value: j => j.reason, reason: true },
+  ],
+  recent: [
+    { title: "Time", value: e => clock(e.time) },
+    { title: "Action", value: e => e.event },
+    { title: "Job", value: e => e.namespace + "/" + e.job },
+    { title: "Project", value: e => e.project || "" },
+    { title: "Reason", value: e => e.reason || "", reason: true },
+    { title: "By", value: e => e.by || "" },
+  ],
+};
+
+function clock(t) {
+  const d = new Date(t);
+  if (!t || isNaN(d) || d.getFullYear() < 2000) {
+    return "";
+  }
+  return d.toLocaleTimeString([], { hour12: false });
+}
+
+function el(tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined) {
+    e.textContent = text;
+  }
+  if (cls) {
+    e.className = cls;
+  }
+  return e;
+}
+
+function fillTable(id, rows, empty) {
+  const table = document.getElementById(id);
+  const cols = columns[id];
+  const head = el("tr");
+  cols.forEach(c => head.appendChild(el("th", c.title)));
+  table.tHead.replaceChildren(head);
+  const body = [];
+  (rows || []).forEach(r => {
+    const tr = el("tr");
+    cols.forEach(c => {
+      const cls = [c.num ? "num" : "", c.reason ? "reason" : "", c.over ? "over" : ""].join(" ").trim();
+      tr.appendChild(el("td", c.value(r), cls));
+    });
+    if (id === "projects" && r.over_quota && Number(r.over_quota) > 0) {
+      tr.className = "over";
+    }
+    body.push(tr);
+  });
+  if (body.length === 0) {
+    const tr = el("tr");
+    const td = el("td", empty, "empty");
+    td.colSpan = cols.length;
+    tr.appendChild(td);
+    body.push(tr);
+  }
+  table.tBodies[0].replaceChildren(...body);
+}
+
+function fillList(id, items, empty) {
+  const list = document.getElementById(id);
+  const section = document.getElementById(id + "-section");
+  if (section) {
+    section.hidden = !items || items.length === 0;
+  }
+  const lis = (items || []).map(i => el("li", i));
+  if (lis.length === 0 && empty) {
+    lis.push(el("li", empty, "empty"));
+  }
+  list.replaceChildren(...lis);
+}
+
+function summary(st) {
+  const parts = ["Instance " + st.instance + " (" + (st.leader ? "leader" : "standby") + ")"];
+  if (clock(st.last_cycle)) {
+    parts.push("last cycle " + clock(st.last_cycle));
+  }
+  parts.push("refreshed " + clock(new Date().toISOString()));
+  if (st.access && !st.access.all) {
+    const ns = st.access.namespaces || [];
+    parts.push("your token reads " + (ns.length ? "namespaces " + ns.join(", ") : "no namespace"));
+  }
+  return parts.join(" · ");
+}
+
+function render(st) {
+  document.getElementById("summary").textContent = summary(st);
+  document.getElementById("logout").hidden = !(st.access && st.access.login);
+  const error = document.getElementById("error");
+  error.hidden = !st.last_error;
+  error.textContent = st.last_error ? "The last cycle took no action: " + st.last_error : "";
+  fillTable("projects", st.projects, "No project has a quota or GPU work yet.");
+  fillTable("suspended", st.suspended, "None.");
+  fillList("waiting", st.unplaced, "None.");
+  fillList("unplaceable", st.unplaceable);
+  fillList("out-of-planning", st.out_of_planning);
+  fillList("record-errors", (st.record_errors || []).map(e => e.key + ": " + e.reason));
+  fillList("warnings", st.warnings);
+  fillTable("recent", st.recent_actions, "None yet.");
+}
+
+async function refresh() {
+  const error = document.getElementById("error");
+  try {
+    const resp = await fetch("/v1/status", { credentials: "same-origin", cache: "no-store" });
+    if (resp.status === 401 || resp.status === 403) {
+      window.location.assign("/login");
+      return;
+    }
+    if (!resp.ok) {
+      throw new Error("HTTP " + resp.status + ": " + (await resp.text()).trim());
+    }
+    render(await resp.json());
+  } catch (e) {
+    error.hidden = false;
+    error.className = "stale";
+    error.textContent = "Cannot read the status (" + e.message + "); showing the last one read.";
+    return;
+  }
+  error.className = "err";
+}
+
+refresh();
+setInterval(refresh, refreshMillis);

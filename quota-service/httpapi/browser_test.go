@@ -1,0 +1,124 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/gpushare/nomad-gpushare/internal/browser"
+	"github.com/gpushare/nomad-gpushare/quota-service/service"
+	"github.com/gpushare/nomad-gpushare/quota-service/state"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// changingSource is fakeSource whose recent actions can grow.
+type changingSource struct {
+	fakeSource
+	mu    sync.Mutex
+	extra []state.Entry
+}
+
+func (c *changingSource) Status() service.Status {
+	st := c.fakeSource.Status()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st.Recent = append(append([]state.Entry(nil), c.extra...), st.Recent...)
+	return st
+}
+
+func (c *changingSource) add(e state.Entry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.extra = append(c.extra, e)
+}
+
+// pageText polls until the page's text (what a person sees) contains
+// want, and returns it.
+func pageText(ctx context.Context, want string) (string, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		if err == nil && strings.Contains(text, want) {
+			return text, nil
+		}
+		if time.Now().After(deadline) {
+			return text, fmt.Errorf("page does not show %q after 30s (%v):\n%s", want, err, text)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestLoginAndRefreshInBrowser drives the dashboard in headless Chromium
+// with Nomad's ACLs on: the page sends a person to the login form; a token
+// Nomad rejects is refused with the reason; with team-b's reader the page
+// shows team-b alone and says so; a new action appears without a reload;
+// logging out leads back to the form.
+func TestLoginAndRefreshInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Chromium; run without -short")
+	}
+	src := &changingSource{fakeSource: fakeSource{health: service.Health{OK: true}}}
+	srv := httptest.NewServer(New(Config{Source: src, Registry: prometheus.NewRegistry(), Access: fakeAccess{}}))
+	defer srv.Close()
+	b, err := browser.Start(t.Context(), 1200, 800)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := b.Ctx
+	login := func(token string) error {
+		return chromedp.Do(ctx, chromedp.SetValue(chromedp.ID("token"), token), chromedp.Submit(chromedp.ID("token")))
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pageText(ctx, "Log in with a Nomad token"); err != nil {
+		t.Fatal(err)
+	}
+	if err := login("nope"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pageText(ctx, "rejected by Nomad"); err != nil {
+		t.Fatal(err)
+	}
+	if err := login("team-b-reader"); err != nil {
+		t.Fatal(err)
+	}
+	text, err := pageText(ctx, "your token reads namespaces team-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"team-b/infer", hiddenWorkload, "Log out"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("page lacks %q:\n%s", want, text)
+		}
+	}
+	// Project names are no secret (the metrics carry them); job names
+	// are.
+	for _, leak := range []string{"team-a/", "secret"} {
+		if strings.Contains(text, leak) {
+			t.Errorf("team-b's reader sees %q:\n%s", leak, text)
+		}
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.mark = "no reload"`)); err != nil {
+		t.Fatal(err)
+	}
+	src.add(state.Entry{Time: time.Now(), Event: state.EventResume, Namespace: "team-b", Job: "infer", Reason: "room again"})
+	if _, err := pageText(ctx, "room again"); err != nil {
+		t.Fatal(err)
+	}
+	if mark, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.mark || ""`)); err != nil || mark != "no reload" {
+		t.Errorf("the page was reloaded to show the new action (mark %q, %v)", mark, err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#logout button"))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pageText(ctx, "Log in with a Nomad token"); err != nil {
+		t.Fatal(err)
+	}
+}

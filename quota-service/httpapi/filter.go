@@ -1,0 +1,106 @@
+package httpapi
+
+import (
+	"strings"
+
+	"github.com/gpushare/nomad-gpushare/quota-service/service"
+	"github.com/gpushare/nomad-gpushare/quota-service/state"
+)
+
+// hiddenWorkload stands for a workload in a namespace the request may not
+// see, where a reason names it.
+const hiddenWorkload = "(a workload in a namespace your token cannot read)"
+
+// hiddenError stands for the last cycle's error for a token that cannot
+// see everything: the error may name any namespace's jobs.
+const hiddenError = "hidden, as it may name jobs of any namespace: see the service's log, or /v1/status with a management token"
+
+// visibleStatus is what a request with access a may see of st: the
+// projects whose namespace it may read; the pending, suspended, waiting
+// and recent jobs of namespaces it may read, with the workloads of others
+// hidden in their reasons; nodes out of planning only with node read; the
+// warnings and the last error's text (which may name any job) only with
+// access to everything.
+func visibleStatus(st service.Status, a Access) service.Status {
+	if a.All {
+		return st
+	}
+	out := st
+	out.Projects = visibleProjects(st.Projects, a)
+	out.Pending = visibleLines(st.Pending, a)
+	out.Unplaced = visibleLines(st.Unplaced, a)
+	out.Unplaceable = visibleLines(st.Unplaceable, a)
+	out.Suspended = nil
+	for _, j := range st.Suspended {
+		if a.Namespace(j.Namespace) {
+			j.Reason, j.ForWorkload = hideWorkload(j.Reason, j.ForWorkload, a)
+			out.Suspended = append(out.Suspended, j)
+		}
+	}
+	out.Recent = nil
+	for _, e := range st.Recent {
+		if a.Namespace(e.Namespace) {
+			out.Recent = append(out.Recent, visibleEntry(e, a))
+		}
+	}
+	out.RecordErrors = nil
+	for _, e := range st.RecordErrors {
+		if a.Namespace(e.Namespace) {
+			out.RecordErrors = append(out.RecordErrors, e)
+		}
+	}
+	if !a.Nodes {
+		out.OutOfPlanning = nil
+	}
+	out.Warnings = nil
+	if out.LastError != "" {
+		out.LastError = hiddenError
+	}
+	return out
+}
+
+// visibleProjects are the lines of the projects whose namespace a may
+// read (a project without a namespace is named like it), with their
+// non-preemptible jobs of other namespaces left out.
+func visibleProjects(projects []service.ProjectView, a Access) []service.ProjectView {
+	var out []service.ProjectView
+	for _, p := range projects {
+		ns := p.Namespace
+		if ns == "" {
+			ns = p.Project
+		}
+		if !a.Namespace(ns) {
+			continue
+		}
+		p.NonPreemptibleAboveGuarantee = visibleLines(p.NonPreemptibleAboveGuarantee, a)
+		out = append(out, p)
+	}
+	return out
+}
+
+// visibleLines keeps the "namespace/job..." lines of namespaces a may
+// read (Nomad namespaces never hold a slash).
+func visibleLines(lines []string, a Access) []string {
+	var out []string
+	for _, l := range lines {
+		if ns, _, ok := strings.Cut(l, "/"); ok && a.Namespace(ns) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func visibleEntry(e state.Entry, a Access) state.Entry {
+	e.Reason, e.ForWorkload = hideWorkload(e.Reason, e.ForWorkload, a)
+	return e
+}
+
+// hideWorkload hides workload ("namespace/job/group") in reason, and
+// returns it as "", when a may not read its namespace.
+func hideWorkload(reason, workload string, a Access) (string, string) {
+	ns, _, ok := strings.Cut(workload, "/")
+	if !ok || a.Namespace(ns) {
+		return reason, workload
+	}
+	return strings.ReplaceAll(reason, workload, hiddenWorkload), ""
+}
