@@ -3,6 +3,8 @@ package placement
 import (
 	"math"
 	"math/rand"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
 )
 
 // FGD is Fragmentation Gradient Descent (Weng et al., "Beware of
@@ -10,8 +12,8 @@ import (
 // the expected fragmentation against the workload grows the least.
 //
 // It scores as the paper's simulator does, so that it reproduces the
-// published figures: a candidate's growth of fragmentation d (milli-GPU)
-// becomes the integer score int(100 * sigmoid(-d / 1000)), the scheduler's
+// published figures: a candidate's growth of fragmentation d (in GPUs)
+// becomes the integer score int(100 * sigmoid(-d)), the scheduler's
 // 0-100 node score; the highest score wins and equal scores go to the
 // first candidate in cluster order (the first GPU of the node for a share,
 // the first node of the cluster). Integer scores make near ties common, and
@@ -31,10 +33,10 @@ func NewFGD(_ *rand.Rand, w *Workload) *FGD {
 // Name implements Policy.
 func (*FGD) Name() string { return "fgd" }
 
-// fgdScore turns a growth of fragmentation (milli-GPU) into the paper
+// fgdScore turns a growth of fragmentation (shares) into the paper
 // simulator's integer node score: 100 * sigmoid(-delta in GPUs), truncated.
 func fgdScore(delta float64) int64 {
-	return int64(100 / (1 + math.Exp(delta/1000)))
+	return int64(100 / (1 + math.Exp(delta/model.SharesPerGPU)))
 }
 
 // Place implements Policy.

@@ -1,5 +1,7 @@
 package placement
 
+import "github.com/gpushare/nomad-gpushare/scheduler/model"
+
 // fragMeter measures the expected GPU fragmentation of a node against a
 // workload (the FGD paper's measure): the sum over task types, weighted by
 // frequency, of the free GPU capacity a task of that type could not use on
@@ -21,7 +23,7 @@ type fragMeter struct {
 	fill    bool
 	memo    map[fragKey]float64
 	memoCap int
-	scratch []int
+	scratch []model.Shares
 	memAsk  int64
 }
 
@@ -61,7 +63,7 @@ func nodeModel(n *Node) (string, bool) {
 
 // frag is the fragmentation of node n if its free CPU were cpu and its GPUs
 // had the given free capacities (free[i] for n.GPUs[i]).
-func (f *fragMeter) frag(n *Node, cpu int64, free []int) float64 {
+func (f *fragMeter) frag(n *Node, cpu int64, free []model.Shares) float64 {
 	model, same := nodeModel(n)
 	if !same || len(free) > maxMemoGPUs {
 		return f.compute(n, cpu, free)
@@ -91,15 +93,15 @@ func (f *fragMeter) frag(n *Node, cpu int64, free []int) float64 {
 	return v
 }
 
-func (f *fragMeter) compute(n *Node, cpu int64, free []int) float64 {
+func (f *fragMeter) compute(n *Node, cpu int64, free []model.Shares) float64 {
 	if f.fill {
 		return f.computeFill(n, cpu, free) + f.computeFGD(n, cpu, free)
 	}
 	return f.computeFGD(n, cpu, free)
 }
 
-func (f *fragMeter) computeFGD(n *Node, cpu int64, free []int) float64 {
-	total := 0
+func (f *fragMeter) computeFGD(n *Node, cpu int64, free []model.Shares) float64 {
+	var total model.Shares
 	for _, v := range free {
 		total += v
 	}
@@ -113,9 +115,9 @@ func (f *fragMeter) computeFGD(n *Node, cpu int64, free []int) float64 {
 			sum += tt.Weight * float64(total)
 			continue
 		}
-		fit, unusable := 0, 0
+		fit, unusable := 0, model.Shares(0)
 		for i, v := range free {
-			if v >= tt.GPUMilli && tt.modelAllowed(n.GPUs[i].Model) {
+			if v >= tt.Shares && tt.modelAllowed(n.GPUs[i].Model) {
 				fit++
 			} else {
 				unusable += v
@@ -140,7 +142,7 @@ func (f *fragMeter) current(n *Node) float64 {
 func (f *fragMeter) afterShare(n *Node, t Task, g int) float64 {
 	f.load(n)
 	f.memAsk = t.MemoryMiB
-	f.scratch[g] -= t.GPUMilli
+	f.scratch[g] -= t.Shares
 	return f.frag(n, n.FreeCPUMilli-t.CPUMilli, f.scratch)
 }
 
@@ -154,8 +156,8 @@ func (f *fragMeter) afterWhole(n *Node, t Task) float64 {
 		if k == 0 {
 			break
 		}
-		if f.scratch[i] >= t.GPUMilli && t.ModelAllowed(n.GPUs[i].Model) {
-			f.scratch[i] -= t.GPUMilli
+		if f.scratch[i] >= t.Shares && t.ModelAllowed(n.GPUs[i].Model) {
+			f.scratch[i] -= t.Shares
 			k--
 		}
 	}
@@ -165,7 +167,7 @@ func (f *fragMeter) afterWhole(n *Node, t Task) float64 {
 func (f *fragMeter) load(n *Node) {
 	f.scratch = f.scratch[:0]
 	for i := range n.GPUs {
-		f.scratch = append(f.scratch, n.GPUs[i].FreeMilli)
+		f.scratch = append(f.scratch, n.GPUs[i].Free)
 	}
 }
 
@@ -196,12 +198,12 @@ func (f *fragMeter) bestOnNode(n *Node, t Task) (float64, int) {
 // lower-numbered GPU of the same model has the same free capacity (such
 // GPUs are alike, so only the first of them needs trying).
 func (f *fragMeter) shareCandidate(n *Node, t Task, g int) bool {
-	v := n.GPUs[g].FreeMilli
-	if v < t.GPUMilli || !t.ModelAllowed(n.GPUs[g].Model) {
+	v := n.GPUs[g].Free
+	if v < t.Shares || !t.ModelAllowed(n.GPUs[g].Model) {
 		return false
 	}
 	for h := 0; h < g; h++ {
-		if n.GPUs[h].FreeMilli == v && n.GPUs[h].Model == n.GPUs[g].Model {
+		if n.GPUs[h].Free == v && n.GPUs[h].Model == n.GPUs[g].Model {
 			return false
 		}
 	}
@@ -220,8 +222,8 @@ func choice(c *Cluster, i int, t Task, gpu int) Choice {
 // capacity that would still be left if tasks of that type alone filled the
 // node until no more fit (by GPU, CPU or memory). The memory left is the
 // node's free memory less memAsk (the ask of the task being tried).
-func (f *fragMeter) computeFill(n *Node, cpu int64, free []int) float64 {
-	total := 0
+func (f *fragMeter) computeFill(n *Node, cpu int64, free []model.Shares) float64 {
+	var total model.Shares
 	for _, v := range free {
 		total += v
 	}
@@ -234,32 +236,32 @@ func (f *fragMeter) computeFill(n *Node, cpu int64, free []int) float64 {
 		if tt.GPUCount == 0 {
 			continue
 		}
-		byGPU := 0
+		var byGPU int64
 		for i, v := range free {
 			if !tt.modelAllowed(n.GPUs[i].Model) {
 				continue
 			}
-			if tt.GPUMilli < 1000 {
-				byGPU += v / tt.GPUMilli
-			} else if v == 1000 {
+			if tt.Shares < model.SharesPerGPU {
+				byGPU += int64(v / tt.Shares)
+			} else if v == model.SharesPerGPU {
 				byGPU++
 			}
 		}
-		if tt.GPUMilli >= 1000 {
-			byGPU /= tt.GPUCount
+		if tt.Shares >= model.SharesPerGPU {
+			byGPU /= int64(tt.GPUCount)
 		}
 		k := byGPU
 		if tt.MemoryMiB > 0 {
-			if byMem := (n.FreeMemoryMiB - f.memAsk) / tt.MemoryMiB; byMem < int64(k) {
-				k = int(byMem)
+			if byMem := (n.FreeMemoryMiB - f.memAsk) / tt.MemoryMiB; byMem < k {
+				k = byMem
 			}
 		}
 		if tt.CPUMilli > 0 {
-			if byCPU := cpu / tt.CPUMilli; byCPU < int64(k) {
-				k = int(byCPU)
+			if byCPU := cpu / tt.CPUMilli; byCPU < k {
+				k = byCPU
 			}
 		}
-		sum += tt.Weight * float64(total-k*tt.GPUCount*tt.GPUMilli)
+		sum += tt.Weight * float64(total-model.Shares(k*int64(tt.GPUCount))*tt.Shares)
 	}
 	return sum
 }

@@ -4,6 +4,8 @@ import (
 	"math/rand"
 	"slices"
 	"testing"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
 )
 
 // TestFragMemoBounded places many tasks with the fragmentation-aware
@@ -86,6 +88,6 @@ func cloneTestNodes(nodes []Node) []Node {
 func resetNode(n *Node) {
 	n.FreeCPUMilli, n.FreeMemoryMiB = n.CPUMilli, n.MemoryMiB
 	for i := range n.GPUs {
-		n.GPUs[i].FreeMilli = 1000
+		n.GPUs[i].Free = model.SharesPerGPU
 	}
 }

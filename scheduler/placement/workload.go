@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
 )
 
 // DefaultCoverage is the share of tasks whose types a Workload keeps: the
@@ -19,7 +21,7 @@ type TaskType struct {
 	// MemoryMiB is the mean memory ask of the type's tasks.
 	MemoryMiB int64
 	GPUCount  int
-	GPUMilli  int
+	Shares    model.Shares
 	Models    []string
 	Weight    float64
 }
@@ -39,10 +41,10 @@ func NewWorkload(tasks []Task, coverage float64) *Workload {
 	return NewWorkloadBy(tasks, coverage, func(Task) float64 { return 1 })
 }
 
-// ByGPUDemand weighs a task by its GPU demand (GPUCount*GPUMilli), so that
+// ByGPUDemand weighs a task by its GPU demand (GPUCount*Shares), so that
 // a Workload built with it gives each type its share of the GPU demand
 // rather than of the task count. CPU-only tasks weigh nothing.
-func ByGPUDemand(t Task) float64 { return float64(t.GPUCount * t.GPUMilli) }
+func ByGPUDemand(t Task) float64 { return float64(t.Demand()) }
 
 // NewWorkloadBy is NewWorkload with each task weighing weight(t) instead
 // of 1: types are ranked by total weight and kept until they cover coverage
@@ -51,7 +53,7 @@ func NewWorkloadBy(tasks []Task, coverage float64, weight func(Task) float64) *W
 	type key struct {
 		cpu    int64
 		count  int
-		milli  int
+		shares model.Shares
 		models string
 	}
 	counts := map[key]float64{}
@@ -67,8 +69,8 @@ func NewWorkloadBy(tasks []Task, coverage float64, weight func(Task) float64) *W
 		if wt <= 0 {
 			continue
 		}
-		counts[key{t.CPUMilli, t.GPUCount, t.GPUMilli, ms}] += wt
-		mems[key{t.CPUMilli, t.GPUCount, t.GPUMilli, ms}] += wt * float64(t.MemoryMiB)
+		counts[key{t.CPUMilli, t.GPUCount, t.Shares, ms}] += wt
+		mems[key{t.CPUMilli, t.GPUCount, t.Shares, ms}] += wt * float64(t.MemoryMiB)
 		total += wt
 	}
 	keys := make([]key, 0, len(counts))
@@ -83,8 +85,8 @@ func NewWorkloadBy(tasks []Task, coverage float64, weight func(Task) float64) *W
 		if a.count != b.count {
 			return a.count < b.count
 		}
-		if a.milli != b.milli {
-			return a.milli < b.milli
+		if a.shares != b.shares {
+			return a.shares < b.shares
 		}
 		if a.cpu != b.cpu {
 			return a.cpu < b.cpu
@@ -100,7 +102,7 @@ func NewWorkloadBy(tasks []Task, coverage float64, weight func(Task) float64) *W
 		}
 		kept += counts[k]
 		w.Types = append(w.Types, TaskType{
-			CPUMilli: k.cpu, GPUCount: k.count, GPUMilli: k.milli,
+			CPUMilli: k.cpu, GPUCount: k.count, Shares: k.shares,
 			Models: models[k.models], Weight: counts[k],
 			MemoryMiB: int64(mems[k] / counts[k]),
 		})
@@ -111,6 +113,6 @@ func NewWorkloadBy(tasks []Task, coverage float64, weight func(Task) float64) *W
 	return w
 }
 
-func (tt *TaskType) modelAllowed(model string) bool {
-	return len(tt.Models) == 0 || slices.Contains(tt.Models, model)
+func (tt *TaskType) modelAllowed(m string) bool {
+	return len(tt.Models) == 0 || slices.Contains(tt.Models, m)
 }

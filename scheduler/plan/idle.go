@@ -1,13 +1,14 @@
 package plan
 
 import (
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
 // nodeSummary is what the first-fit search reads to skip a node quickly.
 type nodeSummary struct {
-	maxFree int // the largest free milli-GPU of one GPU
-	idle    int // fully free GPUs
+	maxFree model.Shares // the largest free capacity of one GPU
+	idle    int          // fully free GPUs
 }
 
 func (s *state) initSummaries() {
@@ -23,8 +24,8 @@ func (s *state) summarize(n int) {
 	}
 	var sum nodeSummary
 	for _, g := range s.cluster.Nodes[n].GPUs {
-		sum.maxFree = max(sum.maxFree, g.FreeMilli)
-		if g.FreeMilli >= 1000 {
+		sum.maxFree = max(sum.maxFree, g.Free)
+		if g.Free >= model.SharesPerGPU {
 			sum.idle++
 		}
 	}
@@ -59,7 +60,7 @@ func (s *state) firstFit(t placement.Task) (placement.Choice, bool) {
 			continue
 		}
 		sum := s.summaries[n]
-		if t.GPUCount > 0 && (sum.maxFree < t.GPUMilli || (t.GPUMilli >= 1000 && sum.idle < t.GPUCount)) {
+		if t.GPUCount > 0 && (sum.maxFree < t.Shares || (t.Shares >= model.SharesPerGPU && sum.idle < t.GPUCount)) {
 			continue
 		}
 		if gpus, ok := s.cluster.Fits(n, t); ok {

@@ -414,7 +414,7 @@ func (s *state) shift(a int32, sign int) {
 	node.FreeCPUMilli += int64(sign) * al.cpu
 	node.FreeMemoryMiB += int64(sign) * al.mem
 	for _, g := range s.allocGPUs(al) {
-		node.GPUs[g].FreeMilli += sign * int(al.milli)
+		node.GPUs[g].Free += model.Shares(sign) * model.Shares(al.shares)
 	}
 	s.summarize(n)
 }

@@ -11,9 +11,6 @@ import (
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
-// milliPerShare converts shares (0.01 GPU) to placement's milli-GPU.
-const milliPerShare = 10
-
 // projectState is a project's quota numbers during the walk.
 type projectState struct {
 	guaranteed, deserved, demand, cap model.Shares
@@ -115,7 +112,7 @@ type action = Action
 type shapeKey struct {
 	cpu, mem int64
 	count    int
-	milli    int
+	shares   model.Shares
 	models   string
 }
 
@@ -253,7 +250,7 @@ func (s *state) buildCluster() {
 				seen[gpu.Model] = true
 				s.baseModels = append(s.baseModels, gpu.Model)
 			}
-			gpus[g] = placement.GPU{Model: s.encodeModel(gpu.Model, gpu.Mode), MemoryMiB: gpu.MemoryMiB, FreeMilli: int(x.Free(n, g)) * milliPerShare}
+			gpus[g] = placement.GPU{Model: s.encodeModel(gpu.Model, gpu.Mode), MemoryMiB: gpu.MemoryMiB, Free: x.Free(n, g)}
 		}
 		s.cluster.Nodes[n] = placement.Node{
 			Name:          node.Name,
@@ -289,9 +286,9 @@ func baseTask(a model.Ask) placement.Task {
 	t := placement.Task{CPUMilli: a.CPUMilli, MemoryMiB: a.MemoryMiB}
 	switch {
 	case a.WholeGPUs > 0:
-		t.GPUCount, t.GPUMilli = a.WholeGPUs, int(model.SharesPerGPU)*milliPerShare
+		t.GPUCount, t.Shares = a.WholeGPUs, model.SharesPerGPU
 	case a.Shares > 0:
-		t.GPUCount, t.GPUMilli = 1, int(a.Shares)*milliPerShare
+		t.GPUCount, t.Shares = 1, a.Shares
 	}
 	return t
 }
@@ -331,5 +328,5 @@ func (s *state) task(a model.Ask) placement.Task {
 }
 
 func shapeOf(t placement.Task) shapeKey {
-	return shapeKey{cpu: t.CPUMilli, mem: t.MemoryMiB, count: t.GPUCount, milli: t.GPUMilli, models: strings.Join(t.Models, "\x00")}
+	return shapeKey{cpu: t.CPUMilli, mem: t.MemoryMiB, count: t.GPUCount, shares: t.Shares, models: strings.Join(t.Models, "\x00")}
 }

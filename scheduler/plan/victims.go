@@ -237,7 +237,7 @@ func (w *walkState) add(s *state, n int32, j int32, a int32, t placement.Task) b
 		w.cpu[n], w.mem[n] = node.FreeCPUMilli, node.FreeMemoryMiB
 		open := int32(0)
 		for _, g := range node.GPUs {
-			if g.FreeMilli >= t.GPUMilli && t.ModelAllowed(g.Model) {
+			if g.Free >= t.Shares && t.ModelAllowed(g.Model) {
 				open++
 			}
 		}
@@ -249,16 +249,16 @@ func (w *walkState) add(s *state, n int32, j int32, a int32, t placement.Task) b
 	al := &s.allocs[a]
 	w.cpu[n] += al.cpu
 	w.mem[n] += al.mem
-	milli := int(al.milli)
+	shares := model.Shares(al.shares)
 	base := s.index.GPUOffset[n]
 	for _, g := range s.allocGPUs(al) {
 		k := base + g
 		if w.gpuStamp[k] != w.stamp {
 			w.gpuStamp[k], w.freed[k] = w.stamp, 0
 		}
-		before := node.GPUs[g].FreeMilli + int(w.freed[k])
-		w.freed[k] += int32(milli)
-		if before < t.GPUMilli && before+milli >= t.GPUMilli && t.ModelAllowed(node.GPUs[g].Model) {
+		before := node.GPUs[g].Free + model.Shares(w.freed[k])
+		w.freed[k] += int32(shares)
+		if before < t.Shares && before+shares >= t.Shares && t.ModelAllowed(node.GPUs[g].Model) {
 			w.open[n]++
 		}
 	}
@@ -266,21 +266,21 @@ func (w *walkState) add(s *state, n int32, j int32, a int32, t placement.Task) b
 }
 
 // allocInfo is what an allocation holds, packed for the victim walk: its
-// node, CPU, memory, and milli-GPU on each of its GPUs (gpuN GPUs listed
+// node, CPU, memory, and shares on each of its GPUs (gpuN GPUs listed
 // from allocGPU[gpuOff]).
 type allocInfo struct {
 	cpu, mem     int64
 	node         int32
-	milli        int32
+	shares       int32
 	gpuOff, gpuN int32
 }
 
-// allocNeeds is the milli-GPU an ask holds on each of its GPUs.
+// allocNeeds is the shares an ask holds on each of its GPUs.
 func allocNeeds(a *model.Ask) int32 {
 	if a.WholeGPUs > 0 {
-		return int32(model.SharesPerGPU) * milliPerShare
+		return int32(model.SharesPerGPU)
 	}
-	return int32(a.Shares) * milliPerShare
+	return int32(a.Shares)
 }
 
 func (s *state) allocGPUs(al *allocInfo) []int32 {
@@ -294,7 +294,7 @@ func (s *state) addAlloc(node int, ask *model.Ask, gpus []int) int32 {
 	for _, g := range gpus {
 		s.allocGPU = append(s.allocGPU, int32(g))
 	}
-	s.allocs = append(s.allocs, allocInfo{cpu: ask.CPUMilli, mem: ask.MemoryMiB, node: int32(node), milli: allocNeeds(ask), gpuOff: off, gpuN: int32(len(gpus))})
+	s.allocs = append(s.allocs, allocInfo{cpu: ask.CPUMilli, mem: ask.MemoryMiB, node: int32(node), shares: allocNeeds(ask), gpuOff: off, gpuN: int32(len(gpus))})
 	return int32(len(s.allocs) - 1)
 }
 
@@ -317,10 +317,10 @@ func (s *state) enough(n int, t placement.Task, victims []int32, mustFree model.
 	var freed model.Shares
 	node := &s.cluster.Nodes[n]
 	cpu, mem := node.FreeCPUMilli, node.FreeMemoryMiB
-	var buf [16]int
+	var buf [16]model.Shares
 	free := buf[:0]
 	for _, g := range node.GPUs {
-		free = append(free, g.FreeMilli)
+		free = append(free, g.Free)
 	}
 	for _, j := range victims {
 		freed += s.jobs[j].usage
@@ -332,7 +332,7 @@ func (s *state) enough(n int, t placement.Task, victims []int32, mustFree model.
 			cpu += al.cpu
 			mem += al.mem
 			for _, g := range s.allocGPUs(al) {
-				free[g] += int(al.milli)
+				free[g] += model.Shares(al.shares)
 			}
 		}
 	}
@@ -341,7 +341,7 @@ func (s *state) enough(n int, t placement.Task, victims []int32, mustFree model.
 	}
 	found := 0
 	for g := range free {
-		if free[g] >= t.GPUMilli && t.ModelAllowed(node.GPUs[g].Model) {
+		if free[g] >= t.Shares && t.ModelAllowed(node.GPUs[g].Model) {
 			found++
 		}
 	}

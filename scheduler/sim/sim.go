@@ -16,6 +16,7 @@ import (
 	"math/rand"
 	"slices"
 
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
@@ -49,12 +50,9 @@ type Result struct {
 	AllocAtStop float64
 	// Arrived, Placed and Dropped count tasks.
 	Arrived, Placed, Dropped int
-	// CapacityMilli is the cluster's GPU capacity in milli-GPU.
-	CapacityMilli int64
+	// Capacity is the cluster's GPU capacity.
+	Capacity model.Shares
 }
-
-// demand is the GPU demand of t in milli-GPU.
-func demand(t placement.Task) int64 { return int64(t.GPUCount) * int64(t.GPUMilli) }
 
 // Run simulates one seed. It copies the nodes; cfg is not changed.
 func Run(cfg Config) (Result, error) {
@@ -75,23 +73,23 @@ func Run(cfg Config) (Result, error) {
 		return Result{}, fmt.Errorf("sim: read level %.2f above stop level %.2f", readAt, stopAt)
 	}
 	c := &placement.Cluster{Nodes: cloneNodes(cfg.Nodes)}
-	var capacity int64
+	capacity := model.GPUs(0)
 	for _, n := range c.Nodes {
-		capacity += int64(len(n.GPUs)) * 1000
+		capacity += model.GPUs(len(n.GPUs))
 	}
-	var gpuDemand int64
+	var gpuDemand model.Shares
 	for _, t := range cfg.Tasks {
-		gpuDemand += demand(t)
+		gpuDemand += t.Demand()
 	}
 	if capacity == 0 || gpuDemand == 0 {
 		return Result{}, errors.New("sim: no GPU capacity or no GPU demand")
 	}
-	res := Result{CapacityMilli: capacity}
+	res := Result{Capacity: capacity}
 	rng := rand.New(rand.NewSource(cfg.Seed))
 	order := rng.Perm(len(cfg.Tasks))
-	readMilli := readAt * float64(capacity)
-	stopMilli := stopAt * float64(capacity)
-	var arrived, allocated int64
+	readLevel := readAt * float64(capacity)
+	stopLevel := stopAt * float64(capacity)
+	var arrived, allocated model.Shares
 	read := false
 	for i := 0; ; i++ {
 		var t placement.Task
@@ -100,21 +98,21 @@ func Run(cfg Config) (Result, error) {
 		} else {
 			t = cfg.Tasks[rng.Intn(len(cfg.Tasks))]
 		}
-		if float64(arrived+demand(t)) > stopMilli {
+		if float64(arrived+t.Demand()) > stopLevel {
 			break
 		}
-		arrived += demand(t)
+		arrived += t.Demand()
 		res.Arrived++
 		if ch, ok := cfg.Policy.Place(c, t); ok {
 			if err := c.Assign(ch, t); err != nil {
 				return res, fmt.Errorf("sim: policy %s: task %d: %w", cfg.Policy.Name(), i, err)
 			}
-			allocated += demand(t)
+			allocated += t.Demand()
 			res.Placed++
 		} else {
 			res.Dropped++
 		}
-		if !read && float64(arrived) >= readMilli {
+		if !read && float64(arrived) >= readLevel {
 			read = true
 			res.UnallocAtRead = 100 - 100*float64(allocated)/float64(capacity)
 		}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 	"github.com/gpushare/nomad-gpushare/scheduler/trace"
 )
@@ -13,15 +14,15 @@ import (
 func gpuNode(name string, gpus int) placement.Node {
 	n := placement.Node{Name: name, CPUMilli: 64000, FreeCPUMilli: 64000, MemoryMiB: 1 << 20, FreeMemoryMiB: 1 << 20}
 	for range gpus {
-		n.GPUs = append(n.GPUs, placement.GPU{Model: "T4", FreeMilli: 1000})
+		n.GPUs = append(n.GPUs, placement.GPU{Model: "T4", Free: model.SharesPerGPU})
 	}
 	return n
 }
 
 func TestRunSyntheticOutcomes(t *testing.T) {
-	share600 := placement.Task{CPUMilli: 1000, GPUCount: 1, GPUMilli: 600}
+	share60 := placement.Task{CPUMilli: 1000, GPUCount: 1, Shares: 60}
 	cpuOnly := placement.Task{CPUMilli: 1000}
-	whole := placement.Task{CPUMilli: 1000, GPUCount: 1, GPUMilli: 1000}
+	whole := placement.Task{CPUMilli: 1000, GPUCount: 1, Shares: 100}
 	tests := []struct {
 		name  string
 		nodes []placement.Node
@@ -29,13 +30,13 @@ func TestRunSyntheticOutcomes(t *testing.T) {
 		want  Result
 	}{
 		{
-			// Capacity 2000. 600-shares arrive at 600, 1200, 1800, 2400:
-			// two fit (one per GPU), the rest do not. At 2400 >= 100% the
-			// allocation is 1200 (60%); the next would pass 130% (2600).
+			// Capacity 2 GPUs. 0.6-GPU shares arrive at 0.6, 1.2, 1.8, 2.4:
+			// two fit (one per GPU), the rest do not. At 2.4 >= 100% the
+			// allocation is 1.2 (60%); the next would pass 130% (2.6).
 			name:  "shares strand slivers",
 			nodes: []placement.Node{gpuNode("a", 1), gpuNode("b", 1)},
-			tasks: []placement.Task{share600},
-			want:  Result{UnallocAtRead: 40, AllocAtStop: 60, Arrived: 4, Placed: 2, Dropped: 2, CapacityMilli: 2000},
+			tasks: []placement.Task{share60},
+			want:  Result{UnallocAtRead: 40, AllocAtStop: 60, Arrived: 4, Placed: 2, Dropped: 2, Capacity: 200},
 		},
 		{
 			// Whole GPUs fill the cluster exactly; CPU-only tasks bring no
@@ -43,7 +44,7 @@ func TestRunSyntheticOutcomes(t *testing.T) {
 			name:  "whole GPUs fill",
 			nodes: []placement.Node{gpuNode("a", 2), gpuNode("b", 2)},
 			tasks: []placement.Task{whole, cpuOnly},
-			want:  Result{UnallocAtRead: 0, AllocAtStop: 100, CapacityMilli: 4000},
+			want:  Result{UnallocAtRead: 0, AllocAtStop: 100, Capacity: 400},
 		},
 	}
 	for _, tc := range tests {
@@ -69,12 +70,12 @@ func TestRunSyntheticOutcomes(t *testing.T) {
 
 func TestRunDoesNotChangeInput(t *testing.T) {
 	nodes := []placement.Node{gpuNode("a", 2)}
-	tasks := []placement.Task{{CPUMilli: 1000, GPUCount: 1, GPUMilli: 300}}
+	tasks := []placement.Task{{CPUMilli: 1000, GPUCount: 1, Shares: 30}}
 	p, _ := placement.ByName("bestfit", 1)
 	if _, err := Run(Config{Nodes: nodes, Tasks: tasks, Policy: p, Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if nodes[0].FreeCPUMilli != 64000 || nodes[0].GPUs[0].FreeMilli != 1000 {
+	if nodes[0].FreeCPUMilli != 64000 || nodes[0].GPUs[0].Free != model.SharesPerGPU {
 		t.Fatalf("Run changed its input nodes: %+v", nodes[0])
 	}
 }
@@ -85,10 +86,10 @@ func TestRunErrors(t *testing.T) {
 		name string
 		cfg  Config
 	}{
-		{"no policy", Config{Nodes: []placement.Node{gpuNode("a", 1)}, Tasks: []placement.Task{{GPUCount: 1, GPUMilli: 1000}}}},
+		{"no policy", Config{Nodes: []placement.Node{gpuNode("a", 1)}, Tasks: []placement.Task{{GPUCount: 1, Shares: 100}}}},
 		{"no tasks", Config{Nodes: []placement.Node{gpuNode("a", 1)}, Policy: p}},
 		{"no GPU demand", Config{Nodes: []placement.Node{gpuNode("a", 1)}, Tasks: []placement.Task{{CPUMilli: 1}}, Policy: p}},
-		{"read after stop", Config{Nodes: []placement.Node{gpuNode("a", 1)}, Tasks: []placement.Task{{GPUCount: 1, GPUMilli: 1000}}, Policy: p, ReadAt: 2}},
+		{"read after stop", Config{Nodes: []placement.Node{gpuNode("a", 1)}, Tasks: []placement.Task{{GPUCount: 1, Shares: 100}}, Policy: p, ReadAt: 2}},
 	}
 	for _, tc := range tests {
 		if _, err := Run(tc.cfg); err == nil {
@@ -112,7 +113,7 @@ func TestReproducesPaperBaselines(t *testing.T) {
 	if err != nil {
 		t.Skipf("openb trace not available: %v", err)
 	}
-	tt, err := trace.OpenTasks(filepath.Join(dir, "openb_pod_list_default.csv"), nodes)
+	tt, err := trace.OpenTasks(filepath.Join(dir, "openb_pod_list_default.csv"))
 	if err != nil {
 		t.Fatal(err)
 	}

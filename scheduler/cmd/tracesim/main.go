@@ -61,7 +61,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ttasks, err := trace.OpenTasks(*podsPath, nodes)
+	ttasks, err := trace.OpenTasks(*podsPath)
 	if err != nil {
 		return err
 	}
