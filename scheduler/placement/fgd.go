@@ -63,9 +63,9 @@ func (p *FGD) Place(c *Cluster, t Task) (Choice, bool) {
 // share, the first GPU that achieves it (-1 otherwise).
 func (p *FGD) scoreOnNode(n *Node, t Task) (int64, int) {
 	f := p.frag
-	before := f.current(n)
+	before := f.current(n).fgd
 	if !isShare(t) {
-		return fgdScore(f.afterWhole(n, t) - before), -1
+		return fgdScore(f.afterWhole(n, t).fgd - before), -1
 	}
 	var best int64
 	bestGPU := -1
@@ -73,7 +73,7 @@ func (p *FGD) scoreOnNode(n *Node, t Task) (int64, int) {
 		if !f.shareCandidate(n, t, g) {
 			continue
 		}
-		if s := fgdScore(f.afterShare(n, t, g) - before); bestGPU < 0 || s > best {
+		if s := fgdScore(f.afterShare(n, t, g).fgd - before); bestGPU < 0 || s > best {
 			best, bestGPU = s, g
 		}
 	}

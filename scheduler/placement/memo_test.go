@@ -36,8 +36,8 @@ func TestFragMemoBounded(t *testing.T) {
 			unbounded.memoCap = 1 << 30
 			var pb, pu Policy = &FGD{frag: bounded}, &FGD{frag: unbounded}
 			if tc.fill {
-				pb = &GPUShare{rng: rand.New(rand.NewSource(1)), frag: bounded}
-				pu = &GPUShare{rng: rand.New(rand.NewSource(1)), frag: unbounded}
+				pb = &GPUShare{frag: bounded, pool: newPools(w)}
+				pu = &GPUShare{frag: unbounded, pool: newPools(w)}
 			}
 			maxLen := 0
 			for i := range 2000 {

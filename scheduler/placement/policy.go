@@ -28,10 +28,15 @@ type constructor struct {
 }
 
 var registry = map[string]constructor{
-	"random":   {build: func(rng *rand.Rand, _ *Workload) Policy { return NewRandom(rng) }},
-	"bestfit":  {build: func(rng *rand.Rand, _ *Workload) Policy { return NewBestFit(rng) }},
-	"fgd":      {needsWorkload: true, build: func(rng *rand.Rand, w *Workload) Policy { return NewFGD(rng, w) }},
-	"gpushare": {needsWorkload: true, build: func(rng *rand.Rand, w *Workload) Policy { return NewGPUShare(rng, w) }},
+	"random":           {build: func(rng *rand.Rand, _ *Workload) Policy { return NewRandom(rng) }},
+	"bestfit":          {build: func(rng *rand.Rand, _ *Workload) Policy { return NewBestFit(rng) }},
+	"fgd":              {needsWorkload: true, build: func(rng *rand.Rand, w *Workload) Policy { return NewFGD(rng, w) }},
+	"gpushare":         {needsWorkload: true, build: func(rng *rand.Rand, w *Workload) Policy { return NewGPUShare(rng, w) }},
+	"deployed":         {build: func(rng *rand.Rand, _ *Workload) Policy { return NewDeployed(rng, Batch, nil) }},
+	"deployed-service": {build: func(rng *rand.Rand, _ *Workload) Policy { return NewDeployed(rng, Service, nil) }},
+	"deployed-ranked": {needsWorkload: true, build: func(rng *rand.Rand, w *Workload) Policy {
+		return NewDeployed(rng, Batch, NewRanking(w))
+	}},
 }
 
 // Names lists the policy names ByName accepts, sorted.

@@ -205,11 +205,11 @@ func TestFragMeasures(t *testing.T) {
 		fgd := newFragMeter(w)
 		fill := newFragMeter(w)
 		fill.fill = true
-		if got := fgd.frag(&n, tc.cpu, tc.free); got != tc.fgd {
-			t.Errorf("%s: FGD measure %.1f, want %.1f", tc.name, got, tc.fgd)
+		if got := fgd.frag(&n, tc.cpu, tc.free); got != (fragValue{fgd: tc.fgd}) {
+			t.Errorf("%s: FGD meter %+v, want fgd %.1f and no fill", tc.name, got, tc.fgd)
 		}
-		if got := fill.frag(&n, tc.cpu, tc.free); got != tc.fgd+tc.fill {
-			t.Errorf("%s: gpushare measure %.1f, want FGD+fill %.1f", tc.name, got, tc.fgd+tc.fill)
+		if got := fill.frag(&n, tc.cpu, tc.free); got != (fragValue{fgd: tc.fgd, fill: tc.fill}) {
+			t.Errorf("%s: gpushare meter %+v, want fgd %.1f fill %.1f", tc.name, got, tc.fgd, tc.fill)
 		}
 	}
 }
@@ -311,7 +311,7 @@ func TestFragMeasureCPUOnlyType(t *testing.T) {
 		{"no gpu free", 8000, []model.Shares{0, 0}, 0},
 	}
 	for _, tc := range tests {
-		if got := newFragMeter(w).frag(&n, tc.cpu, tc.free); got != tc.want {
+		if got := newFragMeter(w).frag(&n, tc.cpu, tc.free).fgd; got != tc.want {
 			t.Errorf("%s: measure %.1f, want %.1f", tc.name, got, tc.want)
 		}
 	}

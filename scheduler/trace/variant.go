@@ -36,11 +36,31 @@ const (
 
 var kinds = []Kind{GPUShare, MultiGPU, CPUOnly, GPUSpec}
 
-// Step is one change to a task list: a kind and its level in percent.
+// Step is one change to a task list: a kind and its level in percent, and
+// for GPUSpec the way constraints pick models.
 type Step struct {
 	Kind    Kind
 	Percent int
+	Draw    ModelDraw
 }
+
+// ModelDraw is how a GPUSpec step picks the model a constraint names,
+// among the models of the nodes that can hold the task.
+type ModelDraw byte
+
+// The model draws, written after the percentage ("gpuspec33g").
+const (
+	// ByNode draws the model of a uniformly drawn node (the default; no
+	// letter): models of many small nodes are asked for beyond their
+	// share of GPUs.
+	ByNode ModelDraw = 0
+	// ByGPU draws the model of a uniformly drawn GPU ("g"): each pool is
+	// asked for in proportion to its size.
+	ByGPU ModelDraw = 'g'
+	// ByModel draws a model uniformly ("m"): small pools are asked for far
+	// beyond their size.
+	ByModel ModelDraw = 'm'
+)
 
 // Variant is a list of steps applied in order, written like the openb
 // file names and joined with "+": "multigpu30", "gpushare60+gpuspec33".
@@ -69,11 +89,15 @@ func parseStep(s string) (Step, error) {
 		if !ok || digits == "" {
 			continue
 		}
+		var draw ModelDraw
+		if last := digits[len(digits)-1]; k == GPUSpec && (last == byte(ByGPU) || last == byte(ByModel)) {
+			draw, digits = ModelDraw(last), digits[:len(digits)-1]
+		}
 		p, err := strconv.Atoi(digits)
 		if err != nil || p < 0 || p > 100 {
-			return Step{}, fmt.Errorf("%q: want %s followed by a percentage 0-100", s, k)
+			return Step{}, fmt.Errorf("%q: want %s followed by a percentage 0-100%s", s, k, drawHint(k))
 		}
-		return Step{Kind: k, Percent: p}, nil
+		return Step{Kind: k, Percent: p, Draw: draw}, nil
 	}
 	names := make([]string, len(kinds))
 	for i, k := range kinds {
@@ -82,11 +106,21 @@ func parseStep(s string) (Step, error) {
 	return Step{}, fmt.Errorf("%q: want one of %s", s, strings.Join(names, ", "))
 }
 
+func drawHint(k Kind) string {
+	if k == GPUSpec {
+		return " and optionally g (models drawn by GPU) or m (by model)"
+	}
+	return ""
+}
+
 // String is the variant's name, as ParseVariant reads it.
 func (v Variant) String() string {
 	parts := make([]string, len(v))
 	for i, s := range v {
 		parts[i] = string(s.Kind) + strconv.Itoa(s.Percent)
+		if s.Draw != ByNode {
+			parts[i] += string(rune(s.Draw))
+		}
 	}
 	return strings.Join(parts, "+")
 }
@@ -104,12 +138,13 @@ func (v Variant) String() string {
 // the GPU tasks and keep the CPU-only ones; CPUOnly resamples all tasks.
 //
 // GPUSpec picks, uniformly, GPU tasks without a constraint until the given
-// % of the GPU tasks have one, and constrains each to the model of a node
-// drawn uniformly among the nodes that can hold the task when empty; one
-// time in four a second node's model is allowed too. Drawing by node rather
-// than by GPU asks for the models of small nodes (T4, P100) more often than
-// their share of GPUs, as production constraints do (the published
-// gpuspec33 list asks for T4 far beyond its 14% of the GPUs).
+// % of the GPU tasks have one, and constrains each to a model drawn from
+// the nodes that can hold the task when empty (Step.Draw: by default the
+// model of a uniformly drawn node); one time in four a second model is
+// allowed too. Drawing by node rather than by GPU asks for the models of
+// small nodes (T4, P100) more often than their share of GPUs, as production
+// constraints do (the published gpuspec33 list asks for T4 far beyond its
+// 14% of the GPUs).
 func (v Variant) Apply(base []Task, nodes []placement.Node, seed int64) ([]Task, error) {
 	rng := rand.New(rand.NewSource(seed))
 	tasks := base
@@ -139,7 +174,7 @@ func (s Step) apply(tasks []Task, nodes []placement.Node, rng *rand.Rand) ([]Tas
 		cpu := func(t Task) float64 { return float64(t.CPUMilli) }
 		return resampleWithin(rng, tasks, all, isCPUOnly, p, cpu, "CPU-only")
 	case GPUSpec:
-		return constrainModels(rng, tasks, nodes, p), nil
+		return constrainModels(rng, tasks, nodes, p, s.Draw), nil
 	}
 	return nil, fmt.Errorf("unknown kind %q", s.Kind)
 }
@@ -187,7 +222,7 @@ func resampleWithin(rng *rand.Rand, tasks []Task, inScope, inClass func(Task) bo
 
 // constrainModels gives share p of the GPU tasks a GPU-model constraint
 // (counting those that already have one).
-func constrainModels(rng *rand.Rand, tasks []Task, nodes []placement.Node, p float64) []Task {
+func constrainModels(rng *rand.Rand, tasks []Task, nodes []placement.Node, p float64, draw ModelDraw) []Task {
 	out := make([]Task, len(tasks))
 	copy(out, tasks)
 	var free []int
@@ -213,9 +248,9 @@ func constrainModels(rng *rand.Rand, tasks []Task, nodes []placement.Node, p flo
 		if len(hosts) == 0 {
 			continue
 		}
-		models := []string{modelOf(rng, hosts)}
+		models := []string{modelOf(rng, hosts, draw)}
 		if rng.Intn(4) == 0 {
-			if m := modelOf(rng, hosts); m != models[0] {
+			if m := modelOf(rng, hosts, draw); m != models[0] {
 				models = append(models, m)
 			}
 		}
@@ -238,8 +273,32 @@ func hostsOf(nodes []placement.Node, t placement.Task) []*placement.Node {
 	return hosts
 }
 
-// modelOf is the model of a GPU of a node drawn uniformly from hosts.
-func modelOf(rng *rand.Rand, hosts []*placement.Node) string {
+// modelOf draws a model from the GPUs of hosts.
+func modelOf(rng *rand.Rand, hosts []*placement.Node, draw ModelDraw) string {
+	switch draw {
+	case ByGPU:
+		k := 0
+		for _, n := range hosts {
+			k += len(n.GPUs)
+		}
+		k = rng.Intn(k)
+		for _, n := range hosts {
+			if k < len(n.GPUs) {
+				return n.GPUs[k].Model
+			}
+			k -= len(n.GPUs)
+		}
+	case ByModel:
+		var models []string
+		for _, n := range hosts {
+			for _, g := range n.GPUs {
+				if !slices.Contains(models, g.Model) {
+					models = append(models, g.Model)
+				}
+			}
+		}
+		return models[rng.Intn(len(models))]
+	}
 	n := hosts[rng.Intn(len(hosts))]
 	return n.GPUs[rng.Intn(len(n.GPUs))].Model
 }

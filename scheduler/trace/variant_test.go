@@ -18,10 +18,13 @@ func TestParseVariant(t *testing.T) {
 		want Variant
 		err  bool
 	}{
-		{"gpushare60", Variant{{GPUShare, 60}}, false},
-		{"multigpu30+gpuspec33", Variant{{MultiGPU, 30}, {GPUSpec, 33}}, false},
-		{"cpu40", Variant{{CPUOnly, 40}}, false},
-		{"gpuspec0", Variant{{GPUSpec, 0}}, false},
+		{"gpushare60", Variant{{GPUShare, 60, ByNode}}, false},
+		{"multigpu30+gpuspec33", Variant{{MultiGPU, 30, ByNode}, {GPUSpec, 33, ByNode}}, false},
+		{"cpu40", Variant{{CPUOnly, 40, ByNode}}, false},
+		{"gpuspec0", Variant{{GPUSpec, 0, ByNode}}, false},
+		{"gpuspec33g", Variant{{GPUSpec, 33, ByGPU}}, false},
+		{"gpuspec10m+cpu30", Variant{{GPUSpec, 10, ByModel}, {CPUOnly, 30, ByNode}}, false},
+		{"cpu30g", nil, true},
 		{"gpushare", nil, true},
 		{"gpushare101", nil, true},
 		{"share60", nil, true},
@@ -110,6 +113,8 @@ func TestVariantReachesItsTarget(t *testing.T) {
 		{"multigpu40", gpu, func(t Task) bool { return t.GPUCount > 1 }, demand, 0.40},
 		{"cpu50", all, func(t Task) bool { return t.GPUCount == 0 }, func(t Task) float64 { return float64(t.CPUMilli) }, 0.50},
 		{"gpuspec33", gpu, func(t Task) bool { return len(t.Models) > 0 }, func(Task) float64 { return 1 }, 0.33},
+		{"gpuspec20g", gpu, func(t Task) bool { return len(t.Models) > 0 }, func(Task) float64 { return 1 }, 0.20},
+		{"gpuspec20m", gpu, func(t Task) bool { return len(t.Models) > 0 }, func(Task) float64 { return 1 }, 0.20},
 	}
 	base := baseTasks()
 	nodes := variantNodes()
@@ -196,5 +201,41 @@ func TestWriteTasksRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(back, tasks) {
 		t.Errorf("read back %d tasks differ from the %d written", len(back), len(tasks))
+	}
+}
+
+func TestGPUSpecModelDraws(t *testing.T) {
+	// variantNodes: 8 G2 nodes of 8 GPUs, 4 T4 nodes of 2 GPUs. A draw
+	// picks T4 with probability p (by node 4/12, by GPU 8/72, by model
+	// 1/2); a constraint is T4 alone when the first draw is T4 and either
+	// no second model is drawn (3 in 4) or it is T4 too.
+	alone := func(p float64) float64 { return p * (0.75 + 0.25*p) }
+	tests := []struct {
+		variant string
+		want    float64
+	}{
+		{"gpuspec100", alone(4.0 / 12)},
+		{"gpuspec100g", alone(8.0 / 72)},
+		{"gpuspec100m", alone(0.5)},
+	}
+	var base []Task
+	for i := range 2000 {
+		base = append(base, Task{Name: fmt.Sprint(i), Task: placement.Task{CPUMilli: 1000, GPUCount: 1, Shares: 50}})
+	}
+	for _, tc := range tests {
+		v, _ := ParseVariant(tc.variant)
+		got, err := v.Apply(base, variantNodes(), 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t4 := 0
+		for _, task := range got {
+			if len(task.Models) == 1 && task.Models[0] == "T4" {
+				t4++
+			}
+		}
+		if share := float64(t4) / float64(len(got)); math.Abs(share-tc.want) > 0.03 {
+			t.Errorf("%s: %.3f of the tasks may use T4 only, want about %.3f", tc.variant, share, tc.want)
+		}
 	}
 }
