@@ -14,6 +14,7 @@
 package sim
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -60,21 +61,9 @@ type Result struct {
 
 // Run simulates one seed. It copies the nodes; cfg is not changed.
 func Run(cfg Config) (Result, error) {
-	if cfg.Policy == nil {
-		return Result{}, errors.New("sim: no policy")
-	}
-	if len(cfg.Tasks) == 0 {
-		return Result{}, errors.New("sim: no tasks")
-	}
-	readAt, stopAt := cfg.ReadAt, cfg.StopAt
-	if readAt == 0 {
-		readAt = DefaultReadAt
-	}
-	if stopAt == 0 {
-		stopAt = DefaultStopAt
-	}
-	if readAt > stopAt {
-		return Result{}, fmt.Errorf("sim: read level %.2f above stop level %.2f", readAt, stopAt)
+	readAt, stopAt, err := cfg.levels()
+	if err != nil {
+		return Result{}, err
 	}
 	c := &placement.Cluster{Nodes: cloneNodes(cfg.Nodes)}
 	capacity := model.GPUs(0)
@@ -88,11 +77,32 @@ func Run(cfg Config) (Result, error) {
 	if capacity == 0 || gpuDemand == 0 {
 		return Result{}, errors.New("sim: no GPU capacity or no GPU demand")
 	}
+	return arrive(cfg, c, capacity, readAt*float64(capacity), stopAt*float64(capacity))
+}
+
+// levels checks cfg and returns its read and stop levels.
+func (cfg Config) levels() (readAt, stopAt float64, err error) {
+	if cfg.Policy == nil {
+		return 0, 0, errors.New("sim: no policy")
+	}
+	if len(cfg.Tasks) == 0 {
+		return 0, 0, errors.New("sim: no tasks")
+	}
+	readAt, stopAt = cmp.Or(cfg.ReadAt, DefaultReadAt), cmp.Or(cfg.StopAt, DefaultStopAt)
+	if readAt > stopAt {
+		return 0, 0, fmt.Errorf("sim: read level %.2f above stop level %.2f", readAt, stopAt)
+	}
+	return readAt, stopAt, nil
+}
+
+// arrive lets tasks arrive on c, the shuffled list and then random draws,
+// until the next one would take arrived GPU demand past stopLevel, and
+// reads the allocation when arrived demand first reaches readLevel.
+func arrive(cfg Config, c *placement.Cluster, capacity model.Shares, readLevel, stopLevel float64) (Result, error) {
 	res := Result{Capacity: capacity}
+	unallocated := func(allocated model.Shares) float64 { return 100 - 100*float64(allocated)/float64(capacity) }
 	rng := rand.New(rand.NewSource(cfg.Seed))
 	order := rng.Perm(len(cfg.Tasks))
-	readLevel := readAt * float64(capacity)
-	stopLevel := stopAt * float64(capacity)
 	var arrived, allocated model.Shares
 	read := false
 	for i := 0; ; i++ {
@@ -118,13 +128,13 @@ func Run(cfg Config) (Result, error) {
 		}
 		if !read && float64(arrived) >= readLevel {
 			read = true
-			res.UnallocAtRead = 100 - 100*float64(allocated)/float64(capacity)
+			res.UnallocAtRead = unallocated(allocated)
 		}
 	}
 	if !read {
-		res.UnallocAtRead = 100 - 100*float64(allocated)/float64(capacity)
+		res.UnallocAtRead = unallocated(allocated)
 	}
-	res.AllocAtStop = 100 * float64(allocated) / float64(capacity)
+	res.AllocAtStop = 100 - unallocated(allocated)
 	return res, nil
 }
 

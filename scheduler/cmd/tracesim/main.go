@@ -16,7 +16,9 @@
 //
 // -variant draws a workload variant from the pod list by the published
 // method (trace.Variant) before simulating; the variant subcommand writes
-// one as a pod list instead.
+// one as a pod list instead. Besides the paper's baselines and gpushare,
+// -policy takes the models of the deployment: deployed (batch jobs),
+// deployed-service, and deployed-ranked (with the ranking mechanism).
 package main
 
 import (
