@@ -152,27 +152,30 @@ func TestRankingSteersNomad(t *testing.T) {
 
 func TestRankingClasses(t *testing.T) {
 	tasks := []Task{
-		share(4000, 46), share(4000, 46), share(6000, 46), whole(12000, 1), whole(12000, 1),
+		share(4000, 46), share(4000, 46), share(6000, 46), whole(12000, 1), whole(10000, 1),
 		whole(88000, 8), {CPUMilli: 8000, MemoryMiB: 1024},
 	}
-	w := NewWorkload(tasks, 0.8)
-	r := NewRanking(w)
+	r := NewRanking(NewWorkload(tasks, 0.8))
 	tests := []struct {
-		task Task
-		key  string
-		ok   bool
+		task    Task
+		key     string
+		typical int64 // the class's mean CPU, 0 when the workload has no such class
 	}{
-		{share(4000, 46), "s46-4000", true},
-		{share(5500, 45), "s46-6000", true},
-		{whole(10000, 1), "w1-12000", true},
-		{whole(64000, 8), "w8-88000", true}, // a rare ask, outside the common types
-		{Task{CPUMilli: 2000}, "cpu-8000", true},
-		{whole(1000, 2), "", false},
+		{share(4000, 46), "s46-c4", 4000},
+		{share(5500, 46), "s46-c8", 6000},
+		{whole(9000, 1), "w1-c16", 11000},
+		{whole(88000, 8), "w8-c128", 88000}, // not a common type: classes cover every task
+		{whole(64000, 8), "w8-c64", 0},
+		{Task{CPUMilli: 7000}, "cpu-c8", 8000},
+		{share(4000, 45), "s45-c4", 0},
 	}
 	for _, tc := range tests {
+		if got := ClassKey(tc.task); got != tc.key {
+			t.Errorf("ClassKey(%+v) = %s, want %s", tc.task, got, tc.key)
+		}
 		c, ok := r.ClassOf(tc.task)
-		if ok != tc.ok || ok && ClassKey(c) != tc.key {
-			t.Errorf("ClassOf(%+v) = %s, %v; want %s, %v", tc.task, ClassKey(c), ok, tc.key, tc.ok)
+		if ok != (tc.typical > 0) || c.CPUMilli != tc.typical {
+			t.Errorf("ClassOf(%+v) = %+v, %v; want typical CPU %d", tc.task, c, ok, tc.typical)
 		}
 	}
 }

@@ -7,27 +7,35 @@ import (
 )
 
 // Ranking is the mechanism by which real Nomad placements follow gpushare's
-// measure without patching Nomad: nodes publish, per class of task, how
-// much our fragmentation measure would grow if such a task landed there,
-// and jobs carry affinities on it. Nomad's own scoring then does the rest.
-// The Deployed policy with a Ranking models the result.
+// measure without patching Nomad: nodes publish, per class of task, whether
+// a task of that class would grow our fragmentation measure there, and jobs
+// carry an affinity on it. Nomad's own scoring then does the rest. The
+// Deployed policy with a Ranking models the result.
 //
-// What is published: for every node and every class (the workload's common
-// task shapes, see rankClasses and ClassKey), a level 0 to len(Thresholds):
-// the number of thresholds that the growth of fragmentation (the gpushare
-// measure, FGD's and fill's growth summed, in shares) of placing the
-// class's task on the node is at or below; 0 where it does not fit.
+// Classes: a task's class is its GPU ask and a power-of-two bound on its
+// CPU ask (ClassKey: "s46-c8" is 0.46 of a GPU and at most 8 cores, "w1-c16"
+// one whole GPU and at most 16 cores, "cpu-c32" no GPU and at most 32
+// cores), so a job names its class from its own resources. The workload
+// (the tasks running and waiting) gives each class its typical task: the
+// mean CPU and memory of its tasks (Workload.Classes).
+//
+// What nodes publish: for every node and every class of the workload, a
+// level 0 to len(Thresholds), the number of thresholds that the growth of
+// fragmentation of placing the class's typical task on the node is at or
+// below (0 where it does not fit). The growth is the gpushare measure (the
+// FGD and fill measures' growths summed, in shares, against the workload).
 // A node's levels depend on that node's state only, so a placement changes
-// the levels of the node it lands on and of no other.
+// the levels of the node it lands on and of no other node.
 //
-// What jobs carry: a job of class c has one node affinity per level k,
+// What jobs carry: a job of class c has one affinity per level k,
 // `${meta.<MetaPrefix><c>} >= k` with equal weights, so Nomad's affinity
 // score is level/len(Thresholds). Having an affinity raises the number of
-// nodes Nomad scores from 2 (batch) to 100; the affinity score is averaged
-// with the bin-pack score. A share job also carries a device affinity that
-// prefers the tightest share GPU when GPULadder is set (see gpuScore).
+// nodes Nomad scores from 2 (batch) or ceil(log2 nodes) (service) to 100,
+// and the affinity score is averaged with the bin-pack score. With
+// GPULadder, a share job also carries device affinities that prefer the
+// tightest share GPU (gpuScore).
 type Ranking struct {
-	// Thresholds on the growth of fragmentation, in shares, highest first.
+	// Thresholds on the growth of fragmentation, in shares.
 	Thresholds []float64
 	// GPULadder: share jobs carry device affinities on the free shares of
 	// each share GPU, which the plugin publishes as a device attribute.
@@ -39,127 +47,83 @@ type Ranking struct {
 	// (an upper bound for measuring what the classes cost).
 	Exact bool
 
-	classes []TaskType
+	classes map[classKey]TaskType
 	gs      *GPUShare
 }
 
 // MetaPrefix prefixes the node metadata keys of the published levels.
 const MetaPrefix = "gpushare.rank."
 
-// DefaultThresholds are the thresholds the deployment publishes: a node is
-// one level up when placing the task there does not grow fragmentation
-// (growth at most 0), and one more when it shrinks it by a tenth of a GPU.
+// DefaultThresholds are the thresholds the deployment publishes: one, a
+// level 1 where placing the class's task does not grow fragmentation.
 var DefaultThresholds = []float64{0}
 
 // NewRanking returns the ranking mechanism for workload w with the default
-// thresholds, the GPU ladder, and affinities on every job.
+// thresholds and the GPU ladder, affinities on every job.
 func NewRanking(w *Workload) *Ranking {
-	return &Ranking{Thresholds: DefaultThresholds, GPULadder: true, classes: rankClasses(w), gs: NewGPUShare(nil, w)}
+	r := &Ranking{Thresholds: DefaultThresholds, GPULadder: true, classes: map[classKey]TaskType{}, gs: NewGPUShare(nil, w)}
+	for _, c := range w.Classes {
+		r.classes[classOf(Task{CPUMilli: c.CPUMilli, GPUCount: c.GPUCount, Shares: c.Shares})] = c
+	}
+	return r
 }
 
-// rankClasses are the classes a ranking publishes for w: the workload's
-// common task types without their model constraints (types that differ
-// only in models are one class, with their weighted mean memory), and one
-// more class for each GPU ask that no common type has (its tasks' mean CPU
-// and memory), so that every job has a class with its GPU count.
-func rankClasses(w *Workload) []TaskType {
-	type key struct {
-		count  int
-		shares model.Shares
-		cpu    int64
-	}
-	var classes []TaskType
-	at := map[key]int{}
-	asks := map[key]bool{}
-	for _, t := range w.Types {
-		k := key{t.GPUCount, t.Shares, t.CPUMilli}
-		asks[key{count: t.GPUCount, shares: t.Shares}] = true
-		i, ok := at[k]
-		if !ok {
-			at[k] = len(classes)
-			classes = append(classes, TaskType{CPUMilli: t.CPUMilli, GPUCount: t.GPUCount, Shares: t.Shares})
-			i = len(classes) - 1
-		}
-		c := &classes[i]
-		mem := float64(c.MemoryMiB)*c.Weight + float64(t.MemoryMiB)*t.Weight
-		c.Weight += t.Weight
-		c.MemoryMiB = int64(mem / c.Weight)
-	}
-	for _, a := range w.Asks {
-		if !asks[key{count: a.GPUCount, shares: a.Shares}] {
-			classes = append(classes, a)
-		}
-	}
-	return classes
+// classKey identifies a class: the GPU ask and the CPU bound.
+type classKey struct {
+	count    int
+	shares   model.Shares
+	cpuBound int64
 }
 
-// ClassOf is the class of t, whose levels its job's affinities name: of the
-// classes with t's GPU count, the one with the nearest share size, then the
-// nearest CPU ask; false when no class has t's GPU count.
+func classOf(t Task) classKey {
+	return classKey{count: t.GPUCount, shares: t.Shares, cpuBound: cpuBound(t.CPUMilli)}
+}
+
+// cpuBound is the smallest power-of-two number of cores, in milli-cores,
+// at or above cpu (at least one core).
+func cpuBound(cpu int64) int64 {
+	b := int64(1000)
+	for b < cpu {
+		b *= 2
+	}
+	return b
+}
+
+// ClassOf is the typical task of t's class in the ranking's workload;
+// false when the workload has no task of t's class (its job's affinity
+// then matches no node).
 func (r *Ranking) ClassOf(t Task) (TaskType, bool) {
-	best := -1
-	for i, c := range r.classes {
-		if c.GPUCount != t.GPUCount {
-			continue
-		}
-		if best < 0 {
-			best = i
-			continue
-		}
-		b := r.classes[best]
-		ds, db := absShares(c.Shares-t.Shares), absShares(b.Shares-t.Shares)
-		if ds < db || ds == db && abs64(c.CPUMilli-t.CPUMilli) < abs64(b.CPUMilli-t.CPUMilli) {
-			best = i
-		}
-	}
-	if best < 0 {
-		return TaskType{}, false
-	}
-	return r.classes[best], true
+	c, ok := r.classes[classOf(t)]
+	return c, ok
 }
 
-// ClassKey is the name of a class in the published metadata: its GPU ask
+// ClassKey is the name of t's class in the published metadata: its GPU ask
 // ("cpu" for none, "s46" for 0.46 of a GPU, "w8" for eight whole GPUs) and
-// its CPU ask in milli-cores, for example "w1-11300".
-func ClassKey(c TaskType) string {
-	ask := fmt.Sprintf("w%d", c.GPUCount)
+// its CPU bound in cores, for example "w1-c16".
+func ClassKey(t Task) string {
+	ask := fmt.Sprintf("w%d", t.GPUCount)
 	switch {
-	case c.GPUCount == 0:
+	case t.GPUCount == 0:
 		ask = "cpu"
-	case c.Shares < model.SharesPerGPU:
-		ask = fmt.Sprintf("s%d", c.Shares)
+	case t.Shares < model.SharesPerGPU:
+		ask = fmt.Sprintf("s%d", t.Shares)
 	}
-	return fmt.Sprintf("%s-%d", ask, c.CPUMilli)
-}
-
-func abs64(v int64) int64 {
-	if v < 0 {
-		return -v
-	}
-	return v
-}
-
-func absShares(s model.Shares) model.Shares {
-	if s < 0 {
-		return -s
-	}
-	return s
+	return fmt.Sprintf("%s-c%d", ask, cpuBound(t.CPUMilli)/1000)
 }
 
 // carries reports whether t's job carries the ranking affinities.
 func (r *Ranking) carries(t Task) bool {
-	if r.GPUJobsOnly && t.GPUCount == 0 {
-		return false
-	}
-	_, ok := r.ClassOf(t)
-	return ok || r.Exact
+	return !r.GPUJobsOnly || t.GPUCount > 0
 }
 
 // Level is the level node n publishes for the class of t.
 func (r *Ranking) Level(n *Node, t Task) int {
 	probe := t
 	if !r.Exact {
-		c, _ := r.ClassOf(t)
+		c, ok := r.ClassOf(t)
+		if !ok {
+			return 0
+		}
 		probe = Task{CPUMilli: c.CPUMilli, MemoryMiB: c.MemoryMiB, GPUCount: c.GPUCount, Shares: c.Shares}
 	}
 	if !fitsNode(n, probe) {

@@ -32,11 +32,11 @@ type TaskType struct {
 // against it.
 type Workload struct {
 	Types []TaskType
-	// Asks has one entry per distinct GPU ask (GPUCount and Shares) among
-	// all the tasks, CPU-only tasks being one more, with the mean CPU and
+	// Classes has one entry per class of all the tasks (ClassOf: the GPU
+	// ask and a power-of-two bound on the CPU ask), with the mean CPU and
 	// memory of its tasks and its share of the tasks as Weight, most common
-	// first. The ranking mechanism publishes a score per ask (see Ranking).
-	Asks []TaskType
+	// first. The ranking mechanism publishes a level per class (Ranking).
+	Classes []TaskType
 }
 
 // NewWorkload builds the histogram of task types of tasks and keeps the most
@@ -57,10 +57,10 @@ func ByGPUDemand(t Task) float64 { return float64(t.Demand()) }
 // of the total weight. Tasks of weight 0 are left out.
 func NewWorkloadBy(tasks []Task, coverage float64, weight func(Task) float64) *Workload {
 	all := histogram(tasks, weight, func(t Task) typeKey { return keyOf(t) })
-	asks := histogram(tasks, func(Task) float64 { return 1 }, func(t Task) typeKey {
-		return typeKey{count: t.GPUCount, shares: t.Shares}
+	classes := histogram(tasks, func(Task) float64 { return 1 }, func(t Task) typeKey {
+		return typeKey{count: t.GPUCount, shares: t.Shares, cpu: cpuBound(t.CPUMilli)}
 	})
-	return &Workload{Types: mostCommon(all, coverage), Asks: mostCommon(asks, 1)}
+	return &Workload{Types: mostCommon(all, coverage), Classes: mostCommon(classes, 1)}
 }
 
 // typeKey identifies a task type; models are joined in sorted order.
