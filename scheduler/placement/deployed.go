@@ -54,7 +54,7 @@ func (p *Deployed) Place(c *Cluster, t Task) (Choice, bool) {
 // in the family t needs.
 func (p *Deployed) choose(c *Cluster, t Task, forDemand bool) (Choice, bool) {
 	ranked := p.rank != nil && p.rank.carries(t)
-	limit := nomadLimit(p.jobType, len(c.Nodes), ranked)
+	limit := nomadLimit(p.jobType, len(c.Nodes), ranked && p.rank.raisesLimit())
 	var gpuScore gpuScorer
 	if ranked && p.rank.GPULadder {
 		gpuScore = p.rank.gpuScore

@@ -179,3 +179,15 @@ func TestRankingClasses(t *testing.T) {
 		}
 	}
 }
+
+func TestRankingAsDeviceAttribute(t *testing.T) {
+	r := NewRanking(NewWorkload([]Task{share(1000, 50), {CPUMilli: 1000}}, 1))
+	cpuOnly := Task{CPUMilli: 1000}
+	if !r.carries(cpuOnly) || !r.raisesLimit() {
+		t.Fatal("node metadata: every job carries the affinity and Nomad scores 100 nodes")
+	}
+	r.DeviceAttribute = true
+	if r.carries(cpuOnly) || !r.carries(share(1000, 50)) || r.raisesLimit() {
+		t.Error("device attribute: only jobs with a device request carry it, and Nomad's limit stays")
+	}
+}

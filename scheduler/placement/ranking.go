@@ -46,6 +46,13 @@ type Ranking struct {
 	// Exact scores each task itself instead of its class's typical task
 	// (an upper bound for measuring what the classes cost).
 	Exact bool
+	// DeviceAttribute publishes the levels as device-group attributes
+	// (by the device plugin) instead of node metadata, and jobs carry
+	// device affinities instead of node affinities: Nomad then scores no
+	// more nodes than without the mechanism, and CPU-only jobs, which ask
+	// for no device, cannot carry it. The alternative measured against
+	// node metadata.
+	DeviceAttribute bool
 
 	classes map[classKey]TaskType
 	gs      *GPUShare
@@ -113,8 +120,12 @@ func ClassKey(t Task) string {
 
 // carries reports whether t's job carries the ranking affinities.
 func (r *Ranking) carries(t Task) bool {
-	return !r.GPUJobsOnly || t.GPUCount > 0
+	return t.GPUCount > 0 || !r.GPUJobsOnly && !r.DeviceAttribute
 }
+
+// raisesLimit reports whether the job's affinities make Nomad score more
+// nodes: node affinities do, device affinities do not.
+func (r *Ranking) raisesLimit() bool { return !r.DeviceAttribute }
 
 // Level is the level node n publishes for the class of t.
 func (r *Ranking) Level(n *Node, t Task) int {
