@@ -34,6 +34,34 @@ import (
 // and the affinity score is averaged with the bin-pack score. With
 // GPULadder, a share job also carries device affinities that prefer the
 // tightest share GPU (gpuScore).
+//
+// Deployed with the default thresholds, that is:
+//
+//   - The quota service, which already holds the cluster snapshot and the
+//     workload (plan.PolicyByName builds it from running and waiting
+//     allocations), computes Level for every node and class and writes it
+//     as dynamic node metadata, "gpushare.rank.<class>" = "0" or "1"
+//     (POST /v1/client/metadata with the node's ID; ACL node:write), each
+//     time a node's allocations change (that node only) and for every
+//     node when the workload's classes change (unsetting classes that
+//     left). Keys are HCL identifiers, as Nomad requires.
+//   - Every job that may land on GPU nodes, CPU-only jobs included, carries
+//     in its task group the affinity below, naming its own class. The
+//     example jobspecs carry it; the quota service adds it when it
+//     registers suspended work again.
+//   - With GPULadder, the device plugin publishes on each share-mode GPU's
+//     device group an attribute "free_shares" (its unallocated shares), and
+//     a share job's device block carries, for slack 0, 10, 25 and 50,
+//     `affinity { attribute = "${device.attr.free_shares}" operator = "<="
+//     value = "<count+slack>" weight = 25 }`.
+//
+// The affinity of a job asking for 0.46 of a GPU and 6 cores:
+//
+//	affinity {
+//	  attribute = "${meta.gpushare.rank.s46-c8}"
+//	  value     = "1"
+//	  weight    = 100
+//	}
 type Ranking struct {
 	// Thresholds on the growth of fragmentation, in shares.
 	Thresholds []float64
