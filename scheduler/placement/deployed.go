@@ -71,11 +71,11 @@ func (p *Deployed) choose(c *Cluster, t Task, forDemand bool) (Choice, bool) {
 		} else {
 			p.fam = publish(n, p.fam)
 		}
-		gpus, devScore, ok := offerDevices(p.rng, n, t, p.fam, gpuScore, p.gpus)
+		gpus, ladder, ok := offerDevices(p.rng, n, t, p.fam, gpuScore, p.gpus)
 		if !ok {
 			return true
 		}
-		score := p.nodeScore(n, t, ranked, devScore)
+		score := p.nodeScore(n, t, ranked, ladder)
 		if best < 0 || score > bestScore {
 			best, bestScore = i, score
 			p.bestBuf = append(p.bestBuf[:0], gpus...)
@@ -95,16 +95,23 @@ func (p *Deployed) choose(c *Cluster, t Task, forDemand bool) (Choice, bool) {
 
 // nodeScore is Nomad's final score of n for t: the mean of the bin-pack
 // fit, the node-affinity score and the device-affinity score, the last two
-// only when the job carries such affinities.
-func (p *Deployed) nodeScore(n *Node, t Task, ranked bool, devScore float64) float64 {
-	sum, k := binPackFit(n, t), 1.0
-	if ranked {
-		sum += p.rank.nodeScore(n, t)
-		k++
-		if isShare(t) && p.rank.GPULadder {
-			sum += devScore
-			k++
-		}
+// only when the job carries such affinities. A device request's affinities
+// make one score: the matched weight over the total weight (rank.go,
+// device.go createOffer), here the level and the GPU ladder weighing alike.
+func (p *Deployed) nodeScore(n *Node, t Task, ranked bool, ladder float64) float64 {
+	fit := binPackFit(n, t)
+	if !ranked {
+		return fit
 	}
-	return sum / k
+	level := p.rank.nodeScore(n, t)
+	withLadder := isShare(t) && p.rank.GPULadder
+	switch {
+	case p.rank.DeviceAttribute && withLadder:
+		return (fit + (level+ladder)/2) / 2
+	case p.rank.DeviceAttribute:
+		return (fit + level) / 2
+	case withLadder:
+		return (fit + level + ladder) / 3
+	}
+	return (fit + level) / 2
 }
