@@ -316,3 +316,69 @@ func TestFragMeasureCPUOnlyType(t *testing.T) {
 		}
 	}
 }
+
+func TestGPUShareKeepsScarcePoolsForConstrainedWork(t *testing.T) {
+	// Constrained work asks more for G2 (60% of tasks) than for T4 (20%),
+	// but the T4 pool is small: 2 GPUs against 16. FGD counts a node's
+	// whole free capacity as fragmented for the types that may not use
+	// its model, so it sends unconstrained work to T4 (G2-only types are
+	// the heavier); gpushare weighs each pool's free capacity against the
+	// demand only it can serve, and keeps T4 for T4-only work.
+	g2only, t4only := whole(4000, 1), whole(4000, 1)
+	g2only.Models, t4only.Models = []string{"G2"}, []string{"T4"}
+	var tasks []Task
+	for range 6 {
+		tasks = append(tasks, g2only)
+	}
+	tasks = append(tasks, t4only, t4only, whole(4000, 1), whole(4000, 1))
+	w := NewWorkload(tasks, 1)
+	cluster := func() *Cluster {
+		return &Cluster{Nodes: []Node{node("t4", 64000, 1<<20, 2, "T4"), node("g2a", 64000, 1<<20, 8, "G2"), node("g2b", 64000, 1<<20, 8, "G2")}}
+	}
+	fgd, _ := ByName("fgd", 1, WithWorkload(w))
+	if ch, ok := fgd.Place(cluster(), whole(4000, 1)); !ok || ch.Node != 0 {
+		t.Fatalf("fgd: Place = %+v, %v; want the T4 node (the test's premise)", ch, ok)
+	}
+	gs, _ := ByName("gpushare", 1, WithWorkload(w))
+	if ch, ok := gs.Place(cluster(), whole(4000, 1)); !ok || ch.Node == 0 {
+		t.Fatalf("gpushare: Place = %+v, %v; want a G2 node", ch, ok)
+	}
+	if ch, ok := gs.Place(cluster(), t4only); !ok || ch.Node != 0 {
+		t.Fatalf("gpushare: T4-only task placed %+v, %v", ch, ok)
+	}
+}
+
+func TestGPUShareKeepsFGDsOrder(t *testing.T) {
+	// Without model constraints, gpushare only breaks FGD's ties: the node
+	// and GPU it picks always have FGD's best score.
+	rng := rand.New(rand.NewSource(11))
+	c, tasks := openbLikeCluster(rng)
+	w := NewWorkload(tasks, DefaultCoverage)
+	gs := NewGPUShare(nil, w)
+	fgd := NewFGD(nil, w)
+	for i := range 300 {
+		task := tasks[rng.Intn(len(tasks))]
+		ch, ok := gs.Place(c, task)
+		if !ok {
+			continue
+		}
+		var best int64 = -1
+		for n := range c.Nodes {
+			if fitsNode(&c.Nodes[n], task) {
+				s, _ := fgd.scoreOnNode(&c.Nodes[n], task)
+				best = max(best, s)
+			}
+		}
+		got, _ := fgd.scoreOnNode(&c.Nodes[ch.Node], task)
+		if isShare(task) {
+			before := fgd.frag.current(&c.Nodes[ch.Node]).fgd
+			got = fgdScore(fgd.frag.afterShare(&c.Nodes[ch.Node], task, ch.GPUs[0]).fgd - before)
+		}
+		if got != best {
+			t.Fatalf("placement %d of %+v: gpushare's choice has FGD score %d, FGD's best is %d", i, task, got, best)
+		}
+		if err := c.Assign(ch, task); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
