@@ -43,6 +43,9 @@ func (p *Deployed) Name() string { return p.name }
 // no node can serve t as published, the choice once the plugins have moved
 // idle GPUs for the waiting request.
 func (p *Deployed) Place(c *Cluster, t Task) (Choice, bool) {
+	if p.rank != nil {
+		p.rank.observe(c)
+	}
 	if ch, ok := p.choose(c, t, false); ok {
 		return ch, true
 	}
@@ -75,7 +78,7 @@ func (p *Deployed) choose(c *Cluster, t Task, forDemand bool) (Choice, bool) {
 		if !ok {
 			return true
 		}
-		score := p.nodeScore(n, t, ranked, ladder)
+		score := p.nodeScore(c, i, t, ranked, ladder)
 		if best < 0 || score > bestScore {
 			best, bestScore = i, score
 			p.bestBuf = append(p.bestBuf[:0], gpus...)
@@ -98,12 +101,12 @@ func (p *Deployed) choose(c *Cluster, t Task, forDemand bool) (Choice, bool) {
 // only when the job carries such affinities. A device request's affinities
 // make one score: the matched weight over the total weight (rank.go,
 // device.go createOffer), here the level and the GPU ladder weighing alike.
-func (p *Deployed) nodeScore(n *Node, t Task, ranked bool, ladder float64) float64 {
-	fit := binPackFit(n, t)
+func (p *Deployed) nodeScore(c *Cluster, i int, t Task, ranked bool, ladder float64) float64 {
+	fit := binPackFit(&c.Nodes[i], t)
 	if !ranked {
 		return fit
 	}
-	level := p.rank.nodeScore(n, t)
+	level := p.rank.nodeScore(c, i, t)
 	withLadder := isShare(t) && p.rank.GPULadder
 	switch {
 	case p.rank.DeviceAttribute && withLadder:

@@ -191,3 +191,26 @@ func TestRankingAsDeviceAttribute(t *testing.T) {
 		t.Error("device attribute: only jobs with a device request carry it, and Nomad's limit stays")
 	}
 }
+
+func TestRankingLag(t *testing.T) {
+	task := share(4000, 50)
+	w := NewWorkload([]Task{task, whole(4000, 1)}, 1)
+	c := &Cluster{Nodes: []Node{node("a", 64000, 1<<20, 2, "T4")}}
+	c.Nodes[0].GPUs[0].Free = 50
+	r := NewRanking(w)
+	r.Lag = 3
+	r.observe(c) // published: a's half-used GPU takes the share without growth
+	if got := r.nodeScore(c, 0, task); got != 1 {
+		t.Fatalf("score %v after publication, want 1", got)
+	}
+	c.Nodes[0].GPUs[0].Free = 0 // the half GPU is taken
+	for i := range 3 {
+		if got := r.nodeScore(c, 0, task); got != 1 {
+			t.Fatalf("placement %d after the change: score %v, want the published 1", i, got)
+		}
+		r.observe(c)
+	}
+	if got := r.nodeScore(c, 0, task); got != 0 {
+		t.Fatalf("after %d placements: score %v, want the republished 0", r.Lag, got)
+	}
+}

@@ -81,9 +81,19 @@ type Ranking struct {
 	// for no device, cannot carry it. The alternative measured against
 	// node metadata.
 	DeviceAttribute bool
+	// Lag is how many placements the published levels trail the cluster
+	// by: 0 publishes at once; n > 0 publishes every node's levels every
+	// n placements, so Nomad reads levels up to n placements old (node
+	// metadata reaches the servers with the client's next node update,
+	// about 5 s later).
+	Lag int
 
 	classes map[classKey]TaskType
-	gs      *GPUShare
+	// published is the node states the levels were last published from
+	// (with Lag), and since the placements since.
+	published []Node
+	since     int
+	gs        *GPUShare
 }
 
 // MetaPrefix prefixes the node metadata keys of the published levels.
@@ -179,8 +189,34 @@ func (r *Ranking) Level(n *Node, t Task) int {
 	return level
 }
 
-// nodeScore is Nomad's node-affinity score of n for t's job.
-func (r *Ranking) nodeScore(n *Node, t Task) float64 {
+// observe is called before each placement on c: with a Lag, it publishes
+// every node's state anew each Lag placements.
+func (r *Ranking) observe(c *Cluster) {
+	if r.Lag == 0 {
+		return
+	}
+	if r.published != nil && r.since < r.Lag {
+		r.since++
+		return
+	}
+	r.since = 1
+	if len(r.published) != len(c.Nodes) {
+		r.published = make([]Node, len(c.Nodes))
+	}
+	for i := range c.Nodes {
+		gpus := append(r.published[i].GPUs[:0], c.Nodes[i].GPUs...)
+		r.published[i] = c.Nodes[i]
+		r.published[i].GPUs = gpus
+	}
+}
+
+// nodeScore is Nomad's node-affinity score of node i of c for t's job,
+// from the levels as last published.
+func (r *Ranking) nodeScore(c *Cluster, i int, t Task) float64 {
+	n := &c.Nodes[i]
+	if r.Lag > 0 {
+		n = &r.published[i]
+	}
 	return float64(r.Level(n, t)) / float64(len(r.Thresholds))
 }
 
