@@ -27,6 +27,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand"
 	"os"
 	"strconv"
 	"strings"
@@ -128,6 +129,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) error {
 	name := fs.String("name", "", "trace name printed in the output (default: the variant, or \"default\")")
 	parallel := fs.Int("parallel", 1, "seeds simulated at once")
 	perSeed := fs.Bool("per-seed", false, "add each seed's unallocated % to the line (per_seed=a,b,...)")
+	rankOpts := fs.String("ranking", "", "alternatives of deployed-ranked's mechanism, comma-separated: nodemeta-only (no GPU ladder), gpu-jobs-only, device-attribute, exact, thresholds=0;-10, lag=N")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -139,6 +141,10 @@ func runSimulate(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	names, err := parsePolicies(*policies)
+	if err != nil {
+		return err
+	}
+	tune, err := parseRanking(*rankOpts)
 	if err != nil {
 		return err
 	}
@@ -156,7 +162,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) error {
 	}
 	workload := placement.NewWorkload(tasks, placement.DefaultCoverage)
 	for _, p := range names {
-		results, err := runSeeds(nodes, tasks, workload, p, seeds, *parallel)
+		results, err := runSeeds(nodes, tasks, policyMaker(p, workload, tune), seeds, *parallel)
 		if err != nil {
 			return err
 		}
@@ -213,8 +219,69 @@ func parseSeeds(s string) ([]int64, error) {
 	return out, nil
 }
 
-// runSeeds simulates policy on each seed, at most parallel at a time.
-func runSeeds(nodes []placement.Node, tasks []placement.Task, w *placement.Workload, policy string, seeds []int64, parallel int) ([]sim.Result, error) {
+// policyMaker builds the named policy for a seed; tune, when not nil,
+// changes deployed-ranked's mechanism.
+func policyMaker(name string, w *placement.Workload, tune func(*placement.Ranking)) func(seed int64) (placement.Policy, error) {
+	if name == "deployed-ranked" && tune != nil {
+		return func(seed int64) (placement.Policy, error) {
+			r := placement.NewRanking(w)
+			tune(r)
+			return placement.NewDeployed(rand.New(rand.NewSource(seed)), placement.Batch, r), nil
+		}
+	}
+	return func(seed int64) (placement.Policy, error) {
+		return placement.ByName(name, seed, placement.WithWorkload(w))
+	}
+}
+
+// parseRanking reads -ranking: the alternatives of the ranking mechanism
+// that the measurements behind its defaults compared.
+func parseRanking(s string) (func(*placement.Ranking), error) {
+	if s == "" {
+		return nil, nil
+	}
+	var steps []func(*placement.Ranking)
+	for opt := range strings.SplitSeq(s, ",") {
+		key, val, _ := strings.Cut(strings.TrimSpace(opt), "=")
+		switch key {
+		case "nodemeta-only":
+			steps = append(steps, func(r *placement.Ranking) { r.GPULadder = false })
+		case "gpu-jobs-only":
+			steps = append(steps, func(r *placement.Ranking) { r.GPUJobsOnly = true })
+		case "device-attribute":
+			steps = append(steps, func(r *placement.Ranking) { r.DeviceAttribute = true })
+		case "exact":
+			steps = append(steps, func(r *placement.Ranking) { r.Exact = true })
+		case "lag":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("-ranking %s: want lag=N placements, N >= 0", opt)
+			}
+			steps = append(steps, func(r *placement.Ranking) { r.Lag = n })
+		case "thresholds":
+			var th []float64
+			for v := range strings.SplitSeq(val, ";") {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return nil, fmt.Errorf("-ranking %s: want thresholds=A;B;... in shares", opt)
+				}
+				th = append(th, f)
+			}
+			steps = append(steps, func(r *placement.Ranking) { r.Thresholds = th })
+		default:
+			return nil, fmt.Errorf("-ranking: unknown option %q (valid: nodemeta-only, gpu-jobs-only, device-attribute, exact, thresholds=A;B, lag=N)", opt)
+		}
+	}
+	return func(r *placement.Ranking) {
+		for _, step := range steps {
+			step(r)
+		}
+	}, nil
+}
+
+// runSeeds simulates the policy build makes for each seed, at most parallel
+// at a time.
+func runSeeds(nodes []placement.Node, tasks []placement.Task, build func(seed int64) (placement.Policy, error), seeds []int64, parallel int) ([]sim.Result, error) {
 	results := make([]sim.Result, len(seeds))
 	errs := make([]error, len(seeds))
 	sem := make(chan struct{}, parallel)
@@ -225,7 +292,7 @@ func runSeeds(nodes []placement.Node, tasks []placement.Task, w *placement.Workl
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			p, err := placement.ByName(policy, seed, placement.WithWorkload(w))
+			p, err := build(seed)
 			if err != nil {
 				errs[i] = err
 				return
