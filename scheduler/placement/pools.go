@@ -9,19 +9,18 @@ import (
 // pools is the scarcity of each GPU model: the free capacity of its pool
 // against the demand that only some models can serve.
 type pools struct {
-	// rate is, per model, the expected demand per arriving task of the
-	// model-constrained types, each split over its allowed models in
-	// proportion to their pools' capacity.
+	// rate is demandRates, computed on the first load.
 	rate map[string]float64
 	w    *Workload
 	free map[string]model.Shares
-	init bool
 }
 
 func newPools(w *Workload) *pools {
 	return &pools{w: w, free: map[string]model.Shares{}}
 }
 
+// load reads the free capacity of each model's pool in c, and on the first
+// call the demand rates against the pools' sizes.
 func (p *pools) load(c *Cluster) {
 	clear(p.free)
 	for i := range c.Nodes {
@@ -29,18 +28,24 @@ func (p *pools) load(c *Cluster) {
 			p.free[g.Model] += g.Free
 		}
 	}
-	if p.init {
-		return
+	if p.rate == nil {
+		p.rate = demandRates(p.w, c)
 	}
-	p.init = true
+}
+
+// demandRates is, per GPU model, the demand per arriving task that
+// model-constrained task types bring to its pool: each type's frequency
+// times its GPU ask, split over its allowed models in proportion to their
+// pools' capacity in c.
+func demandRates(w *Workload, c *Cluster) map[string]float64 {
 	capacity := map[string]float64{}
 	for i := range c.Nodes {
 		for _, g := range c.Nodes[i].GPUs {
 			capacity[g.Model] += float64(model.SharesPerGPU)
 		}
 	}
-	p.rate = map[string]float64{}
-	for _, t := range p.w.Types {
+	rate := map[string]float64{}
+	for _, t := range w.Types {
 		if len(t.Models) == 0 || t.GPUCount == 0 {
 			continue
 		}
@@ -53,9 +58,10 @@ func (p *pools) load(c *Cluster) {
 		}
 		d := t.Weight * float64(model.Shares(t.GPUCount)*t.Shares)
 		for _, m := range t.Models {
-			p.rate[m] += d * capacity[m] / sum
+			rate[m] += d * capacity[m] / sum
 		}
 	}
+	return rate
 }
 
 // slackAfter is how long (in arriving tasks) the pool of n's model would
