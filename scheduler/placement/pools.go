@@ -6,13 +6,16 @@ import (
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 )
 
-// pools is the scarcity of each GPU model: the free capacity of its pool
-// against the demand that only some models can serve.
+// pools weighs the free capacity of each GPU model's pool against the
+// demand that only some models can serve.
 type pools struct {
 	// rate is demandRates, computed on the first load.
 	rate map[string]float64
 	w    *Workload
 	free map[string]model.Shares
+	// perTask is the GPU demand per arriving task; total the free capacity.
+	perTask float64
+	total   model.Shares
 }
 
 func newPools(w *Workload) *pools {
@@ -30,7 +33,43 @@ func (p *pools) load(c *Cluster) {
 	}
 	if p.rate == nil {
 		p.rate = demandRates(p.w, c)
+		for _, t := range p.w.Types {
+			p.perTask += t.Weight * float64(model.Shares(t.GPUCount)*t.Shares)
+		}
 	}
+	p.total = 0
+	for _, f := range p.free {
+		p.total += f
+	}
+}
+
+// excess is the free capacity of model m's pool left over once the
+// constrained demand expected until the cluster is full has taken its part,
+// after d more shares land there. "Until the cluster is full" is the free
+// capacity over the GPU demand per arriving task, in arriving tasks.
+func (p *pools) excess(m string, d model.Shares) float64 {
+	h := float64(p.total-d) / p.perTask
+	return float64(p.free[m]-d) - p.rate[m]*h
+}
+
+// loss is the capacity that placing t on node n is expected to leave unused
+// in another pool: the part of t's GPU ask that the excess of n's model's
+// pool cannot absorb, less the least that any pool t may use would not
+// absorb. It is 0 for a task without GPUs and on a workload without model
+// constraints.
+func (p *pools) loss(n *Node, t Task) float64 {
+	d := t.Demand()
+	if d == 0 || p.perTask == 0 || len(n.GPUs) == 0 {
+		return 0
+	}
+	over := func(m string) float64 { return max(0, -p.excess(m, d)) }
+	least := math.Inf(1)
+	for m := range p.free {
+		if t.ModelAllowed(m) {
+			least = min(least, over(m))
+		}
+	}
+	return over(n.GPUs[0].Model) - least
 }
 
 // demandRates is, per GPU model, the demand per arriving task that
@@ -62,19 +101,4 @@ func demandRates(w *Workload, c *Cluster) map[string]float64 {
 		}
 	}
 	return rate
-}
-
-// slackAfter is how long (in arriving tasks) the pool of n's model would
-// serve its constrained demand alone once t is placed there: +Inf for a
-// model no constrained type asks for, or a task that takes no GPU.
-func (p *pools) slackAfter(n *Node, t Task) float64 {
-	if t.GPUCount == 0 || len(n.GPUs) == 0 {
-		return math.Inf(1)
-	}
-	m := n.GPUs[0].Model
-	r := p.rate[m]
-	if r == 0 {
-		return math.Inf(1)
-	}
-	return float64(p.free[m]-t.Demand()) / r
 }

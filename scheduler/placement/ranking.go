@@ -23,7 +23,9 @@ import (
 // level 0 to len(Thresholds), the number of thresholds that the growth of
 // fragmentation of placing the class's typical task on the node is at or
 // below (0 where it does not fit). The growth is the gpushare measure (the
-// FGD and fill measures' growths summed, in shares, against the workload).
+// FGD and fill measures' growths summed, in shares, against the workload;
+// the pool loss of model-constrained work is left out: the publisher could
+// add it, as it sees every node).
 // A node's levels depend on that node's state only, so a placement changes
 // the levels of the node it lands on and of no other node.
 //
@@ -178,7 +180,7 @@ func (r *Ranking) Level(n *Node, t Task) int {
 	if !fitsNode(n, probe) {
 		return 0
 	}
-	rk, _ := r.gs.bestOnNode(n, probe)
+	rk, _ := r.gs.bestOnNode(n, probe, 0)
 	growth := rk.growth.fgd + rk.growth.fill
 	level := 0
 	for _, th := range r.Thresholds {
