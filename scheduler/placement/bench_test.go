@@ -28,8 +28,8 @@ func openbLikeCluster(rng *rand.Rand) (*Cluster, []Task) {
 		}
 	}
 	tasks := []Task{
-		whole(12000, 1), whole(12000, 1), whole(12000, 1), share(3000, 810), share(8000, 470),
-		share(4000, 320), share(6000, 650), share(4000, 230), {CPUMilli: 12500, MemoryMiB: 16384},
+		whole(12000, 1), whole(12000, 1), whole(12000, 1), share(3000, 81), share(8000, 47),
+		share(4000, 32), share(6000, 65), share(4000, 23), {CPUMilli: 12500, MemoryMiB: 16384},
 		whole(32000, 2), whole(48000, 4), whole(64000, 8),
 	}
 	p := NewRandom(rng)

@@ -1,18 +1,22 @@
 package placement
 
-import "math/rand"
+import (
+	"math/rand"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+)
 
 // Normalizers of the Best-Fit score: the largest node's CPU and GPU
 // capacity in the paper's cluster (128 cores, 8 GPUs).
 const (
 	bestFitMaxCPUMilli = 128000
-	bestFitMaxGPUMilli = 8000
+	bestFitMaxShares   = 8 * model.SharesPerGPU
 )
 
 // BestFit is the Best-Fit baseline of the "Beware of Fragmentation" paper
 // (ATC'23). Each feasible node scores
 //
-//	0.5*(freeCPU-ask)/128000 + 0.5*(freeGPU-ask)/8000
+//	0.5*(freeCPU-ask)/128 cores + 0.5*(freeGPU-ask)/8 GPUs
 //
 // (lower is better), turned into an integer out of 100, so near ties are
 // common; ties are broken at random. Inside the node a share goes to the
@@ -33,7 +37,7 @@ func (*BestFit) Name() string { return "bestfit" }
 // [0,100].
 func bestFitScore(n *Node, t Task) int64 {
 	cpu := float64(n.FreeCPUMilli-t.CPUMilli) / bestFitMaxCPUMilli
-	gpu := float64(freeGPUMilli(n)-t.GPUCount*t.GPUMilli) / bestFitMaxGPUMilli
+	gpu := float64(freeShares(n)-t.Demand()) / bestFitMaxShares
 	s := 0.5*cpu + 0.5*gpu
 	return int64((1 - s) * 100)
 }
@@ -74,8 +78,8 @@ func (p *BestFit) Place(c *Cluster, t Task) (Choice, bool) {
 func tightestGPU(n *Node, t Task) int {
 	g := -1
 	for i := range n.GPUs {
-		f := n.GPUs[i].FreeMilli
-		if f >= t.GPUMilli && t.ModelAllowed(n.GPUs[i].Model) && (g < 0 || f < n.GPUs[g].FreeMilli) {
+		f := n.GPUs[i].Free
+		if f >= t.Shares && t.ModelAllowed(n.GPUs[i].Model) && (g < 0 || f < n.GPUs[g].Free) {
 			g = i
 		}
 	}

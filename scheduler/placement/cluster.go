@@ -12,14 +12,14 @@ type Cluster struct {
 }
 
 // ModelAllowed reports whether a GPU of the given model may serve t.
-func (t Task) ModelAllowed(model string) bool {
-	return len(t.Models) == 0 || slices.Contains(t.Models, model)
+func (t Task) ModelAllowed(m string) bool {
+	return len(t.Models) == 0 || slices.Contains(t.Models, m)
 }
 
 // Fits reports whether t fits on node n and, if so, on which GPUs when the
 // GPUs are taken in index order (the lowest-numbered GPUs that fit). It checks
 // CPU, memory, models, and per-GPU capacity: a share needs one GPU with
-// GPUMilli free, N whole GPUs need N fully idle GPUs.
+// Shares free, N whole GPUs need N fully idle GPUs.
 func (c *Cluster) Fits(n int, t Task) ([]int, bool) {
 	node := &c.Nodes[n]
 	if node.FreeCPUMilli < t.CPUMilli || node.FreeMemoryMiB < t.MemoryMiB {
@@ -30,7 +30,7 @@ func (c *Cluster) Fits(n int, t Task) ([]int, bool) {
 	}
 	var gpus []int
 	for i, g := range node.GPUs {
-		if g.FreeMilli >= t.GPUMilli && t.ModelAllowed(g.Model) {
+		if g.Free >= t.Shares && t.ModelAllowed(g.Model) {
 			gpus = append(gpus, i)
 			if len(gpus) == t.GPUCount {
 				return gpus, true
@@ -50,7 +50,7 @@ func (c *Cluster) Assign(ch Choice, t Task) error {
 	node.FreeCPUMilli -= t.CPUMilli
 	node.FreeMemoryMiB -= t.MemoryMiB
 	for _, g := range ch.GPUs {
-		node.GPUs[g].FreeMilli -= t.GPUMilli
+		node.GPUs[g].Free -= t.Shares
 	}
 	return nil
 }
@@ -61,7 +61,7 @@ func (c *Cluster) Release(ch Choice, t Task) {
 	node.FreeCPUMilli += t.CPUMilli
 	node.FreeMemoryMiB += t.MemoryMiB
 	for _, g := range ch.GPUs {
-		node.GPUs[g].FreeMilli += t.GPUMilli
+		node.GPUs[g].Free += t.Shares
 	}
 }
 
@@ -83,9 +83,9 @@ func (c *Cluster) check(ch Choice, t Task) error {
 			return fmt.Errorf("node %s: GPU index %d invalid or repeated", node.Name, g)
 		}
 		seen[g] = true
-		if node.GPUs[g].FreeMilli < t.GPUMilli || !t.ModelAllowed(node.GPUs[g].Model) {
-			return fmt.Errorf("node %s: GPU %d (%s, %d milli free) cannot take %d milli",
-				node.Name, g, node.GPUs[g].Model, node.GPUs[g].FreeMilli, t.GPUMilli)
+		if node.GPUs[g].Free < t.Shares || !t.ModelAllowed(node.GPUs[g].Model) {
+			return fmt.Errorf("node %s: GPU %d (%s, %s GPU free) cannot take %s GPU",
+				node.Name, g, node.GPUs[g].Model, node.GPUs[g].Free, t.Shares)
 		}
 	}
 	return nil

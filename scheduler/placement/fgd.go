@@ -3,6 +3,8 @@ package placement
 import (
 	"math"
 	"math/rand"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
 )
 
 // FGD is Fragmentation Gradient Descent (Weng et al., "Beware of
@@ -10,8 +12,8 @@ import (
 // the expected fragmentation against the workload grows the least.
 //
 // It scores as the paper's simulator does, so that it reproduces the
-// published figures: a candidate's growth of fragmentation d (milli-GPU)
-// becomes the integer score int(100 * sigmoid(-d / 1000)), the scheduler's
+// published figures: a candidate's growth of fragmentation d (in GPUs)
+// becomes the integer score int(100 * sigmoid(-d)), the scheduler's
 // 0-100 node score; the highest score wins and equal scores go to the
 // first candidate in cluster order (the first GPU of the node for a share,
 // the first node of the cluster). Integer scores make near ties common, and
@@ -31,10 +33,10 @@ func NewFGD(_ *rand.Rand, w *Workload) *FGD {
 // Name implements Policy.
 func (*FGD) Name() string { return "fgd" }
 
-// fgdScore turns a growth of fragmentation (milli-GPU) into the paper
+// fgdScore turns a growth of fragmentation (shares) into the paper
 // simulator's integer node score: 100 * sigmoid(-delta in GPUs), truncated.
 func fgdScore(delta float64) int64 {
-	return int64(100 / (1 + math.Exp(delta/1000)))
+	return int64(100 / (1 + math.Exp(delta/model.SharesPerGPU)))
 }
 
 // Place implements Policy.
@@ -61,9 +63,9 @@ func (p *FGD) Place(c *Cluster, t Task) (Choice, bool) {
 // share, the first GPU that achieves it (-1 otherwise).
 func (p *FGD) scoreOnNode(n *Node, t Task) (int64, int) {
 	f := p.frag
-	before := f.current(n)
+	before := f.current(n).fgd
 	if !isShare(t) {
-		return fgdScore(f.afterWhole(n, t) - before), -1
+		return fgdScore(f.afterWhole(n, t).fgd - before), -1
 	}
 	var best int64
 	bestGPU := -1
@@ -71,7 +73,7 @@ func (p *FGD) scoreOnNode(n *Node, t Task) (int64, int) {
 		if !f.shareCandidate(n, t, g) {
 			continue
 		}
-		if s := fgdScore(f.afterShare(n, t, g) - before); bestGPU < 0 || s > best {
+		if s := fgdScore(f.afterShare(n, t, g).fgd - before); bestGPU < 0 || s > best {
 			best, bestGPU = s, g
 		}
 	}

@@ -1,14 +1,23 @@
 package placement
 
+import "github.com/gpushare/nomad-gpushare/scheduler/model"
+
 // fragMeter measures the expected GPU fragmentation of a node against a
-// workload (the FGD paper's measure): the sum over task types, weighted by
-// frequency, of the free GPU capacity a task of that type could not use on
-// the node. That is all of the node's free GPU capacity when the task does
-// not fit there at all (CPU, model or GPUs), and otherwise the free capacity
-// on GPUs with less free than the task's per-GPU ask. A CPU-only type can
-// use none of the free GPU capacity, so all of it counts for that type
-// whether or not the task fits (as in the paper's simulator, where such
-// types only shift every node's measure alike and never steer a choice).
+// workload, two ways (fragValue):
+//
+//   - fgd, the FGD paper's measure: the sum over task types, weighted by
+//     frequency, of the free GPU capacity a task of that type could not use
+//     on the node. That is all of the node's free GPU capacity when the task
+//     does not fit there at all (CPU, model or GPUs), and otherwise the free
+//     capacity on GPUs with less free than the task's per-GPU ask. A
+//     CPU-only type can use none of the free GPU capacity, so all of it
+//     counts for that type whether or not the task fits (as in the paper's
+//     simulator, where such types only shift every node's measure alike and
+//     never steer a choice).
+//   - fill, gpushare's look-ahead (computed only when the meter's fill flag
+//     is set): for each GPU type, the free GPU capacity still left if tasks
+//     of that type alone kept arriving until none fit, by GPU, CPU or
+//     memory (see computeFill).
 //
 // Results are memoized by node state (free CPU, GPU model, sorted free GPU
 // list): the measure depends on nothing else, and many nodes share a state.
@@ -17,11 +26,14 @@ package placement
 // memoCap entries however many states it has seen.
 type fragMeter struct {
 	w *Workload
-	// fill adds the fill measure of the gpushare policy to FGD's.
-	fill    bool
-	memo    map[fragKey]float64
+	// fill computes the fill measure too (the gpushare policy's).
+	fill bool
+	// byModel leaves out, for each type, the GPUs of models it may not use
+	// (FGD counts them as fragmented).
+	byModel bool
+	memo    map[fragKey]fragValue
 	memoCap int
-	scratch []int
+	scratch []model.Shares
 	memAsk  int64
 }
 
@@ -33,6 +45,15 @@ const maxMemoGPUs = 16
 // at once (about two per node and task type tried), so resets are rare.
 const defaultMemoCap = 1 << 16
 
+// fragValue is a node's fragmentation by both measures, in shares.
+type fragValue struct {
+	fgd, fill float64
+}
+
+func (a fragValue) minus(b fragValue) fragValue {
+	return fragValue{fgd: a.fgd - b.fgd, fill: a.fill - b.fill}
+}
+
 type fragKey struct {
 	cpu   int64
 	mem   int64
@@ -42,7 +63,7 @@ type fragKey struct {
 }
 
 func newFragMeter(w *Workload) *fragMeter {
-	return &fragMeter{w: w, memo: map[fragKey]float64{}, memoCap: defaultMemoCap}
+	return &fragMeter{w: w, memo: map[fragKey]fragValue{}, memoCap: defaultMemoCap}
 }
 
 // nodeModel is the model shared by all GPUs of n, and false when they differ.
@@ -61,7 +82,7 @@ func nodeModel(n *Node) (string, bool) {
 
 // frag is the fragmentation of node n if its free CPU were cpu and its GPUs
 // had the given free capacities (free[i] for n.GPUs[i]).
-func (f *fragMeter) frag(n *Node, cpu int64, free []int) float64 {
+func (f *fragMeter) frag(n *Node, cpu int64, free []model.Shares) fragValue {
 	model, same := nodeModel(n)
 	if !same || len(free) > maxMemoGPUs {
 		return f.compute(n, cpu, free)
@@ -91,15 +112,16 @@ func (f *fragMeter) frag(n *Node, cpu int64, free []int) float64 {
 	return v
 }
 
-func (f *fragMeter) compute(n *Node, cpu int64, free []int) float64 {
+func (f *fragMeter) compute(n *Node, cpu int64, free []model.Shares) fragValue {
+	v := fragValue{fgd: f.computeFGD(n, cpu, free)}
 	if f.fill {
-		return f.computeFill(n, cpu, free) + f.computeFGD(n, cpu, free)
+		v.fill = f.computeFill(n, cpu, free)
 	}
-	return f.computeFGD(n, cpu, free)
+	return v
 }
 
-func (f *fragMeter) computeFGD(n *Node, cpu int64, free []int) float64 {
-	total := 0
+func (f *fragMeter) computeFGD(n *Node, cpu int64, free []model.Shares) float64 {
+	var total model.Shares
 	for _, v := range free {
 		total += v
 	}
@@ -109,20 +131,30 @@ func (f *fragMeter) computeFGD(n *Node, cpu int64, free []int) float64 {
 	var sum float64
 	for ti := range f.w.Types {
 		tt := &f.w.Types[ti]
+		usable := total
+		if f.byModel && tt.GPUCount > 0 {
+			usable = 0
+			for i, v := range free {
+				if tt.modelAllowed(n.GPUs[i].Model) {
+					usable += v
+				}
+			}
+		}
 		if tt.GPUCount == 0 || cpu < tt.CPUMilli {
-			sum += tt.Weight * float64(total)
+			sum += tt.Weight * float64(usable)
 			continue
 		}
-		fit, unusable := 0, 0
+		fit, unusable := 0, model.Shares(0)
 		for i, v := range free {
-			if v >= tt.GPUMilli && tt.modelAllowed(n.GPUs[i].Model) {
+			allowed := tt.modelAllowed(n.GPUs[i].Model)
+			if v >= tt.Shares && allowed {
 				fit++
-			} else {
+			} else if allowed || !f.byModel {
 				unusable += v
 			}
 		}
 		if fit < tt.GPUCount {
-			unusable = total
+			unusable = usable
 		}
 		sum += tt.Weight * float64(unusable)
 	}
@@ -130,23 +162,23 @@ func (f *fragMeter) computeFGD(n *Node, cpu int64, free []int) float64 {
 }
 
 // current is the fragmentation of n as it is.
-func (f *fragMeter) current(n *Node) float64 {
+func (f *fragMeter) current(n *Node) fragValue {
 	f.memAsk = 0
 	f.load(n)
 	return f.frag(n, n.FreeCPUMilli, f.scratch)
 }
 
 // afterShare is the fragmentation of n once share t is placed on GPU g.
-func (f *fragMeter) afterShare(n *Node, t Task, g int) float64 {
+func (f *fragMeter) afterShare(n *Node, t Task, g int) fragValue {
 	f.load(n)
 	f.memAsk = t.MemoryMiB
-	f.scratch[g] -= t.GPUMilli
+	f.scratch[g] -= t.Shares
 	return f.frag(n, n.FreeCPUMilli-t.CPUMilli, f.scratch)
 }
 
 // afterWhole is the fragmentation of n once t (CPU only or whole GPUs) is
 // placed on it, on the lowest-numbered GPUs that fit.
-func (f *fragMeter) afterWhole(n *Node, t Task) float64 {
+func (f *fragMeter) afterWhole(n *Node, t Task) fragValue {
 	f.load(n)
 	f.memAsk = t.MemoryMiB
 	k := t.GPUCount
@@ -154,8 +186,8 @@ func (f *fragMeter) afterWhole(n *Node, t Task) float64 {
 		if k == 0 {
 			break
 		}
-		if f.scratch[i] >= t.GPUMilli && t.ModelAllowed(n.GPUs[i].Model) {
-			f.scratch[i] -= t.GPUMilli
+		if f.scratch[i] >= t.Shares && t.ModelAllowed(n.GPUs[i].Model) {
+			f.scratch[i] -= t.Shares
 			k--
 		}
 	}
@@ -165,43 +197,20 @@ func (f *fragMeter) afterWhole(n *Node, t Task) float64 {
 func (f *fragMeter) load(n *Node) {
 	f.scratch = f.scratch[:0]
 	for i := range n.GPUs {
-		f.scratch = append(f.scratch, n.GPUs[i].FreeMilli)
+		f.scratch = append(f.scratch, n.GPUs[i].Free)
 	}
-}
-
-// bestOnNode returns the smallest growth of fragmentation t can cause on
-// node n (which must fit t) and, for a share, the GPU that achieves it (-1
-// otherwise). A share tries one GPU per distinct free capacity (lowest index
-// first); whole GPUs take the lowest-numbered idle ones, as any idle GPUs
-// are alike.
-func (f *fragMeter) bestOnNode(n *Node, t Task) (float64, int) {
-	before := f.current(n)
-	if !isShare(t) {
-		return f.afterWhole(n, t) - before, -1
-	}
-	best, bestGPU := 0.0, -1
-	for g := range n.GPUs {
-		if !f.shareCandidate(n, t, g) {
-			continue
-		}
-		d := f.afterShare(n, t, g) - before
-		if bestGPU < 0 || d < best {
-			best, bestGPU = d, g
-		}
-	}
-	return best, bestGPU
 }
 
 // shareCandidate reports whether share t fits GPU g of n and no
 // lower-numbered GPU of the same model has the same free capacity (such
 // GPUs are alike, so only the first of them needs trying).
 func (f *fragMeter) shareCandidate(n *Node, t Task, g int) bool {
-	v := n.GPUs[g].FreeMilli
-	if v < t.GPUMilli || !t.ModelAllowed(n.GPUs[g].Model) {
+	v := n.GPUs[g].Free
+	if v < t.Shares || !t.ModelAllowed(n.GPUs[g].Model) {
 		return false
 	}
 	for h := 0; h < g; h++ {
-		if n.GPUs[h].FreeMilli == v && n.GPUs[h].Model == n.GPUs[g].Model {
+		if n.GPUs[h].Free == v && n.GPUs[h].Model == n.GPUs[g].Model {
 			return false
 		}
 	}
@@ -216,12 +225,17 @@ func choice(c *Cluster, i int, t Task, gpu int) Choice {
 	return Choice{Node: i, GPUs: lowestGPUs(&c.Nodes[i], t)}
 }
 
-// computeFill is the gpushare measure: for each task type, the free GPU
+// computeFill is the gpushare measure: for each GPU task type, the free GPU
 // capacity that would still be left if tasks of that type alone filled the
-// node until no more fit (by GPU, CPU or memory). The memory left is the
-// node's free memory less memAsk (the ask of the task being tried).
-func (f *fragMeter) computeFill(n *Node, cpu int64, free []int) float64 {
-	total := 0
+// node until no more fit (by GPU, CPU or memory), weighted by frequency:
+//
+//	sum_t w_t * (freeGPU - k_t * gpuAsk_t),  k_t = min(fitByGPU_t, freeCPU/cpuAsk_t, freeMem/memAsk_t)
+//
+// fitByGPU counts partial GPUs for whole-GPU types and leftover slivers for
+// shares; a type's memory ask is the mean of its tasks'. The memory left
+// is the node's free memory less memAsk (the ask of the task being tried).
+func (f *fragMeter) computeFill(n *Node, cpu int64, free []model.Shares) float64 {
+	var total model.Shares
 	for _, v := range free {
 		total += v
 	}
@@ -234,32 +248,39 @@ func (f *fragMeter) computeFill(n *Node, cpu int64, free []int) float64 {
 		if tt.GPUCount == 0 {
 			continue
 		}
-		byGPU := 0
+		var byGPU int64
+		usable := total
+		if f.byModel {
+			usable = 0
+		}
 		for i, v := range free {
 			if !tt.modelAllowed(n.GPUs[i].Model) {
 				continue
 			}
-			if tt.GPUMilli < 1000 {
-				byGPU += v / tt.GPUMilli
-			} else if v == 1000 {
+			if f.byModel {
+				usable += v
+			}
+			if tt.Shares < model.SharesPerGPU {
+				byGPU += int64(v / tt.Shares)
+			} else if v == model.SharesPerGPU {
 				byGPU++
 			}
 		}
-		if tt.GPUMilli >= 1000 {
-			byGPU /= tt.GPUCount
+		if tt.Shares >= model.SharesPerGPU {
+			byGPU /= int64(tt.GPUCount)
 		}
 		k := byGPU
 		if tt.MemoryMiB > 0 {
-			if byMem := (n.FreeMemoryMiB - f.memAsk) / tt.MemoryMiB; byMem < int64(k) {
-				k = int(byMem)
+			if byMem := (n.FreeMemoryMiB - f.memAsk) / tt.MemoryMiB; byMem < k {
+				k = byMem
 			}
 		}
 		if tt.CPUMilli > 0 {
-			if byCPU := cpu / tt.CPUMilli; byCPU < int64(k) {
-				k = int(byCPU)
+			if byCPU := cpu / tt.CPUMilli; byCPU < k {
+				k = byCPU
 			}
 		}
-		sum += tt.Weight * float64(total-k*tt.GPUCount*tt.GPUMilli)
+		sum += tt.Weight * float64(usable-model.Shares(k*int64(tt.GPUCount))*tt.Shares)
 	}
 	return sum
 }

@@ -2,66 +2,127 @@ package placement
 
 import "math/rand"
 
-// GPUShare is gpushare's own fragmentation-aware placement policy. Like FGD
-// it places each task where a fragmentation measure against the workload
-// grows the least, but its measure adds to FGD's a second one that looks
-// further ahead: for each task type it asks how much of the node's free GPU capacity would still be left if
-// tasks of that type alone kept arriving until none fit, counting every
-// limit: GPU capacity (partial GPUs for whole-GPU types, leftover slivers
-// for shares), CPU and memory (free GPUs the free CPU or memory cannot
-// feed; a type's memory ask is the mean of its tasks'). FGD sees a GPU
-// stranded by CPU only once the CPU left is below one task's ask; this
-// measure sees it as soon as the CPU left cannot feed all the free GPUs,
-// which steers CPU-heavy work to CPU-rich nodes early.
+// GPUShare is gpushare's own fragmentation-aware placement policy: FGD's
+// decision wherever FGD sees a difference in how a node's GPUs fit the
+// workload's task shapes, weighing what a placement costs the GPU models
+// that model-constrained work needs, and a look-ahead that also counts CPU
+// and memory where FGD sees no difference.
 //
-// The added measure, summed over types weighted by frequency, is
+// Each candidate (a node and, for a share, a GPU on it) is ranked by, in
+// order:
 //
-//	sum_t w_t * (freeGPU - k_t * gpuAsk_t),  k_t = min(fitByGPU_t, freeCPU/cpuAsk_t, freeMem/memAsk_t)
+//  1. FGD's score of the expected capacity the placement wastes: the
+//     growth of the FGD measure against the workload plus the pool loss
+//     (pools.loss), turned into the paper simulator's integer score
+//     (fgdScore). Higher wins. Integer scores tie often: growths within a
+//     few hundredths of a GPU of each other are one score.
+//     Two changes to FGD's measure, both only where tasks ask for GPU
+//     models. A type counts only the GPUs of models it may use: FGD counts
+//     a node's whole free capacity as fragmented for a type that may not
+//     use the node's model, which sends other work to the models that
+//     constrained tasks ask for most, however large their pools are. And
+//     the pool loss, in the same unit (shares): the part of the task's GPU
+//     ask that its model's pool cannot spare, once the demand that only
+//     some models can serve has taken its expected part of the pool until
+//     the cluster is full, less the least any pool the task may use would
+//     lose; it is capacity expected to stay unused in another pool.
+//  2. Among equal scores, the growth of the fill measure (computeFill): the
+//     free GPU capacity each GPU task type would leave behind if tasks of
+//     that type alone kept arriving until none fit, by GPU, CPU or memory.
+//     FGD sees a GPU stranded by CPU only once the CPU left is below one
+//     task's ask; fill sees it as soon as the CPU (or memory) left cannot
+//     feed all the free GPUs, which steers CPU-heavy work to CPU-rich nodes
+//     early. Lower wins.
+//  3. Then the first candidate in cluster order, as FGD does: it packs work
+//     onto the nodes already in use and keeps the others idle for large
+//     tasks.
 //
-// FGD's one-step term keeps its sharp view of GPUs a single task cannot use;
-// the fill term adds the CPU and memory view. Together they do better on the
-// openb traces than either alone.
-//
-// Exact ties between nodes are broken at random.
+// Everything the ranking weighs comes from the workload (task types, their
+// frequencies and model constraints) and the cluster: the policy has no
+// tuned constants. On a workload without model constraints it places as
+// FGD does wherever FGD's scores differ, and chooses among FGD's ties with
+// more information than FGD's cluster order.
 type GPUShare struct {
-	rng  *rand.Rand
 	frag *fragMeter
+	pool *pools
 }
 
-// NewGPUShare returns the gpushare policy for workload w, breaking ties
-// with rng.
-func NewGPUShare(rng *rand.Rand, w *Workload) *GPUShare {
+// NewGPUShare returns the gpushare policy for workload w. It breaks ties by
+// order, so it draws nothing from rng; the parameter keeps the
+// constructors alike.
+func NewGPUShare(_ *rand.Rand, w *Workload) *GPUShare {
 	f := newFragMeter(w)
 	f.fill = true
-	return &GPUShare{rng: rng, frag: f}
+	f.byModel = true
+	return &GPUShare{frag: f, pool: newPools(w)}
 }
 
 // Name implements Policy.
 func (*GPUShare) Name() string { return "gpushare" }
 
+// rank is a candidate's place in the GPUShare order.
+type rank struct {
+	score int64
+	fill  float64
+	// growth is the growth of fragmentation by both measures, which the
+	// ranking mechanism publishes.
+	growth fragValue
+}
+
+// better reports whether a ranks strictly before b.
+func (a rank) better(b rank) bool {
+	if a.score != b.score {
+		return a.score > b.score
+	}
+	return a.fill < b.fill
+}
+
+// rankOf is the rank of a growth of fragmentation d with the pool loss.
+func rankOf(d fragValue, loss float64) rank {
+	return rank{score: fgdScore(d.fgd + loss), fill: d.fill, growth: d}
+}
+
 // Place implements Policy.
 func (p *GPUShare) Place(c *Cluster, t Task) (Choice, bool) {
-	best, ties := -1, 0
-	var bestDelta float64
-	bestGPU := -1
+	best, bestGPU := -1, -1
+	var bestRank rank
+	p.pool.load(c)
 	for i := range c.Nodes {
 		n := &c.Nodes[i]
 		if !fitsNode(n, t) {
 			continue
 		}
-		d, gpu := p.frag.bestOnNode(n, t)
-		switch {
-		case best < 0 || d < bestDelta:
-			best, bestDelta, bestGPU, ties = i, d, gpu, 1
-		case d == bestDelta:
-			ties++
-			if p.rng.Intn(ties) == 0 {
-				best, bestGPU = i, gpu
-			}
+		r, gpu := p.bestOnNode(n, t, p.pool.loss(n, t))
+		if best < 0 || r.better(bestRank) {
+			best, bestRank, bestGPU = i, r, gpu
 		}
 	}
 	if best < 0 {
 		return Choice{}, false
 	}
 	return choice(c, best, t, bestGPU), true
+}
+
+// bestOnNode is the best rank of t on node n (which must fit t), given the
+// pool loss of placing it there, and, for a share, the first GPU that
+// achieves it (-1 otherwise). A share tries one GPU per distinct free
+// capacity; whole GPUs take the lowest-numbered idle ones, as idle GPUs
+// are alike.
+func (p *GPUShare) bestOnNode(n *Node, t Task, loss float64) (rank, int) {
+	f := p.frag
+	before := f.current(n)
+	if !isShare(t) {
+		return rankOf(f.afterWhole(n, t).minus(before), loss), -1
+	}
+	var best rank
+	bestGPU := -1
+	for g := range n.GPUs {
+		if !f.shareCandidate(n, t, g) {
+			continue
+		}
+		if r := rankOf(f.afterShare(n, t, g).minus(before), loss); bestGPU < 0 || r.better(best) {
+			best, bestGPU = r, g
+		}
+	}
+	return best, bestGPU
 }

@@ -4,6 +4,8 @@ import (
 	"math/rand"
 	"slices"
 	"testing"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
 )
 
 // TestFragMemoBounded places many tasks with the fragmentation-aware
@@ -34,8 +36,8 @@ func TestFragMemoBounded(t *testing.T) {
 			unbounded.memoCap = 1 << 30
 			var pb, pu Policy = &FGD{frag: bounded}, &FGD{frag: unbounded}
 			if tc.fill {
-				pb = &GPUShare{rng: rand.New(rand.NewSource(1)), frag: bounded}
-				pu = &GPUShare{rng: rand.New(rand.NewSource(1)), frag: unbounded}
+				pb = &GPUShare{frag: bounded, pool: newPools(w)}
+				pu = &GPUShare{frag: unbounded, pool: newPools(w)}
 			}
 			maxLen := 0
 			for i := range 2000 {
@@ -86,6 +88,6 @@ func cloneTestNodes(nodes []Node) []Node {
 func resetNode(n *Node) {
 	n.FreeCPUMilli, n.FreeMemoryMiB = n.CPUMilli, n.MemoryMiB
 	for i := range n.GPUs {
-		n.GPUs[i].FreeMilli = 1000
+		n.GPUs[i].Free = model.SharesPerGPU
 	}
 }

@@ -1,19 +1,25 @@
 // Package placement decides where a GPU task goes in a cluster: which node,
-// and which GPUs on it. Policies share one interface so that the planner, the
-// device plugin and the trace simulator can swap them.
+// and which GPUs on it. Policies share one interface, so that the quota
+// service's planner (scheduler/plan, which takes a policy by name) and the
+// trace simulator (scheduler/sim) run the same code. The device plugin does
+// not use this package: inside a node it publishes GPUs for Nomad to choose
+// from (device/partition), and the "deployed" policy models that choice.
 //
-// Units: CPU in milli-cores, memory in MiB, GPU in milli-GPU per GPU
-// (1000 = one whole GPU). A task asks either for a share of one GPU
-// (GPUCount 1, GPUMilli below 1000), for GPUCount whole GPUs (GPUMilli
-// 1000), or for no GPU at all (GPUCount 0).
+// Units: CPU in milli-cores, memory in MiB, GPU in model.Shares (0.01 GPU;
+// model.SharesPerGPU is one whole GPU), the project's one unit of GPU. A
+// task asks either for a share of one GPU (GPUCount 1, Shares below
+// model.SharesPerGPU), for GPUCount whole GPUs (Shares model.SharesPerGPU),
+// or for no GPU at all (GPUCount 0).
 package placement
+
+import "github.com/gpushare/nomad-gpushare/scheduler/model"
 
 // GPU is the state of one physical GPU.
 type GPU struct {
 	Model     string
 	MemoryMiB int64
-	// FreeMilli is the unallocated part of the GPU, 0 to 1000.
-	FreeMilli int
+	// Free is the unallocated part of the GPU, 0 to model.SharesPerGPU.
+	Free model.Shares
 }
 
 // Node is the state of one node: its capacity and what is still free.
@@ -33,12 +39,15 @@ type Task struct {
 	// GPUCount is the number of GPUs: 0 for a CPU-only task, 1 for a
 	// share, N for N whole GPUs.
 	GPUCount int
-	// GPUMilli is the ask per GPU: below 1000 for a share (GPUCount 1),
-	// 1000 for whole GPUs.
-	GPUMilli int
+	// Shares is the ask on each GPU: below model.SharesPerGPU for a share
+	// (GPUCount 1), model.SharesPerGPU for whole GPUs.
+	Shares model.Shares
 	// Models, when not empty, restricts the GPU models the task may use.
 	Models []string
 }
+
+// Demand is the GPU capacity t takes in all: GPUCount times Shares.
+func (t Task) Demand() model.Shares { return model.Shares(t.GPUCount) * t.Shares }
 
 // Choice is a placement: the index of the node in Cluster.Nodes and the
 // indexes of the GPUs on that node the task is bound to.

@@ -5,6 +5,8 @@ import (
 	"math/rand"
 	"sort"
 	"strings"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
 )
 
 // Option configures a policy built by ByName.
@@ -26,10 +28,15 @@ type constructor struct {
 }
 
 var registry = map[string]constructor{
-	"random":   {build: func(rng *rand.Rand, _ *Workload) Policy { return NewRandom(rng) }},
-	"bestfit":  {build: func(rng *rand.Rand, _ *Workload) Policy { return NewBestFit(rng) }},
-	"fgd":      {needsWorkload: true, build: func(rng *rand.Rand, w *Workload) Policy { return NewFGD(rng, w) }},
-	"gpushare": {needsWorkload: true, build: func(rng *rand.Rand, w *Workload) Policy { return NewGPUShare(rng, w) }},
+	"random":           {build: func(rng *rand.Rand, _ *Workload) Policy { return NewRandom(rng) }},
+	"bestfit":          {build: func(rng *rand.Rand, _ *Workload) Policy { return NewBestFit(rng) }},
+	"fgd":              {needsWorkload: true, build: func(rng *rand.Rand, w *Workload) Policy { return NewFGD(rng, w) }},
+	"gpushare":         {needsWorkload: true, build: func(rng *rand.Rand, w *Workload) Policy { return NewGPUShare(rng, w) }},
+	"deployed":         {build: func(rng *rand.Rand, _ *Workload) Policy { return NewDeployed(rng, Batch, nil) }},
+	"deployed-service": {build: func(rng *rand.Rand, _ *Workload) Policy { return NewDeployed(rng, Service, nil) }},
+	"deployed-ranked": {needsWorkload: true, build: func(rng *rand.Rand, w *Workload) Policy {
+		return NewDeployed(rng, Batch, NewRanking(w))
+	}},
 }
 
 // Names lists the policy names ByName accepts, sorted.
@@ -75,7 +82,7 @@ func fitsNode(n *Node, t Task) bool {
 	k := 0
 	for i := range n.GPUs {
 		g := &n.GPUs[i]
-		if g.FreeMilli >= t.GPUMilli && t.ModelAllowed(g.Model) {
+		if g.Free >= t.Shares && t.ModelAllowed(g.Model) {
 			k++
 			if k == t.GPUCount {
 				return true
@@ -93,7 +100,7 @@ func lowestGPUs(n *Node, t Task) []int {
 	gpus := make([]int, 0, t.GPUCount)
 	for i := range n.GPUs {
 		g := &n.GPUs[i]
-		if g.FreeMilli >= t.GPUMilli && t.ModelAllowed(g.Model) {
+		if g.Free >= t.Shares && t.ModelAllowed(g.Model) {
 			gpus = append(gpus, i)
 			if len(gpus) == t.GPUCount {
 				return gpus
@@ -105,14 +112,14 @@ func lowestGPUs(n *Node, t Task) []int {
 
 // isShare reports whether t asks for part of one GPU.
 func isShare(t Task) bool {
-	return t.GPUCount == 1 && t.GPUMilli < 1000
+	return t.GPUCount == 1 && t.Shares < model.SharesPerGPU
 }
 
-// freeGPUMilli is the unallocated GPU capacity of n, summed over its GPUs.
-func freeGPUMilli(n *Node) int {
-	s := 0
+// freeShares is the unallocated GPU capacity of n, summed over its GPUs.
+func freeShares(n *Node) model.Shares {
+	var s model.Shares
 	for i := range n.GPUs {
-		s += n.GPUs[i].FreeMilli
+		s += n.GPUs[i].Free
 	}
 	return s
 }

@@ -36,7 +36,7 @@ func (p *Random) Place(c *Cluster, t Task) (Choice, bool) {
 	}
 	p.gbuf = p.gbuf[:0]
 	for g := range n.GPUs {
-		if n.GPUs[g].FreeMilli >= t.GPUMilli && t.ModelAllowed(n.GPUs[g].Model) {
+		if n.GPUs[g].Free >= t.Shares && t.ModelAllowed(n.GPUs[g].Model) {
 			p.gbuf = append(p.gbuf, g)
 		}
 	}

@@ -1,9 +1,12 @@
 package placement
 
 import (
+	"cmp"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
 )
 
 // DefaultCoverage is the share of tasks whose types a Workload keeps: the
@@ -19,7 +22,7 @@ type TaskType struct {
 	// MemoryMiB is the mean memory ask of the type's tasks.
 	MemoryMiB int64
 	GPUCount  int
-	GPUMilli  int
+	Shares    model.Shares
 	Models    []string
 	Weight    float64
 }
@@ -29,6 +32,11 @@ type TaskType struct {
 // against it.
 type Workload struct {
 	Types []TaskType
+	// Classes has one entry per class of all the tasks (ClassOf: the GPU
+	// ask and a power-of-two bound on the CPU ask), with the mean CPU and
+	// memory of its tasks and its share of the tasks as Weight, most common
+	// first. The ranking mechanism publishes a level per class (Ranking).
+	Classes []TaskType
 }
 
 // NewWorkload builds the histogram of task types of tasks and keeps the most
@@ -39,78 +47,106 @@ func NewWorkload(tasks []Task, coverage float64) *Workload {
 	return NewWorkloadBy(tasks, coverage, func(Task) float64 { return 1 })
 }
 
-// ByGPUDemand weighs a task by its GPU demand (GPUCount*GPUMilli), so that
+// ByGPUDemand weighs a task by its GPU demand (GPUCount*Shares), so that
 // a Workload built with it gives each type its share of the GPU demand
 // rather than of the task count. CPU-only tasks weigh nothing.
-func ByGPUDemand(t Task) float64 { return float64(t.GPUCount * t.GPUMilli) }
+func ByGPUDemand(t Task) float64 { return float64(t.Demand()) }
 
 // NewWorkloadBy is NewWorkload with each task weighing weight(t) instead
 // of 1: types are ranked by total weight and kept until they cover coverage
 // of the total weight. Tasks of weight 0 are left out.
 func NewWorkloadBy(tasks []Task, coverage float64, weight func(Task) float64) *Workload {
-	type key struct {
-		cpu    int64
-		count  int
-		milli  int
-		models string
+	all := histogram(tasks, weight, func(t Task) typeKey { return keyOf(t) })
+	classes := histogram(tasks, func(Task) float64 { return 1 }, func(t Task) typeKey {
+		return typeKey{count: t.GPUCount, shares: t.Shares, cpu: cpuBound(t.CPUMilli)}
+	})
+	return &Workload{Types: mostCommon(all, coverage), Classes: mostCommon(classes, 1)}
+}
+
+// typeKey identifies a task type; models are joined in sorted order.
+type typeKey struct {
+	cpu    int64
+	count  int
+	shares model.Shares
+	models string
+}
+
+func keyOf(t Task) typeKey {
+	m := slices.Clone(t.Models)
+	slices.Sort(m)
+	return typeKey{cpu: t.CPUMilli, count: t.GPUCount, shares: t.Shares, models: strings.Join(m, "|")}
+}
+
+// histogram sums the weight of the tasks of each key, with their
+// weighted mean CPU and memory, sorted most weight first (ties by key).
+// Tasks of weight 0 are left out.
+func histogram(tasks []Task, weight func(Task) float64, key func(Task) typeKey) []TaskType {
+	type sums struct {
+		weight, cpu, mem float64
+		models           []string
 	}
-	counts := map[key]float64{}
-	mems := map[key]float64{}
-	var total float64
-	models := map[string][]string{}
+	byKey := map[typeKey]*sums{}
+	var keys []typeKey
 	for _, t := range tasks {
-		m := slices.Clone(t.Models)
-		slices.Sort(m)
-		ms := strings.Join(m, "|")
-		models[ms] = m
 		wt := weight(t)
 		if wt <= 0 {
 			continue
 		}
-		counts[key{t.CPUMilli, t.GPUCount, t.GPUMilli, ms}] += wt
-		mems[key{t.CPUMilli, t.GPUCount, t.GPUMilli, ms}] += wt * float64(t.MemoryMiB)
-		total += wt
-	}
-	keys := make([]key, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
+		k := key(t)
+		s := byKey[k]
+		if s == nil {
+			s = &sums{}
+			if k.models != "" {
+				s.models = strings.Split(k.models, "|")
+			}
+			byKey[k] = s
+			keys = append(keys, k)
+		}
+		s.weight += wt
+		s.cpu += wt * float64(t.CPUMilli)
+		s.mem += wt * float64(t.MemoryMiB)
 	}
 	sort.Slice(keys, func(i, j int) bool {
 		a, b := keys[i], keys[j]
-		if counts[a] != counts[b] {
-			return counts[a] > counts[b]
+		if wa, wb := byKey[a].weight, byKey[b].weight; wa != wb {
+			return wa > wb
 		}
-		if a.count != b.count {
-			return a.count < b.count
-		}
-		if a.milli != b.milli {
-			return a.milli < b.milli
-		}
-		if a.cpu != b.cpu {
-			return a.cpu < b.cpu
-		}
-		return a.models < b.models
+		return cmp.Or(cmp.Compare(a.count, b.count), cmp.Compare(a.shares, b.shares),
+			cmp.Compare(a.cpu, b.cpu), cmp.Compare(a.models, b.models)) < 0
 	})
-	w := &Workload{}
-	need := coverage * total
-	var kept float64
-	for _, k := range keys {
-		if len(w.Types) > 0 && kept >= need {
-			break
+	out := make([]TaskType, len(keys))
+	for i, k := range keys {
+		s := byKey[k]
+		out[i] = TaskType{
+			CPUMilli: int64(s.cpu / s.weight), MemoryMiB: int64(s.mem / s.weight),
+			GPUCount: k.count, Shares: k.shares, Models: s.models, Weight: s.weight,
 		}
-		kept += counts[k]
-		w.Types = append(w.Types, TaskType{
-			CPUMilli: k.cpu, GPUCount: k.count, GPUMilli: k.milli,
-			Models: models[k.models], Weight: counts[k],
-			MemoryMiB: int64(mems[k] / counts[k]),
-		})
 	}
-	for i := range w.Types {
-		w.Types[i].Weight /= kept
-	}
-	return w
+	return out
 }
 
-func (tt *TaskType) modelAllowed(model string) bool {
-	return len(tt.Models) == 0 || slices.Contains(tt.Models, model)
+// mostCommon keeps the first types of a sorted histogram until they cover
+// coverage of its total weight, and renormalizes their weights to sum to 1.
+func mostCommon(types []TaskType, coverage float64) []TaskType {
+	var total float64
+	for _, t := range types {
+		total += t.Weight
+	}
+	var kept []TaskType
+	var sum float64
+	for _, t := range types {
+		if len(kept) > 0 && sum >= coverage*total {
+			break
+		}
+		kept = append(kept, t)
+		sum += t.Weight
+	}
+	for i := range kept {
+		kept[i].Weight /= sum
+	}
+	return kept
+}
+
+func (tt *TaskType) modelAllowed(m string) bool {
+	return len(tt.Models) == 0 || slices.Contains(tt.Models, m)
 }

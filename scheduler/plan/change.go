@@ -155,7 +155,7 @@ func (s *state) shift(a int32, sign int) {
 	node.FreeCPUMilli += int64(sign) * al.cpu
 	node.FreeMemoryMiB += int64(sign) * al.mem
 	for _, g := range s.allocs.gpusOf(al) {
-		node.GPUs[g].FreeMilli += sign * int(al.perGPU)
+		node.GPUs[g].Free += model.Shares(sign) * model.Shares(al.perGPU)
 	}
 	s.cluster.summarize(n)
 }

@@ -8,17 +8,6 @@ import (
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
-// milliPerShare is package placement's unit, milli-GPU (1000 per GPU), per
-// share; placementGPU and placementWholeGPU are the only conversions
-// between the two units in plan.
-const milliPerShare = 1000 / model.SharesPerGPU
-
-// placementWholeGPU is one GPU in placement's unit.
-const placementWholeGPU = model.SharesPerGPU * milliPerShare
-
-// placementGPU converts a GPU amount to placement's unit.
-func placementGPU(s model.Shares) int { return int(s) * milliPerShare }
-
 // perGPU is what an ask takes on each GPU it is bound to.
 func perGPU(a *model.Ask) model.Shares {
 	if a.WholeGPUs > 0 {
@@ -32,9 +21,9 @@ func baseTask(a model.Ask) placement.Task {
 	t := placement.Task{CPUMilli: a.CPUMilli, MemoryMiB: a.MemoryMiB}
 	switch {
 	case a.WholeGPUs > 0:
-		t.GPUCount, t.GPUMilli = a.WholeGPUs, placementGPU(model.SharesPerGPU)
+		t.GPUCount, t.Shares = a.WholeGPUs, model.SharesPerGPU
 	case a.Shares > 0:
-		t.GPUCount, t.GPUMilli = 1, placementGPU(a.Shares)
+		t.GPUCount, t.Shares = 1, a.Shares
 	}
 	return t
 }
@@ -82,7 +71,7 @@ func newClusterState(snap *model.Snapshot, x *model.Index, policy placement.Poli
 				seen[gpu.Model] = true
 				c.modes.names = append(c.modes.names, gpu.Model)
 			}
-			gpus[g] = placement.GPU{Model: c.modes.encode(gpu.Model, gpu.Mode), MemoryMiB: gpu.MemoryMiB, FreeMilli: placementGPU(x.Free(n, g))}
+			gpus[g] = placement.GPU{Model: c.modes.encode(gpu.Model, gpu.Mode), MemoryMiB: gpu.MemoryMiB, Free: x.Free(n, g)}
 		}
 		c.Nodes[n] = placement.Node{
 			Name:          node.Name,

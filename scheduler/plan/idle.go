@@ -9,7 +9,7 @@ import (
 
 // nodeSummary is what the first-fit search reads to skip a node quickly.
 type nodeSummary struct {
-	maxFree int // the largest free amount of one GPU
+	maxFree model.Shares // the largest free amount of one GPU
 	idle    int // fully free GPUs
 }
 
@@ -42,21 +42,21 @@ func (c *clusterState) summarize(n int) {
 	}
 	var sum nodeSummary
 	for _, g := range c.Nodes[n].GPUs {
-		sum.maxFree = max(sum.maxFree, g.FreeMilli)
-		if g.FreeMilli >= placementWholeGPU {
+		sum.maxFree = max(sum.maxFree, g.Free)
+		if g.Free >= model.SharesPerGPU {
 			sum.idle++
 		}
 	}
 	old := c.summaries[n]
 	c.tally.byIdle[old.idle]--
-	c.tally.byFree[old.maxFree/milliPerShare]--
+	c.tally.byFree[old.maxFree]--
 	c.tally.byIdle[sum.idle]++
-	c.tally.byFree[sum.maxFree/milliPerShare]++
+	c.tally.byFree[sum.maxFree]++
 	c.summaries[n] = sum
 }
 
 // mayFit reports whether some node's summary admits t: a node with
-// GPUCount idle GPUs for whole GPUs, one with a GPU that has GPUMilli free
+// GPUCount idle GPUs for whole GPUs, one with a GPU that has Shares free
 // for a share.
 func (c *clusterState) mayFit(t placement.Task) bool {
 	var counts []int32
@@ -64,10 +64,10 @@ func (c *clusterState) mayFit(t placement.Task) bool {
 	switch {
 	case t.GPUCount == 0 || c.summaries == nil:
 		return true
-	case t.GPUMilli >= placementWholeGPU:
+	case t.Shares >= model.SharesPerGPU:
 		counts, from = c.tally.byIdle, t.GPUCount
 	default:
-		counts, from = c.tally.byFree[:], (t.GPUMilli+milliPerShare-1)/milliPerShare
+		counts, from = c.tally.byFree[:], int(t.Shares)
 	}
 	for k := from; k < len(counts); k++ {
 		if counts[k] > 0 {
@@ -82,13 +82,13 @@ func (c *clusterState) mayFit(t placement.Task) bool {
 type shapeKey struct {
 	cpu, mem int64
 	count    int
-	milli    int
+	shares   model.Shares
 	models   string
 	nodes    *bool
 }
 
 func shapeOf(t placement.Task, nodes []bool) shapeKey {
-	k := shapeKey{cpu: t.CPUMilli, mem: t.MemoryMiB, count: t.GPUCount, milli: t.GPUMilli, models: strings.Join(t.Models, "\x00")}
+	k := shapeKey{cpu: t.CPUMilli, mem: t.MemoryMiB, count: t.GPUCount, shares: t.Shares, models: strings.Join(t.Models, "\x00")}
 	if len(nodes) > 0 {
 		k.nodes = &nodes[0]
 	}
@@ -149,7 +149,7 @@ func (c *clusterState) firstFit(t placement.Task, nodes []bool) (placement.Choic
 			continue
 		}
 		sum := c.summaries[n]
-		if t.GPUCount > 0 && (sum.maxFree < t.GPUMilli || (t.GPUMilli >= placementWholeGPU && sum.idle < t.GPUCount)) {
+		if t.GPUCount > 0 && (sum.maxFree < t.Shares || (t.Shares >= model.SharesPerGPU && sum.idle < t.GPUCount)) {
 			continue
 		}
 		if gpus, ok := c.Fits(n, t); ok {

@@ -105,7 +105,7 @@ type allocTable struct {
 }
 
 // allocInfo is what one allocation holds: its job and node, CPU, memory,
-// and on each of its GPUs perGPU (in placement's unit); its gpuN GPU
+// and on each of its GPUs perGPU shares; its gpuN GPU
 // indexes start at allocTable.gpus[gpuOff]. What it holds on an
 // unavailable node or GPU is left out: suspending it frees nothing there.
 type allocInfo struct {
@@ -128,7 +128,7 @@ func (t *allocTable) gpusOf(al *allocInfo) []int32 {
 // cycle) and returns its position.
 func (t *allocTable) add(job int32, n int, node *model.Node, ask *model.Ask, gpus []int) int32 {
 	off := int32(len(t.gpus))
-	info := allocInfo{job: job, node: int32(n), perGPU: int32(placementGPU(perGPU(ask))), gpuOff: off}
+	info := allocInfo{job: job, node: int32(n), perGPU: int32(perGPU(ask)), gpuOff: off}
 	if node.Unavailable == "" {
 		info.cpu, info.mem = ask.CPUMilli, ask.MemoryMiB
 		for _, g := range gpus {

@@ -328,7 +328,7 @@ func (w *walkState) touch(s *state, n int32, t placement.Task) {
 	w.cpu[n], w.mem[n] = node.FreeCPUMilli, node.FreeMemoryMiB
 	open := int32(0)
 	for _, g := range node.GPUs {
-		if g.FreeMilli >= t.GPUMilli && t.ModelAllowed(g.Model) {
+		if g.Free >= t.Shares && t.ModelAllowed(g.Model) {
 			open++
 		}
 	}
@@ -367,16 +367,16 @@ func (w *walkState) add(s *state, n int32, j int32, a int32, t placement.Task) b
 	al := s.allocs.get(a)
 	w.cpu[n] += al.cpu
 	w.mem[n] += al.mem
-	amount := int(al.perGPU)
+	amount := model.Shares(al.perGPU)
 	base := s.index.GPUOffset[n]
 	for _, g := range s.allocs.gpusOf(al) {
 		k := base + g
 		if w.gpuStamp[k] != w.stamp {
 			w.gpuStamp[k], w.freed[k] = w.stamp, 0
 		}
-		before := node.GPUs[g].FreeMilli + int(w.freed[k])
+		before := node.GPUs[g].Free + model.Shares(w.freed[k])
 		w.freed[k] += int32(amount)
-		if before < t.GPUMilli && before+amount >= t.GPUMilli && t.ModelAllowed(node.GPUs[g].Model) {
+		if before < t.Shares && before+amount >= t.Shares && t.ModelAllowed(node.GPUs[g].Model) {
 			w.open[n]++
 		}
 	}
@@ -402,10 +402,10 @@ func (s *state) enough(n int, t placement.Task, victims []int32, mustFree model.
 	var freed model.Shares
 	node := &s.cluster.Nodes[n]
 	cpu, mem := node.FreeCPUMilli, node.FreeMemoryMiB
-	var buf [16]int
+	var buf [16]model.Shares
 	free := buf[:0]
 	for _, g := range node.GPUs {
-		free = append(free, g.FreeMilli)
+		free = append(free, g.Free)
 	}
 	for _, j := range victims {
 		freed += s.jobs[j].usage
@@ -417,7 +417,7 @@ func (s *state) enough(n int, t placement.Task, victims []int32, mustFree model.
 			cpu += al.cpu
 			mem += al.mem
 			for _, g := range s.allocs.gpusOf(al) {
-				free[g] += int(al.perGPU)
+				free[g] += model.Shares(al.perGPU)
 			}
 		}
 	}
@@ -426,7 +426,7 @@ func (s *state) enough(n int, t placement.Task, victims []int32, mustFree model.
 	}
 	found := 0
 	for g := range free {
-		if free[g] >= t.GPUMilli && t.ModelAllowed(node.GPUs[g].Model) {
+		if free[g] >= t.Shares && t.ModelAllowed(node.GPUs[g].Model) {
 			found++
 		}
 	}

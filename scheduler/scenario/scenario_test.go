@@ -68,9 +68,9 @@ func planOptions(policy string, sc *Scenario) (plan.Options, error) {
 		t := placement.Task{CPUMilli: a.CPUMilli, MemoryMiB: a.MemoryMiB, Models: a.Models}
 		switch {
 		case a.WholeGPUs > 0:
-			t.GPUCount, t.GPUMilli = a.WholeGPUs, 1000
+			t.GPUCount, t.Shares = a.WholeGPUs, model.SharesPerGPU
 		case a.Shares > 0:
-			t.GPUCount, t.GPUMilli = 1, int(a.Shares)*10
+			t.GPUCount, t.Shares = 1, a.Shares
 		}
 		for range n {
 			tasks = append(tasks, t)

@@ -3,7 +3,10 @@
 // paper: the task list is shuffled with a seed; tasks arrive one by one and
 // never leave; once the list is used up, tasks are drawn from it uniformly
 // at random with replacement until the GPU demand that has arrived reaches
-// 130% of the cluster's GPU capacity. A task that does not fit is dropped.
+// 130% of the cluster's GPU capacity. A task that does not fit is dropped:
+// it is a failed arrival, whose GPU demand counts as arrived, as in the
+// paper's simulator (which counts such tasks among its failed pods). That
+// holds too for a task no node could ever hold.
 // The metric is the share of GPU capacity left unallocated when arrived
 // demand reaches 100%; the allocation at the end (130%) is reported too.
 //
@@ -11,11 +14,13 @@
 package sim
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand"
 	"slices"
 
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
@@ -47,51 +52,58 @@ type Result struct {
 	UnallocAtRead float64
 	// AllocAtStop is the allocated GPU % at the end of the run.
 	AllocAtStop float64
-	// Arrived, Placed and Dropped count tasks.
-	Arrived, Placed, Dropped int
-	// CapacityMilli is the cluster's GPU capacity in milli-GPU.
-	CapacityMilli int64
+	// Arrived, Placed and Failed count tasks: Failed are the arrivals
+	// that found no place.
+	Arrived, Placed, Failed int
+	// Capacity is the cluster's GPU capacity.
+	Capacity model.Shares
 }
-
-// demand is the GPU demand of t in milli-GPU.
-func demand(t placement.Task) int64 { return int64(t.GPUCount) * int64(t.GPUMilli) }
 
 // Run simulates one seed. It copies the nodes; cfg is not changed.
 func Run(cfg Config) (Result, error) {
-	if cfg.Policy == nil {
-		return Result{}, errors.New("sim: no policy")
-	}
-	if len(cfg.Tasks) == 0 {
-		return Result{}, errors.New("sim: no tasks")
-	}
-	readAt, stopAt := cfg.ReadAt, cfg.StopAt
-	if readAt == 0 {
-		readAt = DefaultReadAt
-	}
-	if stopAt == 0 {
-		stopAt = DefaultStopAt
-	}
-	if readAt > stopAt {
-		return Result{}, fmt.Errorf("sim: read level %.2f above stop level %.2f", readAt, stopAt)
+	readAt, stopAt, err := cfg.levels()
+	if err != nil {
+		return Result{}, err
 	}
 	c := &placement.Cluster{Nodes: cloneNodes(cfg.Nodes)}
-	var capacity int64
+	capacity := model.GPUs(0)
 	for _, n := range c.Nodes {
-		capacity += int64(len(n.GPUs)) * 1000
+		capacity += model.GPUs(len(n.GPUs))
 	}
-	var gpuDemand int64
+	var gpuDemand model.Shares
 	for _, t := range cfg.Tasks {
-		gpuDemand += demand(t)
+		gpuDemand += t.Demand()
 	}
 	if capacity == 0 || gpuDemand == 0 {
 		return Result{}, errors.New("sim: no GPU capacity or no GPU demand")
 	}
-	res := Result{CapacityMilli: capacity}
+	return arrive(cfg, c, capacity, readAt*float64(capacity), stopAt*float64(capacity))
+}
+
+// levels checks cfg and returns its read and stop levels.
+func (cfg Config) levels() (readAt, stopAt float64, err error) {
+	if cfg.Policy == nil {
+		return 0, 0, errors.New("sim: no policy")
+	}
+	if len(cfg.Tasks) == 0 {
+		return 0, 0, errors.New("sim: no tasks")
+	}
+	readAt, stopAt = cmp.Or(cfg.ReadAt, DefaultReadAt), cmp.Or(cfg.StopAt, DefaultStopAt)
+	if readAt > stopAt {
+		return 0, 0, fmt.Errorf("sim: read level %.2f above stop level %.2f", readAt, stopAt)
+	}
+	return readAt, stopAt, nil
+}
+
+// arrive lets tasks arrive on c, the shuffled list and then random draws,
+// until the next one would take arrived GPU demand past stopLevel, and
+// reads the allocation when arrived demand first reaches readLevel.
+func arrive(cfg Config, c *placement.Cluster, capacity model.Shares, readLevel, stopLevel float64) (Result, error) {
+	res := Result{Capacity: capacity}
+	unallocated := func(allocated model.Shares) float64 { return 100 - 100*float64(allocated)/float64(capacity) }
 	rng := rand.New(rand.NewSource(cfg.Seed))
 	order := rng.Perm(len(cfg.Tasks))
-	readMilli := readAt * float64(capacity)
-	stopMilli := stopAt * float64(capacity)
-	var arrived, allocated int64
+	var arrived, allocated model.Shares
 	read := false
 	for i := 0; ; i++ {
 		var t placement.Task
@@ -100,29 +112,29 @@ func Run(cfg Config) (Result, error) {
 		} else {
 			t = cfg.Tasks[rng.Intn(len(cfg.Tasks))]
 		}
-		if float64(arrived+demand(t)) > stopMilli {
+		if float64(arrived+t.Demand()) > stopLevel {
 			break
 		}
-		arrived += demand(t)
+		arrived += t.Demand()
 		res.Arrived++
 		if ch, ok := cfg.Policy.Place(c, t); ok {
 			if err := c.Assign(ch, t); err != nil {
 				return res, fmt.Errorf("sim: policy %s: task %d: %w", cfg.Policy.Name(), i, err)
 			}
-			allocated += demand(t)
+			allocated += t.Demand()
 			res.Placed++
 		} else {
-			res.Dropped++
+			res.Failed++
 		}
-		if !read && float64(arrived) >= readMilli {
+		if !read && float64(arrived) >= readLevel {
 			read = true
-			res.UnallocAtRead = 100 - 100*float64(allocated)/float64(capacity)
+			res.UnallocAtRead = unallocated(allocated)
 		}
 	}
 	if !read {
-		res.UnallocAtRead = 100 - 100*float64(allocated)/float64(capacity)
+		res.UnallocAtRead = unallocated(allocated)
 	}
-	res.AllocAtStop = 100 * float64(allocated) / float64(capacity)
+	res.AllocAtStop = 100 - unallocated(allocated)
 	return res, nil
 }
 

@@ -1,27 +1,24 @@
 package sim
 
 import (
-	"math"
-	"os"
-	"path/filepath"
 	"testing"
 
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
-	"github.com/gpushare/nomad-gpushare/scheduler/trace"
 )
 
 func gpuNode(name string, gpus int) placement.Node {
 	n := placement.Node{Name: name, CPUMilli: 64000, FreeCPUMilli: 64000, MemoryMiB: 1 << 20, FreeMemoryMiB: 1 << 20}
 	for range gpus {
-		n.GPUs = append(n.GPUs, placement.GPU{Model: "T4", FreeMilli: 1000})
+		n.GPUs = append(n.GPUs, placement.GPU{Model: "T4", Free: model.SharesPerGPU})
 	}
 	return n
 }
 
 func TestRunSyntheticOutcomes(t *testing.T) {
-	share600 := placement.Task{CPUMilli: 1000, GPUCount: 1, GPUMilli: 600}
+	share60 := placement.Task{CPUMilli: 1000, GPUCount: 1, Shares: 60}
 	cpuOnly := placement.Task{CPUMilli: 1000}
-	whole := placement.Task{CPUMilli: 1000, GPUCount: 1, GPUMilli: 1000}
+	whole := placement.Task{CPUMilli: 1000, GPUCount: 1, Shares: 100}
 	tests := []struct {
 		name  string
 		nodes []placement.Node
@@ -29,13 +26,22 @@ func TestRunSyntheticOutcomes(t *testing.T) {
 		want  Result
 	}{
 		{
-			// Capacity 2000. 600-shares arrive at 600, 1200, 1800, 2400:
-			// two fit (one per GPU), the rest do not. At 2400 >= 100% the
-			// allocation is 1200 (60%); the next would pass 130% (2600).
+			// Capacity 2 GPUs. 0.6-GPU shares arrive at 0.6, 1.2, 1.8, 2.4:
+			// two fit (one per GPU), the rest do not. At 2.4 >= 100% the
+			// allocation is 1.2 (60%); the next would pass 130% (2.6).
 			name:  "shares strand slivers",
 			nodes: []placement.Node{gpuNode("a", 1), gpuNode("b", 1)},
-			tasks: []placement.Task{share600},
-			want:  Result{UnallocAtRead: 40, AllocAtStop: 60, Arrived: 4, Placed: 2, Dropped: 2, CapacityMilli: 2000},
+			tasks: []placement.Task{share60},
+			want:  Result{UnallocAtRead: 40, AllocAtStop: 60, Arrived: 4, Placed: 2, Failed: 2, Capacity: 200},
+		},
+		{
+			// A task no node can hold (more CPU than any node) is a failed
+			// arrival, as in the paper's simulator: its GPU demand counts as
+			// arrived. Arrivals at 1 and 2 GPUs; a third would pass 2.6.
+			name:  "task that fits no node fails",
+			nodes: []placement.Node{gpuNode("a", 1), gpuNode("b", 1)},
+			tasks: []placement.Task{{CPUMilli: 1 << 30, GPUCount: 1, Shares: 100}},
+			want:  Result{UnallocAtRead: 100, AllocAtStop: 0, Arrived: 2, Placed: 0, Failed: 2, Capacity: 200},
 		},
 		{
 			// Whole GPUs fill the cluster exactly; CPU-only tasks bring no
@@ -43,7 +49,7 @@ func TestRunSyntheticOutcomes(t *testing.T) {
 			name:  "whole GPUs fill",
 			nodes: []placement.Node{gpuNode("a", 2), gpuNode("b", 2)},
 			tasks: []placement.Task{whole, cpuOnly},
-			want:  Result{UnallocAtRead: 0, AllocAtStop: 100, CapacityMilli: 4000},
+			want:  Result{UnallocAtRead: 0, AllocAtStop: 100, Capacity: 400},
 		},
 	}
 	for _, tc := range tests {
@@ -58,7 +64,7 @@ func TestRunSyntheticOutcomes(t *testing.T) {
 				t.Fatalf("%s/%s: %v", tc.name, name, err)
 			}
 			if tc.want.Arrived == 0 {
-				got.Arrived, got.Placed, got.Dropped = 0, 0, 0
+				got.Arrived, got.Placed, got.Failed = 0, 0, 0
 			}
 			if got != tc.want {
 				t.Errorf("%s/%s: got %+v, want %+v", tc.name, name, got, tc.want)
@@ -69,12 +75,12 @@ func TestRunSyntheticOutcomes(t *testing.T) {
 
 func TestRunDoesNotChangeInput(t *testing.T) {
 	nodes := []placement.Node{gpuNode("a", 2)}
-	tasks := []placement.Task{{CPUMilli: 1000, GPUCount: 1, GPUMilli: 300}}
+	tasks := []placement.Task{{CPUMilli: 1000, GPUCount: 1, Shares: 30}}
 	p, _ := placement.ByName("bestfit", 1)
 	if _, err := Run(Config{Nodes: nodes, Tasks: tasks, Policy: p, Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if nodes[0].FreeCPUMilli != 64000 || nodes[0].GPUs[0].FreeMilli != 1000 {
+	if nodes[0].FreeCPUMilli != 64000 || nodes[0].GPUs[0].Free != model.SharesPerGPU {
 		t.Fatalf("Run changed its input nodes: %+v", nodes[0])
 	}
 }
@@ -85,52 +91,14 @@ func TestRunErrors(t *testing.T) {
 		name string
 		cfg  Config
 	}{
-		{"no policy", Config{Nodes: []placement.Node{gpuNode("a", 1)}, Tasks: []placement.Task{{GPUCount: 1, GPUMilli: 1000}}}},
+		{"no policy", Config{Nodes: []placement.Node{gpuNode("a", 1)}, Tasks: []placement.Task{{GPUCount: 1, Shares: 100}}}},
 		{"no tasks", Config{Nodes: []placement.Node{gpuNode("a", 1)}, Policy: p}},
 		{"no GPU demand", Config{Nodes: []placement.Node{gpuNode("a", 1)}, Tasks: []placement.Task{{CPUMilli: 1}}, Policy: p}},
-		{"read after stop", Config{Nodes: []placement.Node{gpuNode("a", 1)}, Tasks: []placement.Task{{GPUCount: 1, GPUMilli: 1000}}, Policy: p, ReadAt: 2}},
+		{"read after stop", Config{Nodes: []placement.Node{gpuNode("a", 1)}, Tasks: []placement.Task{{GPUCount: 1, Shares: 100}}, Policy: p, ReadAt: 2}},
 	}
 	for _, tc := range tests {
 		if _, err := Run(tc.cfg); err == nil {
 			t.Errorf("%s: no error", tc.name)
-		}
-	}
-}
-
-// TestReproducesPaperBaselines runs Random and Best-Fit on seed 42 of the
-// openb default trace and checks them against the published means (ATC'23)
-// within 1 point. It is skipped where the trace is not present.
-func TestReproducesPaperBaselines(t *testing.T) {
-	if testing.Short() {
-		t.Skip("short")
-	}
-	dir := os.Getenv("OPENB_DIR")
-	if dir == "" {
-		dir = "/work/shared/traces/alibaba-openb-2023"
-	}
-	nodes, err := trace.OpenNodes(filepath.Join(dir, "openb_node_list_gpu_node.csv"))
-	if err != nil {
-		t.Skipf("openb trace not available: %v", err)
-	}
-	tt, err := trace.OpenTasks(filepath.Join(dir, "openb_pod_list_default.csv"), nodes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tasks := make([]placement.Task, len(tt))
-	for i := range tt {
-		tasks[i] = tt[i].Task
-	}
-	for _, tc := range []struct {
-		policy    string
-		published float64
-	}{{"random", 13.70}, {"bestfit", 7.14}} {
-		p, _ := placement.ByName(tc.policy, 42)
-		r, err := Run(Config{Nodes: nodes, Tasks: tasks, Policy: p, Seed: 42})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if math.Abs(r.UnallocAtRead-tc.published) > 1 {
-			t.Errorf("%s: unallocated %.2f%% at 100%%, published %.2f%%", tc.policy, r.UnallocAtRead, tc.published)
 		}
 	}
 }

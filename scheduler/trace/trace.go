@@ -5,8 +5,18 @@
 // Node list columns: sn, cpu_milli, memory_mib, gpu, model. Pod list
 // columns: name, cpu_milli, memory_mib, num_gpu, gpu_milli and, optionally,
 // gpu_spec (allowed models, "|"-separated, empty for any). Columns are found
-// by header name; other columns are ignored. Every error names the file,
-// the line and the field.
+// by header name; other columns are ignored.
+//
+// The reader refuses only malformed input, and every error names the file,
+// the line and the field. A well-formed task that no node could ever hold
+// (more CPU than any node, a GPU model no node has) is read like any other:
+// the simulator counts it as an arrival that fails, as the paper's
+// simulator does.
+//
+// GPU asks become model.Shares (0.01 GPU), the project's unit: gpu_milli is
+// in thousandths of a GPU, so it is divided by ten, rounding up (a task
+// never gets less than it asked for). Every gpu_milli in the published
+// openb lists is a multiple of ten, so for them nothing is rounded.
 package trace
 
 import (
@@ -18,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
@@ -46,8 +57,6 @@ func (e *Error) Unwrap() error { return e.Err }
 var (
 	ErrMissingColumn = errors.New("missing column")
 	ErrBadValue      = errors.New("bad value")
-	ErrUnknownModel  = errors.New("unknown GPU model")
-	ErrTooLarge      = errors.New("ask larger than any node")
 )
 
 // Task is one pod of a pod list: its name and what it asks for.
@@ -56,8 +65,17 @@ type Task struct {
 	placement.Task
 }
 
-// MaxGPUMilli is the capacity of one GPU in milli-GPU.
-const MaxGPUMilli = 1000
+// milliPerGPU is gpu_milli's whole GPU; milliPerShare converts gpu_milli
+// to model.Shares.
+const (
+	milliPerGPU   = 1000
+	milliPerShare = milliPerGPU / model.SharesPerGPU
+)
+
+// sharesOfMilli converts a gpu_milli value to shares, rounding up.
+func sharesOfMilli(milli int64) model.Shares {
+	return model.Shares((milli + milliPerShare - 1) / milliPerShare)
+}
 
 // table is a CSV file with a header, read row by row.
 type table struct {
@@ -163,18 +181,18 @@ func OpenNodes(path string) ([]placement.Node, error) {
 	return ReadNodes(path, f)
 }
 
-// OpenTasks reads a pod list file, checking each task against nodes.
-func OpenTasks(path string, nodes []placement.Node) ([]Task, error) {
+// OpenTasks reads a pod list file.
+func OpenTasks(path string) ([]Task, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open pod list: %w", err)
 	}
 	defer f.Close()
-	return ReadTasks(path, f, nodes)
+	return ReadTasks(path, f)
 }
 
 // ReadNodes parses a node list; file names the input in errors. Each node
-// gets gpu GPUs of the given model, each of capacity 1000 milli-GPU.
+// gets gpu idle GPUs of the given model.
 func ReadNodes(file string, r io.Reader) ([]placement.Node, error) {
 	t, err := newTable(file, r, []string{"sn", "cpu_milli", "memory_mib", "gpu", "model"})
 	if err != nil {
@@ -205,14 +223,14 @@ func ReadNodes(file string, r io.Reader) ([]placement.Node, error) {
 		if err != nil {
 			return nil, err
 		}
-		model, _ := t.str("model")
-		if ngpu > 0 && model == "" {
+		gpuModel, _ := t.str("model")
+		if ngpu > 0 && gpuModel == "" {
 			return nil, t.errf("model", fmt.Errorf("%w: node has GPUs but no model", ErrBadValue))
 		}
 		n := placement.Node{Name: name, CPUMilli: cpu, FreeCPUMilli: cpu, MemoryMiB: mem, FreeMemoryMiB: mem}
 		n.GPUs = make([]placement.GPU, ngpu)
 		for i := range n.GPUs {
-			n.GPUs[i] = placement.GPU{Model: model, FreeMilli: MaxGPUMilli}
+			n.GPUs[i] = placement.GPU{Model: gpuModel, Free: model.SharesPerGPU}
 		}
 		nodes = append(nodes, n)
 	}
@@ -222,19 +240,11 @@ func ReadNodes(file string, r io.Reader) ([]placement.Node, error) {
 	return nodes, nil
 }
 
-// ReadTasks parses a pod list; file names the input in errors. A task must
-// fit on at least one of nodes when that node is empty, and name only models
-// the nodes have.
-func ReadTasks(file string, r io.Reader, nodes []placement.Node) ([]Task, error) {
+// ReadTasks parses a pod list; file names the input in errors.
+func ReadTasks(file string, r io.Reader) ([]Task, error) {
 	t, err := newTable(file, r, []string{"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"})
 	if err != nil {
 		return nil, err
-	}
-	models := map[string]bool{}
-	for _, n := range nodes {
-		for _, g := range n.GPUs {
-			models[g.Model] = true
-		}
 	}
 	var tasks []Task
 	for {
@@ -245,20 +255,16 @@ func ReadTasks(file string, r io.Reader, nodes []placement.Node) ([]Task, error)
 		if !ok {
 			break
 		}
-		task, err := readTask(t, models)
+		task, err := readTask(t)
 		if err != nil {
 			return nil, err
-		}
-		if !fitsSomeNode(nodes, task.Task) {
-			return nil, t.errf("", fmt.Errorf("%w: task %s (%d mCPU, %d MiB, %d x %d milli-GPU)",
-				ErrTooLarge, task.Name, task.CPUMilli, task.MemoryMiB, task.GPUCount, task.GPUMilli))
 		}
 		tasks = append(tasks, task)
 	}
 	return tasks, nil
 }
 
-func readTask(t *table, models map[string]bool) (Task, error) {
+func readTask(t *table) (Task, error) {
 	var task Task
 	task.Name, _ = t.str("name")
 	var err error
@@ -272,7 +278,7 @@ func readTask(t *table, models map[string]bool) (Task, error) {
 	if err != nil {
 		return task, err
 	}
-	milli, err := t.int("gpu_milli", MaxGPUMilli)
+	milli, err := t.int("gpu_milli", milliPerGPU)
 	if err != nil {
 		return task, err
 	}
@@ -281,40 +287,16 @@ func readTask(t *table, models map[string]bool) (Task, error) {
 		return task, t.errf("gpu_milli", fmt.Errorf("%w: %d milli-GPU with num_gpu 0", ErrBadValue, milli))
 	case num > 0 && milli == 0:
 		return task, t.errf("gpu_milli", fmt.Errorf("%w: 0 milli-GPU with num_gpu %d", ErrBadValue, num))
-	case num > 1 && milli < MaxGPUMilli:
+	case num > 1 && milli < milliPerGPU:
 		return task, t.errf("gpu_milli", fmt.Errorf("%w: %d GPUs must be whole (1000), got %d", ErrBadValue, num, milli))
 	}
-	task.GPUCount, task.GPUMilli = int(num), int(milli)
+	task.GPUCount, task.Shares = int(num), sharesOfMilli(milli)
 	if spec, _ := t.str("gpu_spec"); spec != "" {
 		for m := range strings.SplitSeq(spec, "|") {
-			m = strings.TrimSpace(m)
-			if m == "" {
-				continue
+			if m = strings.TrimSpace(m); m != "" {
+				task.Models = append(task.Models, m)
 			}
-			if !models[m] {
-				return task, t.errf("gpu_spec", fmt.Errorf("%w %q", ErrUnknownModel, m))
-			}
-			task.Models = append(task.Models, m)
 		}
 	}
 	return task, nil
-}
-
-// fitsSomeNode reports whether t fits on some node when that node is empty.
-func fitsSomeNode(nodes []placement.Node, t placement.Task) bool {
-	for _, n := range nodes {
-		if n.CPUMilli < t.CPUMilli || n.MemoryMiB < t.MemoryMiB {
-			continue
-		}
-		k := 0
-		for _, g := range n.GPUs {
-			if t.ModelAllowed(g.Model) {
-				k++
-			}
-		}
-		if k >= t.GPUCount {
-			return true
-		}
-	}
-	return false
 }

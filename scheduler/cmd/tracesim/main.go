@@ -10,14 +10,24 @@
 //
 // Usage:
 //
-//	tracesim -nodes nodes.csv -pods pods.csv [-policy random,bestfit,fgd,gpushare] [-seeds 42-51] [-name default] [-parallel 1]
+//	tracesim -nodes nodes.csv -pods pods.csv [-variant gpushare60] [-variant-seed 1]
+//	         [-policy random,bestfit,fgd,gpushare] [-seeds 42-51] [-name default] [-parallel 1]
+//	tracesim variant -nodes nodes.csv -pods pods.csv -variant multigpu30+gpuspec33 [-seed 1] [-o out.csv]
+//
+// -variant draws a workload variant from the pod list by the published
+// method (trace.Variant) before simulating; the variant subcommand writes
+// one as a pod list instead. Besides the paper's baselines and gpushare,
+// -policy takes the models of the deployment: deployed (batch jobs),
+// deployed-service, and deployed-ranked (with the ranking mechanism).
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math/rand"
 	"os"
 	"strconv"
 	"strings"
@@ -36,19 +46,92 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("tracesim", flag.ContinueOnError)
+	if len(args) > 0 && args[0] == "variant" {
+		return runVariant(args[1:], stdout, stderr)
+	}
+	return runSimulate(args, stdout, stderr)
+}
+
+// workloadFlags are the flags that name the cluster and the task list.
+type workloadFlags struct {
+	nodes, pods, variant string
+}
+
+func (w *workloadFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&w.nodes, "nodes", "", "node list CSV (sn,cpu_milli,memory_mib,gpu,model)")
+	fs.StringVar(&w.pods, "pods", "", "pod list CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec])")
+	fs.StringVar(&w.variant, "variant", "", "draw a workload variant from the pod list (e.g. gpushare60, multigpu30+gpuspec33)")
+}
+
+// load reads the node and pod lists and draws the variant, if any.
+func (w *workloadFlags) load(variantSeed int64) ([]placement.Node, []trace.Task, error) {
+	if w.nodes == "" || w.pods == "" {
+		return nil, nil, errors.New("-nodes and -pods are required")
+	}
+	nodes, err := trace.OpenNodes(w.nodes)
+	if err != nil {
+		return nil, nil, err
+	}
+	tasks, err := trace.OpenTasks(w.pods)
+	if err != nil {
+		return nil, nil, err
+	}
+	if w.variant == "" {
+		return nodes, tasks, nil
+	}
+	v, err := trace.ParseVariant(w.variant)
+	if err != nil {
+		return nil, nil, err
+	}
+	tasks, err = v.Apply(tasks, nodes, variantSeed)
+	return nodes, tasks, err
+}
+
+func runVariant(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tracesim variant", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	nodesPath := fs.String("nodes", "", "node list CSV (sn,cpu_milli,memory_mib,gpu,model)")
-	podsPath := fs.String("pods", "", "pod list CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec])")
-	policies := fs.String("policy", strings.Join(defaultPolicies, ","), "comma-separated policies ("+strings.Join(placement.Names(), ", ")+")")
-	seedSpec := fs.String("seeds", "42-51", "seeds: a range A-B or a comma-separated list")
-	name := fs.String("name", "default", "trace name printed in the output")
-	parallel := fs.Int("parallel", 1, "seeds simulated at once")
+	var w workloadFlags
+	w.register(fs)
+	seed := fs.Int64("seed", 1, "seed of the variant's random draws")
+	out := fs.String("o", "", "output pod list (default: standard output)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *nodesPath == "" || *podsPath == "" {
-		return errors.New("-nodes and -pods are required")
+	if w.variant == "" {
+		return errors.New("variant: -variant is required")
+	}
+	_, tasks, err := w.load(*seed)
+	if err != nil {
+		return err
+	}
+	if *out == "" {
+		return trace.WriteTasks(stdout, tasks)
+	}
+	f, err := os.Create(*out)
+	if err != nil {
+		return fmt.Errorf("variant: %w", err)
+	}
+	if err := trace.WriteTasks(f, tasks); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func runSimulate(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tracesim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var w workloadFlags
+	w.register(fs)
+	variantSeed := fs.Int64("variant-seed", 1, "seed of the variant's random draws")
+	policies := fs.String("policy", strings.Join(defaultPolicies, ","), "comma-separated policies ("+strings.Join(placement.Names(), ", ")+")")
+	seedSpec := fs.String("seeds", "42-51", "seeds: a range A-B or a comma-separated list")
+	name := fs.String("name", "", "trace name printed in the output (default: the variant, or \"default\")")
+	parallel := fs.Int("parallel", 1, "seeds simulated at once")
+	perSeed := fs.Bool("per-seed", false, "add each seed's unallocated % to the line (per_seed=a,b,...)")
+	rankOpts := fs.String("ranking", "", "alternatives of deployed-ranked's mechanism, comma-separated: nodemeta-only (no GPU ladder), gpu-jobs-only, device-attribute, exact, thresholds=0;-10, lag=N")
+	if err := fs.Parse(args); err != nil {
+		return err
 	}
 	if *parallel < 1 {
 		return fmt.Errorf("-parallel %d: must be at least 1", *parallel)
@@ -57,34 +140,60 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	nodes, err := trace.OpenNodes(*nodesPath)
+	names, err := parsePolicies(*policies)
 	if err != nil {
 		return err
 	}
-	ttasks, err := trace.OpenTasks(*podsPath, nodes)
+	tune, err := parseRanking(*rankOpts)
 	if err != nil {
 		return err
+	}
+	nodes, ttasks, err := w.load(*variantSeed)
+	if err != nil {
+		return err
+	}
+	label := *name
+	if label == "" {
+		label = cmp.Or(w.variant, "default")
 	}
 	tasks := make([]placement.Task, len(ttasks))
 	for i, t := range ttasks {
 		tasks[i] = t.Task
 	}
 	workload := placement.NewWorkload(tasks, placement.DefaultCoverage)
-	for _, p := range strings.Split(*policies, ",") {
-		p = strings.TrimSpace(p)
-		if _, err := placement.ByName(p, 0, placement.WithWorkload(workload)); err != nil {
-			return err
-		}
-		results, err := runSeeds(nodes, tasks, workload, p, seeds, *parallel)
+	for _, p := range names {
+		results, err := runSeeds(nodes, tasks, policyMaker(p, workload, tune), seeds, *parallel)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintln(stdout, format(*name, p, *seedSpec, results))
+		line := format(label, p, *seedSpec, results)
+		if *perSeed {
+			line += " per_seed=" + formatPerSeed(results)
+		}
+		fmt.Fprintln(stdout, line)
 	}
 	return nil
 }
 
 var defaultPolicies = []string{"random", "bestfit", "fgd", "gpushare"}
+
+// parsePolicies splits a comma-separated policy list and checks each name.
+func parsePolicies(s string) ([]string, error) {
+	var names []string
+	valid := placement.Names()
+	for p := range strings.SplitSeq(s, ",") {
+		p = strings.TrimSpace(p)
+		ok := false
+		for _, v := range valid {
+			ok = ok || v == p
+		}
+		if !ok {
+			return nil, fmt.Errorf("-policy: unknown placement policy %q (valid: %s)", p, strings.Join(valid, ", "))
+		}
+		names = append(names, p)
+	}
+	return names, nil
+}
 
 func parseSeeds(s string) ([]int64, error) {
 	if a, b, ok := strings.Cut(s, "-"); ok && a != "" {
@@ -110,8 +219,69 @@ func parseSeeds(s string) ([]int64, error) {
 	return out, nil
 }
 
-// runSeeds simulates policy on each seed, at most parallel at a time.
-func runSeeds(nodes []placement.Node, tasks []placement.Task, w *placement.Workload, policy string, seeds []int64, parallel int) ([]sim.Result, error) {
+// policyMaker builds the named policy for a seed; tune, when not nil,
+// changes deployed-ranked's mechanism.
+func policyMaker(name string, w *placement.Workload, tune func(*placement.Ranking)) func(seed int64) (placement.Policy, error) {
+	if name == "deployed-ranked" && tune != nil {
+		return func(seed int64) (placement.Policy, error) {
+			r := placement.NewRanking(w)
+			tune(r)
+			return placement.NewDeployed(rand.New(rand.NewSource(seed)), placement.Batch, r), nil
+		}
+	}
+	return func(seed int64) (placement.Policy, error) {
+		return placement.ByName(name, seed, placement.WithWorkload(w))
+	}
+}
+
+// parseRanking reads -ranking: the alternatives of the ranking mechanism
+// that the measurements behind its defaults compared.
+func parseRanking(s string) (func(*placement.Ranking), error) {
+	if s == "" {
+		return nil, nil
+	}
+	var steps []func(*placement.Ranking)
+	for opt := range strings.SplitSeq(s, ",") {
+		key, val, _ := strings.Cut(strings.TrimSpace(opt), "=")
+		switch key {
+		case "nodemeta-only":
+			steps = append(steps, func(r *placement.Ranking) { r.GPULadder = false })
+		case "gpu-jobs-only":
+			steps = append(steps, func(r *placement.Ranking) { r.GPUJobsOnly = true })
+		case "device-attribute":
+			steps = append(steps, func(r *placement.Ranking) { r.DeviceAttribute = true })
+		case "exact":
+			steps = append(steps, func(r *placement.Ranking) { r.Exact = true })
+		case "lag":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("-ranking %s: want lag=N placements, N >= 0", opt)
+			}
+			steps = append(steps, func(r *placement.Ranking) { r.Lag = n })
+		case "thresholds":
+			var th []float64
+			for v := range strings.SplitSeq(val, ";") {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return nil, fmt.Errorf("-ranking %s: want thresholds=A;B;... in shares", opt)
+				}
+				th = append(th, f)
+			}
+			steps = append(steps, func(r *placement.Ranking) { r.Thresholds = th })
+		default:
+			return nil, fmt.Errorf("-ranking: unknown option %q (valid: nodemeta-only, gpu-jobs-only, device-attribute, exact, thresholds=A;B, lag=N)", opt)
+		}
+	}
+	return func(r *placement.Ranking) {
+		for _, step := range steps {
+			step(r)
+		}
+	}, nil
+}
+
+// runSeeds simulates the policy build makes for each seed, at most parallel
+// at a time.
+func runSeeds(nodes []placement.Node, tasks []placement.Task, build func(seed int64) (placement.Policy, error), seeds []int64, parallel int) ([]sim.Result, error) {
 	results := make([]sim.Result, len(seeds))
 	errs := make([]error, len(seeds))
 	sem := make(chan struct{}, parallel)
@@ -122,7 +292,7 @@ func runSeeds(nodes []placement.Node, tasks []placement.Task, w *placement.Workl
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			p, err := placement.ByName(policy, seed, placement.WithWorkload(w))
+			p, err := build(seed)
 			if err != nil {
 				errs[i] = err
 				return
@@ -149,4 +319,12 @@ func format(name, policy, seeds string, rs []sim.Result) string {
 	n := float64(len(rs))
 	return fmt.Sprintf("trace=%s policy=%s unalloc_at_100=%.2f min=%.2f max=%.2f alloc_at_130=%.2f seeds=%s",
 		name, policy, sum/n, lo, hi, alloc/n, seeds)
+}
+
+func formatPerSeed(rs []sim.Result) string {
+	vals := make([]string, len(rs))
+	for i, r := range rs {
+		vals[i] = strconv.FormatFloat(r.UnallocAtRead, 'f', 2, 64)
+	}
+	return strings.Join(vals, ",")
 }

@@ -65,3 +65,69 @@ func TestRunPrintsOneLinePerPolicy(t *testing.T) {
 		t.Errorf("unknown policy: error %v does not list valid names", err)
 	}
 }
+
+func TestVariantSubcommand(t *testing.T) {
+	dir := t.TempDir()
+	nodes := filepath.Join(dir, "nodes.csv")
+	pods := filepath.Join(dir, "pods.csv")
+	if err := os.WriteFile(nodes, []byte("sn,cpu_milli,memory_mib,gpu,model\na,64000,65536,2,T4\nb,64000,65536,4,G2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pods, []byte("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,600\nq,1000,1024,1,1000\nm,2000,1024,2,1000\nr,500,512,0,0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "v.csv")
+	var stdout, stderr bytes.Buffer
+	if err := run([]string{"variant", "-nodes", nodes, "-pods", pods, "-variant", "multigpu50+gpuspec100", "-seed", "3", "-o", out}, &stdout, &stderr); err != nil {
+		t.Fatalf("variant: %v (%s)", err, stderr.String())
+	}
+	written, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(written)), "\n")
+	if len(lines) != 5 || lines[0] != "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec" {
+		t.Fatalf("variant wrote:\n%s", written)
+	}
+	for _, l := range lines[1:] {
+		if !strings.Contains(l, ",0,0,") && !strings.HasSuffix(l, ",G2") && !strings.HasSuffix(l, ",T4") && !strings.HasSuffix(l, ",G2|T4") {
+			t.Errorf("GPU task without a model constraint under gpuspec100: %q", l)
+		}
+	}
+	stdout.Reset()
+	if err := run([]string{"-nodes", nodes, "-pods", pods, "-variant", "multigpu50", "-seeds", "1", "-policy", "bestfit"}, &stdout, &stderr); err != nil {
+		t.Fatalf("simulate a variant: %v", err)
+	}
+	if !strings.HasPrefix(stdout.String(), "trace=multigpu50 policy=bestfit ") {
+		t.Errorf("simulating a variant printed %q", stdout.String())
+	}
+	if err := run([]string{"variant", "-nodes", nodes, "-pods", pods, "-variant", "bogus7"}, &stdout, &stderr); err == nil || !strings.Contains(err.Error(), "gpushareNN") {
+		t.Errorf("bad variant: error %v does not list the kinds", err)
+	}
+}
+
+func TestRankingAlternatives(t *testing.T) {
+	dir := t.TempDir()
+	nodes := filepath.Join(dir, "nodes.csv")
+	pods := filepath.Join(dir, "pods.csv")
+	if err := os.WriteFile(nodes, []byte("sn,cpu_milli,memory_mib,gpu,model\na,64000,65536,2,T4\nb,64000,65536,4,G2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pods, []byte("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,600\nq,1000,1024,1,1000\nr,500,512,0,0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	args := []string{"-nodes", nodes, "-pods", pods, "-seeds", "1-2", "-policy", "deployed,deployed-ranked",
+		"-ranking", "nodemeta-only,gpu-jobs-only,thresholds=0;-10,lag=3"}
+	if err := run(args, &out, &errOut); err != nil {
+		t.Fatalf("run: %v (%s)", err, errOut.String())
+	}
+	if got := strings.Count(out.String(), "\n"); got != 2 {
+		t.Errorf("got %d lines:\n%s", got, out.String())
+	}
+	for _, bad := range []string{"lag=-1", "thresholds=x", "bogus"} {
+		if err := run([]string{"-nodes", nodes, "-pods", pods, "-ranking", bad}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "-ranking") {
+			t.Errorf("-ranking %s: error %v", bad, err)
+		}
+	}
+}
