@@ -114,21 +114,41 @@ func (h *hardware) update(gpus []gpu.GPU) map[string]bool {
 			continue
 		}
 		seen[g.UUID] = true
-		n := &hwGPU{GPU: g, healthy: g.Err == nil}
 		old := h.gpus[g.UUID]
-		if g.Err != nil {
-			n.reason = "gpushare: " + g.Err.Error()
-			if old != nil && g.MemoryMiB == 0 {
-				n.GPU = old.GPU // keep the description of a failing GPU
-				n.GPU.Err = g.Err
-			}
-		}
+		n := described(g, old)
 		if old == nil || old.healthy != n.healthy || old.reason != n.reason {
-			h.logger.Info("GPU", "uuid", g.UUID, "index", g.Index, "model", g.Model, "healthy", n.healthy, "reason", n.reason)
+			h.logger.Info("GPU", "uuid", g.UUID, "index", g.Index, "model", n.Model, "healthy", n.healthy, "reason", n.reason)
 		}
 		h.gpus[g.UUID] = n
 	}
 	return seen
+}
+
+// UnknownModel is the model of a GPU whose name NVML could not read and
+// that was never described before: its whole device group needs a name
+// (Nomad stops a plugin whose fingerprint has a group without one).
+const UnknownModel = "unknown-model"
+
+// described is a GPU as an inventory shows it, healthy unless it answered
+// with an error. A failing GPU keeps what its last description had and
+// this one lacks (memory, name), so that it stays in its device groups.
+func described(g gpu.GPU, old *hwGPU) *hwGPU {
+	n := &hwGPU{GPU: g, healthy: g.Err == nil}
+	if g.Err != nil {
+		n.reason = "gpushare: " + g.Err.Error()
+		if old != nil && g.MemoryMiB == 0 {
+			n.GPU = old.GPU // keep the description of a failing GPU
+			n.GPU.Err = g.Err
+		}
+	}
+	switch {
+	case n.Model != "":
+	case old != nil && old.Model != "":
+		n.Model = old.Model
+	default:
+		n.Model = UnknownModel
+	}
+	return n
 }
 
 // markMissing marks unhealthy the known GPUs an inventory did not list by

@@ -36,9 +36,11 @@ type loopState struct {
 	tracker *alloctrack.Tracker
 	machine *partition.Machine
 	// blind is set while the Nomad API cannot be read; demandErr is the
-	// last demand read error, "" once it works, "-" before the first read.
+	// last demand read error, "" once it works, "-" before the first read;
+	// hidden is the last read's Hidden, "-" before the first read.
 	blind     bool
 	demandErr string
+	hidden    string
 }
 
 // start runs the plugin's loop once configured; the Fingerprint and Stats
@@ -122,20 +124,23 @@ func (p *Plugin) refreshHardware(st *loopState) {
 
 // observe reads usage from Nomad, steps the partition machine and
 // republishes. While Nomad cannot be read the machine is told so (blind)
-// and switches nothing.
+// and switches nothing; while the read may leave allocations out it is
+// told so too (Incomplete). The read is consistent while reservations wait
+// to be accounted for (see usage.update).
 func (p *Plugin) observe(ctx context.Context, st *loopState) {
-	snap, err := st.tracker.Read(ctx)
+	snap, err := st.tracker.Read(ctx, alloctrack.ReadOptions{Consistent: p.usage.hasPending()})
 	if err != nil && ctx.Err() != nil {
 		return
 	}
 	o := partition.Observation{At: p.now()}
 	if err != nil {
 		p.noteBlind(st, err)
+		p.usage.failed(err)
 		o.Blind = true
 	} else {
 		p.noteRead(st, snap)
-		p.usage.update(snap.GPUs, snap.Started)
-		o.At, o.Demand = snap.Started, snap.Demand
+		p.usage.update(snap)
+		o.At, o.Demand, o.Incomplete = snap.Started, snap.Demand, snap.Hidden
 	}
 	o.GPUs = gpuObservations(p.hw.view(), p.usage.current())
 	for _, e := range st.machine.Step(o) {
@@ -162,6 +167,7 @@ func (p *Plugin) noteRead(st *loopState, snap alloctrack.Snapshot) {
 		p.logger.Info("Nomad API reachable again", "address", st.tracker.Address(), "node_id", snap.NodeID)
 	}
 	st.blind = false
+	p.noteHidden(st, snap.Hidden)
 	switch {
 	case snap.DemandErr != nil && st.demandErr != snap.DemandErr.Error():
 		p.logger.Warn("cannot read waiting GPU demand from the Nomad API; partitioning by usage alone until it answers", "error", snap.DemandErr)
@@ -173,6 +179,19 @@ func (p *Plugin) noteRead(st *loopState, snap alloctrack.Snapshot) {
 	if p.logger.IsTrace() {
 		p.logger.Trace("usage", "snapshot", snap.String())
 	}
+}
+
+// noteHidden logs, once per change, whether the token sees every
+// allocation, and what it lacks when it does not.
+func (p *Plugin) noteHidden(st *loopState, hidden string) {
+	switch {
+	case hidden == st.hidden:
+	case hidden != "":
+		p.logger.Error("the plugin cannot prove that it sees every allocation on this node: it switches no GPU and refuses reservations outside the family a GPU is offered in", "reason", hidden)
+	case st.hidden != "-":
+		p.logger.Info("the plugin sees every allocation on this node again; switching resumes")
+	}
+	st.hidden = hidden
 }
 
 // gpuObservations is what the partition machine is told about each GPU.
@@ -194,6 +213,7 @@ func gpuObservations(hw hwView, use map[string]*alloctrack.GPUUsage) map[string]
 // hardware and the partition.
 func (p *Plugin) publish(st *loopState) {
 	hw := p.hw.view()
-	groups := deviceGroups(hw, st.machine.Publications(), st.cfg.fingerprintPeriod)
-	p.pub.set(groups, newReserveView(hw, st.cfg))
+	pubs := st.machine.Publications()
+	groups := deviceGroups(hw, pubs, st.cfg.fingerprintPeriod)
+	p.pub.set(groups, newReserveView(hw, pubs, st.cfg))
 }

@@ -15,9 +15,10 @@ import (
 )
 
 // fakeNomad serves the endpoints the plugin reads, /v1/node/:id,
-// /v1/node/:id/allocations, /v1/evaluations?status=blocked and
-// /v1/job/:id, for unit tests; the real agent is covered by the
-// integration tests.
+// /v1/node/:id/allocations, /v1/evaluations?status=blocked, /v1/job/:id
+// and the token's ACL (/v1/acl/token/self, /v1/acl/policy/self and
+// /v1/acl/policy/:name), for unit tests; the real agent is covered by the
+// integration tests. ACLs are off unless a policy is set (setPolicy).
 type fakeNomad struct {
 	*httptest.Server
 	mu     sync.Mutex
@@ -26,6 +27,8 @@ type fakeNomad struct {
 	evals  []*api.Evaluation
 	jobs   map[string]*api.Job
 	down   bool
+	// policy is the rules of the token's one policy; "" means ACLs off.
+	policy string
 	// jobReads counts /v1/job/:id requests.
 	jobReads int
 }
@@ -47,6 +50,8 @@ func newFakeNomad(t testing.TB) *fakeNomad {
 			json.NewEncoder(w).Encode(&api.Node{ID: fakeNodeID, Datacenter: "dc1", NodePool: "default", NodeResources: &api.NodeResources{Devices: f.view}})
 		case "/v1/node/" + fakeNodeID + "/allocations":
 			json.NewEncoder(w).Encode(f.allocs)
+		case "/v1/acl/token/self", "/v1/acl/policy/self", "/v1/acl/policy/plugin":
+			f.serveACL(w, r)
 		case "/v1/evaluations":
 			if r.URL.Query().Get("status") != "blocked" || r.URL.Query().Get("namespace") != "*" {
 				http.Error(w, "fake: want status=blocked&namespace=*", http.StatusBadRequest)
@@ -64,6 +69,29 @@ func newFakeNomad(t testing.TB) *fakeNomad {
 	}))
 	t.Cleanup(f.Close)
 	return f
+}
+
+// serveACL answers the ACL endpoints for a token with one policy,
+// "plugin", or as a Nomad with ACLs off.
+func (f *fakeNomad) serveACL(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.URL.Path == "/v1/acl/token/self" && f.policy == "":
+		json.NewEncoder(w).Encode(&api.ACLToken{AccessorID: "acls-disabled", Type: "client"})
+	case r.URL.Path == "/v1/acl/token/self":
+		json.NewEncoder(w).Encode(&api.ACLToken{AccessorID: "a", Type: "client", Policies: []string{"plugin"}})
+	case r.URL.Path == "/v1/acl/policy/self":
+		json.NewEncoder(w).Encode([]*api.ACLPolicyListStub{{Name: "plugin"}})
+	default:
+		json.NewEncoder(w).Encode(&api.ACLPolicy{Name: "plugin", Rules: f.policy})
+	}
+}
+
+// setPolicy turns ACLs on with a token that has one policy with these
+// rules ("" turns them off again).
+func (f *fakeNomad) setPolicy(rules string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.policy = rules
 }
 
 // block registers a job with one group "main" whose task asks for count

@@ -53,6 +53,9 @@ type Plugin struct {
 	// newLib makes the nvml.Interface of the nvml backend (tests replace it).
 	newLib func() nvml.Interface
 	now    func() time.Time
+	// reserveWait bounds Reserve's wait for the first read (ReserveWait;
+	// tests shorten it).
+	reserveWait time.Duration
 
 	hw    hardware
 	usage usage
@@ -68,14 +71,16 @@ func New(logger hclog.Logger) *Plugin {
 	logger = logger.Named(PluginName)
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Plugin{
-		logger: logger,
-		ctx:    ctx,
-		cancel: cancel,
-		newLib: func() nvml.Interface { return nvml.New() },
-		now:    time.Now,
+		logger:      logger,
+		ctx:         ctx,
+		cancel:      cancel,
+		newLib:      func() nvml.Interface { return nvml.New() },
+		now:         time.Now,
+		reserveWait: ReserveWait,
 	}
 	p.hw.logger = logger
 	p.pub.reset()
+	p.usage.reset()
 	return p
 }
 
@@ -113,7 +118,7 @@ func (p *Plugin) configure(c Config) error {
 	if err != nil {
 		return &FieldError{"nomad_address", err.Error(), `use a URL such as "http://127.0.0.1:4646"`}
 	}
-	st := &loopState{cfg: s, tracker: tr, demandErr: "-", machine: partition.New(partition.Policy{
+	st := &loopState{cfg: s, tracker: tr, demandErr: "-", hidden: "-", machine: partition.New(partition.Policy{
 		MinIdleShareGPUs: s.MinIdleShareGPUs, ShareHeadroom: s.ShareHeadroom, SettlePeriod: s.settlePeriod,
 		DemandHold: demandHold(s.pollPeriod),
 	})}
@@ -126,6 +131,7 @@ func (p *Plugin) configure(c Config) error {
 	}
 	p.hw.reset(gpu.NewSource(lib), sim, s.ignored)
 	p.pub.reset()
+	p.usage.reset()
 	p.loop.state = st
 	if wasRunning {
 		p.startLoopLocked()

@@ -473,3 +473,35 @@ func TestDemandMovesIdleGPUs(t *testing.T) {
 		t.Errorf("job specifications read %d times, want 2 (once per job version)", f.jobReads)
 	}
 }
+
+// TestUnreadableNameKeepsAGroupName: a GPU whose name NVML cannot read
+// is unhealthy with that reason, and its whole device group still has a
+// name: the model it had, or UnknownModel when it never had one (Nomad
+// stops a plugin for good on a group without a name).
+func TestUnreadableNameKeepsAGroupName(t *testing.T) {
+	f := newFakeNomad(t)
+	p := newPlugin(t, f, nil)
+	sim := p.hw.simulated()
+	sim.SetNameError(1, nvml.ERROR_UNKNOWN)
+	cycle(p, f)
+	w := p.pub.current()[0]
+	if w.Name != "Mock NVIDIA A100-SXM4-40GB" || w.Devices[1].Healthy || !contains(w.Devices[1].HealthDesc, "read name: ERROR_UNKNOWN") {
+		t.Fatalf("known GPU with an unreadable name: group %q, %+v", w.Name, w.Devices[1])
+	}
+
+	// A plugin that starts while the name cannot be read.
+	q := newPlugin(t, f, func(c *Config) { c.SimulatedSeed = "other" })
+	q.hw.simulated().SetNameError(2, nvml.ERROR_UNKNOWN)
+	q.hw.reset(gpu.NewSource(q.hw.simulated()), q.hw.simulated(), nil)
+	cycle(q, f)
+	var names []string
+	for _, g := range q.pub.current() {
+		if err := g.Validate(); err != nil {
+			t.Errorf("group %q: %v", g.Name, err)
+		}
+		names = append(names, g.Name)
+	}
+	if !strings.Contains(strings.Join(names, ","), UnknownModel) {
+		t.Errorf("groups %v lack %q", names, UnknownModel)
+	}
+}

@@ -5,8 +5,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/device/partition"
 	dev "github.com/hashicorp/nomad/plugins/device"
 )
 
@@ -24,10 +26,20 @@ const (
 	EnvMPSThreadPercentage  = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 )
 
+// ReserveWait bounds how long Reserve waits, after a plugin start or a
+// reconfiguration, for the first read of the node's allocations: until
+// then it cannot tell which GPUs are held, and it refuses rather than
+// guess.
+const ReserveWait = 10 * time.Second
+
 // gpuInfo is what Reserve needs to know of a GPU.
 type gpuInfo struct {
 	memMiB    uint64
 	shareable bool
+	// family is where the partition offers the GPU now (Unknown: nowhere).
+	family partition.Mode
+	// unhealthy is the reason the hardware is unhealthy, "" when healthy.
+	unhealthy string
 }
 
 // reserveView is an immutable snapshot of the published GPUs and the MPS
@@ -38,10 +50,14 @@ type reserveView struct {
 	mpsDir string
 }
 
-func newReserveView(hw hwView, s settings) *reserveView {
+func newReserveView(hw hwView, pubs map[string]partition.Publication, s settings) *reserveView {
 	v := &reserveView{gpus: make(map[string]gpuInfo, len(hw.gpus)), mps: s.MPSEnabled, mpsDir: s.MPSPipeDirectory}
 	for _, g := range hw.gpus {
-		v.gpus[g.UUID] = gpuInfo{memMiB: g.MemoryMiB, shareable: !g.MIG}
+		info := gpuInfo{memMiB: g.MemoryMiB, shareable: !g.MIG, family: pubs[g.UUID].Family}
+		if !g.healthy {
+			info.unhealthy = g.reason
+		}
+		v.gpus[g.UUID] = info
 	}
 	return v
 }
@@ -54,14 +70,28 @@ type binding struct {
 	shares   []string // share instance IDs
 }
 
+// gpuIDs are the GPUs a binding names.
+func (b binding) gpuIDs() []string {
+	if b.shareGPU != "" {
+		return []string{b.shareGPU}
+	}
+	return b.whole
+}
+
 // Reserve validates a binding of device instances to a task and returns how
-// to expose the GPU to it. All instances must be whole GPUs, or shares of a
-// single GPU. A whole GPU that has share tenants, or shares of a GPU held
-// whole, are refused: a placement planned before a switch may still land on
-// a withdrawn instance, and it must not give one GPU both ways.
+// to expose the GPU to it, in named steps: wait for knowledge of the
+// node's allocations (awaitRead), check the IDs (bind) and the hardware
+// (healthy), then claim the GPUs against what allocations hold (claim).
+// All instances must be whole GPUs, or shares of a single GPU. A whole GPU
+// that has share tenants, or shares of a GPU held whole, are refused: a
+// placement planned before a switch may still land on a withdrawn
+// instance, and it must not give one GPU both ways.
 func (p *Plugin) Reserve(deviceIDs []string) (*dev.ContainerReservation, error) {
 	if len(deviceIDs) == 0 {
 		return &dev.ContainerReservation{}, nil
+	}
+	if err := p.usage.awaitRead(p.reserveWait); err != nil {
+		return nil, fmt.Errorf("gpushare: refusing %s: %w", strings.Join(deviceIDs, ", "), err)
 	}
 	v := p.pub.view.Load()
 	if v == nil {
@@ -71,7 +101,10 @@ func (p *Plugin) Reserve(deviceIDs []string) (*dev.ContainerReservation, error) 
 	if err != nil {
 		return nil, err
 	}
-	if err := p.usage.claim(b, p.now()); err != nil {
+	if err := v.healthy(b); err != nil {
+		return nil, err
+	}
+	if err := p.usage.claim(b, v, p.now()); err != nil {
 		return nil, err
 	}
 	if len(b.whole) > 0 {
@@ -82,6 +115,17 @@ func (p *Plugin) Reserve(deviceIDs []string) (*dev.ContainerReservation, error) 
 		}}, nil
 	}
 	return shareReservation(v, b.shareGPU, len(b.shares)), nil
+}
+
+// healthy refuses a binding to a GPU whose hardware is unhealthy (lost,
+// failing, or with critical errors), with the reason.
+func (v *reserveView) healthy(b binding) error {
+	for _, id := range b.gpuIDs() {
+		if r := v.gpus[id].unhealthy; r != "" {
+			return fmt.Errorf("gpushare: refusing GPU %s: it is unhealthy: %s", id, r)
+		}
+	}
+	return nil
 }
 
 // bind checks that the instances are known, named once, and either whole

@@ -45,6 +45,7 @@ type Simulated struct {
 	mu       sync.Mutex
 	devs     []*server.Device
 	lost     map[int]nvml.Return
+	nameErr  map[int]nvml.Return
 	util     map[int]uint32
 	initFail nvml.Return
 }
@@ -79,7 +80,7 @@ func NewSimulated(o SimOptions) (*Simulated, error) {
 	if seed == "" {
 		seed = "gpushare"
 	}
-	s := &Simulated{Server: srv, lost: map[int]nvml.Return{}, util: map[int]uint32{}, initFail: nvml.SUCCESS}
+	s := &Simulated{Server: srv, lost: map[int]nvml.Return{}, nameErr: map[int]nvml.Return{}, util: map[int]uint32{}, initFail: nvml.SUCCESS}
 	for i, nd := range srv.Devices {
 		d := nd.(*server.Device)
 		d.UUID = simUUID(seed, i)
@@ -128,8 +129,17 @@ func (s *Simulated) lostRet(i int) nvml.Return {
 	return nvml.SUCCESS
 }
 
-// fill sets the mock functions the mock machines leave unset.
+// fill sets the mock functions the mock machines leave unset, and those
+// that the Set methods break.
 func (s *Simulated) fill(i int, d *server.Device) {
+	d.GetNameFunc = func() (string, nvml.Return) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if r, ok := s.nameErr[i]; ok {
+			return "", r
+		}
+		return d.Config.Name, nvml.SUCCESS
+	}
 	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
 		p := nvml.PciInfo{PciDeviceId: d.Config.PciDeviceId, Bus: uint32(simBus(i))}
 		for j := 0; j < len(d.PciBusID) && j < len(p.BusId)-1; j++ {
@@ -214,6 +224,18 @@ func (s *Simulated) SetLost(i int, ret nvml.Return) {
 		delete(s.lost, i)
 	} else {
 		s.lost[i] = ret
+	}
+}
+
+// SetNameError makes GPU i's name unreadable (ret, e.g.
+// nvml.ERROR_UNKNOWN); nvml.SUCCESS heals it.
+func (s *Simulated) SetNameError(i int, ret nvml.Return) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ret == nvml.SUCCESS {
+		delete(s.nameErr, i)
+	} else {
+		s.nameErr[i] = ret
 	}
 }
 
