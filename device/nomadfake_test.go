@@ -28,7 +28,9 @@ type fakeNomad struct {
 	jobs   map[string]*api.Job
 	down   bool
 	// policy is the rules of the token's one policy; "" means ACLs off.
-	policy string
+	// policyIndex is its modify index.
+	policy      string
+	policyIndex uint64
 	// jobReads counts /v1/job/:id requests.
 	jobReads int
 }
@@ -80,9 +82,9 @@ func (f *fakeNomad) serveACL(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/v1/acl/token/self":
 		json.NewEncoder(w).Encode(&api.ACLToken{AccessorID: "a", Type: "client", Policies: []string{"plugin"}})
 	case r.URL.Path == "/v1/acl/policy/self":
-		json.NewEncoder(w).Encode([]*api.ACLPolicyListStub{{Name: "plugin"}})
+		json.NewEncoder(w).Encode([]*api.ACLPolicyListStub{{Name: "plugin", ModifyIndex: f.policyIndex}})
 	default:
-		json.NewEncoder(w).Encode(&api.ACLPolicy{Name: "plugin", Rules: f.policy})
+		json.NewEncoder(w).Encode(&api.ACLPolicy{Name: "plugin", Rules: f.policy, ModifyIndex: f.policyIndex})
 	}
 }
 
@@ -92,6 +94,7 @@ func (f *fakeNomad) setPolicy(rules string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.policy = rules
+	f.policyIndex++
 }
 
 // block registers a job with one group "main" whose task asks for count

@@ -29,8 +29,12 @@ plugin "nomad-device-gpushare" {
 
     # With ACLs on, a token made from jobspecs/acl/nomad-gpushare-plugin.policy.hcl
     # (node read, read-job in every namespace; terraform/ makes it). Empty:
-    # NOMAD_TOKEN from the client's environment. Without read-job the
-    # plugin falls back to the idle split below and logs why.
+    # NOMAD_TOKEN from the client's environment. Nomad hides from a token
+    # the allocations of namespaces it cannot read, so a GPU held there
+    # would look idle: the plugin checks its token's policies on every
+    # read and, unless they grant read-job in every namespace, it switches
+    # no GPU between the families, refuses reservations outside the family
+    # a GPU is offered in, and logs what the token lacks.
     # nomad_token = "..."
 
     # With the NVIDIA MPS control daemon running, shares get hard memory

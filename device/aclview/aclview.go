@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/nomad/acl"
 	"github.com/hashicorp/nomad/api"
@@ -125,44 +124,40 @@ func sortedNames(m map[string]*mergedRule) []string {
 	return out
 }
 
-// Checker checks the token of a Nomad API client, and keeps a complete
-// verdict for Recheck before asking again (an incomplete one is checked
-// again on every call, so that a fixed policy is noticed at once). It is
-// not safe for concurrent use.
+// Checker checks the token of a Nomad API client on every call: the token
+// itself (a swapped token, a token turned management) and the list of its
+// policies with their modify indexes are read each time; a policy's rules
+// are read and parsed again only when its index changed. So a policy
+// narrowed or a role changed is noticed at the next check, for two small
+// requests. It is not safe for concurrent use.
 type Checker struct {
-	client  *api.Client
-	recheck time.Duration
-	now     func() time.Time
-
-	last Verdict
-	at   time.Time
+	client *api.Client
+	// rules caches parsed policies by name.
+	rules map[string]cachedPolicy
 }
 
-// Recheck is how long a complete verdict is kept: a policy narrowed later
-// is noticed within it.
-const Recheck = 30 * time.Second
+type cachedPolicy struct {
+	modifyIndex uint64
+	rules       *acl.Policy
+}
 
 // NewChecker checks the token of client.
 func NewChecker(client *api.Client) *Checker {
-	return &Checker{client: client, recheck: Recheck, now: time.Now}
+	return &Checker{client: client, rules: map[string]cachedPolicy{}}
 }
 
-// Check returns the verdict on the token. When the token or its policies
-// cannot be read, the verdict is incomplete and says why.
+// Check returns the verdict on the token (q carries the context). When the
+// token or its policies cannot be read, the verdict is incomplete and says
+// why.
 func (c *Checker) Check(q *api.QueryOptions) Verdict {
-	now := c.now()
-	if c.last.Complete && now.Sub(c.at) < c.recheck {
-		return c.last
-	}
 	v, err := c.check(q)
 	if err != nil {
-		v = Verdict{Reason: fmt.Sprintf("cannot check what the Nomad token may read (%v), so allocations may be hidden from it", err)}
+		return Verdict{Reason: fmt.Sprintf("cannot check what the Nomad token may read (%v), so allocations may be hidden from it", err)}
 	}
-	c.last, c.at = v, now
 	return v
 }
 
-// check reads the token, then its policies (q carries the context).
+// check reads the token, then its policies.
 func (c *Checker) check(q *api.QueryOptions) (Verdict, error) {
 	tok, _, err := c.client.ACLTokens().Self(q)
 	switch {
@@ -178,18 +173,32 @@ func (c *Checker) check(q *api.QueryOptions) (Verdict, error) {
 		return Verdict{}, fmt.Errorf("listing the token's policies (/v1/acl/policy/self): %w", err)
 	}
 	policies := make([]Policy, 0, len(stubs))
+	fresh := make(map[string]cachedPolicy, len(stubs))
 	for _, s := range stubs {
-		p, _, err := c.client.ACLPolicies().Info(s.Name, q)
-		if err != nil {
-			return Verdict{}, fmt.Errorf("reading policy %q: %w", s.Name, err)
+		cp, ok := c.rules[s.Name]
+		if !ok || cp.modifyIndex != s.ModifyIndex {
+			if cp, err = c.readPolicy(s.Name, q); err != nil {
+				return Verdict{}, err
+			}
 		}
-		rules, err := acl.Parse(p.Rules, acl.PolicyParseLenient)
-		if err != nil {
-			return Verdict{}, fmt.Errorf("parsing policy %q: %w", s.Name, err)
-		}
-		policies = append(policies, Policy{Name: s.Name, Rules: rules})
+		fresh[s.Name] = cp
+		policies = append(policies, Policy{Name: s.Name, Rules: cp.rules})
 	}
+	c.rules = fresh
 	return Evaluate(policies), nil
+}
+
+// readPolicy reads and parses one policy.
+func (c *Checker) readPolicy(name string, q *api.QueryOptions) (cachedPolicy, error) {
+	p, _, err := c.client.ACLPolicies().Info(name, q)
+	if err != nil {
+		return cachedPolicy{}, fmt.Errorf("reading policy %q: %w", name, err)
+	}
+	rules, err := acl.Parse(p.Rules, acl.PolicyParseLenient)
+	if err != nil {
+		return cachedPolicy{}, fmt.Errorf("parsing policy %q: %w", name, err)
+	}
+	return cachedPolicy{modifyIndex: p.ModifyIndex, rules: rules}, nil
 }
 
 // aclsDisabled recognizes the answer of a Nomad whose ACLs are off on

@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/nomad/acl"
 	"github.com/hashicorp/nomad/api"
@@ -92,6 +91,7 @@ type fakeACL struct {
 	tokenErr int    // HTTP status for /v1/acl/token/self when not 0
 	errBody  string // and its body
 	policies map[string]string
+	index    uint64 // every policy's modify index
 	reads    int
 }
 
@@ -106,7 +106,7 @@ func (f *fakeACL) serve(t *testing.T) *api.Client {
 		case r.URL.Path == "/v1/acl/policy/self":
 			var out []*api.ACLPolicyListStub
 			for _, n := range f.token.Policies {
-				out = append(out, &api.ACLPolicyListStub{Name: n})
+				out = append(out, &api.ACLPolicyListStub{Name: n, ModifyIndex: f.index})
 			}
 			json.NewEncoder(w).Encode(out)
 		case strings.HasPrefix(r.URL.Path, "/v1/acl/policy/"):
@@ -116,7 +116,7 @@ func (f *fakeACL) serve(t *testing.T) *api.Client {
 				http.Error(w, "Permission denied", http.StatusForbidden)
 				return
 			}
-			json.NewEncoder(w).Encode(&api.ACLPolicy{Name: name, Rules: rules})
+			json.NewEncoder(w).Encode(&api.ACLPolicy{Name: name, Rules: rules, ModifyIndex: f.index})
 		default:
 			http.NotFound(w, r)
 		}
@@ -160,29 +160,27 @@ node { policy = "read" }`}}, complete: true},
 	}
 }
 
-// TestCheckerCache: a complete verdict is kept for Recheck; an incomplete
-// one is checked again on every call, so a fixed policy counts at once.
-func TestCheckerCache(t *testing.T) {
-	f := &fakeACL{token: &api.ACLToken{Type: "client", Policies: []string{"p"}}, policies: map[string]string{"p": `namespace "default" { policy = "read" }`}}
+// TestCheckerNoticesChanges: every check reads the token and its policy
+// list; a policy is read again only when its modify index changed, so a
+// policy narrowed in place counts at the next check.
+func TestCheckerNoticesChanges(t *testing.T) {
+	f := &fakeACL{token: &api.ACLToken{Type: "client", Policies: []string{"p"}}, policies: map[string]string{"p": `namespace "*" { policy = "read" }`}}
 	c := NewChecker(f.serve(t))
-	now := time.Unix(1000, 0)
-	c.now = func() time.Time { return now }
-	if v := c.Check(&api.QueryOptions{}); v.Complete {
-		t.Fatal("narrow policy judged complete")
-	}
-	f.policies["p"] = `namespace "*" { policy = "read" }`
 	if v := c.Check(&api.QueryOptions{}); !v.Complete {
-		t.Fatalf("fixed policy not noticed at once: %s", v.Reason)
+		t.Fatalf("wide policy: %s", v.Reason)
 	}
 	reads := f.reads
-	f.policies["p"] = `namespace "default" { policy = "read" }`
-	now = now.Add(Recheck - time.Second)
-	if v := c.Check(&api.QueryOptions{}); !v.Complete || f.reads != reads {
-		t.Fatalf("complete verdict not kept: %+v, %d reads", v, f.reads-reads)
+	if v := c.Check(&api.QueryOptions{}); !v.Complete || f.reads-reads != 2 {
+		t.Fatalf("unchanged policy: %+v after %d requests, want 2 (token, policy list)", v, f.reads-reads)
 	}
-	now = now.Add(2 * time.Second)
+	f.policies["p"] = `namespace "default" { policy = "read" }`
+	f.index++
 	if v := c.Check(&api.QueryOptions{}); v.Complete {
-		t.Fatal("narrowed policy not noticed after Recheck")
+		t.Fatal("narrowed policy not noticed at the next check")
+	}
+	f.token = &api.ACLToken{Type: "management"}
+	if v := c.Check(&api.QueryOptions{}); !v.Complete {
+		t.Fatalf("token swapped for a management one: %s", v.Reason)
 	}
 }
 
