@@ -194,11 +194,16 @@ func (p *Plugin) noteHidden(st *loopState, hidden string) {
 	st.hidden = hidden
 }
 
-// gpuObservations is what the partition machine is told about each GPU.
+// gpuObservations is what the partition machine is told about each GPU. A
+// MIG-enabled GPU is left out: it is in neither family (its MIG devices
+// are offered instead).
 func gpuObservations(hw hwView, use map[string]*alloctrack.GPUUsage) map[string]partition.GPUObs {
 	out := make(map[string]partition.GPUObs, len(hw.gpus))
 	for _, h := range hw.gpus {
-		g := partition.GPUObs{Order: h.Index, Healthy: h.healthy, Shareable: !h.MIG}
+		if h.MIG {
+			continue
+		}
+		g := partition.GPUObs{Order: h.Index, Healthy: h.healthy, Shareable: true}
 		if u := use[h.UUID]; u != nil {
 			g.WholeHeld = len(u.WholeAllocs) > 0
 			g.ShareUnits = u.ShareUnits

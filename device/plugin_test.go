@@ -270,19 +270,68 @@ func TestLostGPUBecomesUnhealthy(t *testing.T) {
 	}
 }
 
-func TestMIGGPUIsWholeOnly(t *testing.T) {
+// TestMIGDevicesAreOffered: a MIG-enabled GPU is offered neither whole
+// nor as shares; its MIG devices are, in one group per MIG device name
+// with their profile and memory, and Reserve binds them by MIG UUID.
+func TestMIGDevicesAreOffered(t *testing.T) {
 	f := newFakeNomad(t)
 	p := newPlugin(t, f, nil)
-	p.hw.simulated().SetMIG(3, true)
-	cycle(p, f) // GPU 3 is whole only now; GPU 2 is withdrawn to become the landing place
-	cycle(p, f)
-	cycle(p, f)
-	n := len(p.pub.current())
-	if got := fmt.Sprint(families(p)); got != "[whole whole share whole]" || n != 4 {
-		t.Fatalf("families = %s with %d groups", got, n)
+	u := uuids(p)
+	sim := p.hw.simulated()
+	sim.SetMIG(3, true)
+	var mig []string
+	for _, prof := range []int{nvml.GPU_INSTANCE_PROFILE_1_SLICE, nvml.GPU_INSTANCE_PROFILE_1_SLICE, nvml.GPU_INSTANCE_PROFILE_3_SLICE} {
+		id, err := sim.AddMIGDevice(3, prof)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mig = append(mig, id)
 	}
-	if _, err := p.Reserve(shares(uuids(p)[3], 0, 5)); err == nil {
-		t.Fatal("shares of a MIG GPU were reserved")
+	cycle(p, f) // GPU 3 leaves the partition; GPU 2 is withdrawn to become the landing place
+	cycle(p, f)
+	cycle(p, f)
+	if got := fmt.Sprint(families(p)); got != "[whole whole share none]" {
+		t.Fatalf("families = %s", got)
+	}
+	byName := map[string]*dev.DeviceGroup{}
+	for _, g := range p.pub.current() {
+		if err := g.Validate(); err != nil {
+			t.Error(err)
+		}
+		byName[g.Type+"/"+g.Name] = g
+		for _, d := range g.Devices {
+			if strings.HasPrefix(d.ID, u[3]) {
+				t.Errorf("the MIG-enabled GPU is offered as %s in %s/%s", d.ID, g.Type, g.Name)
+			}
+		}
+	}
+	small, big := byName["gpu/Mock NVIDIA A100-SXM4-40GB MIG 1g.5gb"], byName["gpu/Mock NVIDIA A100-SXM4-40GB MIG 3g.20gb"]
+	if small == nil || big == nil || len(small.Devices) != 2 || len(big.Devices) != 1 || small.Devices[0].ID != mig[0] || !small.Devices[0].Healthy {
+		t.Fatalf("MIG groups: %v", byName)
+	}
+	for k, want := range map[string]string{"mig_profile": "1g.5gb", "sharing": "mig", "model": "Mock NVIDIA A100-SXM4-40GB"} {
+		if got, _ := small.Attributes[k].GetString(); got != want {
+			t.Errorf("MIG group attribute %s = %q, want %q", k, got, want)
+		}
+	}
+	if mem, _ := small.Attributes["memory"].GetInt(); mem != 4864 {
+		t.Errorf("MIG group memory %d MiB", mem)
+	}
+
+	r, err := p.Reserve([]string{mig[2]})
+	if err != nil || r.Envs["NVIDIA_VISIBLE_DEVICES"] != mig[2] || r.Envs["CUDA_VISIBLE_DEVICES"] != mig[2] {
+		t.Fatalf("Reserve of a MIG device: %v, %v", r, err)
+	}
+	for _, ids := range [][]string{{u[3]}, shares(u[3], 0, 5)} {
+		if _, err := p.Reserve(ids); err == nil || !strings.Contains(err.Error(), "has MIG enabled") || !strings.Contains(err.Error(), "MIG 1g.5gb") {
+			t.Errorf("Reserve(%s...) of the MIG-enabled GPU: %v", ids[0], err)
+		}
+	}
+	// A MIG device is unhealthy with its GPU.
+	sim.SetLost(3, nvml.ERROR_GPU_IS_LOST)
+	cycle(p, f)
+	if _, err := p.Reserve([]string{mig[0]}); err == nil || !strings.Contains(err.Error(), "GPU_IS_LOST") {
+		t.Errorf("Reserve of a MIG device of a lost GPU: %v", err)
 	}
 }
 

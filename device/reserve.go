@@ -2,6 +2,7 @@ package device
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,14 +33,19 @@ const (
 // guess.
 const ReserveWait = 10 * time.Second
 
-// gpuInfo is what Reserve needs to know of a GPU.
+// gpuInfo is what Reserve needs to know of a GPU or of a MIG device.
 type gpuInfo struct {
 	memMiB    uint64
 	shareable bool
-	// family is where the partition offers the GPU now (Unknown: nowhere).
+	// family is where the GPU is offered now (Unknown: nowhere); a MIG
+	// device is always offered whole.
 	family partition.Mode
 	// unhealthy is the reason the hardware is unhealthy, "" when healthy.
 	unhealthy string
+	// migParent is set for a MIG-enabled GPU, which is offered only as its
+	// MIG devices; migGroups names their device groups.
+	migParent bool
+	migGroups string
 }
 
 // reserveView is an immutable snapshot of the published GPUs and the MPS
@@ -52,14 +58,36 @@ type reserveView struct {
 
 func newReserveView(hw hwView, pubs map[string]partition.Publication, s settings) *reserveView {
 	v := &reserveView{gpus: make(map[string]gpuInfo, len(hw.gpus)), mps: s.MPSEnabled, mpsDir: s.MPSPipeDirectory}
-	for _, g := range hw.gpus {
-		info := gpuInfo{memMiB: g.MemoryMiB, shareable: !g.MIG, family: pubs[g.UUID].Family}
+	for i := range hw.gpus {
+		g := &hw.gpus[i]
+		if g.MIG {
+			v.addMIG(g)
+			continue
+		}
+		info := gpuInfo{memMiB: g.MemoryMiB, shareable: true, family: pubs[g.UUID].Family}
 		if !g.healthy {
 			info.unhealthy = g.reason
 		}
 		v.gpus[g.UUID] = info
 	}
 	return v
+}
+
+// addMIG adds a MIG-enabled GPU, which is not to be reserved itself, and
+// its MIG devices, which are reserved like whole GPUs.
+func (v *reserveView) addMIG(g *hwGPU) {
+	var names []string
+	for _, m := range g.MIGDevices {
+		info := gpuInfo{memMiB: m.MemoryMiB, family: partition.Whole}
+		if ok, reason := migHealth(g, m); !ok {
+			info.unhealthy = reason
+		}
+		v.gpus[m.UUID] = info
+		if !slices.Contains(names, strconv.Quote(m.Name)) {
+			names = append(names, strconv.Quote(m.Name))
+		}
+	}
+	v.gpus[g.UUID] = gpuInfo{migParent: true, migGroups: strings.Join(names, ", ")}
 }
 
 // binding is a Reserve request that names known instances: whole GPUs, or
@@ -147,6 +175,8 @@ func (v *reserveView) bind(deviceIDs []string) (binding, error) {
 		}
 		info, ok := v.gpus[id.UUID]
 		switch {
+		case ok && info.migParent:
+			return b, fmt.Errorf("gpushare: GPU %s has MIG enabled: it is offered only as its MIG devices (device groups: %s)", id.UUID, orNone(info.migGroups))
 		case !ok || id.IsShare && !info.shareable:
 			unknown = append(unknown, raw)
 		case id.IsShare:
@@ -172,6 +202,13 @@ func (v *reserveView) bind(deviceIDs []string) (binding, error) {
 		return b, fmt.Errorf("gpushare: shares of one reservation must come from one GPU, got %s", strings.Join(parts, "; "))
 	}
 	return b, nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none, it has no MIG device"
+	}
+	return s
 }
 
 func shareReservation(v *reserveView, uuid string, k int) *dev.ContainerReservation {

@@ -60,7 +60,7 @@ func (p *Plugin) collectStats() *dev.StatsResponse {
 	whole := map[string]*dev.DeviceGroupStats{}
 	for _, g := range hw.gpus {
 		r, ok := readings[g.UUID]
-		if !ok {
+		if !ok || g.MIG {
 			continue
 		}
 		wg := whole[g.Model]
@@ -70,9 +70,6 @@ func (p *Plugin) collectStats() *dev.StatsResponse {
 			groups = append(groups, wg)
 		}
 		wg.InstanceStats[g.UUID] = gpuStats(r, now, -1)
-		if g.MIG {
-			continue
-		}
 		held := 0
 		if u := use[g.UUID]; u != nil {
 			held = u.ShareUnits

@@ -1,8 +1,9 @@
 // Package gpu reads GPUs through go-nvml's nvml.Interface: the inventory
 // (UUID, model, memory, compute capability, PCI bus ID, driver and CUDA
-// versions, MIG mode) and live statistics (memory used, utilization,
-// temperature, power). The interface is either real NVML (nvml.New) or a
-// simulated machine built on go-nvml's mocks (see NewSimulated).
+// versions, MIG mode and the MIG devices of a MIG-enabled GPU) and live
+// statistics (memory used, utilization, temperature, power). The interface
+// is either real NVML (nvml.New) or a simulated machine built on go-nvml's
+// mocks (see NewSimulated).
 package gpu
 
 import (
@@ -31,9 +32,10 @@ type GPU struct {
 	MemoryClockMHz   int
 	BAR1MiB          uint64
 	CUDACores        int
-	// MIG is true when MIG mode is enabled: the GPU is listed whole and never
-	// shared.
-	MIG bool
+	// MIG is true when MIG mode is enabled: the GPU itself is not offered,
+	// its MIG devices are.
+	MIG        bool
+	MIGDevices []MIGDevice
 	// Err is set when the GPU answered with an error; it is then listed
 	// unhealthy with this reason.
 	Err error
@@ -162,6 +164,9 @@ func (s *Source) describe(i int) GPU {
 	}
 	cur, _, ret := d.GetMigMode()
 	g.MIG = ret == nvml.SUCCESS && cur == nvml.DEVICE_MIG_ENABLE
+	if g.MIG {
+		g.MIGDevices = migDevices(d)
+	}
 	if arch, ret := d.GetArchitecture(); ret == nvml.SUCCESS {
 		g.Architecture = archName(arch)
 	}

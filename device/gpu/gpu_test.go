@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -108,6 +109,71 @@ func TestLostGPUAndMIG(t *testing.T) {
 	}
 	if !inv.GPUs[2].MIG || inv.GPUs[0].MIG {
 		t.Fatalf("MIG: %v %v", inv.GPUs[0].MIG, inv.GPUs[2].MIG)
+	}
+}
+
+// TestSimulatedMIGDevices: a MIG-enabled GPU lists its MIG devices with
+// NVML's names (parent model and profile), memory, instance IDs and
+// stable UUIDs; disabling MIG removes them.
+func TestSimulatedMIGDevices(t *testing.T) {
+	for _, tt := range []struct {
+		preset   string
+		profiles []int
+		want     []string // profile and memory MiB
+	}{
+		{PresetA100, []int{nvml.GPU_INSTANCE_PROFILE_1_SLICE, nvml.GPU_INSTANCE_PROFILE_1_SLICE, nvml.GPU_INSTANCE_PROFILE_3_SLICE},
+			[]string{"1g.5gb 4864", "1g.5gb 4864", "3g.20gb 19968"}},
+		{PresetH100, []int{nvml.GPU_INSTANCE_PROFILE_2_SLICE}, []string{"2g.20gb 20480"}},
+	} {
+		t.Run(tt.preset, func(t *testing.T) {
+			sim, _ := NewSimulated(SimOptions{Preset: tt.preset, Count: 2})
+			if _, err := sim.AddMIGDevice(1, nvml.GPU_INSTANCE_PROFILE_1_SLICE); err == nil {
+				t.Fatal("MIG device created without MIG mode")
+			}
+			sim.SetMIG(1, true)
+			var uuids []string
+			for _, p := range tt.profiles {
+				u, err := sim.AddMIGDevice(1, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				uuids = append(uuids, u)
+			}
+			inv, err := NewSource(sim).Inventory()
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := inv.GPUs[1]
+			if !g.MIG || inv.GPUs[0].MIG || len(inv.GPUs[0].MIGDevices) != 0 || len(g.MIGDevices) != len(tt.want) {
+				t.Fatalf("GPU 1: MIG %v with %d devices", g.MIG, len(g.MIGDevices))
+			}
+			for j, m := range g.MIGDevices {
+				got := fmt.Sprintf("%s %d", m.Profile, m.MemoryMiB)
+				if m.Err != nil || got != tt.want[j] || m.UUID != uuids[j] || !strings.HasPrefix(m.UUID, "MIG-") ||
+					m.Name != g.Model+" MIG "+m.Profile || m.GPUInstance != j {
+					t.Errorf("MIG device %d = %+v, want %s", j, m, tt.want[j])
+				}
+			}
+			again, _ := NewSimulated(SimOptions{Preset: tt.preset, Count: 2})
+			again.SetMIG(1, true)
+			if u, _ := again.AddMIGDevice(1, tt.profiles[0]); u != uuids[0] {
+				t.Errorf("MIG UUID not stable: %s then %s", uuids[0], u)
+			}
+			sim.SetMIG(1, false)
+			if inv, _ := NewSource(sim).Inventory(); inv.GPUs[1].MIG || len(inv.GPUs[1].MIGDevices) != 0 {
+				t.Errorf("after MIG off: %+v", inv.GPUs[1])
+			}
+		})
+	}
+}
+
+func TestMIGProfile(t *testing.T) {
+	for name, want := range map[string]string{
+		"NVIDIA A100-SXM4-40GB MIG 1g.5gb": "1g.5gb", "NVIDIA H100 80GB HBM3 MIG 1g.10gb+me": "1g.10gb+me", "NVIDIA A100": "", "": "",
+	} {
+		if got := migProfile(name); got != want {
+			t.Errorf("migProfile(%q) = %q, want %q", name, got, want)
+		}
 	}
 }
 

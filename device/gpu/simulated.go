@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
@@ -32,8 +33,9 @@ type SimOptions struct {
 
 // Simulated is an nvml.Interface built on go-nvml's mock machines, with what
 // the mocks lack filled in: PCI bus IDs, utilization, temperature, power,
-// memory in use, processes (none), stable UUIDs. Its Set methods let tests
-// and demos change readings and break GPUs.
+// memory in use, processes (none), stable UUIDs, MIG devices
+// (simulated_mig.go). Its Set and Add methods let tests and demos change
+// readings, break GPUs and create MIG devices.
 //
 // A go-nvml mock function that is not set panics when called, and Source
 // recovers from nothing (real NVML does not panic, and a panic there is a
@@ -42,8 +44,10 @@ type SimOptions struct {
 type Simulated struct {
 	*server.Server
 
+	seed     string
 	mu       sync.Mutex
 	devs     []*server.Device
+	mig      map[int][]*mock.Device // MIG devices by GPU index
 	lost     map[int]nvml.Return
 	nameErr  map[int]nvml.Return
 	util     map[int]uint32
@@ -80,7 +84,7 @@ func NewSimulated(o SimOptions) (*Simulated, error) {
 	if seed == "" {
 		seed = "gpushare"
 	}
-	s := &Simulated{Server: srv, lost: map[int]nvml.Return{}, nameErr: map[int]nvml.Return{}, util: map[int]uint32{}, initFail: nvml.SUCCESS}
+	s := &Simulated{Server: srv, seed: seed, mig: map[int][]*mock.Device{}, lost: map[int]nvml.Return{}, nameErr: map[int]nvml.Return{}, util: map[int]uint32{}, initFail: nvml.SUCCESS}
 	for i, nd := range srv.Devices {
 		d := nd.(*server.Device)
 		d.UUID = simUUID(seed, i)
@@ -88,6 +92,7 @@ func NewSimulated(o SimOptions) (*Simulated, error) {
 		d.MemoryInfo.Free = d.MemoryInfo.Total
 		s.devs = append(s.devs, d)
 		s.fill(i, d)
+		s.fillMIG(i, d)
 	}
 	srv.InitFunc = func() nvml.Return {
 		s.mu.Lock()
@@ -257,13 +262,4 @@ func (s *Simulated) SetInitError(ret nvml.Return) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.initFail = ret
-}
-
-// SetMIG enables or disables MIG mode on GPU i.
-func (s *Simulated) SetMIG(i int, on bool) {
-	mode := nvml.DEVICE_MIG_DISABLE
-	if on {
-		mode = nvml.DEVICE_MIG_ENABLE
-	}
-	s.devs[i].SetMigMode(mode)
 }
