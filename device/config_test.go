@@ -1,6 +1,7 @@
 package device
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -27,7 +28,8 @@ func TestConfigDefaults(t *testing.T) {
 	d := DefaultConfig()
 	if c.Backend != d.Backend || c.FingerprintPeriod != d.FingerprintPeriod || c.MinIdleShareGPUs != d.MinIdleShareGPUs ||
 		c.ShareHeadroom != d.ShareHeadroom || c.SwitchSettlePeriod != d.SwitchSettlePeriod || c.NomadPollPeriod != d.NomadPollPeriod ||
-		c.MPSPipeDirectory != d.MPSPipeDirectory || c.SimulatedPreset != d.SimulatedPreset || c.MPSEnabled {
+		c.MPSPipeDirectory != d.MPSPipeDirectory || c.SimulatedPreset != d.SimulatedPreset || c.MPSEnabled ||
+		fmt.Sprint(c.XidCritical) != fmt.Sprint(d.XidCritical) {
 		t.Fatalf("schema defaults %+v differ from DefaultConfig %+v", c, d)
 	}
 }
@@ -87,6 +89,9 @@ func TestSetConfig(t *testing.T) {
 		{name: "headroom over 100", hcl: `config { share_headroom = 101 }`, wantErr: []string{"share_headroom", "0 to 100"}},
 		{name: "empty ignored id", hcl: `config { ignored_gpu_ids = ["GPU-1", ""] }`, wantErr: []string{"ignored_gpu_ids[1]", "UUID"}},
 		{name: "address without scheme", hcl: `config { nomad_address = "127.0.0.1:4646" }`, wantErr: []string{"nomad_address", "http://"}},
+		{name: "Xids", hcl: `config { xid_critical = [79, 48] }`},
+		{name: "no Xid watched", hcl: `config { xid_critical = [] }`},
+		{name: "bad Xid", hcl: `config { xid_critical = [79, 0] }`, wantErr: []string{"xid_critical[1]", "Xid error numbers"}},
 		{name: "relative MPS dir", hcl: `config {
   mps_enabled = true
   mps_pipe_directory = "mps"

@@ -96,7 +96,8 @@ func (p *Plugin) stopLoopLocked() error {
 }
 
 // run is the loop: it reads the hardware every fingerprint period and
-// Nomad every poll period, and publishes after each.
+// Nomad every poll period, and publishes after each, and when an Xid error
+// marks a GPU.
 func (p *Plugin) run(ctx context.Context, st *loopState) {
 	p.refreshHardware(st)
 	p.observe(ctx, st)
@@ -112,6 +113,8 @@ func (p *Plugin) run(ctx context.Context, st *loopState) {
 			p.refreshHardware(st)
 		case <-poll.C:
 			p.observe(ctx, st)
+		case <-p.hw.changed:
+			p.publish(st)
 		}
 	}
 }

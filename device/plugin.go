@@ -79,6 +79,7 @@ func New(logger hclog.Logger) *Plugin {
 		reserveWait: ReserveWait,
 	}
 	p.hw.logger = logger
+	p.hw.changed = make(chan struct{}, 1)
 	p.pub.reset()
 	p.usage.reset()
 	return p
@@ -129,7 +130,7 @@ func (p *Plugin) configure(c Config) error {
 	if err := p.stopLoopLocked(); err != nil {
 		return fmt.Errorf("gpushare plugin: not reconfigured: %w", err)
 	}
-	p.hw.reset(gpu.NewSource(lib), sim, s.ignored)
+	p.hw.reset(hwConfig{src: gpu.NewSource(lib), sim: sim, ignored: s.ignored, critical: s.xidCritical})
 	p.pub.reset()
 	p.usage.reset()
 	p.loop.state = st

@@ -541,7 +541,7 @@ func TestUnreadableNameKeepsAGroupName(t *testing.T) {
 	// A plugin that starts while the name cannot be read.
 	q := newPlugin(t, f, func(c *Config) { c.SimulatedSeed = "other" })
 	q.hw.simulated().SetNameError(2, nvml.ERROR_UNKNOWN)
-	q.hw.reset(gpu.NewSource(q.hw.simulated()), q.hw.simulated(), nil)
+	q.hw.reset(hwConfig{src: gpu.NewSource(q.hw.simulated()), sim: q.hw.simulated()})
 	cycle(q, f)
 	var names []string
 	for _, g := range q.pub.current() {

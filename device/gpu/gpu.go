@@ -36,6 +36,8 @@ type GPU struct {
 	// its MIG devices are.
 	MIG        bool
 	MIGDevices []MIGDevice
+	// Memory is what the GPU reports about uncorrectable memory errors.
+	Memory MemoryHealth
 	// Err is set when the GPU answered with an error; it is then listed
 	// unhealthy with this reason.
 	Err error
@@ -72,6 +74,7 @@ type Source struct {
 	mu     sync.Mutex
 	lib    nvml.Interface
 	inited bool
+	xid    *xidWatch // the running Xid watch (WatchXid), nil before
 }
 
 // NewSource wraps lib. Nothing is called until Inventory or Stats.
@@ -98,14 +101,19 @@ func (s *Source) init() error {
 	return nil
 }
 
-// Close shuts NVML down if it was initialized.
+// Close stops the Xid watch and shuts NVML down if it was initialized.
+// It does not wait for the watch's last wait (at most half a second): NVML
+// is shut down after it.
 func (s *Source) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.inited {
-		s.lib.Shutdown()
-		s.inited = false
-	}
+	lib, inited := s.lib, s.inited
+	s.inited = false
+	s.stopXid(func() {
+		if inited {
+			lib.Shutdown()
+		}
+	})
 }
 
 // Inventory lists the GPUs. An error means nothing could be listed (NVML
@@ -127,7 +135,8 @@ func (s *Source) Inventory() (Inventory, error) {
 	n, ret := s.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		// NVML may have been unloaded under us (driver reload): init again
-		// next time.
+		// next time, and watch Xid errors again after that.
+		s.stopXid(func() {})
 		s.inited = false
 		return Inventory{}, fmt.Errorf("NVML could not count GPUs: %v", ret)
 	}
@@ -171,6 +180,7 @@ func (s *Source) describe(i int) GPU {
 		g.Architecture = archName(arch)
 	}
 	describeLimits(d, &g)
+	g.Memory = readMemoryHealth(d)
 	return g
 }
 

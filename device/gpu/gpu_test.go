@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -263,5 +264,74 @@ func TestRealNVML(t *testing.T) {
 	}
 	if _, err := src.Stats(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestXidWatch: every GPU is registered for Xid critical errors, each
+// event is reported with its GPU (and MIG instance), and Close stops the
+// watch.
+func TestXidWatch(t *testing.T) {
+	sim, _ := NewSimulated(SimOptions{Preset: PresetA100, Count: 3})
+	src := NewSource(sim)
+	if started, _, err := src.WatchXid(func(XidEvent) {}); started || err != nil {
+		t.Fatalf("watch before NVML is initialized: %v, %v", started, err)
+	}
+	if sim.XidRegistered(0) {
+		t.Fatal("watch started before NVML was initialized")
+	}
+	if _, err := src.Inventory(); err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan XidEvent, 4)
+	started, unsupported, err := src.WatchXid(func(e XidEvent) { events <- e })
+	if !started || err != nil || len(unsupported) != 0 {
+		t.Fatalf("WatchXid: %v, %v, %v", started, unsupported, err)
+	}
+	if again, _, _ := src.WatchXid(func(e XidEvent) { events <- e }); again {
+		t.Fatal("a second watch started")
+	}
+	for i := 0; i < 3; i++ {
+		if !sim.XidRegistered(i) {
+			t.Fatalf("GPU %d not registered for Xid events", i)
+		}
+	}
+	sim.InjectXid(2, 79)
+	sim.InjectMIGXid(1, 3, 0, 48)
+	want := []XidEvent{{UUID: sim.UUIDs()[2], Xid: 79, GPUInstance: -1, ComputeInstance: -1}, {UUID: sim.UUIDs()[1], Xid: 48, GPUInstance: 3, ComputeInstance: 0}}
+	for _, w := range want {
+		select {
+		case e := <-events:
+			if e != w {
+				t.Errorf("event %+v, want %+v", e, w)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no event for %+v", w)
+		}
+	}
+	src.Close()
+	sim.InjectXid(0, 79)
+	select {
+	case e := <-events:
+		t.Fatalf("event %+v after Close", e)
+	case <-time.After(2 * xidWaitMS * time.Millisecond):
+	}
+}
+
+// TestMemoryHealth: uncorrectable ECC counts and a row remapping failure
+// are read at every inventory.
+func TestMemoryHealth(t *testing.T) {
+	sim, _ := NewSimulated(SimOptions{Preset: PresetH100, Count: 2})
+	sim.SetECC(1, 2, 5)
+	sim.SetRemapFailure(1, true)
+	inv, err := NewSource(sim).Inventory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h0, h1 := inv.GPUs[0].Memory, inv.GPUs[1].Memory
+	if h0.UncorrectedVolatile == nil || *h0.UncorrectedVolatile != 0 || h0.RemapFailure {
+		t.Errorf("healthy GPU: %+v", h0)
+	}
+	if *h1.UncorrectedVolatile != 2 || *h1.UncorrectedAggregate != 5 || !h1.RemapFailure {
+		t.Errorf("failing GPU: volatile %d aggregate %d remap failure %v", *h1.UncorrectedVolatile, *h1.UncorrectedAggregate, h1.RemapFailure)
 	}
 }

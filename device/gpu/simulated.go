@@ -52,6 +52,12 @@ type Simulated struct {
 	nameErr  map[int]nvml.Return
 	util     map[int]uint32
 	initFail nvml.Return
+	// events carries injected events to the event sets' Wait;
+	// xidRegistered are the GPUs registered for Xid events; ecc their
+	// memory errors.
+	events        chan nvml.EventData
+	xidRegistered map[int]bool
+	ecc           map[int]simECC
 }
 
 // NewSimulated builds a simulated machine.
@@ -84,7 +90,7 @@ func NewSimulated(o SimOptions) (*Simulated, error) {
 	if seed == "" {
 		seed = "gpushare"
 	}
-	s := &Simulated{Server: srv, seed: seed, mig: map[int][]*mock.Device{}, lost: map[int]nvml.Return{}, nameErr: map[int]nvml.Return{}, util: map[int]uint32{}, initFail: nvml.SUCCESS}
+	s := &Simulated{Server: srv, seed: seed, mig: map[int][]*mock.Device{}, xidRegistered: map[int]bool{}, ecc: map[int]simECC{}, lost: map[int]nvml.Return{}, nameErr: map[int]nvml.Return{}, util: map[int]uint32{}, initFail: nvml.SUCCESS}
 	for i, nd := range srv.Devices {
 		d := nd.(*server.Device)
 		d.UUID = simUUID(seed, i)
@@ -93,7 +99,9 @@ func NewSimulated(o SimOptions) (*Simulated, error) {
 		s.devs = append(s.devs, d)
 		s.fill(i, d)
 		s.fillMIG(i, d)
+		s.fillHealth(i, d)
 	}
+	s.fillEvents()
 	srv.InitFunc = func() nvml.Return {
 		s.mu.Lock()
 		defer s.mu.Unlock()
