@@ -19,6 +19,10 @@ const (
 // Config is the plugin configuration (the `config` block of the plugin's
 // `plugin "nomad-device-gpushare"` stanza in the Nomad client config).
 type Config struct {
+	// Enabled: false turns the plugin off (it offers nothing and reads
+	// neither NVML nor Nomad), as HashiCorp's nvidia plugin's enabled.
+	// Default true.
+	Enabled bool `codec:"enabled"`
 	// Backend: "nvml" (real GPUs through libnvidia-ml) or "simulated"
 	// (go-nvml mock machines). Default "nvml".
 	Backend string `codec:"backend"`
@@ -80,6 +84,7 @@ func attr(name, typ, def string) *hclspec.Spec {
 
 // configSpec is the HCL schema with its defaults.
 var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
+	"enabled":              attr("enabled", "bool", `true`),
 	"backend":              attr("backend", "string", `"nvml"`),
 	"simulated_preset":     attr("simulated_preset", "string", `"h100"`),
 	"simulated_count":      attr("simulated_count", "number", `0`),
@@ -110,6 +115,7 @@ var DefaultXidCritical = []int{48, 62, 63, 64, 74, 79}
 // DefaultConfig is the configuration an empty config block gives.
 func DefaultConfig() Config {
 	return Config{
+		Enabled:            true,
 		Backend:            BackendNVML,
 		SimulatedPreset:    gpu.PresetH100,
 		FingerprintPeriod:  "5s",

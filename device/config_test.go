@@ -1,9 +1,14 @@
 package device
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	dev "github.com/hashicorp/nomad/plugins/device"
 
 	"github.com/hashicorp/nomad/helper/pluginutils/hclutils"
 	"github.com/hashicorp/nomad/plugins/base"
@@ -28,7 +33,7 @@ func TestConfigDefaults(t *testing.T) {
 	d := DefaultConfig()
 	if c.Backend != d.Backend || c.FingerprintPeriod != d.FingerprintPeriod || c.MinIdleShareGPUs != d.MinIdleShareGPUs ||
 		c.ShareHeadroom != d.ShareHeadroom || c.SwitchSettlePeriod != d.SwitchSettlePeriod || c.NomadPollPeriod != d.NomadPollPeriod ||
-		c.MPSPipeDirectory != d.MPSPipeDirectory || c.SimulatedPreset != d.SimulatedPreset || c.MPSEnabled ||
+		c.MPSPipeDirectory != d.MPSPipeDirectory || c.SimulatedPreset != d.SimulatedPreset || c.MPSEnabled || !c.Enabled ||
 		fmt.Sprint(c.XidCritical) != fmt.Sprint(d.XidCritical) {
 		t.Fatalf("schema defaults %+v differ from DefaultConfig %+v", c, d)
 	}
@@ -117,6 +122,40 @@ func TestSetConfig(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDisabled: enabled = false turns the plugin off as HashiCorp's
+// nvidia plugin's does: every verb answers ErrPluginDisabled (Nomad's
+// client then leaves the plugin be) and NVML is not touched; enabled
+// again, it works.
+func TestDisabled(t *testing.T) {
+	f := newFakeNomad(t)
+	p := New(nil)
+	defer p.Shutdown()
+	p.newLib = func() nvml.Interface { t.Fatal("NVML loaded by a disabled plugin"); return nil }
+	if err := p.SetConfig(parse(t, `config { enabled = false }`)); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := p.Fingerprint(ctx); err != dev.ErrPluginDisabled {
+		t.Errorf("Fingerprint: %v", err)
+	}
+	if _, err := p.Stats(ctx, time.Second); err != dev.ErrPluginDisabled {
+		t.Errorf("Stats: %v", err)
+	}
+	if _, err := p.Reserve([]string{"GPU-1"}); err != dev.ErrPluginDisabled {
+		t.Errorf("Reserve: %v", err)
+	}
+	if err := p.SetConfig(parse(t, fmt.Sprintf(`config {
+  backend = "simulated"
+  nomad_address = %q
+  node_id = %q
+}`, f.URL, fakeNodeID))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Fingerprint(ctx); err != nil {
+		t.Errorf("Fingerprint once enabled: %v", err)
 	}
 }
 

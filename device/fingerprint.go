@@ -77,7 +77,7 @@ func deviceGroups(hw hwView, pubs map[string]partition.Publication, retryEvery t
 		}
 		wg := whole[g.Model]
 		if wg == nil {
-			wg = &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeWhole, Name: g.Model, Attributes: attributes(hw, g, sharingWhole)}
+			wg = &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeWhole, Name: g.Model, Attributes: attributes(hw, g, ids.SharingWhole)}
 			whole[g.Model] = wg
 			groups = append(groups, wg)
 		}
@@ -89,7 +89,7 @@ func deviceGroups(hw hwView, pubs map[string]partition.Publication, retryEvery t
 		// Nothing to list, but make the NVML failure visible in the node's
 		// devices (`nomad node status -verbose`) without ending the stream.
 		groups = append(groups, &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeWhole, Name: UnavailableGroup,
-			Attributes: map[string]*structs.Attribute{SharingAttr: structs.NewStringAttribute(sharingWhole)},
+			Attributes: map[string]*structs.Attribute{ids.SharingAttr: structs.NewStringAttribute(ids.SharingWhole)},
 			Devices:    []*dev.Device{{ID: UnavailableGroup, Healthy: false, HealthDesc: fmt.Sprintf("gpushare: %v (retrying every %s)", hw.err, retryEvery)}}})
 	}
 	for _, g := range groups {
@@ -102,10 +102,7 @@ func deviceGroups(hw hwView, pubs map[string]partition.Publication, retryEvery t
 // (by MIG device name, in mig), creating the groups they lack.
 func addMIGDevices(groups []*dev.DeviceGroup, mig map[string]*dev.DeviceGroup, hw hwView, g *hwGPU) []*dev.DeviceGroup {
 	for _, m := range g.MIGDevices {
-		name := m.Name
-		if name == "" {
-			name = g.Model + " MIG"
-		}
+		name := migGroupName(g, m)
 		mg := mig[name]
 		if mg == nil {
 			mg = &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeWhole, Name: name, Attributes: migAttributes(hw, g, m)}
@@ -116,6 +113,15 @@ func addMIGDevices(groups []*dev.DeviceGroup, mig map[string]*dev.DeviceGroup, h
 		mg.Devices = append(mg.Devices, &dev.Device{ID: m.UUID, Healthy: healthy, HealthDesc: desc, HwLocality: locality(g)})
 	}
 	return groups
+}
+
+// migGroupName is the device group of a MIG device: its NVML name (model
+// and profile), as in HashiCorp's nvidia plugin.
+func migGroupName(g *hwGPU, m gpu.MIGDevice) string {
+	if m.Name == "" {
+		return g.Model + " MIG"
+	}
+	return m.Name
 }
 
 // migHealth says whether a MIG device is allocatable: its GPU and itself
@@ -133,7 +139,7 @@ func migHealth(g *hwGPU, m gpu.MIGDevice) (bool, string) {
 // shareGroup is the share device group of one GPU: ids.SharesPerGPU
 // instances of one health.
 func shareGroup(hw hwView, g *hwGPU, pub partition.Publication) *dev.DeviceGroup {
-	sg := &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeShare, Name: shareGroupName(g.GPU), Attributes: attributes(hw, g, sharingShare)}
+	sg := &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeShare, Name: shareGroupName(g.GPU), Attributes: attributes(hw, g, ids.SharingShare)}
 	healthy, desc := health(g, pub, partition.Share)
 	sg.Devices = make([]*dev.Device, ids.SharesPerGPU)
 	for k := range sg.Devices {
@@ -200,17 +206,6 @@ func health(g *hwGPU, pub partition.Publication, fam partition.Mode) (bool, stri
 	return true, ""
 }
 
-// SharingAttr names the group attribute that says how a group offers its
-// GPUs: "whole", "share" or "mig". Every group of this plugin has it;
-// another plugin's nvidia/gpu groups (HashiCorp's) do not.
-const SharingAttr = "sharing"
-
-const (
-	sharingWhole = "whole"
-	sharingShare = "share"
-	sharingMIG   = "mig"
-)
-
 // attributes are the group attributes of a GPU (for a whole group: of the
 // first GPU of its model), in a group of the given sharing.
 func attributes(hw hwView, g *hwGPU, sharing string) map[string]*structs.Attribute {
@@ -234,7 +229,7 @@ func attributes(hw hwView, g *hwGPU, sharing string) map[string]*structs.Attribu
 	if g.CUDACores > 0 {
 		a["cuda_cores"] = structs.NewIntAttribute(int64(g.CUDACores), "")
 	}
-	if sharing == sharingShare {
+	if sharing == ids.SharingShare {
 		a["uuid"] = structs.NewStringAttribute(g.UUID)
 		a["index"] = structs.NewIntAttribute(int64(g.Index), "")
 		a["shares"] = structs.NewIntAttribute(ids.SharesPerGPU, "")
@@ -249,7 +244,7 @@ func attributes(hw hwView, g *hwGPU, sharing string) map[string]*structs.Attribu
 // migAttributes are the group attributes of a MIG device: its profile and
 // memory, and its GPU's model and versions.
 func migAttributes(hw hwView, g *hwGPU, m gpu.MIGDevice) map[string]*structs.Attribute {
-	a := commonAttributes(hw, g, sharingMIG)
+	a := commonAttributes(hw, g, ids.SharingMIG)
 	a["memory"] = structs.NewIntAttribute(int64(m.MemoryMiB), structs.UnitMiB)
 	if m.Profile != "" {
 		a["mig_profile"] = structs.NewStringAttribute(m.Profile)
@@ -262,7 +257,7 @@ func commonAttributes(hw hwView, g *hwGPU, sharing string) map[string]*structs.A
 	a := map[string]*structs.Attribute{
 		"model":              structs.NewStringAttribute(g.Model),
 		"compute_capability": structs.NewStringAttribute(g.ComputeCapability()),
-		SharingAttr:          structs.NewStringAttribute(sharing),
+		ids.SharingAttr:      structs.NewStringAttribute(sharing),
 	}
 	if hw.driver != "" {
 		a["driver_version"] = structs.NewStringAttribute(hw.driver)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/alloctrack"
 	"github.com/gpushare/nomad-gpushare/device/partition"
+	dev "github.com/hashicorp/nomad/plugins/device"
 )
 
 // loopStopTimeout bounds how long a reconfiguration waits for the running
@@ -41,6 +43,8 @@ type loopState struct {
 	blind     bool
 	demandErr string
 	hidden    string
+	// foreign are the last read's Foreign, joined.
+	foreign string
 }
 
 // start runs the plugin's loop once configured; the Fingerprint and Stats
@@ -48,6 +52,9 @@ type loopState struct {
 func (p *Plugin) start() error {
 	p.loop.mu.Lock()
 	defer p.loop.mu.Unlock()
+	if p.disabled.Load() {
+		return dev.ErrPluginDisabled
+	}
 	if p.loop.state == nil {
 		return errors.New("gpushare plugin is not configured: SetConfig was not called")
 	}
@@ -171,6 +178,7 @@ func (p *Plugin) noteRead(st *loopState, snap alloctrack.Snapshot) {
 	}
 	st.blind = false
 	p.noteHidden(st, snap.Hidden)
+	p.noteForeign(st, snap.Foreign)
 	switch {
 	case snap.DemandErr != nil && st.demandErr != snap.DemandErr.Error():
 		p.logger.Warn("cannot read waiting GPU demand from the Nomad API; partitioning by usage alone until it answers", "error", snap.DemandErr)
@@ -195,6 +203,21 @@ func (p *Plugin) noteHidden(st *loopState, hidden string) {
 		p.logger.Info("the plugin sees every allocation on this node again; switching resumes")
 	}
 	st.hidden = hidden
+}
+
+// noteForeign warns, once per change, when another plugin (HashiCorp's
+// nvidia plugin) publishes nvidia device groups on this node: both offer
+// the same GPUs, so Nomad can give one GPU twice, once through each.
+func (p *Plugin) noteForeign(st *loopState, groups []string) {
+	joined := strings.Join(groups, ", ")
+	if joined == st.foreign {
+		return
+	}
+	st.foreign = joined
+	if joined != "" {
+		p.logger.Warn("another device plugin publishes nvidia device groups on this node, probably HashiCorp's nvidia plugin: it offers the same GPUs, so Nomad can give a GPU through both at once; remove its plugin block (plugin \"nvidia-gpu\") and its binary from the client's plugin_dir",
+			"groups", joined)
+	}
 }
 
 // gpuObservations is what the partition machine is told about each GPU. A

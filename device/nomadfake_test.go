@@ -27,6 +27,8 @@ type fakeNomad struct {
 	evals  []*api.Evaluation
 	jobs   map[string]*api.Job
 	down   bool
+	// foreign are device groups another plugin publishes on the node.
+	foreign []*api.NodeDeviceResource
 	// policy is the rules of the token's one policy; "" means ACLs off.
 	// policyIndex is its modify index.
 	policy      string
@@ -49,7 +51,8 @@ func newFakeNomad(t testing.TB) *fakeNomad {
 		w.Header().Set("X-Nomad-Index", "1")
 		switch r.URL.Path {
 		case "/v1/node/" + fakeNodeID:
-			json.NewEncoder(w).Encode(&api.Node{ID: fakeNodeID, Datacenter: "dc1", NodePool: "default", NodeResources: &api.NodeResources{Devices: f.view}})
+			devices := append(append([]*api.NodeDeviceResource{}, f.view...), f.foreign...)
+			json.NewEncoder(w).Encode(&api.Node{ID: fakeNodeID, Datacenter: "dc1", NodePool: "default", NodeResources: &api.NodeResources{Devices: devices}})
 		case "/v1/node/" + fakeNodeID + "/allocations":
 			json.NewEncoder(w).Encode(f.allocs)
 		case "/v1/acl/token/self", "/v1/acl/policy/self", "/v1/acl/policy/plugin":
@@ -168,7 +171,12 @@ func (f *fakeNomad) sync(groups []*dev.DeviceGroup) {
 	defer f.mu.Unlock()
 	f.view = nil
 	for _, g := range groups {
-		r := &api.NodeDeviceResource{Vendor: g.Vendor, Type: g.Type, Name: g.Name}
+		r := &api.NodeDeviceResource{Vendor: g.Vendor, Type: g.Type, Name: g.Name, Attributes: map[string]*api.Attribute{}}
+		for k, a := range g.Attributes {
+			if v, ok := a.GetString(); ok {
+				r.Attributes[k] = &api.Attribute{StringVal: &v}
+			}
+		}
 		for _, d := range g.Devices {
 			r.Instances = append(r.Instances, &api.NodeDevice{ID: d.ID, Healthy: d.Healthy, HealthDescription: d.HealthDesc})
 		}

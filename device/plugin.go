@@ -3,6 +3,7 @@ package device
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -61,6 +62,9 @@ type Plugin struct {
 	usage usage
 	pub   publication
 	loop  loopControl
+	// disabled is set by a configuration with enabled = false: every verb
+	// answers dev.ErrPluginDisabled.
+	disabled atomic.Bool
 }
 
 // New returns an unconfigured plugin.
@@ -110,6 +114,9 @@ func (p *Plugin) configure(c Config) error {
 	if err != nil {
 		return err
 	}
+	if !s.Enabled {
+		return p.disable()
+	}
 	lib, sim, err := p.backend(s)
 	if err != nil {
 		return err
@@ -134,11 +141,28 @@ func (p *Plugin) configure(c Config) error {
 	p.pub.reset()
 	p.usage.reset()
 	p.loop.state = st
+	p.disabled.Store(false)
 	if wasRunning {
 		p.startLoopLocked()
 	}
 	p.logger.Info("configured", "backend", s.Backend, "nomad", tr.Address(), "min_idle_share_gpus", s.MinIdleShareGPUs,
 		"share_headroom", s.ShareHeadroom, "switch_settle_period", s.settlePeriod, "mps", s.MPSEnabled)
+	return nil
+}
+
+// disable stops the plugin's work and releases NVML: the configuration
+// says enabled = false.
+func (p *Plugin) disable() error {
+	p.loop.mu.Lock()
+	defer p.loop.mu.Unlock()
+	if err := p.stopLoopLocked(); err != nil {
+		return fmt.Errorf("gpushare plugin: not disabled: %w", err)
+	}
+	p.disabled.Store(true)
+	p.hw.reset(hwConfig{})
+	p.pub.reset()
+	p.loop.state = nil
+	p.logger.Info("disabled by the configuration (enabled = false): offering no device")
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/gpushare/nomad-gpushare/device/gpu"
 	hclog "github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
 	dev "github.com/hashicorp/nomad/plugins/device"
 )
 
@@ -408,13 +409,20 @@ func TestNVMLInitFailure(t *testing.T) {
 	}
 }
 
+// TestStats: statistics carry HashiCorp's nvidia plugin's names and units
+// (dashboards built on it keep working), share instances the shares held,
+// and MIG devices their memory.
 func TestStats(t *testing.T) {
 	f := newFakeNomad(t)
 	p := newPlugin(t, f, nil)
 	u := uuids(p)
+	sim := p.hw.simulated()
+	sim.SetMIG(0, true)
+	mig, _ := sim.AddMIGDevice(0, nvml.GPU_INSTANCE_PROFILE_2_SLICE)
 	f.place("a1", "gpu-share", shares(u[3], 0, 30)...)
 	cycle(p, f)
-	p.hw.simulated().SetUsage(3, 10240, 55)
+	sim.SetUsage(3, 10240, 55)
+	sim.SetCorrectedECC(3, nvml.MEMORY_LOCATION_DEVICE_MEMORY, 4)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ch, err := p.Stats(ctx, 50*time.Millisecond)
@@ -425,24 +433,41 @@ func TestStats(t *testing.T) {
 	if r.Error != nil {
 		t.Fatal(r.Error)
 	}
-	var whole, share *dev.DeviceGroupStats
+	groups := map[string]*dev.DeviceGroupStats{}
 	for _, g := range r.Groups {
-		if g.Type == "gpu" {
-			whole = g
-		} else if g.InstanceStats[u[3]+"-s00"] != nil {
-			share = g
+		groups[g.Type+"/"+g.Name] = g
+	}
+	whole, share := groups["gpu/Mock NVIDIA A100-SXM4-40GB"], groups["gpu-share/"+shareGroupName(p.hw.view().gpus[3].GPU)]
+	if whole == nil || len(whole.InstanceStats) != 3 || whole.InstanceStats[u[0]] != nil || share == nil || len(share.InstanceStats) != 100 {
+		t.Fatalf("groups: %v", groups)
+	}
+	for _, st := range []*dev.DeviceStats{whole.InstanceStats[u[3]], share.InstanceStats[u[3]+"-s42"]} {
+		if *st.Summary.IntNumeratorVal != 10240 || *st.Summary.IntDenominatorVal != 40960 || st.Summary.Unit != "MiB" {
+			t.Errorf("summary %d/%d %s", *st.Summary.IntNumeratorVal, *st.Summary.IntDenominatorVal, st.Summary.Unit)
+		}
+		a := st.Stats.Attributes
+		for name, want := range map[string]int64{
+			"GPU utilization": 55, "Memory utilization": 25, "Encoder utilization": 13, "Decoder utilization": 27,
+			"Temperature": 59, "Power usage": 345, "Memory state": 10240, "BAR1 buffer state": 2, "ECC memory errors": 4,
+			"ECC L1 errors": 0, "ECC L2 errors": 0,
+		} {
+			if a[name] == nil || a[name].IntNumeratorVal == nil || *a[name].IntNumeratorVal != want {
+				t.Errorf("%s = %v, want %d", name, a[name], want)
+			}
+		}
+		if *a["Power usage"].IntDenominatorVal != 400 || a["Power usage"].Unit != "W" || a["Temperature"].Unit != "C" {
+			t.Errorf("power %v, temperature %v", a["Power usage"], a["Temperature"])
 		}
 	}
-	if whole == nil || len(whole.InstanceStats) != 4 || share == nil || len(share.InstanceStats) != 100 {
-		t.Fatalf("groups: %+v", r.Groups)
+	if held := share.InstanceStats[u[3]+"-s00"].Stats.Attributes["shares_held"]; held == nil || *held.IntNumeratorVal != 30 || *held.IntDenominatorVal != 100 {
+		t.Errorf("shares_held %v", held)
 	}
-	s := share.InstanceStats[u[3]+"-s42"]
-	if *s.Summary.IntNumeratorVal != 10240 || *s.Summary.IntDenominatorVal != 40960 {
-		t.Errorf("summary %d/%d", *s.Summary.IntNumeratorVal, *s.Summary.IntDenominatorVal)
+	if whole.InstanceStats[u[3]].Stats.Attributes["shares_held"] != nil {
+		t.Error("shares_held on a whole instance")
 	}
-	a := s.Stats.Attributes
-	if *a["gpu_utilization"].IntNumeratorVal != 55 || *a["shares_held"].IntNumeratorVal != 30 || a["temperature"] == nil || a["power"] == nil {
-		t.Errorf("attributes %v", a)
+	m := groups["gpu/Mock NVIDIA A100-SXM4-40GB MIG 2g.10gb"]
+	if m == nil || m.InstanceStats[mig] == nil || *m.InstanceStats[mig].Summary.IntDenominatorVal != 9856 {
+		t.Fatalf("MIG device stats: %+v", m)
 	}
 }
 
@@ -552,5 +577,46 @@ func TestUnreadableNameKeepsAGroupName(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(names, ","), UnknownModel) {
 		t.Errorf("groups %v lack %q", names, UnknownModel)
+	}
+}
+
+// TestStatsNotAvailable: what NVML does not report is "N/A", as in
+// HashiCorp's plugin, never a zero.
+func TestStatsNotAvailable(t *testing.T) {
+	st := gpuStats(gpu.Stats{MemUsedMiB: 1, MemTotalMiB: 2}, 0, time.Now())
+	for name, v := range st.Stats.Attributes {
+		if name == StatMemoryState {
+			continue
+		}
+		if v.StringVal == nil || *v.StringVal != "N/A" || v.IntNumeratorVal != nil {
+			t.Errorf("%s = %+v, want N/A", name, v)
+		}
+	}
+	if len(st.Stats.Attributes) != 11 {
+		t.Errorf("%d statistics, want HashiCorp's 11", len(st.Stats.Attributes))
+	}
+}
+
+// TestWarnsAboutAnotherNvidiaPlugin: when another plugin (HashiCorp's
+// nvidia plugin) publishes nvidia groups on the node, the plugin warns
+// once, naming the groups and the fix.
+func TestWarnsAboutAnotherNvidiaPlugin(t *testing.T) {
+	f := newFakeNomad(t)
+	p := newPlugin(t, f, nil)
+	var logs strings.Builder
+	p.logger = hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
+	cycle(p, f)
+	if logs.Len() != 0 {
+		t.Fatalf("warnings without another plugin: %s", logs.String())
+	}
+	f.mu.Lock()
+	f.foreign = []*api.NodeDeviceResource{{Vendor: "nvidia", Type: "gpu", Name: "Mock NVIDIA A100-SXM4-40GB"}}
+	f.mu.Unlock()
+	cycle(p, f)
+	cycle(p, f)
+	out := logs.String()
+	if strings.Count(out, "another device plugin publishes nvidia device groups") != 1 ||
+		!strings.Contains(out, "nvidia/gpu/Mock NVIDIA A100-SXM4-40GB") || !strings.Contains(out, `plugin "nvidia-gpu"`) {
+		t.Fatalf("warnings: %s", out)
 	}
 }

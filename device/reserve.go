@@ -118,6 +118,9 @@ func (p *Plugin) Reserve(deviceIDs []string) (*dev.ContainerReservation, error) 
 	if len(deviceIDs) == 0 {
 		return &dev.ContainerReservation{}, nil
 	}
+	if p.disabled.Load() {
+		return nil, dev.ErrPluginDisabled
+	}
 	if err := p.usage.awaitRead(p.reserveWait); err != nil {
 		return nil, fmt.Errorf("gpushare: refusing %s: %w", strings.Join(deviceIDs, ", "), err)
 	}

@@ -74,6 +74,9 @@ type Snapshot struct {
 	// Hidden says which allocations the token may not see (see package
 	// aclview); empty when the allocation list is complete.
 	Hidden string
+	// Foreign are the nvidia device groups of the node that another plugin
+	// publishes (HashiCorp's nvidia plugin): "vendor/type/name", sorted.
+	Foreign []string
 	// Demand waiting that this node could serve (Config.Demand). When it
 	// could not be read, DemandErr says why and Demand is empty.
 	Demand    []Demand
@@ -237,6 +240,7 @@ func (t *Tracker) Read(ctx context.Context, o ReadOptions) (Snapshot, error) {
 	t.seen = idx.after(t.seen, snap.Consistent)
 	if node.NodeResources != nil {
 		addServerView(snap.GPUs, node.NodeResources.Devices)
+		snap.Foreign = foreignGroups(node.NodeResources.Devices)
 	}
 	addAllocations(snap.GPUs, allocs)
 	if t.cfg.Demand {
@@ -309,6 +313,19 @@ func addServerView(m map[string]*GPUUsage, groups []*api.NodeDeviceResource) {
 			}
 		}
 	}
+}
+
+// foreignGroups lists the nvidia device groups without the plugin's
+// sharing attribute: another plugin publishes them.
+func foreignGroups(groups []*api.NodeDeviceResource) []string {
+	var out []string
+	for _, g := range groups {
+		if g != nil && g.Vendor == ids.Vendor && g.Attributes[ids.SharingAttr] == nil {
+			out = append(out, g.ID())
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // live reports whether an allocation may still be using its devices: every

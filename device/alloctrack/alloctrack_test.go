@@ -99,9 +99,14 @@ func TestAddAllocations(t *testing.T) {
 // TestRead covers the HTTP path against a fake of the three endpoints used;
 // the real agent is covered by the device package's integration test.
 func TestRead(t *testing.T) {
+	whole, share := "whole", "share"
 	node := &api.Node{ID: "n1", Name: "host-a", NodeResources: &api.NodeResources{Devices: []*api.NodeDeviceResource{
-		{Vendor: "nvidia", Type: "gpu", Name: "A100", Instances: []*api.NodeDevice{{ID: "GPU-1", Healthy: true}, {ID: "GPU-2", Healthy: false}}},
-		{Vendor: "nvidia", Type: "gpu-share", Name: "A100-2", Instances: []*api.NodeDevice{{ID: "GPU-2-s00", Healthy: true}}},
+		{Vendor: "nvidia", Type: "gpu", Name: "A100", Instances: []*api.NodeDevice{{ID: "GPU-1", Healthy: true}, {ID: "GPU-2", Healthy: false}},
+			Attributes: map[string]*api.Attribute{"sharing": {StringVal: &whole}}},
+		{Vendor: "nvidia", Type: "gpu-share", Name: "A100-2", Instances: []*api.NodeDevice{{ID: "GPU-2-s00", Healthy: true}},
+			Attributes: map[string]*api.Attribute{"sharing": {StringVal: &share}}},
+		// HashiCorp's nvidia plugin, loaded beside: no sharing attribute.
+		{Vendor: "nvidia", Type: "gpu", Name: "A100", Instances: []*api.NodeDevice{{ID: "GPU-1", Healthy: true}}},
 	}}}
 	allocs := []*api.Allocation{alloc("a", "running", devs("gpu-share", "GPU-2-s00"))}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -132,6 +137,14 @@ func TestRead(t *testing.T) {
 		g1, g2 := snap.GPUs["GPU-1"], snap.GPUs["GPU-2"]
 		if snap.NodeID != "n1" || !g1.ServerWhole || g1.ServerShare || g2.ServerWhole || !g2.ServerShare || g2.ShareUnits != 1 {
 			t.Fatalf("%+v: snapshot %s", cfg, snap)
+		}
+		if strings.Join(snap.Foreign, ",") != "nvidia/gpu/A100" {
+			t.Errorf("another plugin's groups: %v", snap.Foreign)
+		}
+		// The fake answers no ACL endpoint: the list cannot be proven
+		// complete.
+		if !strings.Contains(snap.Hidden, "cannot check what the Nomad token may read") {
+			t.Errorf("Hidden = %q", snap.Hidden)
 		}
 	}
 	tr, _ := New(Config{Address: srv.URL, NodeName: "nope"})

@@ -178,10 +178,10 @@ func deviceGroupNames(node *api.Node) map[string]map[string]bool {
 }
 
 // isMIGGroup reports whether the plugin published the group for MIG
-// devices (its "sharing" attribute is "mig").
+// devices.
 func isMIGGroup(g *api.NodeDeviceResource) bool {
-	a := g.Attributes["sharing"]
-	return a != nil && a.StringVal != nil && *a.StringVal == "mig"
+	a := g.Attributes[ids.SharingAttr]
+	return a != nil && a.StringVal != nil && *a.StringVal == ids.SharingMIG
 }
 
 // requestFamily says which gpushare family a device request asks for, if

@@ -55,19 +55,6 @@ type Inventory struct {
 	GPUs          []GPU
 }
 
-// Stats are live readings of one GPU. Pointers are nil where NVML gives no
-// value.
-type Stats struct {
-	UUID         string
-	MemUsedMiB   uint64
-	MemTotalMiB  uint64
-	GPUUtilPct   *uint32
-	MemUtilPct   *uint32
-	TemperatureC *uint32
-	PowerW       *float64
-	Err          error
-}
-
 // Source reads GPUs through an nvml.Interface. It is safe for concurrent
 // use.
 type Source struct {
@@ -207,53 +194,6 @@ func describeLimits(d nvml.Device, g *GPU) {
 	if c, ret := d.GetNumGpuCores(); ret == nvml.SUCCESS {
 		g.CUDACores = c
 	}
-}
-
-// Stats reads live statistics of every GPU, keyed by UUID.
-func (s *Source) Stats() (map[string]Stats, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.init(); err != nil {
-		return nil, err
-	}
-	n, ret := s.lib.DeviceGetCount()
-	if ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("NVML could not count GPUs: %v", ret)
-	}
-	out := make(map[string]Stats, n)
-	for i := 0; i < n; i++ {
-		d, ret := s.lib.DeviceGetHandleByIndex(i)
-		if ret != nvml.SUCCESS {
-			continue
-		}
-		uuid, ret := d.GetUUID()
-		if ret != nvml.SUCCESS {
-			continue
-		}
-		out[uuid] = readStats(uuid, d)
-	}
-	return out, nil
-}
-
-// readStats reads one GPU's live statistics.
-func readStats(uuid string, d nvml.Device) Stats {
-	st := Stats{UUID: uuid}
-	mem, ret := d.GetMemoryInfo()
-	if ret != nvml.SUCCESS {
-		st.Err = fmt.Errorf("read memory: %v", ret)
-	}
-	st.MemUsedMiB, st.MemTotalMiB = mem.Used>>20, mem.Total>>20
-	if ut, ret := d.GetUtilizationRates(); ret == nvml.SUCCESS {
-		st.GPUUtilPct, st.MemUtilPct = &ut.Gpu, &ut.Memory
-	}
-	if t, ret := d.GetTemperature(nvml.TEMPERATURE_GPU); ret == nvml.SUCCESS {
-		st.TemperatureC = &t
-	}
-	if mw, ret := d.GetPowerUsage(); ret == nvml.SUCCESS {
-		w := float64(mw) / 1000
-		st.PowerW = &w
-	}
-	return st
 }
 
 func busID(p nvml.PciInfo) string {

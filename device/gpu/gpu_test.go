@@ -209,7 +209,24 @@ func TestStats(t *testing.T) {
 			if s1.Err != nil || s1.MemUsedMiB != tt.memMiB/2 || *s1.GPUUtilPct != 80 || *s1.MemUtilPct != 50 || s1.TemperatureC == nil || s1.PowerW == nil || *s1.PowerW <= *s0.PowerW {
 				t.Errorf("busy GPU stats %+v", s1)
 			}
+			if *s1.EncoderPct != 20 || *s1.DecoderPct != 40 || *s1.BAR1UsedMiB != 2 || *s1.BAR1TotalMiB != tt.memMiB || s1.ECCCorrected.Device == nil {
+				t.Errorf("busy GPU encoder %v decoder %v BAR1 %v/%v ECC %+v", *s1.EncoderPct, *s1.DecoderPct, *s1.BAR1UsedMiB, *s1.BAR1TotalMiB, s1.ECCCorrected)
+			}
 		})
+	}
+}
+
+// TestMIGStats: a MIG device reports its memory.
+func TestMIGStats(t *testing.T) {
+	sim, _ := NewSimulated(SimOptions{Preset: PresetA100, Count: 2})
+	sim.SetMIG(1, true)
+	mig, _ := sim.AddMIGDevice(1, nvml.GPU_INSTANCE_PROFILE_3_SLICE)
+	st, err := NewSource(sim).Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := st[mig]; m.Err != nil || m.MemTotalMiB != 19968 || m.GPUUtilPct != nil {
+		t.Fatalf("MIG device stats %+v", m)
 	}
 }
 
@@ -224,8 +241,14 @@ func TestSimulatedSetsEveryCallOfSource(t *testing.T) {
 			t.Fatal(err)
 		}
 		sim.SetMIG(1, true)
+		if _, err := sim.AddMIGDevice(1, nvml.GPU_INSTANCE_PROFILE_1_SLICE); err != nil {
+			t.Fatal(err)
+		}
 		inv, err := NewSource(sim).Inventory()
 		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := NewSource(sim).Stats(); err != nil {
 			t.Fatal(err)
 		}
 		for _, g := range inv.GPUs {

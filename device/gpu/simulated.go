@@ -178,6 +178,16 @@ func (s *Simulated) fill(i int, d *server.Device) {
 		}
 		return nvml.Utilization{Gpu: u, Memory: m}, nvml.SUCCESS
 	}
+	d.GetEncoderUtilizationFunc = func() (uint32, uint32, nvml.Return) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.util[i] / 4, 167000, nvml.SUCCESS // utilization, sampling period (us)
+	}
+	d.GetDecoderUtilizationFunc = func() (uint32, uint32, nvml.Return) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.util[i] / 2, 167000, nvml.SUCCESS
+	}
 	d.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -208,7 +218,8 @@ func (s *Simulated) fill(i int, d *server.Device) {
 		return 1980, nvml.SUCCESS
 	}
 	d.GetBAR1MemoryInfoFunc = func() (nvml.BAR1Memory, nvml.Return) {
-		return nvml.BAR1Memory{Bar1Total: d.MemoryInfo.Total, Bar1Free: d.MemoryInfo.Total}, nvml.SUCCESS
+		const used = 2 << 20 // the driver maps a little
+		return nvml.BAR1Memory{Bar1Total: d.MemoryInfo.Total, Bar1Free: d.MemoryInfo.Total - used, Bar1Used: used}, nvml.SUCCESS
 	}
 	d.GetNumGpuCoresFunc = func() (int, nvml.Return) {
 		if d.Config.Architecture == nvml.DEVICE_ARCH_HOPPER {
