@@ -65,7 +65,7 @@ const UnavailableGroup = "nvml-unavailable"
 // devices are, in one group per MIG device name (model and profile), as
 // HashiCorp's nvidia plugin does. retryEvery is the fingerprint period,
 // for the NVML failure message.
-func deviceGroups(hw hwView, pubs map[string]partition.Publication, retryEvery time.Duration) []*dev.DeviceGroup {
+func deviceGroups(hw hwView, pubs map[string]partition.Publication, iso shareIsolation, retryEvery time.Duration) []*dev.DeviceGroup {
 	var groups []*dev.DeviceGroup
 	whole := map[string]*dev.DeviceGroup{}
 	mig := map[string]*dev.DeviceGroup{}
@@ -83,7 +83,7 @@ func deviceGroups(hw hwView, pubs map[string]partition.Publication, retryEvery t
 		}
 		healthy, desc := health(g, pubs[g.UUID], partition.Whole)
 		wg.Devices = append(wg.Devices, &dev.Device{ID: g.UUID, Healthy: healthy, HealthDesc: desc, HwLocality: locality(g)})
-		groups = append(groups, shareGroup(hw, g, pubs[g.UUID]))
+		groups = append(groups, shareGroup(hw, g, pubs[g.UUID], iso))
 	}
 	if len(hw.gpus) == 0 && hw.err != nil {
 		// Nothing to list, but make the NVML failure visible in the node's
@@ -137,10 +137,15 @@ func migHealth(g *hwGPU, m gpu.MIGDevice) (bool, string) {
 }
 
 // shareGroup is the share device group of one GPU: ids.SharesPerGPU
-// instances of one health.
-func shareGroup(hw hwView, g *hwGPU, pub partition.Publication) *dev.DeviceGroup {
+// instances of one health, unhealthy too while MPS should isolate them
+// and cannot.
+func shareGroup(hw hwView, g *hwGPU, pub partition.Publication, iso shareIsolation) *dev.DeviceGroup {
 	sg := &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeShare, Name: shareGroupName(g.GPU), Attributes: attributes(hw, g, ids.SharingShare)}
+	sg.Attributes[IsolationAttr] = structs.NewStringAttribute(iso.mode())
 	healthy, desc := health(g, pub, partition.Share)
+	if healthy && iso.down != "" {
+		healthy, desc = false, iso.down
+	}
 	sg.Devices = make([]*dev.Device, ids.SharesPerGPU)
 	for k := range sg.Devices {
 		sg.Devices[k] = &dev.Device{ID: ids.Share(g.UUID, k), Healthy: healthy, HealthDesc: desc, HwLocality: locality(g)}
@@ -246,6 +251,7 @@ func attributes(hw hwView, g *hwGPU, sharing string) map[string]*structs.Attribu
 func migAttributes(hw hwView, g *hwGPU, m gpu.MIGDevice) map[string]*structs.Attribute {
 	a := commonAttributes(hw, g, ids.SharingMIG)
 	a["memory"] = structs.NewIntAttribute(int64(m.MemoryMiB), structs.UnitMiB)
+	a[IsolationAttr] = structs.NewStringAttribute(IsolationMIG)
 	if m.Profile != "" {
 		a["mig_profile"] = structs.NewStringAttribute(m.Profile)
 	}

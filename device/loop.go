@@ -45,6 +45,9 @@ type loopState struct {
 	hidden    string
 	// foreign are the last read's Foreign, joined.
 	foreign string
+	// mpsDown says why MPS does not isolate shares (mps_enabled without a
+	// control daemon); "" when it does or is not enabled.
+	mpsDown string
 }
 
 // start runs the plugin's loop once configured; the Fingerprint and Stats
@@ -126,10 +129,31 @@ func (p *Plugin) run(ctx context.Context, st *loopState) {
 	}
 }
 
-// refreshHardware re-reads the GPUs and republishes.
+// refreshHardware re-reads the GPUs and checks the MPS control daemon,
+// and republishes.
 func (p *Plugin) refreshHardware(st *loopState) {
 	p.hw.refresh(st.cfg.fingerprintPeriod)
+	p.checkMPS(st)
 	p.publish(st)
+}
+
+// checkMPS probes the MPS control daemon when mps_enabled, logging when
+// that changes: without it the share family is unhealthy.
+func (p *Plugin) checkMPS(st *loopState) {
+	if !st.cfg.MPSEnabled {
+		return
+	}
+	down := ""
+	if err := probeMPS(st.cfg.MPSPipeDirectory); err != nil {
+		down = "gpushare: " + err.Error()
+	}
+	switch {
+	case down != "" && down != st.mpsDown:
+		p.logger.Error("MPS does not isolate shares: the share family is unhealthy", "reason", down)
+	case down == "" && st.mpsDown != "":
+		p.logger.Info("the MPS control daemon answers again: shares are offered", "pipe_directory", st.cfg.MPSPipeDirectory)
+	}
+	st.mpsDown = down
 }
 
 // observe reads usage from Nomad, steps the partition machine and
@@ -245,6 +269,7 @@ func gpuObservations(hw hwView, use map[string]*alloctrack.GPUUsage) map[string]
 func (p *Plugin) publish(st *loopState) {
 	hw := p.hw.view()
 	pubs := st.machine.Publications()
-	groups := deviceGroups(hw, pubs, st.cfg.fingerprintPeriod)
-	p.pub.set(groups, newReserveView(hw, pubs, st.cfg))
+	iso := shareIsolation{mps: st.cfg.MPSEnabled, down: st.mpsDown}
+	groups := deviceGroups(hw, pubs, iso, st.cfg.fingerprintPeriod)
+	p.pub.set(groups, newReserveView(hw, pubs, iso, st.cfg))
 }

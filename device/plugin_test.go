@@ -620,3 +620,30 @@ func TestWarnsAboutAnotherNvidiaPlugin(t *testing.T) {
 		t.Fatalf("warnings: %s", out)
 	}
 }
+
+// TestIsolationAttribute: share groups say whether their limits are
+// enforced (isolation = "none" without MPS), MIG groups that the hardware
+// isolates, and a MIG device's task learns it too.
+func TestIsolationAttribute(t *testing.T) {
+	f := newFakeNomad(t)
+	p := newPlugin(t, f, nil)
+	sim := p.hw.simulated()
+	sim.SetMIG(0, true)
+	mig, _ := sim.AddMIGDevice(0, nvml.GPU_INSTANCE_PROFILE_1_SLICE)
+	cycle(p, f)
+	for _, g := range p.pub.current() {
+		sharing, _ := g.Attributes["sharing"].GetString()
+		iso := ""
+		if a := g.Attributes["isolation"]; a != nil {
+			iso, _ = a.GetString()
+		}
+		want := map[string]string{"share": "none", "mig": "mig", "whole": ""}[sharing]
+		if iso != want {
+			t.Errorf("group %s/%s (%s): isolation %q, want %q", g.Type, g.Name, sharing, iso, want)
+		}
+	}
+	r, err := p.Reserve([]string{mig})
+	if err != nil || r.Envs["GPUSHARE_ISOLATION"] != "mig" {
+		t.Errorf("MIG device: %v, %v", r, err)
+	}
+}

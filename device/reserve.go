@@ -25,6 +25,9 @@ const (
 	EnvMPSPipeDirectory     = "CUDA_MPS_PIPE_DIRECTORY"
 	EnvMPSPinnedMemLimit    = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 	EnvMPSThreadPercentage  = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	// EnvIsolation says what enforces a share's or a MIG device's limits:
+	// IsolationMPS, IsolationNone (advisory) or IsolationMIG.
+	EnvIsolation = "GPUSHARE_ISOLATION"
 )
 
 // ReserveWait bounds how long Reserve waits, after a plugin start or a
@@ -43,21 +46,23 @@ type gpuInfo struct {
 	// unhealthy is the reason the hardware is unhealthy, "" when healthy.
 	unhealthy string
 	// migParent is set for a MIG-enabled GPU, which is offered only as its
-	// MIG devices; migGroups names their device groups.
+	// MIG devices; migGroups names their device groups. mig is set for a
+	// MIG device.
 	migParent bool
 	migGroups string
+	mig       bool
 }
 
 // reserveView is an immutable snapshot of the published GPUs and the MPS
 // settings, which Reserve reads without locks or I/O.
 type reserveView struct {
 	gpus   map[string]gpuInfo
-	mps    bool
+	iso    shareIsolation
 	mpsDir string
 }
 
-func newReserveView(hw hwView, pubs map[string]partition.Publication, s settings) *reserveView {
-	v := &reserveView{gpus: make(map[string]gpuInfo, len(hw.gpus)), mps: s.MPSEnabled, mpsDir: s.MPSPipeDirectory}
+func newReserveView(hw hwView, pubs map[string]partition.Publication, iso shareIsolation, s settings) *reserveView {
+	v := &reserveView{gpus: make(map[string]gpuInfo, len(hw.gpus)), iso: iso, mpsDir: s.MPSPipeDirectory}
 	for i := range hw.gpus {
 		g := &hw.gpus[i]
 		if g.MIG {
@@ -78,7 +83,7 @@ func newReserveView(hw hwView, pubs map[string]partition.Publication, s settings
 func (v *reserveView) addMIG(g *hwGPU) {
 	var names []string
 	for _, m := range g.MIGDevices {
-		info := gpuInfo{memMiB: m.MemoryMiB, family: partition.Whole}
+		info := gpuInfo{memMiB: m.MemoryMiB, family: partition.Whole, mig: true}
 		if ok, reason := migHealth(g, m); !ok {
 			info.unhealthy = reason
 		}
@@ -139,22 +144,33 @@ func (p *Plugin) Reserve(deviceIDs []string) (*dev.ContainerReservation, error) 
 		return nil, err
 	}
 	if len(b.whole) > 0 {
-		list := strings.Join(b.whole, ",")
-		return &dev.ContainerReservation{Envs: map[string]string{
-			EnvNvidiaVisibleDevices: list,
-			EnvCudaVisibleDevices:   list,
-		}}, nil
+		return v.wholeReservation(b.whole), nil
 	}
 	return shareReservation(v, b.shareGPU, len(b.shares)), nil
 }
 
+// wholeReservation exposes whole GPUs or MIG devices; MIG devices are
+// isolated by the hardware.
+func (v *reserveView) wholeReservation(uuids []string) *dev.ContainerReservation {
+	list := strings.Join(uuids, ",")
+	env := map[string]string{EnvNvidiaVisibleDevices: list, EnvCudaVisibleDevices: list}
+	if v.gpus[uuids[0]].mig {
+		env[EnvIsolation] = IsolationMIG
+	}
+	return &dev.ContainerReservation{Envs: env}
+}
+
 // healthy refuses a binding to a GPU whose hardware is unhealthy (lost,
-// failing, or with critical errors), with the reason.
+// failing, or with critical errors), and shares while MPS should isolate
+// them and cannot, with the reason.
 func (v *reserveView) healthy(b binding) error {
 	for _, id := range b.gpuIDs() {
 		if r := v.gpus[id].unhealthy; r != "" {
 			return fmt.Errorf("gpushare: refusing GPU %s: it is unhealthy: %s", id, r)
 		}
+	}
+	if b.shareGPU != "" && v.iso.down != "" {
+		return fmt.Errorf("gpushare: refusing shares of GPU %s: %s", b.shareGPU, v.iso.down)
 	}
 	return nil
 }
@@ -226,9 +242,10 @@ func shareReservation(v *reserveView, uuid string, k int) *dev.ContainerReservat
 		EnvTFAllowGrowth:        "true",
 		EnvXLAPreallocate:       "false",
 		EnvXLAMemFraction:       frac,
+		EnvIsolation:            v.iso.mode(),
 	}
 	r := &dev.ContainerReservation{Envs: env}
-	if v.mps {
+	if v.iso.mps {
 		env[EnvMPSPipeDirectory] = v.mpsDir
 		env[EnvMPSPinnedMemLimit] = fmt.Sprintf("%s=%dM", uuid, memMiB)
 		env[EnvMPSThreadPercentage] = strconv.Itoa(k)

@@ -3,6 +3,9 @@ package device
 import (
 	"context"
 	"fmt"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -74,13 +77,39 @@ func TestReserve(t *testing.T) {
 			if _, mps := r.Envs["CUDA_MPS_PIPE_DIRECTORY"]; mps || len(r.Mounts) != 0 {
 				t.Errorf("MPS settings without MPS: %v %v", r.Envs, r.Mounts)
 			}
+			if iso := r.Envs["GPUSHARE_ISOLATION"]; strings.Contains(tt.name, "share") && iso != "none" {
+				t.Errorf("GPUSHARE_ISOLATION = %q without MPS, want none", iso)
+			}
 		})
 	}
 }
 
+// serveMPS listens on the MPS control socket of the pipe directory, as
+// nvidia-cuda-mps-control -d does, until the test ends or stop is called.
+func serveMPS(t *testing.T, dir string) (stop func()) {
+	t.Helper()
+	l, err := net.Listen("unixpacket", filepath.Join(dir, "control"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { l.Close() })
+	return func() { l.Close() }
+}
+
 func TestReserveMPS(t *testing.T) {
+	dir := t.TempDir()
+	serveMPS(t, dir)
 	f := newFakeNomad(t)
-	p := newPlugin(t, f, func(c *Config) { c.MPSEnabled, c.MPSPipeDirectory = true, "/run/nvidia-mps" })
+	p := newPlugin(t, f, func(c *Config) { c.MPSEnabled, c.MPSPipeDirectory = true, dir })
 	cycle(p, f)
 	u := uuids(p)
 	r, err := p.Reserve(shares(u[3], 0, 40))
@@ -88,23 +117,54 @@ func TestReserveMPS(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{
-		"CUDA_MPS_PIPE_DIRECTORY":           "/run/nvidia-mps",
+		"CUDA_MPS_PIPE_DIRECTORY":           dir,
 		"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT":  u[3] + "=16384M",
 		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "40",
 		"GPUSHARE_FRACTION":                 "0.4",
+		"GPUSHARE_ISOLATION":                "mps",
 	}
 	for k, v := range want {
 		if r.Envs[k] != v {
 			t.Errorf("%s = %q, want %q", k, r.Envs[k], v)
 		}
 	}
-	if len(r.Mounts) != 1 || r.Mounts[0].HostPath != "/run/nvidia-mps" || r.Mounts[0].TaskPath != "/run/nvidia-mps" {
+	if len(r.Mounts) != 1 || r.Mounts[0].HostPath != dir || r.Mounts[0].TaskPath != dir {
 		t.Errorf("mounts %+v", r.Mounts)
 	}
 	// Whole GPUs get no MPS limits.
 	r, err = p.Reserve([]string{u[0]})
-	if err != nil || r.Envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != "" {
+	if err != nil || r.Envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != "" || r.Envs["GPUSHARE_ISOLATION"] != "" {
 		t.Errorf("whole GPU with MPS: %v %v", r, err)
+	}
+}
+
+// TestMPSDaemonDown: with mps_enabled and no MPS control daemon answering,
+// CUDA would run the shares without MPS and without limits: the share
+// family is unhealthy with the reason, and Reserve refuses shares, until
+// the daemon answers.
+func TestMPSDaemonDown(t *testing.T) {
+	dir := t.TempDir()
+	serveMPS(t, dir)()
+	f := newFakeNomad(t)
+	p := newPlugin(t, f, func(c *Config) { c.MPSEnabled, c.MPSPipeDirectory = true, dir })
+	u := uuids(p)
+	cycle(p, f)
+	sg := p.pub.current()[4]
+	if iso, _ := sg.Attributes["isolation"].GetString(); iso != "mps" || sg.Devices[0].Healthy ||
+		!strings.Contains(sg.Devices[0].HealthDesc, "no MPS control daemon answers at "+filepath.Join(dir, "control")) {
+		t.Fatalf("share group while MPS is down: isolation %q, %+v", iso, sg.Devices[0])
+	}
+	if _, err := p.Reserve(shares(u[3], 0, 10)); err == nil || !strings.Contains(err.Error(), "nvidia-cuda-mps-control -d") {
+		t.Fatalf("shares while MPS is down: %v", err)
+	}
+	if _, err := p.Reserve([]string{u[0]}); err != nil {
+		t.Errorf("a whole GPU while MPS is down: %v", err)
+	}
+	os.Remove(filepath.Join(dir, "control"))
+	serveMPS(t, dir)
+	cycle(p, f)
+	if _, err := p.Reserve(shares(u[3], 0, 10)); err != nil {
+		t.Fatalf("shares once MPS answers: %v", err)
 	}
 }
 
