@@ -33,8 +33,9 @@ type fakeNomad struct {
 	// policyIndex is its modify index.
 	policy      string
 	policyIndex uint64
-	// jobReads counts /v1/job/:id requests.
-	jobReads int
+	// jobReads counts /v1/job/:id requests; refused those answered while
+	// down.
+	jobReads, refused int
 }
 
 const fakeNodeID = "11111111-2222-3333-4444-555555555555"
@@ -45,6 +46,7 @@ func newFakeNomad(t testing.TB) *fakeNomad {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		if f.down {
+			f.refused++
 			http.Error(w, "down", http.StatusServiceUnavailable)
 			return
 		}
@@ -133,6 +135,13 @@ func (f *fakeNomad) unblock(jobID string) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// refusedRequests counts the requests answered while down.
+func (f *fakeNomad) refusedRequests() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.refused
+}
 
 // setDown makes every request fail (Nomad unreachable).
 func (f *fakeNomad) setDown(down bool) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 )
 
 func TestReserve(t *testing.T) {
@@ -242,11 +243,18 @@ func TestReserveAfterRestartWaitsForTheFirstRead(t *testing.T) {
 		_, err := p.Reserve(shares(u[0], 0, 10))
 		refused <- err
 	}()
-	select {
-	case err := <-refused:
-		t.Fatalf("Reserve answered before any read of Nomad: %v", err)
-	case <-time.After(300 * time.Millisecond): // three failed polls
-	}
+	// Several reads of Nomad fail while Reserve waits.
+	testcluster.Eventually(t, ReserveWait/2, func() error {
+		select {
+		case err := <-refused:
+			t.Fatalf("Reserve answered before any read of Nomad: %v", err)
+		default:
+		}
+		if n := f.refusedRequests(); n < 6 {
+			return fmt.Errorf("%d requests to Nomad failed", n)
+		}
+		return nil
+	})
 	f.setDown(false) // ...then Nomad answers.
 	select {
 	case err := <-refused:
