@@ -3,6 +3,7 @@ package device
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -157,6 +158,48 @@ func TestDisabled(t *testing.T) {
 	if _, err := p.Fingerprint(ctx); err != nil {
 		t.Errorf("Fingerprint once enabled: %v", err)
 	}
+}
+
+// TestShippedConfigs: the plugin blocks in jobspecs parse and validate,
+// every attribute they set is in the schema.
+func TestShippedConfigs(t *testing.T) {
+	for _, path := range []string{"../jobspecs/plugin.hcl", "../jobspecs/demo/plugin.hcl"} {
+		t.Run(path, func(t *testing.T) {
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			block := configBlock(t, string(raw))
+			p := New(nil)
+			defer p.Shutdown()
+			if err := p.SetConfig(parse(t, block)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// configBlock returns the `config { ... }` block of a plugin stanza,
+// comments left out.
+func configBlock(t *testing.T, hcl string) string {
+	t.Helper()
+	var b strings.Builder
+	depth := 0
+	for _, line := range strings.Split(hcl, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if strings.HasPrefix(trimmed, "#") {
+			continue
+		}
+		if depth == 0 && trimmed == "config {" || depth > 0 {
+			b.WriteString(line + "\n")
+			depth += strings.Count(line, "{") - strings.Count(line, "}")
+			if depth == 0 {
+				return b.String()
+			}
+		}
+	}
+	t.Fatal("no config block")
+	return ""
 }
 
 func TestSetConfigEmpty(t *testing.T) {
