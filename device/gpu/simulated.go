@@ -97,7 +97,9 @@ func NewSimulated(o SimOptions) (*Simulated, error) {
 		d.PciBusID = fmt.Sprintf("00000000:%02X:00.0", simBus(i))
 		d.MemoryInfo.Free = d.MemoryInfo.Total
 		s.devs = append(s.devs, d)
-		s.fill(i, d)
+		s.fillIdentity(i, d)
+		s.fillReadings(i, d)
+		fillLimits(d)
 		s.fillMIG(i, d)
 		s.fillHealth(i, d)
 	}
@@ -142,9 +144,11 @@ func (s *Simulated) lostRet(i int) nvml.Return {
 	return nvml.SUCCESS
 }
 
-// fill sets the mock functions the mock machines leave unset, and those
-// that the Set methods break.
-func (s *Simulated) fill(i int, d *server.Device) {
+// The mock machines leave most calls unset, and the Set methods break
+// some: fillIdentity, fillReadings and fillLimits set them.
+
+// fillIdentity sets GPU i's name and PCI information.
+func (s *Simulated) fillIdentity(i int, d *server.Device) {
 	d.GetNameFunc = func() (string, nvml.Return) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -160,6 +164,11 @@ func (s *Simulated) fill(i int, d *server.Device) {
 		}
 		return p, nvml.SUCCESS
 	}
+}
+
+// fillReadings sets GPU i's live readings: memory, utilization,
+// temperature and power follow SetUsage.
+func (s *Simulated) fillReadings(i int, d *server.Device) {
 	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
 		if r := s.lostRet(i); r != nvml.SUCCESS {
 			return nvml.Memory{}, r
@@ -198,6 +207,12 @@ func (s *Simulated) fill(i int, d *server.Device) {
 		defer s.mu.Unlock()
 		return 70_000 + s.util[i]*5_000, nvml.SUCCESS // milliwatts
 	}
+	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
+}
+
+// fillLimits sets a GPU's fixed facts by its architecture: power limit,
+// PCIe link, clocks, BAR1 and core count.
+func fillLimits(d *server.Device) {
 	d.GetPowerManagementLimitFunc = func() (uint32, nvml.Return) {
 		if d.Config.Architecture == nvml.DEVICE_ARCH_HOPPER {
 			return 700_000, nvml.SUCCESS
@@ -227,7 +242,6 @@ func (s *Simulated) fill(i int, d *server.Device) {
 		}
 		return 6912, nvml.SUCCESS
 	}
-	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
 }
 
 // UUIDs returns the simulated GPUs' UUIDs in index order.
