@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
@@ -28,11 +29,16 @@ type SimOptions struct {
 	// Seed makes the GPU UUIDs; the same seed gives the same UUIDs, so
 	// allocations survive plugin restarts. Empty means "gpushare".
 	Seed string
+	// ProcessDir, when set, holds the state files of simulated GPU
+	// processes (package simproc): each live one is reported as a compute
+	// process of its GPU, with its memory and utilization added to the
+	// GPU's. Empty: no processes.
+	ProcessDir string
 }
 
 // Simulated is an nvml.Interface built on go-nvml's mock machines, with what
 // the mocks lack filled in: PCI bus IDs, utilization, temperature, power,
-// memory in use, processes (none), stable UUIDs. Its Set methods let tests
+// memory in use, processes (from SimOptions.ProcessDir), stable UUIDs. Its Set methods let tests
 // and demos change readings and break GPUs.
 //
 // A go-nvml mock function that is not set panics when called, and Source
@@ -47,6 +53,7 @@ type Simulated struct {
 	lost     map[int]nvml.Return
 	util     map[int]uint32
 	initFail nvml.Return
+	procs    *simProcs
 }
 
 // NewSimulated builds a simulated machine.
@@ -79,7 +86,8 @@ func NewSimulated(o SimOptions) (*Simulated, error) {
 	if seed == "" {
 		seed = "gpushare"
 	}
-	s := &Simulated{Server: srv, lost: map[int]nvml.Return{}, util: map[int]uint32{}, initFail: nvml.SUCCESS}
+	s := &Simulated{Server: srv, lost: map[int]nvml.Return{}, util: map[int]uint32{}, initFail: nvml.SUCCESS,
+		procs: &simProcs{dir: o.ProcessDir, now: time.Now}}
 	for i, nd := range srv.Devices {
 		d := nd.(*server.Device)
 		d.UUID = simUUID(seed, i)
@@ -87,6 +95,7 @@ func NewSimulated(o SimOptions) (*Simulated, error) {
 		d.MemoryInfo.Free = d.MemoryInfo.Total
 		s.devs = append(s.devs, d)
 		s.fill(i, d)
+		s.fillProcesses(i, d)
 	}
 	srv.InitFunc = func() nvml.Return {
 		s.mu.Lock()
@@ -193,7 +202,6 @@ func (s *Simulated) fill(i int, d *server.Device) {
 		}
 		return 6912, nvml.SUCCESS
 	}
-	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
 }
 
 // UUIDs returns the simulated GPUs' UUIDs in index order.
