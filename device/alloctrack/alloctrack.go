@@ -59,6 +59,9 @@ type Snapshot struct {
 	Started time.Time
 	NodeID  string
 	GPUs    map[string]*GPUUsage
+	// Tenants are the tasks of the live allocations that hold gpushare
+	// devices.
+	Tenants []Tenant
 	// Demand waiting that this node could serve (Config.Demand). When it
 	// could not be read, DemandErr says why and Demand is empty.
 	Demand    []Demand
@@ -197,6 +200,7 @@ func (t *Tracker) Read(ctx context.Context) (Snapshot, error) {
 		addServerView(snap.GPUs, node.NodeResources.Devices)
 	}
 	addAllocations(snap.GPUs, allocs)
+	snap.Tenants = tenantsOf(allocs)
 	if t.cfg.Demand {
 		snap.Demand, snap.DemandErr = t.readDemand(ctx, node)
 	}
