@@ -96,6 +96,7 @@ func (p *Plugin) stopLoopLocked() error {
 // run is the loop: it reads the hardware every fingerprint period and
 // Nomad every poll period, and publishes after each.
 func (p *Plugin) run(ctx context.Context, st *loopState) {
+	go p.monitor(ctx)
 	p.refreshHardware(st)
 	p.observe(ctx, st)
 	fp := time.NewTicker(st.cfg.fingerprintPeriod)
@@ -135,9 +136,11 @@ func (p *Plugin) observe(ctx context.Context, st *loopState) {
 	} else {
 		p.noteRead(st, snap)
 		p.usage.update(snap.GPUs, snap.Started)
+		p.tenancy.update(snap.NodeID, snap.Tenants, snap.Started)
 		o.At, o.Demand = snap.Started, snap.Demand
 	}
 	o.GPUs = gpuObservations(p.hw.view(), p.usage.current())
+	p.tenancy.markGuests(o.GPUs)
 	for _, e := range st.machine.Step(o) {
 		p.logger.Info("partition", "uuid", e.UUID, "event", e.Msg)
 	}

@@ -28,6 +28,9 @@ type fakeNomad struct {
 	down   bool
 	// jobReads counts /v1/job/:id requests.
 	jobReads int
+	// stopped lists the allocations stopped through
+	// /v1/allocation/:id/stop, in order.
+	stopped []string
 }
 
 const fakeNodeID = "11111111-2222-3333-4444-555555555555"
@@ -54,6 +57,11 @@ func newFakeNomad(t testing.TB) *fakeNomad {
 			}
 			json.NewEncoder(w).Encode(append([]*api.Evaluation{}, f.evals...))
 		default:
+			if id, ok := strings.CutPrefix(r.URL.Path, "/v1/allocation/"); ok && (r.Method == http.MethodPut || r.Method == http.MethodPost) && strings.HasSuffix(id, "/stop") {
+				f.stopAlloc(strings.TrimSuffix(id, "/stop"))
+				json.NewEncoder(w).Encode(&api.AllocStopResponse{EvalID: "eval-stop"})
+				return
+			}
 			if j := f.jobs[strings.TrimPrefix(r.URL.Path, "/v1/job/")]; j != nil && strings.HasPrefix(r.URL.Path, "/v1/job/") {
 				f.jobReads++
 				json.NewEncoder(w).Encode(j)

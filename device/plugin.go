@@ -58,6 +58,10 @@ type Plugin struct {
 	usage usage
 	pub   publication
 	loop  loopControl
+	// tenancy and usageAPI: dynamic fractions and the node-level
+	// scheduler (tenancy.go, monitor.go, usageapi.go).
+	tenancy  tenancy
+	usageAPI usageAPI
 }
 
 // New returns an unconfigured plugin.
@@ -118,6 +122,11 @@ func (p *Plugin) configure(c Config) error {
 		DemandHold: demandHold(s.pollPeriod),
 	})}
 
+	if err := p.serveUsage(s.dynamic.UsageListen); err != nil {
+		return err
+	}
+	p.tenancy.configure(s.dynamic, tr)
+
 	p.loop.mu.Lock()
 	defer p.loop.mu.Unlock()
 	wasRunning := p.loop.running
@@ -143,7 +152,7 @@ func (p *Plugin) backend(s settings) (nvml.Interface, *gpu.Simulated, error) {
 	}
 	sim, err := gpu.NewSimulated(gpu.SimOptions{
 		Preset: s.SimulatedPreset, Count: s.SimulatedCount, Model: s.SimulatedModel,
-		MemoryMiB: uint64(s.SimulatedMemoryMiB), Seed: s.SimulatedSeed,
+		MemoryMiB: uint64(s.SimulatedMemoryMiB), Seed: s.SimulatedSeed, ProcessDir: s.dynamic.SimulatedProcessDir,
 	})
 	if err != nil {
 		return nil, nil, &FieldError{"simulated_preset", err.Error(), "fix the simulated_* settings"}
@@ -160,6 +169,7 @@ func (p *Plugin) Shutdown() {
 		p.logger.Warn("shutdown", "error", err)
 	}
 	p.loop.mu.Unlock()
+	p.stopUsage()
 	p.hw.close()
 }
 

@@ -16,6 +16,10 @@ const (
 	EnvCudaVisibleDevices   = "CUDA_VISIBLE_DEVICES"
 	EnvMemoryLimitMiB       = "GPUSHARE_MEMORY_LIMIT_MIB"
 	EnvFraction             = "GPUSHARE_FRACTION"
+	EnvLimitFraction        = "GPUSHARE_LIMIT_FRACTION"
+	EnvRequestMiB           = "GPUSHARE_REQUEST_MIB"
+	EnvLimitMiB             = "GPUSHARE_LIMIT_MIB"
+	EnvHomeGPU              = "GPUSHARE_HOME_GPU"
 	EnvTFAllowGrowth        = "TF_FORCE_GPU_ALLOW_GROWTH"
 	EnvXLAPreallocate       = "XLA_PYTHON_CLIENT_PREALLOCATE"
 	EnvXLAMemFraction       = "XLA_PYTHON_CLIENT_MEM_FRACTION"
@@ -75,13 +79,20 @@ func (p *Plugin) Reserve(deviceIDs []string) (*dev.ContainerReservation, error) 
 		return nil, err
 	}
 	if len(b.whole) > 0 {
+		if err := p.clearForWhole(b.whole); err != nil {
+			return nil, err
+		}
 		list := strings.Join(b.whole, ",")
 		return &dev.ContainerReservation{Envs: map[string]string{
 			EnvNvidiaVisibleDevices: list,
 			EnvCudaVisibleDevices:   list,
 		}}, nil
 	}
-	return shareReservation(v, b.shareGPU, len(b.shares)), nil
+	sb, err := p.bindShare(b)
+	if err != nil {
+		return nil, err
+	}
+	return shareReservation(v, sb), nil
 }
 
 // bind checks that the instances are known, named once, and either whole
@@ -130,24 +141,33 @@ func (v *reserveView) bind(deviceIDs []string) (binding, error) {
 	return b, nil
 }
 
-func shareReservation(v *reserveView, uuid string, k int) *dev.ContainerReservation {
-	info := v.gpus[uuid]
-	frac := strconv.FormatFloat(float64(k)/ids.SharesPerGPU, 'f', -1, 64)
-	memMiB := info.memMiB * uint64(k) / ids.SharesPerGPU
+// shareReservation tells a share task its GPU (where the node-level
+// scheduler runs it), its request and limit as fractions and MiB, and
+// framework hints; with MPS the limit is the hard cap.
+func shareReservation(v *reserveView, sb shareBinding) *dev.ContainerReservation {
+	info := v.gpus[sb.gpu]
+	frac := strconv.FormatFloat(float64(sb.request)/ids.SharesPerGPU, 'f', -1, 64)
+	limFrac := strconv.FormatFloat(float64(sb.limit)/ids.SharesPerGPU, 'f', -1, 64)
+	reqMiB := info.memMiB * uint64(sb.request) / ids.SharesPerGPU
+	limMiB := info.memMiB * uint64(sb.limit) / ids.SharesPerGPU
 	env := map[string]string{
-		EnvNvidiaVisibleDevices: uuid,
-		EnvCudaVisibleDevices:   uuid,
-		EnvMemoryLimitMiB:       strconv.FormatUint(memMiB, 10),
+		EnvNvidiaVisibleDevices: sb.gpu,
+		EnvCudaVisibleDevices:   sb.gpu,
+		EnvMemoryLimitMiB:       strconv.FormatUint(limMiB, 10),
 		EnvFraction:             frac,
+		EnvLimitFraction:        limFrac,
+		EnvRequestMiB:           strconv.FormatUint(reqMiB, 10),
+		EnvLimitMiB:             strconv.FormatUint(limMiB, 10),
+		EnvHomeGPU:              sb.home,
 		EnvTFAllowGrowth:        "true",
 		EnvXLAPreallocate:       "false",
-		EnvXLAMemFraction:       frac,
+		EnvXLAMemFraction:       limFrac,
 	}
 	r := &dev.ContainerReservation{Envs: env}
 	if v.mps {
 		env[EnvMPSPipeDirectory] = v.mpsDir
-		env[EnvMPSPinnedMemLimit] = fmt.Sprintf("%s=%dM", uuid, memMiB)
-		env[EnvMPSThreadPercentage] = strconv.Itoa(k)
+		env[EnvMPSPinnedMemLimit] = fmt.Sprintf("%s=%dM", sb.gpu, limMiB)
+		env[EnvMPSThreadPercentage] = strconv.Itoa(sb.limit)
 		r.Mounts = []*dev.Mount{{TaskPath: v.mpsDir, HostPath: v.mpsDir}}
 	}
 	return r

@@ -103,3 +103,14 @@ func (p *simProcs) clock() time.Time {
 	}
 	return p.now()
 }
+
+// ReadProcessesAgain makes the next call re-read the process directory
+// (tests change a state file and look at once).
+func (s *Simulated) ReadProcessesAgain() {
+	if s.procs == nil {
+		return
+	}
+	s.procs.mu.Lock()
+	defer s.procs.mu.Unlock()
+	s.procs.byGPU = nil
+}

@@ -131,6 +131,11 @@ type GPUObs struct {
 	// ServerWhole and ServerShare: the Nomad servers' view of the node has
 	// a healthy instance of this GPU in the whole / share family.
 	ServerWhole, ServerShare bool
+	// Guests counts the share tenants that the node-level scheduler runs
+	// on this GPU away from their home: Nomad sees the GPU idle, but a
+	// switch completes only once they are gone (the plugin moves them as
+	// soon as the GPU is withdrawn).
+	Guests int
 }
 
 func (g GPUObs) idle() bool { return !g.WholeHeld && g.ShareUnits == 0 }
@@ -389,7 +394,7 @@ func (m *Machine) advanceSwitches(now time.Time, uuids []string, ev *events) {
 				// Republished by someone else (a stale fingerprint); wait again.
 				s.Phase = phaseWithdrawing
 				ev.add(u, "servers publish it again; withdrawing")
-			} else if !now.Before(s.Since.Add(m.policy.SettlePeriod)) && g.idle() {
+			} else if !now.Before(s.Since.Add(m.policy.SettlePeriod)) && g.idle() && g.Guests == 0 {
 				s.Mode, s.Phase = s.Target, phasePublished
 				ev.add(u, "switched to %s mode", s.Mode)
 			}
@@ -480,6 +485,9 @@ func (m *Machine) census(uuids []string) idleCensus {
 		case s.Mode == Share:
 			c.idleShare++
 			c.shareCands = append(c.shareCands, u)
+		case s.Mode == Whole && g.Guests > 0:
+			// Switched last: a switch would move its guests.
+			c.wholeCands = append([]string{u}, c.wholeCands...)
 		case s.Mode == Whole:
 			c.wholeCands = append(c.wholeCands, u)
 		case s.Mode == Unknown:

@@ -5,11 +5,15 @@
 //
 //  1. A tenant using more than its limit is killed (reason "limit").
 //  2. On every GPU, free memory stays at least the sum over its tenants of
-//     (request - used) where positive: the memory each tenant may still
-//     claim within its request. Free memory is the GPU's total less what
-//     every process on it uses (tenants', and processes of no tenant); a
-//     killed tenant counts as using nothing and claiming its whole request
-//     (it restarts and is owed it again).
+//     min(request - used, headroom) where positive: every tenant below its
+//     request can grow at once by its headroom (or up to its request, if
+//     that is less). Free memory is the GPU's total less what every
+//     process on it uses (tenants', and processes of no tenant); a killed
+//     tenant counts as using nothing (it restarts and is owed its request
+//     again). With a headroom of the whole GPU this is "free memory covers
+//     every unused request": borrowers use only memory nobody requested.
+//     With less, borrowers also use the idle part of others' requests, and
+//     give it back as their owners grow.
 //  3. While that does not hold, the tenant most above its request is
 //     killed (reason "reclaim"), the newest on ties. A tenant within its
 //     request is never killed: when only such tenants are left and the
@@ -44,10 +48,11 @@ func (t Tenant) Above() uint64 {
 	return 0
 }
 
-// unclaimed is what the tenant may still claim within its request.
-func (t Tenant) unclaimed() uint64 {
+// claim is what free memory must hold for the tenant: what it may still
+// claim within its request, at most headroom.
+func (t Tenant) claim(headroom uint64) int64 {
 	if t.RequestMiB > t.UsedMiB {
-		return t.RequestMiB - t.UsedMiB
+		return int64(min(t.RequestMiB-t.UsedMiB, headroom))
 	}
 	return 0
 }
@@ -58,7 +63,10 @@ type GPU struct {
 	TotalMiB uint64
 	// OtherMiB is the memory that processes of no tenant of this GPU use.
 	OtherMiB uint64
-	Tenants  []Tenant
+	// HeadroomMiB is how much each tenant below its request may grow at
+	// once (see the package rule).
+	HeadroomMiB uint64
+	Tenants     []Tenant
 }
 
 // Reason says why a tenant is killed.
@@ -92,16 +100,16 @@ type Decision struct {
 func Decide(g GPU) Decision {
 	var d Decision
 	live := make([]Tenant, 0, len(g.Tenants))
-	var claim int64 // sum of unclaimed requests, killed tenants' in full
+	var claim int64 // what free memory must hold; killed tenants use 0
 	for _, t := range g.Tenants {
 		if t.UsedMiB > t.LimitMiB {
 			d.Kills = append(d.Kills, Kill{Tenant: t, Reason: ReasonLimit,
 				Detail: fmt.Sprintf("uses %d MiB, above its limit of %d MiB", t.UsedMiB, t.LimitMiB)})
-			claim += int64(t.RequestMiB)
+			claim += restarted(t).claim(g.HeadroomMiB)
 			continue
 		}
 		live = append(live, t)
-		claim += int64(t.unclaimed())
+		claim += t.claim(g.HeadroomMiB)
 	}
 	slices.SortStableFunc(d.Kills, func(a, b Kill) int { return cmp.Compare(a.Tenant.Key, b.Tenant.Key) })
 	free := freeMiB(g, live)
@@ -114,15 +122,21 @@ func Decide(g GPU) Decision {
 			break // the rest are within their request: never killed
 		}
 		d.Kills = append(d.Kills, Kill{Tenant: t, Reason: ReasonReclaim,
-			Detail: fmt.Sprintf("free %d MiB is less than the %d MiB other tenants may still claim within their requests; it uses %d MiB, %d MiB above its request of %d MiB",
+			Detail: fmt.Sprintf("free %d MiB is less than the %d MiB the tenants below their request must be able to grow by; it uses %d MiB, %d MiB above its request of %d MiB",
 				free, claim, t.UsedMiB, t.Above(), t.RequestMiB)})
 		free += int64(t.UsedMiB)
-		claim += int64(t.RequestMiB)
+		claim += restarted(t).claim(g.HeadroomMiB)
 	}
 	if free < claim {
 		d.ShortMiB = uint64(claim - free)
 	}
 	return d
+}
+
+// restarted is a killed tenant: it uses nothing and is owed its request.
+func restarted(t Tenant) Tenant {
+	t.UsedMiB = 0
+	return t
 }
 
 // freeMiB is the GPU's total less what its processes use (negative when

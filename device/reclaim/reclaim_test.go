@@ -26,6 +26,7 @@ func TestDecide(t *testing.T) {
 	cases := []struct {
 		name      string
 		other     uint64
+		headroom  uint64 // 0: the whole GPU (the strict rule)
 		tenants   []Tenant
 		want      []kill
 		wantShort uint64
@@ -37,9 +38,23 @@ func TestDecide(t *testing.T) {
 		{name: "owner arrives on a GPU a borrower fills: the borrower is killed",
 			tenants: []Tenant{tenant("borrower", 40, 80, 70000, 0), tenant("owner", 40, 40, 0, 1)},
 			want:    []kill{{"borrower", ReasonReclaim}}},
-		{name: "owner grows within its request past what the borrower left",
-			tenants: []Tenant{tenant("borrower", 20, 80, 50000, 0), tenant("owner", 40, 40, 35000, 1)},
+		{name: "strict rule: a borrower may not use an owner's idle request",
+			tenants: []Tenant{tenant("borrower", 20, 80, 50000, 0), tenant("owner", 40, 40, 5000, 1)},
 			want:    []kill{{"borrower", ReasonReclaim}}},
+		{name: "headroom: a borrower uses an idle request but the owner's headroom",
+			headroom: 8192,
+			tenants:  []Tenant{tenant("borrower", 20, 80, 60000, 0), tenant("owner", 40, 40, 5000, 1)}},
+		{name: "headroom: the owner grows into its headroom and the borrower is killed",
+			headroom: 8192,
+			tenants:  []Tenant{tenant("borrower", 20, 80, 60000, 0), tenant("owner", 40, 40, 15000, 1)},
+			want:     []kill{{"borrower", ReasonReclaim}}},
+		{name: "headroom: an owner close to its request needs only the rest",
+			headroom: 8192,
+			tenants:  []Tenant{tenant("borrower", 20, 80, 40000, 0), tenant("owner", 40, 40, 38000, 1)}},
+		{name: "headroom: an owner arriving on a GPU a borrower fills",
+			headroom: 8192,
+			tenants:  []Tenant{tenant("borrower", 40, 80, 78000, 0), tenant("owner", 40, 40, 0, 1)},
+			want:     []kill{{"borrower", ReasonReclaim}}},
 		{name: "owner above its request is not protected: most above goes first",
 			tenants: []Tenant{tenant("a", 20, 80, 40000, 0), tenant("b", 20, 80, 30000, 1), tenant("c", 30, 30, 10000, 2)},
 			want:    []kill{{"a", ReasonReclaim}}},
@@ -72,7 +87,11 @@ func TestDecide(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			d := Decide(GPU{UUID: "GPU-x", TotalMiB: total, OtherMiB: c.other, Tenants: c.tenants})
+			h := c.headroom
+			if h == 0 {
+				h = total
+			}
+			d := Decide(GPU{UUID: "GPU-x", TotalMiB: total, OtherMiB: c.other, HeadroomMiB: h, Tenants: c.tenants})
 			var got []kill
 			for _, k := range d.Kills {
 				got = append(got, kill{k.Tenant.Key, k.Reason})
@@ -93,13 +112,14 @@ func TestDecide(t *testing.T) {
 }
 
 // TestDecideKeepsEveryRequestReachable checks the rule's promise on many
-// random GPUs: after the kills, free memory covers every tenant's unclaimed
-// request, unless only tenants within their request are left.
+// random GPUs and headrooms: after the kills, free memory covers what every
+// tenant below its request must be able to grow by, unless only tenants
+// within their request are left.
 func TestDecideKeepsEveryRequestReachable(t *testing.T) {
 	seed := uint64(1)
 	rnd := func(n uint64) uint64 { seed = seed*6364136223846793005 + 1442695040888963407; return (seed >> 33) % n }
 	for i := 0; i < 20000; i++ {
-		g := GPU{TotalMiB: total, OtherMiB: rnd(4) * 5000}
+		g := GPU{TotalMiB: total, OtherMiB: rnd(4) * 5000, HeadroomMiB: 1 + rnd(total)}
 		var reqSum uint64
 		for j := uint64(0); j < 1+rnd(5); j++ {
 			req := (1 + rnd(40)) << 10
@@ -118,11 +138,11 @@ func TestDecideKeepsEveryRequestReachable(t *testing.T) {
 		free, claim := int64(total)-int64(g.OtherMiB), int64(0)
 		for _, tn := range g.Tenants {
 			if killed[tn.Key] {
-				claim += int64(tn.RequestMiB)
+				claim += restarted(tn).claim(g.HeadroomMiB)
 				continue
 			}
 			free -= int64(tn.UsedMiB)
-			claim += int64(tn.unclaimed())
+			claim += tn.claim(g.HeadroomMiB)
 			if tn.UsedMiB > tn.LimitMiB {
 				t.Fatalf("%+v: %s above its limit survives", g, tn.Key)
 			}
