@@ -81,6 +81,7 @@ func (s *Service) read(ctx context.Context) (*cycleData, *cycleFailure) {
 		return nil, &cycleFailure{cause: "nomad", err: err}
 	}
 	s.metrics.LastRelist.Set(float64(c.view.ListedAt.Unix()))
+	s.noteProjects(c.view)
 	if s.blind {
 		s.blind = false
 		s.act.HoldResumes(time.Now())

@@ -16,6 +16,8 @@
 //	-policy          GPUSHARE_POLICY     placement policy for idle capacity (gpushare)
 //	-instance        GPUSHARE_INSTANCE   name of this instance (hostname-pid)
 //	-log-level       GPUSHARE_LOG_LEVEL  trace, debug, info, warn, error (info)
+//	-usage-port      GPUSHARE_USAGE_PORT the device plugins' usage_listen port; 0 reads no GPU usage (0)
+//	-usage-period    GPUSHARE_USAGE_PERIOD  how often the GPU nodes' usage is read (15s)
 package main
 
 import (
@@ -27,6 +29,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -34,6 +37,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/httpapi"
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
+	"github.com/gpushare/nomad-gpushare/quota-service/utilization"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	consulapi "github.com/hashicorp/consul/api"
@@ -75,6 +79,8 @@ func run(args []string) error {
 	policyName := fs.String("policy", env("GPUSHARE_POLICY", "gpushare"), "placement policy for idle capacity")
 	instance := fs.String("instance", env("GPUSHARE_INSTANCE", fmt.Sprintf("%s-%d", host, os.Getpid())), "name of this instance")
 	level := fs.String("log-level", env("GPUSHARE_LOG_LEVEL", "info"), "log level")
+	usagePort := fs.Int("usage-port", intEnv("GPUSHARE_USAGE_PORT", 0, &envErrs), "the device plugins' usage_listen port (0: read no GPU usage)")
+	usagePeriod := fs.Duration("usage-period", durEnv("GPUSHARE_USAGE_PERIOD", utilization.DefaultPeriod), "how often the GPU nodes' usage is read")
 	if err := errors.Join(envErrs...); err != nil {
 		return err
 	}
@@ -82,8 +88,11 @@ func run(args []string) error {
 		return err
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "gpushare-quota", Level: hclog.LevelFromString(*level)})
-	if *interval <= 0 || *staleness <= 0 {
-		return errors.New("-plan-interval and -max-staleness must be positive durations such as 10s")
+	if *interval <= 0 || *staleness <= 0 || *usagePeriod <= 0 {
+		return errors.New("-plan-interval, -max-staleness and -usage-period must be positive durations such as 10s")
+	}
+	if *usagePort < 0 || *usagePort > 65535 {
+		return fmt.Errorf("-usage-port %d: give the device plugins' usage_listen port (1-65535), or 0 to read no GPU usage", *usagePort)
 	}
 	if _, err := plan.PolicyByName(*policyName, 1, &model.Snapshot{}); err != nil {
 		return fmt.Errorf("-policy %q: %w", *policyName, err)
@@ -99,7 +108,8 @@ func run(args []string) error {
 		return fmt.Errorf("-consul-addr %q: %w", *consulAddr, err)
 	}
 	svc := service.New(service.Config{Nomad: nomad, Consul: consul, Layout: kvlayout.New(*prefix), Log: log,
-		Instance: *instance, PlanInterval: *interval, MaxStaleness: *staleness, PolicyName: *policyName})
+		Instance: *instance, PlanInterval: *interval, MaxStaleness: *staleness, PolicyName: *policyName,
+		Usage: service.UsageConfig{Port: *usagePort, Period: *usagePeriod}})
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -135,4 +145,19 @@ func durationEnv(name string, def time.Duration) (time.Duration, error) {
 		return def, fmt.Errorf("%s=%q is not a duration: use a value such as 10s or 1m30s", name, v)
 	}
 	return d, nil
+}
+
+// intEnv reads an integer from the environment variable name, or returns
+// def when it is unset; a malformed value is added to errs.
+func intEnv(name string, def int, errs *[]error) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("%s=%q is not a number: give a port such as 9410", name, v))
+		return def
+	}
+	return n
 }
