@@ -136,7 +136,9 @@ var (
 	descUsageAt     = prometheus.NewDesc("gpushare_usage_sweep_timestamp_seconds", "When the GPU nodes' usage was last read.", nil, nil)
 )
 
-func (c *utilizationCollector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
+func (c *utilizationCollector) Describe(ch chan<- *prometheus.Desc) {
+	prometheus.DescribeByCollect(c, ch)
+}
 
 func (c *utilizationCollector) Collect(ch chan<- prometheus.Metric) {
 	u := c.s.Utilization()
