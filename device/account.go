@@ -84,7 +84,7 @@ type chargeKey struct{ tenant, gpu string }
 // dropKilledLocked leaves out the processes killed within killedGrace:
 // their memory counts as freed. t.mu must be held.
 func (t *tenancy) dropKilledLocked(seen []seenProcess, now time.Time) []seenProcess {
-	live := seen[:0:0]
+	live := make([]seenProcess, 0, len(seen))
 	for _, sp := range seen {
 		if !t.recentlyKilledLocked(sp.id, now) {
 			live = append(live, sp)

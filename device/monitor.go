@@ -69,8 +69,12 @@ func (p *Plugin) seeProcesses() ([]seenProcess, []string) {
 		errs = append(errs, fmt.Sprintf("GPU %s: %v", u, e))
 	}
 	sort.Strings(errs)
-	var seen []seenProcess
-	keep := map[int]bool{}
+	n := 0
+	for _, ps := range procs {
+		n += len(ps)
+	}
+	seen := make([]seenProcess, 0, n)
+	keep := make(map[int]bool, n)
 	for u, ps := range procs {
 		for _, pr := range ps {
 			id, err := t.resolver.Resolve(pr.PID)

@@ -136,14 +136,34 @@ func ParseStat(b []byte) (comm string, startTicks uint64, err error) {
 	}
 	comm = string(b[open+1 : closing])
 	// After ") " come fields 3 (state) onwards; start time is field 22.
-	fields := bytes.Fields(b[closing+1:])
-	const startField = 22 - 3
-	if len(fields) <= startField {
-		return "", 0, fmt.Errorf("%w: %d fields after the command name", ErrBadStat, len(fields))
+	field := nthField(b[closing+1:], 22-3)
+	if field == nil {
+		return "", 0, fmt.Errorf("%w: fewer than 22 fields", ErrBadStat)
 	}
-	startTicks, err = strconv.ParseUint(string(fields[startField]), 10, 64)
+	startTicks, err = strconv.ParseUint(string(field), 10, 64)
 	if err != nil {
-		return "", 0, fmt.Errorf("%w: start time %q", ErrBadStat, fields[startField])
+		return "", 0, fmt.Errorf("%w: start time %q", ErrBadStat, field)
 	}
 	return comm, startTicks, nil
+}
+
+// nthField returns the n-th (from 0) space-separated field of b, nil when
+// there are fewer.
+func nthField(b []byte, n int) []byte {
+	for i := 0; ; i++ {
+		for len(b) > 0 && (b[0] == ' ' || b[0] == '\n') {
+			b = b[1:]
+		}
+		if len(b) == 0 {
+			return nil
+		}
+		end := bytes.IndexAny(b, " \n")
+		if end < 0 {
+			end = len(b)
+		}
+		if i == n {
+			return b[:end]
+		}
+		b = b[end:]
+	}
 }
