@@ -66,8 +66,11 @@ func (t *tenancy) accountLocked(hw hwView, seen []seenProcess, now time.Time) *c
 	live := t.dropKilledLocked(seen, now)
 	t.adoptHostsLocked(live)
 	owned := t.openAccountsLocked(v)
+	t.present = map[chargeKey]bool{}
 	for _, sp := range live {
-		if ta := owned[chargeKey{sp.id.Owner.AllocID + "/" + sp.id.Owner.Task, sp.gpu}]; ta != nil {
+		ck := chargeKey{sp.id.Owner.AllocID + "/" + sp.id.Owner.Task, sp.gpu}
+		if ta := owned[ck]; ta != nil {
+			t.present[ck] = true
 			ta.usedMiB += sp.proc.UsedMiB
 			ta.sm = min(ta.sm+sp.proc.SMPct, 100)
 			ta.procs = append(ta.procs, sp.id)

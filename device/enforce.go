@@ -1,6 +1,9 @@
 package device
 
 import (
+	"fmt"
+	"time"
+
 	"github.com/gpushare/nomad-gpushare/device/nodeusage"
 	"github.com/gpushare/nomad-gpushare/device/reclaim"
 	"github.com/gpushare/nomad-gpushare/device/tenants"
@@ -82,4 +85,29 @@ func (p *Plugin) carryOut(kills []plannedKill, resolver *tenants.Resolver) {
 		}
 		p.logger.Warn("killed GPU tenant", args...)
 	}
+}
+
+// ReasonMove is the kill reason of a guest that did not leave its host.
+const ReasonMove = "move"
+
+// overdueGuestsLocked kills the guests whose move was asked for more than
+// half of guest_move_timeout ago and whose processes are still on their
+// host, so that a switch or a whole binding is not held up by a task that
+// does not stop. t.mu must be held.
+func (t *tenancy) overdueGuestsLocked(v *cycleView) []plannedKill {
+	var out []plannedKill
+	for _, ga := range v.gpus {
+		for _, ta := range ga.tenants {
+			at, ok := t.moving[ta.tn.Key()]
+			if !ok || !ta.guest || len(ta.procs) == 0 || v.at.Sub(at) < t.cfg.guestMoveTimeout/2 {
+				continue
+			}
+			k := nodeusage.Kill{At: v.at, AllocID: ta.tn.AllocID, Namespace: ta.tn.Namespace, Job: ta.tn.Job, Task: ta.tn.Task, GPU: ga.uuid,
+				PIDs: pids(ta.procs), UsedMiB: ta.usedMiB, RequestMiB: ta.requestMiB, LimitMiB: ta.limitMiB, Reason: ReasonMove, Enforced: true,
+				Detail: fmt.Sprintf("its allocation was stopped %s ago to move it off this GPU, and its processes are still here", v.at.Sub(at).Round(time.Second))}
+			t.noteKillLocked(k, ta.procs)
+			out = append(out, plannedKill{kill: k, ids: ta.procs, first: true})
+		}
+	}
+	return out
 }

@@ -197,6 +197,8 @@ func gpuObservations(hw hwView, use map[string]*alloctrack.GPUUsage) map[string]
 // hardware and the partition.
 func (p *Plugin) publish(st *loopState) {
 	hw := p.hw.view()
-	groups := deviceGroups(hw, st.machine.Publications(), st.cfg.fingerprintPeriod)
+	pubs := st.machine.Publications()
+	groups := deviceGroups(hw, pubs, st.cfg.fingerprintPeriod)
 	p.pub.set(groups, newReserveView(hw, st.cfg))
+	p.tenancy.notePublications(pubs)
 }

@@ -41,7 +41,7 @@ func (p *Plugin) monitorCycle(ctx context.Context) {
 	t := &p.tenancy
 	t.mu.Lock()
 	v := t.accountLocked(f.hw, seen, start)
-	kills := t.decideLocked(v)
+	kills := append(t.decideLocked(v), t.overdueGuestsLocked(v)...)
 	var moves []guestMove
 	if tr != nil {
 		moves = t.planMovesLocked(f, start)

@@ -52,7 +52,8 @@ func (t *tenancy) schedGPUsLocked(f nodeFacts, skip string) []nodesched.GPU {
 	out := make([]nodesched.GPU, 0, len(f.hw.gpus))
 	for _, g := range f.hw.gpus {
 		out = append(out, nodesched.GPU{UUID: g.UUID, Order: g.Index, Model: g.Model, MemoryMiB: g.MemoryMiB,
-			OfferedWhole: g.healthy && f.offeredWhole[g.UUID], BoundWhole: f.boundWhole(g.UUID), Tenants: occ[g.UUID]})
+			OfferedWhole: g.healthy && f.offeredWhole[g.UUID], Leaving: !g.healthy || t.leaving[g.UUID],
+			BoundWhole: f.boundWhole(g.UUID), Tenants: occ[g.UUID]})
 	}
 	return out
 }

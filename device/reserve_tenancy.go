@@ -209,15 +209,17 @@ func describe(sps []seenProcess) string {
 }
 
 // markGuests counts, in the partition's observation, the guests each GPU
-// hosts: a switch of a GPU completes only once its guests are gone.
+// hosts: a switch of a GPU completes only once its guests are gone (a
+// guest being stopped is gone once the monitor sees no process of it
+// there).
 func (t *tenancy) markGuests(obs map[string]partition.GPUObs) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, tn := range t.tenants {
+	for k, tn := range t.tenants {
 		if tn.ShareGPU == "" {
 			continue
 		}
-		if h := t.hostLocked(tn); h != tn.ShareGPU {
+		if h := t.hostLocked(tn); h != tn.ShareGPU && (!tn.Stopping || t.present[chargeKey{k, h}]) {
 			if g, ok := obs[h]; ok {
 				g.Guests++
 				obs[h] = g

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/device/alloctrack"
 	"github.com/gpushare/nomad-gpushare/device/nodeusage"
+	"github.com/gpushare/nomad-gpushare/device/partition"
 	"github.com/gpushare/nomad-gpushare/device/tenants"
 )
 
@@ -43,6 +44,11 @@ type tenancy struct {
 	moving map[string]time.Time
 	// killed: processes killed within killedGrace.
 	killed map[procKey]time.Time
+	// present: the tenants with processes on a GPU in the last cycle.
+	present map[chargeKey]bool
+	// leaving: GPUs the partition is taking out of the whole family
+	// (partition.Publication.LeavingWhole), from the last publication.
+	leaving map[string]bool
 	// violating: tenants the reclaim rule flagged in the last cycle (a
 	// new flag is logged at warning level, repeats at debug).
 	violating map[string]bool
@@ -203,6 +209,20 @@ func (t *tenancy) noteKillLocked(k nodeusage.Kill, ids []tenants.Identity) {
 	if k.Enforced {
 		t.killCount[killLabels{k.Reason, k.Namespace, k.Job}]++
 	}
+}
+
+// notePublications takes which GPUs the partition is taking out of the
+// whole family.
+func (t *tenancy) notePublications(pubs map[string]partition.Publication) {
+	leaving := map[string]bool{}
+	for u, pub := range pubs {
+		if pub.LeavingWhole {
+			leaving[u] = true
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.leaving = leaving
 }
 
 // noteMove records a move for reports and metrics.

@@ -2,6 +2,7 @@ package device
 
 import (
 	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/device/gpu/simproc"
 	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -253,4 +255,84 @@ func mustStart(t *testing.T, sp *simProcess) uint64 {
 		t.Fatal(err)
 	}
 	return s
+}
+
+func TestAGuestMovesWhenItsHostIsSwitchedToShares(t *testing.T) {
+	f := newFakeNomad(t)
+	p, dir := newDynamicPlugin(t, f, func(c *Config) { c.GuestMoveTimeout = "2s" })
+	u := uuids(p) // u[0..2] whole, u[3] the share landing place
+	f.placeTenant(allocA, "nb-a", "1.0", "gpu-share", shares(u[3], 0, 50)...)
+	f.placeTenant(allocB, "nb-b", "1.0", "gpu-share", shares(u[3], 50, 50)...)
+	cycle(p, f)
+	if env := reserveOK(t, p, shares(u[3], 0, 50)); env["NVIDIA_VISIBLE_DEVICES"] != u[0] {
+		t.Fatalf("want a guest on %s, got %s", u[0], env["NVIDIA_VISIBLE_DEVICES"])
+	}
+	guest := startSim(t, dir, allocA, u[0], 30000)
+	// Three share jobs that fit no shared GPU: every idle GPU is opened
+	// for shares, the guest's host last.
+	for _, j := range []string{"s1", "s2", "s3"} {
+		f.block(j, "gpu-share", 60, time.Now())
+	}
+	cycle(p, f)
+	monitorNow(p) // moves the guest in the background
+	testcluster.Eventually(t, 10*time.Second, func() error {
+		if got := f.stops(); len(got) != 1 || got[0] != allocA {
+			return fmt.Errorf("allocations stopped %v, want the guest %s once its host leaves the whole family", got, allocA)
+		}
+		return nil
+	})
+	for i := 0; i < 5; i++ {
+		cycle(p, f)
+	}
+	if fams := families(p); fams[0] != "none" {
+		t.Errorf("the host's switch completed while its guest still runs there: %v", fams)
+	}
+	// The fake client never stops the guest's task: half-way through
+	// guest_move_timeout its processes are killed, and the switch ends.
+	testcluster.Eventually(t, 10*time.Second, func() error {
+		monitorNow(p)
+		if guest.alive() {
+			return fmt.Errorf("the guest still runs on its host")
+		}
+		return nil
+	})
+	if !guest.killed(t) {
+		t.Fatal("the guest was not killed")
+	}
+	if k := p.tenancy.report.Load().Kills; len(k) == 0 || k[len(k)-1].Reason != ReasonMove {
+		t.Errorf("kills: %+v", k)
+	}
+	testcluster.Eventually(t, 10*time.Second, func() error {
+		cycle(p, f)
+		if fams := families(p); fams[0] != "share" {
+			return fmt.Errorf("families %v: the host's switch did not complete once its guest was gone", fams)
+		}
+		return nil
+	})
+}
+
+func TestAGuestIsFoundAgainAfterAPluginRestart(t *testing.T) {
+	f := newFakeNomad(t)
+	p, dir := newDynamicPlugin(t, f, nil)
+	u := uuids(p)
+	// Placed by a previous plugin: it runs on u[0], its home is u[3].
+	f.placeTenant(allocA, "nb-a", "1.0", "gpu-share", shares(u[3], 0, 50)...)
+	cycle(p, f)
+	startSim(t, dir, allocA, u[0], 30000)
+	monitorNow(p)
+	r := p.tenancy.report.Load()
+	if len(r.Tenants) != 1 || !r.Tenants[0].Guest || r.Tenants[0].GPU != u[0] || r.Tenants[0].UsedMiB != 30000 || len(r.Outside) != 0 {
+		t.Fatalf("report: tenants %+v, outside %+v", r.Tenants, r.Outside)
+	}
+	p.tenancy.mu.Lock()
+	guests := p.tenancy.guestsOnLocked([]string{u[0]})
+	p.tenancy.mu.Unlock()
+	if len(guests) != 1 || guests[0].AllocID != allocA {
+		t.Fatalf("guests on %s: %+v", u[0], guests)
+	}
+	obs := gpuObservations(p.hw.view(), p.usage.current())
+	p.tenancy.markGuests(obs)
+	if obs[u[0]].Guests != 1 {
+		t.Errorf("the partition is not told of the guest: %+v", obs[u[0]])
+	}
 }

@@ -127,7 +127,7 @@ var (
 	descShort    = prometheus.NewDesc("gpushare_gpu_reclaim_short_mib", "Memory a GPU lacks for every tenant to reach its request, with no borrower left to kill.", []string{"gpu"}, nil)
 	descOutN     = prometheus.NewDesc("gpushare_outside_processes", "GPU processes that belong to no tenant of their GPU.", []string{"gpu"}, nil)
 	descOutMiB   = prometheus.NewDesc("gpushare_outside_memory_used_mib", "GPU memory used by processes that belong to no tenant of their GPU.", []string{"gpu"}, nil)
-	descKills    = prometheus.NewDesc("gpushare_tenant_kills_total", "Tenants killed by the reclaim rule, by reason (limit, reclaim).", []string{"reason", "namespace", "job"}, nil)
+	descKills    = prometheus.NewDesc("gpushare_tenant_kills_total", "GPU tenants killed, by reason: limit and reclaim (the reclaim rule), move (a guest that did not leave its host).", []string{"reason", "namespace", "job"}, nil)
 	descMoves    = prometheus.NewDesc("gpushare_guest_moves_total", "Guests sent back by the node-level scheduler.", nil, nil)
 	descAge      = prometheus.NewDesc("gpushare_monitor_last_cycle_timestamp_seconds", "When the last monitor cycle ran.", nil, nil)
 )

@@ -23,8 +23,13 @@ type GPU struct {
 	// that its request and limit in MiB hold there.
 	Model     string
 	MemoryMiB uint64
-	// OfferedWhole: healthy and published in the whole family.
+	// OfferedWhole: healthy and published in the whole family (a new
+	// guest may come).
 	OfferedWhole bool
+	// Leaving: unhealthy, or being taken out of the whole family by the
+	// partition (a guest must go). A GPU not published yet (after a
+	// plugin start) is neither offered nor leaving.
+	Leaving bool
 	// BoundWhole: an allocation holds it whole, or a whole binding of it
 	// was granted since Nomad was last read.
 	BoundWhole bool
@@ -99,9 +104,9 @@ type Move struct {
 	Why string
 }
 
-// Moves lists the guests that must move: their host is bound whole, or no
-// longer published whole (being switched to the share family, unhealthy,
-// gone). Sorted by host order, then key.
+// Moves lists the guests that must move: their host is bound whole, is
+// leaving the whole family (being switched to the share family,
+// unhealthy) or is gone. Sorted by host order, then key.
 func Moves(guests []Guest, gpus []GPU) []Move {
 	byUUID := make(map[string]GPU, len(gpus))
 	for _, g := range gpus {
@@ -115,8 +120,8 @@ func Moves(guests []Guest, gpus []GPU) []Move {
 			out = append(out, Move{gu, "host GPU no longer known"})
 		case h.BoundWhole:
 			out = append(out, Move{gu, "host GPU bound whole by Nomad"})
-		case !h.OfferedWhole:
-			out = append(out, Move{gu, "host GPU withdrawn from the whole family"})
+		case h.Leaving:
+			out = append(out, Move{gu, "host GPU leaving the whole family (switched to shares, or unhealthy)"})
 		}
 	}
 	slices.SortFunc(out, func(a, b Move) int {

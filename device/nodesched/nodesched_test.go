@@ -52,13 +52,16 @@ func TestPlace(t *testing.T) {
 }
 
 func TestMoves(t *testing.T) {
-	gpus := []GPU{gpu("g1", 1, 2, false, false), gpu("g2", 2, 1, true, true), gpu("g3", 3, 1, false, false), gpu("g4", 4, 1, true, false)}
-	guests := []Guest{{"d", "g1", "g4"}, {"c", "g1", "gone"}, {"b", "g1", "g3"}, {"a", "g1", "g2"}}
+	leaving := gpu("g3", 3, 1, false, false)
+	leaving.Leaving = true
+	// g5 is not published yet (a plugin start): its guest stays.
+	gpus := []GPU{gpu("g1", 1, 2, false, false), gpu("g2", 2, 1, true, true), leaving, gpu("g4", 4, 1, true, false), gpu("g5", 5, 1, false, false)}
+	guests := []Guest{{"e", "g1", "g5"}, {"d", "g1", "g4"}, {"c", "g1", "gone"}, {"b", "g1", "g3"}, {"a", "g1", "g2"}}
 	var got []string
 	for _, m := range Moves(guests, gpus) {
 		got = append(got, m.Key+": "+m.Why)
 	}
-	want := []string{"c: host GPU no longer known", "a: host GPU bound whole by Nomad", "b: host GPU withdrawn from the whole family"}
+	want := []string{"c: host GPU no longer known", "a: host GPU bound whole by Nomad", "b: host GPU leaving the whole family (switched to shares, or unhealthy)"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %q, want %q", got, want)
 	}

@@ -195,6 +195,11 @@ type Publication struct {
 	Family Mode
 	// Reason explains an Unknown family, for the instances' HealthDesc.
 	Reason string
+	// LeavingWhole: the GPU is withdrawn on its way to the share family,
+	// or because it is held both ways: a guest of the node-level
+	// scheduler running there must move (docs/design.md, Partition
+	// protocol, rule 8).
+	LeavingWhole bool
 }
 
 // Machine is the partition state machine. The zero value is not usable;
@@ -249,11 +254,11 @@ func (m *Machine) publication(s *gpuState) Publication {
 	case !m.seen || s.Mode == Unknown && s.Phase == phasePublished:
 		return Publication{Reason: "gpushare: waiting to read GPU usage from the Nomad API"}
 	case s.Mode == Unknown && !s.Conflict:
-		return Publication{Reason: fmt.Sprintf("gpushare: settling before first publication in %s mode", s.Target)}
+		return Publication{Reason: fmt.Sprintf("gpushare: settling before first publication in %s mode", s.Target), LeavingWhole: s.Target == Share}
 	case s.Conflict:
-		return Publication{Reason: "gpushare: GPU is held both whole and shared; withdrawn until one side ends"}
+		return Publication{Reason: "gpushare: GPU is held both whole and shared; withdrawn until one side ends", LeavingWhole: true}
 	case s.Phase != phasePublished:
-		return Publication{Reason: fmt.Sprintf("gpushare: switching to %s mode (%s)", s.Target, s.Phase)}
+		return Publication{Reason: fmt.Sprintf("gpushare: switching to %s mode (%s)", s.Target, s.Phase), LeavingWhole: s.Target == Share}
 	}
 	return Publication{Family: s.Mode}
 }

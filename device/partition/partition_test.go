@@ -448,3 +448,25 @@ func TestExhaustiveTwoGPUs(t *testing.T) {
 		}
 	}
 }
+
+func TestLeavingWholeMarksAGPUWhoseGuestsMustGo(t *testing.T) {
+	s := time.Second
+	// Boot (the GPUs settle before their first publication), then the
+	// landing place fills and the guest's host is withdrawn for shares.
+	m := run(t, pol, []step{
+		{at: 0, gpus: map[string]GPUObs{"a": gpu(0), "b": gpu(1)}},
+		{at: pol.SettlePeriod, gpus: map[string]GPUObs{"a": gpu(0), "b": gpu(1)}, want: map[string]string{"a": "whole", "b": "share"}},
+		{at: pol.SettlePeriod + 1*s, gpus: map[string]GPUObs{"a": gpu(0, "pw", "G"), "b": gpu(1, "ps", "S70")}, want: map[string]string{"a": "none"}},
+	})
+	if pub := m.Publications()["a"]; !pub.LeavingWhole {
+		t.Errorf("a withdrawn for shares: %+v, want LeavingWhole", pub)
+	}
+	if pub := m.Publications()["b"]; pub.LeavingWhole {
+		t.Errorf("b: %+v", pub)
+	}
+	fresh := New(pol)
+	fresh.Step(Observation{At: t0, Blind: true, GPUs: map[string]GPUObs{"a": gpu(0)}})
+	if pub := fresh.Publications()["a"]; pub.LeavingWhole {
+		t.Errorf("a GPU not published yet after a start is not leaving: %+v", pub)
+	}
+}
