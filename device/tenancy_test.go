@@ -303,6 +303,7 @@ func TestAGuestMovesWhenItsHostIsSwitchedToShares(t *testing.T) {
 		t.Errorf("kills: %+v", k)
 	}
 	testcluster.Eventually(t, 10*time.Second, func() error {
+		monitorNow(p)
 		cycle(p, f)
 		if fams := families(p); fams[0] != "share" {
 			return fmt.Errorf("families %v: the host's switch did not complete once its guest was gone", fams)
