@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -33,60 +32,17 @@ const (
 // node whose workloads are gpushare-simload processes: the plugin sees them
 // as NVML processes, and kills and moves act on them.
 type dynamicNode struct {
-	c        *localcluster.Cluster
-	simload  string // the gpushare-simload binary
-	stateDir string // simulated_process_dir
-	control  string // control files of the simulated workloads
-	usageURL string // the plugin's usage endpoint
+	*testcluster.SimNode
+	c       *localcluster.Cluster
+	control string // control files of the simulated workloads
 }
 
-// startDynamicNode builds the plugin and gpushare-simload and starts the
-// agents: 2 GPUs, no idle share landing place (a GPU is opened for shares
-// by waiting demand), the usage endpoint on a free port.
 func startDynamicNode(t *testing.T) *dynamicNode {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("integration test: needs real agents; run without -short")
-	}
-	pluginDir, binDir := t.TempDir(), t.TempDir()
-	if err := localcluster.BuildBinary("github.com/gpushare/nomad-gpushare/device/cmd/nomad-device-gpushare", filepath.Join(pluginDir, "nomad-device-gpushare")); err != nil {
-		t.Fatal(err)
-	}
-	n := &dynamicNode{simload: filepath.Join(binDir, "gpushare-simload"), stateDir: t.TempDir(), control: t.TempDir()}
-	if err := localcluster.BuildBinary("github.com/gpushare/nomad-gpushare/device/cmd/gpushare-simload", n.simload); err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(n.stateDir, 0o777)
+	sn := testcluster.StartSimNode(t, 2)
+	n := &dynamicNode{SimNode: sn, c: sn.Cluster, control: t.TempDir()}
 	os.Chmod(n.control, 0o777)
-	addr := freeAddr(t)
-	n.usageURL = "http://" + addr
-	cfg := fmt.Sprintf(`
-plugin "nomad-device-gpushare" {
-  config {
-    backend               = "simulated"
-    simulated_preset      = "h100"
-    simulated_count       = 2
-    fingerprint_period    = "1s"
-    nomad_poll_period     = "500ms"
-    min_idle_share_gpus   = 0
-    switch_settle_period  = "2s"
-    usage_listen          = %q
-    simulated_process_dir = %q
-  }
-}
-`, addr, n.stateDir)
-	n.c = testcluster.Start(t, localcluster.Options{PluginDir: pluginDir, PluginConfig: cfg, WaitForDevices: []string{"nvidia/gpu"}})
 	return n
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // simJob describes a service job whose task runs gpushare-simload.
@@ -104,8 +60,8 @@ func (n *dynamicNode) submit(t *testing.T, j simJob) {
 	t.Helper()
 	job := nomadapi.NewServiceJob(j.name, j.name, "global", 50)
 	job.Datacenters = []string{"dc1"}
-	task := nomadapi.NewTask("main", "raw_exec").SetConfig("command", n.simload).
-		SetConfig("args", append([]string{"-state-dir", n.stateDir}, j.args...))
+	task := nomadapi.NewTask("main", "raw_exec").SetConfig("command", n.Simload).
+		SetConfig("args", append([]string{"-state-dir", n.StateDir}, j.args...))
 	dev := &nomadapi.RequestedDevice{Name: "nvidia/gpu-share", Count: ptr(j.shares)}
 	if j.whole {
 		dev = &nomadapi.RequestedDevice{Name: "nvidia/gpu", Count: ptr(uint64(1))}
@@ -128,7 +84,7 @@ func (n *dynamicNode) submit(t *testing.T, j simJob) {
 func (n *dynamicNode) report() (nodeusage.Report, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return nodeusage.Fetch(ctx, http.DefaultClient, n.usageURL)
+	return nodeusage.Fetch(ctx, http.DefaultClient, n.UsageURL)
 }
 
 // tenant returns the report's line of the job's running allocation.
@@ -443,7 +399,7 @@ func outsideReported(t *testing.T, n *dynamicNode) {
 		t.Fatalf("report: %+v, %v", r, err)
 	}
 	gpu := r.GPUs[0].UUID
-	cmd := exec.Command(n.simload, "-state-dir", n.stateDir, "-gpu", gpu, "-mib", "1234")
+	cmd := exec.Command(n.Simload, "-state-dir", n.StateDir, "-gpu", gpu, "-mib", "1234")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +416,7 @@ func outsideReported(t *testing.T, n *dynamicNode) {
 		}
 		return fmt.Errorf("process %d not reported: %+v", cmd.Process.Pid, r.Outside)
 	})
-	resp, err := http.Get(n.usageURL + "/metrics")
+	resp, err := http.Get(n.UsageURL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,13 +2,16 @@ package device
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/gpushare/nomad-gpushare/device/gpu/simproc"
 	"github.com/gpushare/nomad-gpushare/device/nodeusage"
+	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 )
 
 func TestMonitorKillsTheBorrowerNeverTheOwner(t *testing.T) {
@@ -150,4 +153,27 @@ func TestUsageEndpointReportsTenantsAndOutsideProcesses(t *testing.T) {
 func monitorNow(p *Plugin) {
 	p.hw.simulated().ReadProcessesAgain()
 	p.monitorCycle(p.ctx)
+}
+
+func TestABusyUsageAddressIsTriedAgain(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := busy.Addr().String()
+	f := newFakeNomad(t)
+	p, _ := newDynamicPlugin(t, f, func(c *Config) { c.UsageListen = addr })
+	if got := p.usageAPI.Addr(); got != "" {
+		t.Fatalf("listening on %s while the address is busy", got)
+	}
+	if fams := families(p); fams[0] == "none" {
+		t.Fatalf("the GPUs are not offered while the usage address is busy: %v", fams)
+	}
+	busy.Close()
+	testcluster.Eventually(t, 3*usageRetry, func() error {
+		if p.usageAPI.Addr() != addr {
+			return fmt.Errorf("not listening on %s yet", addr)
+		}
+		return nil
+	})
 }

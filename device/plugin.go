@@ -122,9 +122,7 @@ func (p *Plugin) configure(c Config) error {
 		DemandHold: demandHold(s.pollPeriod),
 	})}
 
-	if err := p.serveUsage(s.dynamic.UsageListen); err != nil {
-		return err
-	}
+	p.serveUsage(s.dynamic.UsageListen)
 	p.tenancy.configure(s.dynamic, tr)
 
 	p.loop.mu.Lock()

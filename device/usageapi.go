@@ -18,16 +18,26 @@ import (
 // usageAPI serves, on usage_listen, the usage report (nodeusage.Path, JSON:
 // the quota service reads it) and the plugin's Prometheus metrics
 // (/metrics). The metrics are built from the last report at each scrape,
-// so tenants that are gone leave no series behind. mu guards srv and addr.
+// so tenants that are gone leave no series behind. mu guards the fields
+// below it.
 type usageAPI struct {
 	once  sync.Once
 	reg   *prometheus.Registry
 	cycle prometheus.Histogram
 
-	mu   sync.Mutex
-	srv  *http.Server
-	addr string
+	mu sync.Mutex
+	// want is the configured address, addr the one listened on ("" while
+	// not listening).
+	want, addr string
+	srv        *http.Server
+	// stopRetry ends the retries of an address that was busy.
+	stopRetry context.CancelFunc
 }
+
+// usageRetry is how often a busy usage_listen address is tried again (a
+// plugin restarted by the Nomad client may find its predecessor's socket
+// still there).
+const usageRetry = 5 * time.Second
 
 func (u *usageAPI) init(p *Plugin) {
 	u.once.Do(func() {
@@ -45,29 +55,60 @@ func (u *usageAPI) observeCycle(d time.Duration) {
 	}
 }
 
-// Addr is the address the endpoint listens on ("" when off).
+// Addr is the address the endpoint listens on ("" when not listening).
 func (u *usageAPI) Addr() string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.addr
 }
 
-// serveUsage (re)starts the endpoint on addr; "" stops it.
-func (p *Plugin) serveUsage(addr string) error {
+// serveUsage (re)starts the endpoint on addr ("" stops it). An address
+// that cannot be listened on is logged and tried again every usageRetry:
+// the GPUs stay offered without it.
+func (p *Plugin) serveUsage(addr string) {
 	u := &p.usageAPI
 	u.init(p)
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.srv != nil && addr == u.addr {
-		return nil
+	if addr == u.want {
+		return
 	}
 	u.stopLocked()
-	if addr == "" {
-		return nil
+	u.want = addr
+	if addr == "" || p.listenLocked(addr) == nil {
+		return
 	}
+	ctx, cancel := context.WithCancel(p.ctx)
+	u.stopRetry = cancel
+	go p.retryUsage(ctx, addr)
+}
+
+// retryUsage tries a busy address again until it works or ctx ends.
+func (p *Plugin) retryUsage(ctx context.Context, addr string) {
+	tick := time.NewTicker(usageRetry)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		p.usageAPI.mu.Lock()
+		done := ctx.Err() != nil || p.listenLocked(addr) == nil
+		p.usageAPI.mu.Unlock()
+		if done {
+			return
+		}
+	}
+}
+
+// listenLocked starts serving on addr. p.usageAPI.mu must be held.
+func (p *Plugin) listenLocked(addr string) error {
+	u := &p.usageAPI
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return &FieldError{"usage_listen", err.Error(), "use a free address, or leave it empty to serve no usage endpoint"}
+		p.logger.Error("cannot serve GPU usage on usage_listen; retrying", "address", addr, "retry_every", usageRetry, "error", err)
+		return err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+nodeusage.Path, p.serveReport)
@@ -88,9 +129,14 @@ func (p *Plugin) stopUsage() {
 	p.usageAPI.mu.Lock()
 	defer p.usageAPI.mu.Unlock()
 	p.usageAPI.stopLocked()
+	p.usageAPI.want = ""
 }
 
 func (u *usageAPI) stopLocked() {
+	if u.stopRetry != nil {
+		u.stopRetry()
+		u.stopRetry = nil
+	}
 	if u.srv == nil {
 		return
 	}

@@ -1,74 +1,24 @@
 package service_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"encoding/json"
-
-	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/quota-service/httpapi"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
-// usageNode is a node of its own for the utilization test: the plugin on 2
-// simulated H100s serving its usage report, and gpushare-simload built for
-// the workloads.
-type usageNode struct {
-	c                 *localcluster.Cluster
-	simload, stateDir string
-	port              int
-}
-
-func startUsageNode(t *testing.T) *usageNode {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("integration test: needs real agents; run without -short")
-	}
-	pluginDir, binDir := t.TempDir(), t.TempDir()
-	if err := localcluster.BuildBinary("github.com/gpushare/nomad-gpushare/device/cmd/nomad-device-gpushare", filepath.Join(pluginDir, "nomad-device-gpushare")); err != nil {
-		t.Fatal(err)
-	}
-	n := &usageNode{simload: filepath.Join(binDir, "gpushare-simload"), stateDir: t.TempDir()}
-	if err := localcluster.BuildBinary("github.com/gpushare/nomad-gpushare/device/cmd/gpushare-simload", n.simload); err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(n.stateDir, 0o777)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.port = l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	cfg := fmt.Sprintf(`
-plugin "nomad-device-gpushare" {
-  config {
-    backend               = "simulated"
-    simulated_preset      = "h100"
-    simulated_count       = 2
-    fingerprint_period    = "1s"
-    nomad_poll_period     = "500ms"
-    min_idle_share_gpus   = 0
-    switch_settle_period  = "2s"
-    usage_listen          = "127.0.0.1:%d"
-    simulated_process_dir = %q
-  }
-}
-`, n.port, n.stateDir)
-	n.c = testcluster.Start(t, localcluster.Options{PluginDir: pluginDir, PluginConfig: cfg, WaitForDevices: []string{"nvidia/gpu"}})
-	return n
-}
+// usageNode is a node of its own for the utilization test.
+type usageNode struct{ *testcluster.SimNode }
 
 // run registers a service job in ns whose task runs gpushare-simload on
 // the given device with the given memory and SM use.
@@ -76,12 +26,12 @@ func (n *usageNode) run(t *testing.T, ns, name, device string, count uint64, mib
 	t.Helper()
 	job := nomadapi.NewServiceJob(name, name, "global", 50)
 	job.Namespace, job.Datacenters = &ns, []string{"dc1"}
-	task := nomadapi.NewTask("main", "raw_exec").SetConfig("command", n.simload).
-		SetConfig("args", []string{"-state-dir", n.stateDir, "-mib", fmt.Sprint(mib), "-sm", fmt.Sprint(sm)})
+	task := nomadapi.NewTask("main", "raw_exec").SetConfig("command", n.Simload).
+		SetConfig("args", []string{"-state-dir", n.StateDir, "-mib", fmt.Sprint(mib), "-sm", fmt.Sprint(sm)})
 	task.Resources = &nomadapi.Resources{CPU: ptr(20), MemoryMB: ptr(16), Devices: []*nomadapi.RequestedDevice{{Name: device, Count: &count}}}
 	task.KillTimeout = ptr(time.Second)
 	job.AddTaskGroup(nomadapi.NewTaskGroup("main", 1).AddTask(task))
-	if _, _, err := n.c.Nomad.Jobs().Register(job, &nomadapi.WriteOptions{Namespace: ns}); err != nil {
+	if _, _, err := n.Nomad.Jobs().Register(job, &nomadapi.WriteOptions{Namespace: ns}); err != nil {
 		t.Fatalf("registering %s/%s: %v", ns, name, err)
 	}
 }
@@ -91,8 +41,8 @@ func (n *usageNode) run(t *testing.T, ns, name, device string, count uint64, mib
 // guaranteed, allocated and used (memory and compute), and the idle part
 // of the allocation, in /v1/utilization, the dashboard and the metrics.
 func TestUtilizationOnRealNomad(t *testing.T) {
-	n := startUsageNode(t)
-	s := newScenario(t, n.c, "gpushare-utilization-test")
+	n := usageNode{testcluster.StartSimNode(t, 2)}
+	s := newScenario(t, n.Cluster, "gpushare-utilization-test")
 	s.namespace("team-a")
 	s.namespace("team-b")
 	s.quota("team-a", `{"guaranteed": 1}`)
@@ -102,7 +52,7 @@ func TestUtilizationOnRealNomad(t *testing.T) {
 	n.run(t, "team-a", "notebook", "nvidia/gpu-share", 25, 8192, 10)
 	n.run(t, "team-b", "train", "nvidia/gpu", 1, 40960, 90)
 	svc, _ := s.startInstance("usage", func(cfg *service.Config) {
-		cfg.Usage = service.UsageConfig{Port: n.port, Period: time.Second}
+		cfg.Usage = service.UsageConfig{Port: n.UsagePort, Period: time.Second}
 	}, nil)
 	api := httptest.NewServer(httpapi.Handler(svc, svc.Registry()))
 	defer api.Close()
