@@ -19,6 +19,10 @@ const (
 // Config is the plugin configuration (the `config` block of the plugin's
 // `plugin "nomad-device-gpushare"` stanza in the Nomad client config).
 type Config struct {
+	// Enabled: false turns the plugin off (it offers nothing and reads
+	// neither NVML nor Nomad), as HashiCorp's nvidia plugin's enabled.
+	// Default true.
+	Enabled bool `codec:"enabled"`
 	// Backend: "nvml" (real GPUs through libnvidia-ml) or "simulated"
 	// (go-nvml mock machines). Default "nvml".
 	Backend string `codec:"backend"`
@@ -65,6 +69,9 @@ type Config struct {
 	// MPSPipeDirectory: the MPS control daemon's pipe directory. Default
 	// "/tmp/nvidia-mps".
 	MPSPipeDirectory string `codec:"mps_pipe_directory"`
+	// XidCritical: the Xid errors that mark a GPU unhealthy until the
+	// plugin restarts. Default 48, 62, 63, 64, 74, 79; empty watches none.
+	XidCritical []int `codec:"xid_critical"`
 	// The settings of dynamic fractions and the node-level scheduler
 	// (docs/design.md, "Dynamic fractions and the node-level scheduler").
 	Dynamic
@@ -108,6 +115,7 @@ func attr(name, typ, def string) *hclspec.Spec {
 
 // configSpec is the HCL schema with its defaults.
 var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
+	"enabled":              attr("enabled", "bool", `true`),
 	"backend":              attr("backend", "string", `"nvml"`),
 	"simulated_preset":     attr("simulated_preset", "string", `"h100"`),
 	"simulated_count":      attr("simulated_count", "number", `0`),
@@ -134,11 +142,19 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 	"guest_move_timeout":    attr("guest_move_timeout", "string", `"30s"`),
 	"usage_listen":          attr("usage_listen", "string", ""),
 	"simulated_process_dir": attr("simulated_process_dir", "string", ""),
+	"xid_critical":          attr("xid_critical", "list(number)", `[48, 62, 63, 64, 74, 79]`),
 })
+
+// DefaultXidCritical are the Xid errors that mark a GPU unhealthy by
+// default: 48 double-bit ECC error, 62 internal micro-controller halt, 63
+// and 64 ECC page retirement or row remapping event and failure, 74
+// NVLink error, 79 GPU has fallen off the bus.
+var DefaultXidCritical = []int{48, 62, 63, 64, 74, 79}
 
 // DefaultConfig is the configuration an empty config block gives.
 func DefaultConfig() Config {
 	return Config{
+		Enabled:            true,
 		Backend:            BackendNVML,
 		SimulatedPreset:    gpu.PresetH100,
 		FingerprintPeriod:  "5s",
@@ -149,6 +165,7 @@ func DefaultConfig() Config {
 		MPSPipeDirectory:   "/tmp/nvidia-mps",
 		Dynamic: Dynamic{MonitorPeriod: "500ms", MemoryEnforcement: EnforceKill, ReclaimHeadroom: "0.1", Spread: true,
 			GuestMoveTimeout: "30s"},
+		XidCritical: append([]int(nil), DefaultXidCritical...),
 	}
 }
 
@@ -160,6 +177,7 @@ type settings struct {
 	pollPeriod        time.Duration
 	ignored           map[string]bool
 	dynamic           dynamicSettings
+	xidCritical       map[uint64]bool
 }
 
 // FieldError names the config field at fault and how to fix it.
@@ -185,7 +203,7 @@ func period(field, v string, min time.Duration) (time.Duration, error) {
 // validate checks a Config and returns its settings; errors name the field
 // and the fix.
 func (c Config) validate() (settings, error) {
-	s := settings{Config: c, ignored: map[string]bool{}}
+	s := settings{Config: c, ignored: map[string]bool{}, xidCritical: map[uint64]bool{}}
 	var err error
 	switch c.Backend {
 	case BackendNVML:
@@ -234,6 +252,12 @@ func (c Config) validate() (settings, error) {
 	}
 	if c.NomadAddress != "" && !strings.HasPrefix(c.NomadAddress, "http://") && !strings.HasPrefix(c.NomadAddress, "https://") {
 		return s, &FieldError{"nomad_address", fmt.Sprintf("%q has no scheme", c.NomadAddress), `use a URL such as "http://127.0.0.1:4646"`}
+	}
+	for i, x := range c.XidCritical {
+		if x <= 0 || x > 1<<16 {
+			return s, &FieldError{fmt.Sprintf("xid_critical[%d]", i), fmt.Sprintf("%d is not an Xid", x), "list Xid error numbers such as 48 or 79"}
+		}
+		s.xidCritical[uint64(x)] = true
 	}
 	if c.MPSEnabled && !filepath.IsAbs(c.MPSPipeDirectory) {
 		return s, &FieldError{"mps_pipe_directory", fmt.Sprintf("%q is not an absolute path", c.MPSPipeDirectory), `use the MPS control daemon's CUDA_MPS_PIPE_DIRECTORY, e.g. "/tmp/nvidia-mps"`}

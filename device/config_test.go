@@ -1,8 +1,15 @@
 package device
 
 import (
+	"context"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	dev "github.com/hashicorp/nomad/plugins/device"
 
 	"github.com/hashicorp/nomad/helper/pluginutils/hclutils"
 	"github.com/hashicorp/nomad/plugins/base"
@@ -27,7 +34,8 @@ func TestConfigDefaults(t *testing.T) {
 	d := DefaultConfig()
 	if c.Backend != d.Backend || c.FingerprintPeriod != d.FingerprintPeriod || c.MinIdleShareGPUs != d.MinIdleShareGPUs ||
 		c.ShareHeadroom != d.ShareHeadroom || c.SwitchSettlePeriod != d.SwitchSettlePeriod || c.NomadPollPeriod != d.NomadPollPeriod ||
-		c.MPSPipeDirectory != d.MPSPipeDirectory || c.SimulatedPreset != d.SimulatedPreset || c.MPSEnabled {
+		c.MPSPipeDirectory != d.MPSPipeDirectory || c.SimulatedPreset != d.SimulatedPreset || c.MPSEnabled || !c.Enabled ||
+		fmt.Sprint(c.XidCritical) != fmt.Sprint(d.XidCritical) {
 		t.Fatalf("schema defaults %+v differ from DefaultConfig %+v", c, d)
 	}
 }
@@ -87,6 +95,9 @@ func TestSetConfig(t *testing.T) {
 		{name: "headroom over 100", hcl: `config { share_headroom = 101 }`, wantErr: []string{"share_headroom", "0 to 100"}},
 		{name: "empty ignored id", hcl: `config { ignored_gpu_ids = ["GPU-1", ""] }`, wantErr: []string{"ignored_gpu_ids[1]", "UUID"}},
 		{name: "address without scheme", hcl: `config { nomad_address = "127.0.0.1:4646" }`, wantErr: []string{"nomad_address", "http://"}},
+		{name: "Xids", hcl: `config { xid_critical = [79, 48] }`},
+		{name: "no Xid watched", hcl: `config { xid_critical = [] }`},
+		{name: "bad Xid", hcl: `config { xid_critical = [79, 0] }`, wantErr: []string{"xid_critical[1]", "Xid error numbers"}},
 		{name: "relative MPS dir", hcl: `config {
   mps_enabled = true
   mps_pipe_directory = "mps"
@@ -113,6 +124,82 @@ func TestSetConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDisabled: enabled = false turns the plugin off as HashiCorp's
+// nvidia plugin's does: every verb answers ErrPluginDisabled (Nomad's
+// client then leaves the plugin be) and NVML is not touched; enabled
+// again, it works.
+func TestDisabled(t *testing.T) {
+	f := newFakeNomad(t)
+	p := New(nil)
+	defer p.Shutdown()
+	p.newLib = func() nvml.Interface { t.Fatal("NVML loaded by a disabled plugin"); return nil }
+	if err := p.SetConfig(parse(t, `config { enabled = false }`)); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := p.Fingerprint(ctx); err != dev.ErrPluginDisabled {
+		t.Errorf("Fingerprint: %v", err)
+	}
+	if _, err := p.Stats(ctx, time.Second); err != dev.ErrPluginDisabled {
+		t.Errorf("Stats: %v", err)
+	}
+	if _, err := p.Reserve([]string{"GPU-1"}); err != dev.ErrPluginDisabled {
+		t.Errorf("Reserve: %v", err)
+	}
+	if err := p.SetConfig(parse(t, fmt.Sprintf(`config {
+  backend = "simulated"
+  nomad_address = %q
+  node_id = %q
+}`, f.URL, fakeNodeID))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Fingerprint(ctx); err != nil {
+		t.Errorf("Fingerprint once enabled: %v", err)
+	}
+}
+
+// TestShippedConfigs: the plugin blocks in jobspecs parse and validate,
+// every attribute they set is in the schema.
+func TestShippedConfigs(t *testing.T) {
+	for _, path := range []string{"../jobspecs/plugin.hcl", "../jobspecs/demo/plugin.hcl"} {
+		t.Run(path, func(t *testing.T) {
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			block := configBlock(t, string(raw))
+			p := New(nil)
+			defer p.Shutdown()
+			if err := p.SetConfig(parse(t, block)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// configBlock returns the `config { ... }` block of a plugin stanza,
+// comments left out.
+func configBlock(t *testing.T, hcl string) string {
+	t.Helper()
+	var b strings.Builder
+	depth := 0
+	for _, line := range strings.Split(hcl, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if strings.HasPrefix(trimmed, "#") {
+			continue
+		}
+		if depth == 0 && trimmed == "config {" || depth > 0 {
+			b.WriteString(line + "\n")
+			depth += strings.Count(line, "{") - strings.Count(line, "}")
+			if depth == 0 {
+				return b.String()
+			}
+		}
+	}
+	t.Fatal("no config block")
+	return ""
 }
 
 func TestSetConfigEmpty(t *testing.T) {

@@ -4,7 +4,9 @@
 // "gpu-share", one device group per GPU with ids.SharesPerGPU instances
 // "<UUID>-sNN", each 1% of the GPU; docs/design.md, "Units and device
 // families"), and moves idle GPUs between the families safely (package
-// partition; docs/design.md, "Partition protocol"). Reserve validates a
+// partition; docs/design.md, "Partition protocol"). A MIG-enabled GPU is in
+// neither family: its MIG devices are offered as whole devices, one group
+// per MIG device name, as HashiCorp's nvidia plugin does. Reserve validates a
 // binding against cached usage and returns the environment that tells the
 // workload which GPU and which fraction it got. Usage comes from the Nomad
 // API (package alloctrack), hardware from NVML or a simulated machine

@@ -7,14 +7,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/device/gpu"
 	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/device/partition"
 	dev "github.com/hashicorp/nomad/plugins/device"
 	"github.com/hashicorp/nomad/plugins/shared/structs"
 )
 
-// Fingerprint streams the device groups: one "gpu" group per model and one
-// "gpu-share" group per shareable GPU. A new response is sent whenever
+// Fingerprint streams the device groups: one "gpu" group per model, one
+// "gpu-share" group per GPU, and one "gpu" group per MIG device name. A new response is sent whenever
 // health or the partition changes; each group's OfferedAttr attribute then
 // changes with it, so that Nomad re-evaluates jobs blocked on the node.
 //
@@ -58,32 +59,38 @@ func (p *Plugin) Fingerprint(ctx context.Context) (<-chan *dev.FingerprintRespon
 const UnavailableGroup = "nvml-unavailable"
 
 // deviceGroups builds the device groups from the hardware and the
-// partition: one whole group per model, one share group per shareable GPU,
-// each instance healthy only in the family the partition publishes its GPU
-// in. retryEvery is the fingerprint period, for the NVML failure message.
-func deviceGroups(hw hwView, pubs map[string]partition.Publication, retryEvery time.Duration) []*dev.DeviceGroup {
+// partition: one whole group per model, one share group per GPU, each
+// instance healthy only in the family the partition publishes its GPU
+// in; a MIG-enabled GPU is offered neither whole nor shared, its MIG
+// devices are, in one group per MIG device name (model and profile), as
+// HashiCorp's nvidia plugin does. retryEvery is the fingerprint period,
+// for the NVML failure message.
+func deviceGroups(hw hwView, pubs map[string]partition.Publication, iso shareIsolation, retryEvery time.Duration) []*dev.DeviceGroup {
 	var groups []*dev.DeviceGroup
 	whole := map[string]*dev.DeviceGroup{}
+	mig := map[string]*dev.DeviceGroup{}
 	for i := range hw.gpus {
 		g := &hw.gpus[i]
-		pub := pubs[g.UUID]
+		if g.MIG {
+			groups = addMIGDevices(groups, mig, hw, g)
+			continue
+		}
 		wg := whole[g.Model]
 		if wg == nil {
-			wg = &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeWhole, Name: g.Model, Attributes: attributes(hw, g, false)}
+			wg = &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeWhole, Name: g.Model, Attributes: attributes(hw, g, ids.SharingWhole)}
 			whole[g.Model] = wg
 			groups = append(groups, wg)
 		}
-		healthy, desc := health(g, pub, partition.Whole)
+		healthy, desc := health(g, pubs[g.UUID], partition.Whole)
 		wg.Devices = append(wg.Devices, &dev.Device{ID: g.UUID, Healthy: healthy, HealthDesc: desc, HwLocality: locality(g)})
-		if !g.MIG {
-			groups = append(groups, shareGroup(hw, g, pub))
-		}
+		groups = append(groups, shareGroup(hw, g, pubs[g.UUID], iso))
 	}
 	if len(hw.gpus) == 0 && hw.err != nil {
 		// Nothing to list, but make the NVML failure visible in the node's
 		// devices (`nomad node status -verbose`) without ending the stream.
 		groups = append(groups, &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeWhole, Name: UnavailableGroup,
-			Devices: []*dev.Device{{ID: UnavailableGroup, Healthy: false, HealthDesc: fmt.Sprintf("gpushare: %v (retrying every %s)", hw.err, retryEvery)}}})
+			Attributes: map[string]*structs.Attribute{ids.SharingAttr: structs.NewStringAttribute(ids.SharingWhole)},
+			Devices:    []*dev.Device{{ID: UnavailableGroup, Healthy: false, HealthDesc: fmt.Sprintf("gpushare: %v (retrying every %s)", hw.err, retryEvery)}}})
 	}
 	for _, g := range groups {
 		setOffered(g)
@@ -91,11 +98,54 @@ func deviceGroups(hw hwView, pubs map[string]partition.Publication, retryEvery t
 	return groups
 }
 
+// addMIGDevices adds the MIG devices of a MIG-enabled GPU to their groups
+// (by MIG device name, in mig), creating the groups they lack.
+func addMIGDevices(groups []*dev.DeviceGroup, mig map[string]*dev.DeviceGroup, hw hwView, g *hwGPU) []*dev.DeviceGroup {
+	for _, m := range g.MIGDevices {
+		name := migGroupName(g, m)
+		mg := mig[name]
+		if mg == nil {
+			mg = &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeWhole, Name: name, Attributes: migAttributes(hw, g, m)}
+			mig[name] = mg
+			groups = append(groups, mg)
+		}
+		healthy, desc := migHealth(g, m)
+		mg.Devices = append(mg.Devices, &dev.Device{ID: m.UUID, Healthy: healthy, HealthDesc: desc, HwLocality: locality(g)})
+	}
+	return groups
+}
+
+// migGroupName is the device group of a MIG device: its NVML name (model
+// and profile), as in HashiCorp's nvidia plugin.
+func migGroupName(g *hwGPU, m gpu.MIGDevice) string {
+	if m.Name == "" {
+		return g.Model + " MIG"
+	}
+	return m.Name
+}
+
+// migHealth says whether a MIG device is allocatable: its GPU and itself
+// must be healthy.
+func migHealth(g *hwGPU, m gpu.MIGDevice) (bool, string) {
+	switch {
+	case !g.healthy:
+		return false, g.reason
+	case m.Err != nil:
+		return false, "gpushare: " + m.Err.Error()
+	}
+	return true, ""
+}
+
 // shareGroup is the share device group of one GPU: ids.SharesPerGPU
-// instances of one health.
-func shareGroup(hw hwView, g *hwGPU, pub partition.Publication) *dev.DeviceGroup {
-	sg := &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeShare, Name: shareGroupName(g.GPU), Attributes: attributes(hw, g, true)}
+// instances of one health, unhealthy too while MPS should isolate them
+// and cannot.
+func shareGroup(hw hwView, g *hwGPU, pub partition.Publication, iso shareIsolation) *dev.DeviceGroup {
+	sg := &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeShare, Name: shareGroupName(g.GPU), Attributes: attributes(hw, g, ids.SharingShare)}
+	sg.Attributes[IsolationAttr] = structs.NewStringAttribute(iso.mode())
 	healthy, desc := health(g, pub, partition.Share)
+	if healthy && iso.down != "" {
+		healthy, desc = false, iso.down
+	}
 	sg.Devices = make([]*dev.Device, ids.SharesPerGPU)
 	for k := range sg.Devices {
 		sg.Devices[k] = &dev.Device{ID: ids.Share(g.UUID, k), Healthy: healthy, HealthDesc: desc, HwLocality: locality(g)}
@@ -162,26 +212,10 @@ func health(g *hwGPU, pub partition.Publication, fam partition.Mode) (bool, stri
 }
 
 // attributes are the group attributes of a GPU (for a whole group: of the
-// first GPU of its model).
-func attributes(hw hwView, g *hwGPU, share bool) map[string]*structs.Attribute {
-	a := map[string]*structs.Attribute{
-		"model":              structs.NewStringAttribute(g.Model),
-		"memory":             structs.NewIntAttribute(int64(g.MemoryMiB), structs.UnitMiB),
-		"compute_capability": structs.NewStringAttribute(g.ComputeCapability()),
-		"sharing":            structs.NewStringAttribute(map[bool]string{true: "share", false: "whole"}[share]),
-	}
-	if hw.driver != "" {
-		a["driver_version"] = structs.NewStringAttribute(hw.driver)
-	}
-	if hw.cuda != "" {
-		a["cuda_version"] = structs.NewStringAttribute(hw.cuda)
-	}
-	if g.Architecture != "" {
-		a["architecture"] = structs.NewStringAttribute(g.Architecture)
-	}
-	if g.CUDACores > 0 {
-		a["cuda_cores"] = structs.NewIntAttribute(int64(g.CUDACores), "")
-	}
+// first GPU of its model), in a group of the given sharing.
+func attributes(hw hwView, g *hwGPU, sharing string) map[string]*structs.Attribute {
+	a := commonAttributes(hw, g, sharing)
+	a["memory"] = structs.NewIntAttribute(int64(g.MemoryMiB), structs.UnitMiB)
 	if g.PCIBandwidthMBps > 0 {
 		a["pci_bandwidth"] = structs.NewIntAttribute(int64(g.PCIBandwidthMBps), structs.UnitMBPerS)
 	}
@@ -197,7 +231,10 @@ func attributes(hw hwView, g *hwGPU, share bool) map[string]*structs.Attribute {
 	if g.BAR1MiB > 0 {
 		a["bar1"] = structs.NewIntAttribute(int64(g.BAR1MiB), structs.UnitMiB)
 	}
-	if share {
+	if g.CUDACores > 0 {
+		a["cuda_cores"] = structs.NewIntAttribute(int64(g.CUDACores), "")
+	}
+	if sharing == ids.SharingShare {
 		a["uuid"] = structs.NewStringAttribute(g.UUID)
 		a["index"] = structs.NewIntAttribute(int64(g.Index), "")
 		a["shares"] = structs.NewIntAttribute(ids.SharesPerGPU, "")
@@ -205,6 +242,37 @@ func attributes(hw hwView, g *hwGPU, share bool) map[string]*structs.Attribute {
 		if g.PCIBusID != "" {
 			a["pci_bus_id"] = structs.NewStringAttribute(g.PCIBusID)
 		}
+	}
+	return a
+}
+
+// migAttributes are the group attributes of a MIG device: its profile and
+// memory, and its GPU's model and versions.
+func migAttributes(hw hwView, g *hwGPU, m gpu.MIGDevice) map[string]*structs.Attribute {
+	a := commonAttributes(hw, g, ids.SharingMIG)
+	a["memory"] = structs.NewIntAttribute(int64(m.MemoryMiB), structs.UnitMiB)
+	a[IsolationAttr] = structs.NewStringAttribute(IsolationMIG)
+	if m.Profile != "" {
+		a["mig_profile"] = structs.NewStringAttribute(m.Profile)
+	}
+	return a
+}
+
+// commonAttributes are the attributes every group of a GPU has.
+func commonAttributes(hw hwView, g *hwGPU, sharing string) map[string]*structs.Attribute {
+	a := map[string]*structs.Attribute{
+		"model":              structs.NewStringAttribute(g.Model),
+		"compute_capability": structs.NewStringAttribute(g.ComputeCapability()),
+		ids.SharingAttr:      structs.NewStringAttribute(sharing),
+	}
+	if hw.driver != "" {
+		a["driver_version"] = structs.NewStringAttribute(hw.driver)
+	}
+	if hw.cuda != "" {
+		a["cuda_version"] = structs.NewStringAttribute(hw.cuda)
+	}
+	if g.Architecture != "" {
+		a["architecture"] = structs.NewStringAttribute(g.Architecture)
 	}
 	return a
 }

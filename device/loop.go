@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/alloctrack"
 	"github.com/gpushare/nomad-gpushare/device/partition"
+	dev "github.com/hashicorp/nomad/plugins/device"
 )
 
 // loopStopTimeout bounds how long a reconfiguration waits for the running
@@ -36,9 +38,16 @@ type loopState struct {
 	tracker *alloctrack.Tracker
 	machine *partition.Machine
 	// blind is set while the Nomad API cannot be read; demandErr is the
-	// last demand read error, "" once it works, "-" before the first read.
+	// last demand read error, "" once it works, "-" before the first read;
+	// hidden is the last read's Hidden, "-" before the first read.
 	blind     bool
 	demandErr string
+	hidden    string
+	// foreign are the last read's Foreign, joined.
+	foreign string
+	// mpsDown says why MPS does not isolate shares (mps_enabled without a
+	// control daemon); "" when it does or is not enabled.
+	mpsDown string
 }
 
 // start runs the plugin's loop once configured; the Fingerprint and Stats
@@ -46,6 +55,9 @@ type loopState struct {
 func (p *Plugin) start() error {
 	p.loop.mu.Lock()
 	defer p.loop.mu.Unlock()
+	if p.disabled.Load() {
+		return dev.ErrPluginDisabled
+	}
 	if p.loop.state == nil {
 		return errors.New("gpushare plugin is not configured: SetConfig was not called")
 	}
@@ -94,7 +106,8 @@ func (p *Plugin) stopLoopLocked() error {
 }
 
 // run is the loop: it reads the hardware every fingerprint period and
-// Nomad every poll period, and publishes after each.
+// Nomad every poll period, and publishes after each, and when an Xid error
+// marks a GPU.
 func (p *Plugin) run(ctx context.Context, st *loopState) {
 	go p.monitor(ctx)
 	p.refreshHardware(st)
@@ -111,33 +124,59 @@ func (p *Plugin) run(ctx context.Context, st *loopState) {
 			p.refreshHardware(st)
 		case <-poll.C:
 			p.observe(ctx, st)
+		case <-p.hw.changed:
+			p.publish(st)
 		}
 	}
 }
 
-// refreshHardware re-reads the GPUs and republishes.
+// refreshHardware re-reads the GPUs and checks the MPS control daemon,
+// and republishes.
 func (p *Plugin) refreshHardware(st *loopState) {
 	p.hw.refresh(st.cfg.fingerprintPeriod)
+	p.checkMPS(st)
 	p.publish(st)
+}
+
+// checkMPS probes the MPS control daemon when mps_enabled, logging when
+// that changes: without it the share family is unhealthy.
+func (p *Plugin) checkMPS(st *loopState) {
+	if !st.cfg.MPSEnabled {
+		return
+	}
+	down := ""
+	if err := probeMPS(st.cfg.MPSPipeDirectory); err != nil {
+		down = "gpushare: " + err.Error()
+	}
+	switch {
+	case down != "" && down != st.mpsDown:
+		p.logger.Error("MPS does not isolate shares: the share family is unhealthy", "reason", down)
+	case down == "" && st.mpsDown != "":
+		p.logger.Info("the MPS control daemon answers again: shares are offered", "pipe_directory", st.cfg.MPSPipeDirectory)
+	}
+	st.mpsDown = down
 }
 
 // observe reads usage from Nomad, steps the partition machine and
 // republishes. While Nomad cannot be read the machine is told so (blind)
-// and switches nothing.
+// and switches nothing; while the read may leave allocations out it is
+// told so too (Incomplete). The read is consistent while reservations wait
+// to be accounted for (see usage.update).
 func (p *Plugin) observe(ctx context.Context, st *loopState) {
-	snap, err := st.tracker.Read(ctx)
+	snap, err := st.tracker.Read(ctx, alloctrack.ReadOptions{Consistent: p.usage.hasPending()})
 	if err != nil && ctx.Err() != nil {
 		return
 	}
 	o := partition.Observation{At: p.now()}
 	if err != nil {
 		p.noteBlind(st, err)
+		p.usage.failed(err)
 		o.Blind = true
 	} else {
 		p.noteRead(st, snap)
-		p.usage.update(snap.GPUs, snap.Started)
+		p.usage.update(snap)
 		p.tenancy.update(snap.NodeID, snap.Tenants, snap.Started)
-		o.At, o.Demand = snap.Started, snap.Demand
+		o.At, o.Demand, o.Incomplete = snap.Started, snap.Demand, snap.Hidden
 	}
 	o.GPUs = gpuObservations(p.hw.view(), p.usage.current())
 	p.tenancy.markGuests(o.GPUs)
@@ -165,6 +204,8 @@ func (p *Plugin) noteRead(st *loopState, snap alloctrack.Snapshot) {
 		p.logger.Info("Nomad API reachable again", "address", st.tracker.Address(), "node_id", snap.NodeID)
 	}
 	st.blind = false
+	p.noteHidden(st, snap.Hidden)
+	p.noteForeign(st, snap.Foreign)
 	switch {
 	case snap.DemandErr != nil && st.demandErr != snap.DemandErr.Error():
 		p.logger.Warn("cannot read waiting GPU demand from the Nomad API; partitioning by usage alone until it answers", "error", snap.DemandErr)
@@ -178,11 +219,44 @@ func (p *Plugin) noteRead(st *loopState, snap alloctrack.Snapshot) {
 	}
 }
 
-// gpuObservations is what the partition machine is told about each GPU.
+// noteHidden logs, once per change, whether the token sees every
+// allocation, and what it lacks when it does not.
+func (p *Plugin) noteHidden(st *loopState, hidden string) {
+	switch {
+	case hidden == st.hidden:
+	case hidden != "":
+		p.logger.Error("the plugin cannot prove that it sees every allocation on this node: it switches no GPU and refuses reservations outside the family a GPU is offered in", "reason", hidden)
+	case st.hidden != "-":
+		p.logger.Info("the plugin sees every allocation on this node again; switching resumes")
+	}
+	st.hidden = hidden
+}
+
+// noteForeign warns, once per change, when another plugin (HashiCorp's
+// nvidia plugin) publishes nvidia device groups on this node: both offer
+// the same GPUs, so Nomad can give one GPU twice, once through each.
+func (p *Plugin) noteForeign(st *loopState, groups []string) {
+	joined := strings.Join(groups, ", ")
+	if joined == st.foreign {
+		return
+	}
+	st.foreign = joined
+	if joined != "" {
+		p.logger.Warn("another device plugin publishes nvidia device groups on this node, probably HashiCorp's nvidia plugin: it offers the same GPUs, so Nomad can give a GPU through both at once; remove its plugin block (plugin \"nvidia-gpu\") and its binary from the client's plugin_dir",
+			"groups", joined)
+	}
+}
+
+// gpuObservations is what the partition machine is told about each GPU. A
+// MIG-enabled GPU is left out: it is in neither family (its MIG devices
+// are offered instead).
 func gpuObservations(hw hwView, use map[string]*alloctrack.GPUUsage) map[string]partition.GPUObs {
 	out := make(map[string]partition.GPUObs, len(hw.gpus))
 	for _, h := range hw.gpus {
-		g := partition.GPUObs{Order: h.Index, Healthy: h.healthy, Shareable: !h.MIG}
+		if h.MIG {
+			continue
+		}
+		g := partition.GPUObs{Order: h.Index, Healthy: h.healthy, Shareable: true}
 		if u := use[h.UUID]; u != nil {
 			g.WholeHeld = len(u.WholeAllocs) > 0
 			g.ShareUnits = u.ShareUnits
@@ -198,7 +272,8 @@ func gpuObservations(hw hwView, use map[string]*alloctrack.GPUUsage) map[string]
 func (p *Plugin) publish(st *loopState) {
 	hw := p.hw.view()
 	pubs := st.machine.Publications()
-	groups := deviceGroups(hw, pubs, st.cfg.fingerprintPeriod)
-	p.pub.set(groups, newReserveView(hw, st.cfg))
+	iso := shareIsolation{mps: st.cfg.MPSEnabled, down: st.mpsDown}
+	groups := deviceGroups(hw, pubs, iso, st.cfg.fingerprintPeriod)
+	p.pub.set(groups, newReserveView(hw, pubs, iso, st.cfg))
 	p.tenancy.notePublications(pubs)
 }

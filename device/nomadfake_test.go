@@ -15,9 +15,10 @@ import (
 )
 
 // fakeNomad serves the endpoints the plugin reads, /v1/node/:id,
-// /v1/node/:id/allocations, /v1/evaluations?status=blocked and
-// /v1/job/:id, for unit tests; the real agent is covered by the
-// integration tests.
+// /v1/node/:id/allocations, /v1/evaluations?status=blocked, /v1/job/:id
+// and the token's ACL (/v1/acl/token/self, /v1/acl/policy/self and
+// /v1/acl/policy/:name), for unit tests; the real agent is covered by the
+// integration tests. ACLs are off unless a policy is set (setPolicy).
 type fakeNomad struct {
 	*httptest.Server
 	mu     sync.Mutex
@@ -26,11 +27,18 @@ type fakeNomad struct {
 	evals  []*api.Evaluation
 	jobs   map[string]*api.Job
 	down   bool
-	// jobReads counts /v1/job/:id requests.
-	jobReads int
 	// stopped lists the allocations stopped through
 	// /v1/allocation/:id/stop, in order.
 	stopped []string
+	// foreign are device groups another plugin publishes on the node.
+	foreign []*api.NodeDeviceResource
+	// policy is the rules of the token's one policy; "" means ACLs off.
+	// policyIndex is its modify index.
+	policy      string
+	policyIndex uint64
+	// jobReads counts /v1/job/:id requests; refused those answered while
+	// down.
+	jobReads, refused int
 }
 
 const fakeNodeID = "11111111-2222-3333-4444-555555555555"
@@ -41,15 +49,19 @@ func newFakeNomad(t testing.TB) *fakeNomad {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		if f.down {
+			f.refused++
 			http.Error(w, "down", http.StatusServiceUnavailable)
 			return
 		}
 		w.Header().Set("X-Nomad-Index", "1")
 		switch r.URL.Path {
 		case "/v1/node/" + fakeNodeID:
-			json.NewEncoder(w).Encode(&api.Node{ID: fakeNodeID, Datacenter: "dc1", NodePool: "default", NodeResources: &api.NodeResources{Devices: f.view}})
+			devices := append(append([]*api.NodeDeviceResource{}, f.view...), f.foreign...)
+			json.NewEncoder(w).Encode(&api.Node{ID: fakeNodeID, Datacenter: "dc1", NodePool: "default", NodeResources: &api.NodeResources{Devices: devices}})
 		case "/v1/node/" + fakeNodeID + "/allocations":
 			json.NewEncoder(w).Encode(f.allocs)
+		case "/v1/acl/token/self", "/v1/acl/policy/self", "/v1/acl/policy/plugin":
+			f.serveACL(w, r)
 		case "/v1/evaluations":
 			if r.URL.Query().Get("status") != "blocked" || r.URL.Query().Get("namespace") != "*" {
 				http.Error(w, "fake: want status=blocked&namespace=*", http.StatusBadRequest)
@@ -72,6 +84,30 @@ func newFakeNomad(t testing.TB) *fakeNomad {
 	}))
 	t.Cleanup(f.Close)
 	return f
+}
+
+// serveACL answers the ACL endpoints for a token with one policy,
+// "plugin", or as a Nomad with ACLs off.
+func (f *fakeNomad) serveACL(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.URL.Path == "/v1/acl/token/self" && f.policy == "":
+		json.NewEncoder(w).Encode(&api.ACLToken{AccessorID: "acls-disabled", Type: "client"})
+	case r.URL.Path == "/v1/acl/token/self":
+		json.NewEncoder(w).Encode(&api.ACLToken{AccessorID: "a", Type: "client", Policies: []string{"plugin"}})
+	case r.URL.Path == "/v1/acl/policy/self":
+		json.NewEncoder(w).Encode([]*api.ACLPolicyListStub{{Name: "plugin", ModifyIndex: f.policyIndex}})
+	default:
+		json.NewEncoder(w).Encode(&api.ACLPolicy{Name: "plugin", Rules: f.policy, ModifyIndex: f.policyIndex})
+	}
+}
+
+// setPolicy turns ACLs on with a token that has one policy with these
+// rules ("" turns them off again).
+func (f *fakeNomad) setPolicy(rules string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.policy = rules
+	f.policyIndex++
 }
 
 // block registers a job with one group "main" whose task asks for count
@@ -107,6 +143,13 @@ func (f *fakeNomad) unblock(jobID string) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// refusedRequests counts the requests answered while down.
+func (f *fakeNomad) refusedRequests() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.refused
+}
 
 // setDown makes every request fail (Nomad unreachable).
 func (f *fakeNomad) setDown(down bool) {
@@ -145,7 +188,12 @@ func (f *fakeNomad) sync(groups []*dev.DeviceGroup) {
 	defer f.mu.Unlock()
 	f.view = nil
 	for _, g := range groups {
-		r := &api.NodeDeviceResource{Vendor: g.Vendor, Type: g.Type, Name: g.Name}
+		r := &api.NodeDeviceResource{Vendor: g.Vendor, Type: g.Type, Name: g.Name, Attributes: map[string]*api.Attribute{}}
+		for k, a := range g.Attributes {
+			if v, ok := a.GetString(); ok {
+				r.Attributes[k] = &api.Attribute{StringVal: &v}
+			}
+		}
 		for _, d := range g.Devices {
 			r.Instances = append(r.Instances, &api.NodeDevice{ID: d.ID, Healthy: d.Healthy, HealthDescription: d.HealthDesc})
 		}

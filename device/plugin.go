@@ -3,6 +3,7 @@ package device
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -53,6 +54,9 @@ type Plugin struct {
 	// newLib makes the nvml.Interface of the nvml backend (tests replace it).
 	newLib func() nvml.Interface
 	now    func() time.Time
+	// reserveWait bounds Reserve's wait for the first read (ReserveWait;
+	// tests shorten it).
+	reserveWait time.Duration
 
 	hw    hardware
 	usage usage
@@ -62,6 +66,9 @@ type Plugin struct {
 	// scheduler (tenancy.go, monitor.go, usageapi.go).
 	tenancy  tenancy
 	usageAPI usageAPI
+	// disabled is set by a configuration with enabled = false: every verb
+	// answers dev.ErrPluginDisabled.
+	disabled atomic.Bool
 }
 
 // New returns an unconfigured plugin.
@@ -72,14 +79,17 @@ func New(logger hclog.Logger) *Plugin {
 	logger = logger.Named(PluginName)
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Plugin{
-		logger: logger,
-		ctx:    ctx,
-		cancel: cancel,
-		newLib: func() nvml.Interface { return nvml.New() },
-		now:    time.Now,
+		logger:      logger,
+		ctx:         ctx,
+		cancel:      cancel,
+		newLib:      func() nvml.Interface { return nvml.New() },
+		now:         time.Now,
+		reserveWait: ReserveWait,
 	}
 	p.hw.logger = logger
+	p.hw.changed = make(chan struct{}, 1)
 	p.pub.reset()
+	p.usage.reset()
 	return p
 }
 
@@ -108,6 +118,9 @@ func (p *Plugin) configure(c Config) error {
 	if err != nil {
 		return err
 	}
+	if !s.Enabled {
+		return p.disable()
+	}
 	lib, sim, err := p.backend(s)
 	if err != nil {
 		return err
@@ -117,7 +130,7 @@ func (p *Plugin) configure(c Config) error {
 	if err != nil {
 		return &FieldError{"nomad_address", err.Error(), `use a URL such as "http://127.0.0.1:4646"`}
 	}
-	st := &loopState{cfg: s, tracker: tr, demandErr: "-", machine: partition.New(partition.Policy{
+	st := &loopState{cfg: s, tracker: tr, demandErr: "-", hidden: "-", machine: partition.New(partition.Policy{
 		MinIdleShareGPUs: s.MinIdleShareGPUs, ShareHeadroom: s.ShareHeadroom, SettlePeriod: s.settlePeriod,
 		DemandHold: demandHold(s.pollPeriod),
 	})}
@@ -131,14 +144,33 @@ func (p *Plugin) configure(c Config) error {
 	if err := p.stopLoopLocked(); err != nil {
 		return fmt.Errorf("gpushare plugin: not reconfigured: %w", err)
 	}
-	p.hw.reset(gpu.NewSource(lib), sim, s.ignored)
+	p.hw.reset(hwConfig{src: gpu.NewSource(lib), sim: sim, ignored: s.ignored, critical: s.xidCritical})
 	p.pub.reset()
+	p.usage.reset()
 	p.loop.state = st
+	p.disabled.Store(false)
 	if wasRunning {
 		p.startLoopLocked()
 	}
 	p.logger.Info("configured", "backend", s.Backend, "nomad", tr.Address(), "min_idle_share_gpus", s.MinIdleShareGPUs,
 		"share_headroom", s.ShareHeadroom, "switch_settle_period", s.settlePeriod, "mps", s.MPSEnabled)
+	return nil
+}
+
+// disable stops the plugin's work and releases NVML: the configuration
+// says enabled = false.
+func (p *Plugin) disable() error {
+	p.loop.mu.Lock()
+	defer p.loop.mu.Unlock()
+	if err := p.stopLoopLocked(); err != nil {
+		return fmt.Errorf("gpushare plugin: not disabled: %w", err)
+	}
+	p.disabled.Store(true)
+	p.hw.reset(hwConfig{})
+	p.pub.reset()
+	p.loop.state = nil
+	p.stopUsage()
+	p.logger.Info("disabled by the configuration (enabled = false): offering no device")
 	return nil
 }
 

@@ -108,7 +108,14 @@ func waitLayout(t testing.TB, c *localcluster.Cluster, wantWhole, wantShare int)
 // environment and then sleeps.
 func gpuJob(t testing.TB, c *localcluster.Cluster, name, deviceType string, count uint64, constraints ...*nomadapi.Constraint) {
 	t.Helper()
+	gpuJobIn(t, c, "default", name, deviceType, count, constraints...)
+}
+
+// gpuJobIn is gpuJob in a namespace.
+func gpuJobIn(t testing.TB, c *localcluster.Cluster, namespace, name, deviceType string, count uint64, constraints ...*nomadapi.Constraint) {
+	t.Helper()
 	job := nomadapi.NewServiceJob(name, name, "global", 50)
+	job.Namespace = &namespace
 	job.Datacenters = []string{"dc1"}
 	task := nomadapi.NewTask("main", "raw_exec").
 		SetConfig("command", "/bin/sh").
@@ -117,8 +124,8 @@ func gpuJob(t testing.TB, c *localcluster.Cluster, name, deviceType string, coun
 		Devices: []*nomadapi.RequestedDevice{{Name: "nvidia/" + deviceType, Count: &count, Constraints: constraints}}}
 	group := nomadapi.NewTaskGroup("main", 1).AddTask(task)
 	job.AddTaskGroup(group)
-	if _, _, err := c.Nomad.Jobs().Register(job, nil); err != nil {
-		t.Fatalf("registering %s: %v", name, err)
+	if _, _, err := c.Nomad.Jobs().Register(job, &nomadapi.WriteOptions{Namespace: namespace}); err != nil {
+		t.Fatalf("registering %s in %s: %v", name, namespace, err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/gpushare/nomad-gpushare/device/gpu"
 	hclog "github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
 	dev "github.com/hashicorp/nomad/plugins/device"
 )
 
@@ -270,19 +271,68 @@ func TestLostGPUBecomesUnhealthy(t *testing.T) {
 	}
 }
 
-func TestMIGGPUIsWholeOnly(t *testing.T) {
+// TestMIGDevicesAreOffered: a MIG-enabled GPU is offered neither whole
+// nor as shares; its MIG devices are, in one group per MIG device name
+// with their profile and memory, and Reserve binds them by MIG UUID.
+func TestMIGDevicesAreOffered(t *testing.T) {
 	f := newFakeNomad(t)
 	p := newPlugin(t, f, nil)
-	p.hw.simulated().SetMIG(3, true)
-	cycle(p, f) // GPU 3 is whole only now; GPU 2 is withdrawn to become the landing place
-	cycle(p, f)
-	cycle(p, f)
-	n := len(p.pub.current())
-	if got := fmt.Sprint(families(p)); got != "[whole whole share whole]" || n != 4 {
-		t.Fatalf("families = %s with %d groups", got, n)
+	u := uuids(p)
+	sim := p.hw.simulated()
+	sim.SetMIG(3, true)
+	var mig []string
+	for _, prof := range []int{nvml.GPU_INSTANCE_PROFILE_1_SLICE, nvml.GPU_INSTANCE_PROFILE_1_SLICE, nvml.GPU_INSTANCE_PROFILE_3_SLICE} {
+		id, err := sim.AddMIGDevice(3, prof)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mig = append(mig, id)
 	}
-	if _, err := p.Reserve(shares(uuids(p)[3], 0, 5)); err == nil {
-		t.Fatal("shares of a MIG GPU were reserved")
+	cycle(p, f) // GPU 3 leaves the partition; GPU 2 is withdrawn to become the landing place
+	cycle(p, f)
+	cycle(p, f)
+	if got := fmt.Sprint(families(p)); got != "[whole whole share none]" {
+		t.Fatalf("families = %s", got)
+	}
+	byName := map[string]*dev.DeviceGroup{}
+	for _, g := range p.pub.current() {
+		if err := g.Validate(); err != nil {
+			t.Error(err)
+		}
+		byName[g.Type+"/"+g.Name] = g
+		for _, d := range g.Devices {
+			if strings.HasPrefix(d.ID, u[3]) {
+				t.Errorf("the MIG-enabled GPU is offered as %s in %s/%s", d.ID, g.Type, g.Name)
+			}
+		}
+	}
+	small, big := byName["gpu/Mock NVIDIA A100-SXM4-40GB MIG 1g.5gb"], byName["gpu/Mock NVIDIA A100-SXM4-40GB MIG 3g.20gb"]
+	if small == nil || big == nil || len(small.Devices) != 2 || len(big.Devices) != 1 || small.Devices[0].ID != mig[0] || !small.Devices[0].Healthy {
+		t.Fatalf("MIG groups: %v", byName)
+	}
+	for k, want := range map[string]string{"mig_profile": "1g.5gb", "sharing": "mig", "model": "Mock NVIDIA A100-SXM4-40GB"} {
+		if got, _ := small.Attributes[k].GetString(); got != want {
+			t.Errorf("MIG group attribute %s = %q, want %q", k, got, want)
+		}
+	}
+	if mem, _ := small.Attributes["memory"].GetInt(); mem != 4864 {
+		t.Errorf("MIG group memory %d MiB", mem)
+	}
+
+	r, err := p.Reserve([]string{mig[2]})
+	if err != nil || r.Envs["NVIDIA_VISIBLE_DEVICES"] != mig[2] || r.Envs["CUDA_VISIBLE_DEVICES"] != mig[2] {
+		t.Fatalf("Reserve of a MIG device: %v, %v", r, err)
+	}
+	for _, ids := range [][]string{{u[3]}, shares(u[3], 0, 5)} {
+		if _, err := p.Reserve(ids); err == nil || !strings.Contains(err.Error(), "has MIG enabled") || !strings.Contains(err.Error(), "MIG 1g.5gb") {
+			t.Errorf("Reserve(%s...) of the MIG-enabled GPU: %v", ids[0], err)
+		}
+	}
+	// A MIG device is unhealthy with its GPU.
+	sim.SetLost(3, nvml.ERROR_GPU_IS_LOST)
+	cycle(p, f)
+	if _, err := p.Reserve([]string{mig[0]}); err == nil || !strings.Contains(err.Error(), "GPU_IS_LOST") {
+		t.Errorf("Reserve of a MIG device of a lost GPU: %v", err)
 	}
 }
 
@@ -359,13 +409,20 @@ func TestNVMLInitFailure(t *testing.T) {
 	}
 }
 
+// TestStats: statistics carry HashiCorp's nvidia plugin's names and units
+// (dashboards built on it keep working), share instances the shares held,
+// and MIG devices their memory.
 func TestStats(t *testing.T) {
 	f := newFakeNomad(t)
 	p := newPlugin(t, f, nil)
 	u := uuids(p)
+	sim := p.hw.simulated()
+	sim.SetMIG(0, true)
+	mig, _ := sim.AddMIGDevice(0, nvml.GPU_INSTANCE_PROFILE_2_SLICE)
 	f.place("a1", "gpu-share", shares(u[3], 0, 30)...)
 	cycle(p, f)
-	p.hw.simulated().SetUsage(3, 10240, 55)
+	sim.SetUsage(3, 10240, 55)
+	sim.SetCorrectedECC(3, nvml.MEMORY_LOCATION_DEVICE_MEMORY, 4)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ch, err := p.Stats(ctx, 50*time.Millisecond)
@@ -376,24 +433,41 @@ func TestStats(t *testing.T) {
 	if r.Error != nil {
 		t.Fatal(r.Error)
 	}
-	var whole, share *dev.DeviceGroupStats
+	groups := map[string]*dev.DeviceGroupStats{}
 	for _, g := range r.Groups {
-		if g.Type == "gpu" {
-			whole = g
-		} else if g.InstanceStats[u[3]+"-s00"] != nil {
-			share = g
+		groups[g.Type+"/"+g.Name] = g
+	}
+	whole, share := groups["gpu/Mock NVIDIA A100-SXM4-40GB"], groups["gpu-share/"+shareGroupName(p.hw.view().gpus[3].GPU)]
+	if whole == nil || len(whole.InstanceStats) != 3 || whole.InstanceStats[u[0]] != nil || share == nil || len(share.InstanceStats) != 100 {
+		t.Fatalf("groups: %v", groups)
+	}
+	for _, st := range []*dev.DeviceStats{whole.InstanceStats[u[3]], share.InstanceStats[u[3]+"-s42"]} {
+		if *st.Summary.IntNumeratorVal != 10240 || *st.Summary.IntDenominatorVal != 40960 || st.Summary.Unit != "MiB" {
+			t.Errorf("summary %d/%d %s", *st.Summary.IntNumeratorVal, *st.Summary.IntDenominatorVal, st.Summary.Unit)
+		}
+		a := st.Stats.Attributes
+		for name, want := range map[string]int64{
+			"GPU utilization": 55, "Memory utilization": 25, "Encoder utilization": 13, "Decoder utilization": 27,
+			"Temperature": 59, "Power usage": 345, "Memory state": 10240, "BAR1 buffer state": 2, "ECC memory errors": 4,
+			"ECC L1 errors": 0, "ECC L2 errors": 0,
+		} {
+			if a[name] == nil || a[name].IntNumeratorVal == nil || *a[name].IntNumeratorVal != want {
+				t.Errorf("%s = %v, want %d", name, a[name], want)
+			}
+		}
+		if *a["Power usage"].IntDenominatorVal != 400 || a["Power usage"].Unit != "W" || a["Temperature"].Unit != "C" {
+			t.Errorf("power %v, temperature %v", a["Power usage"], a["Temperature"])
 		}
 	}
-	if whole == nil || len(whole.InstanceStats) != 4 || share == nil || len(share.InstanceStats) != 100 {
-		t.Fatalf("groups: %+v", r.Groups)
+	if held := share.InstanceStats[u[3]+"-s00"].Stats.Attributes["shares_held"]; held == nil || *held.IntNumeratorVal != 30 || *held.IntDenominatorVal != 100 {
+		t.Errorf("shares_held %v", held)
 	}
-	s := share.InstanceStats[u[3]+"-s42"]
-	if *s.Summary.IntNumeratorVal != 10240 || *s.Summary.IntDenominatorVal != 40960 {
-		t.Errorf("summary %d/%d", *s.Summary.IntNumeratorVal, *s.Summary.IntDenominatorVal)
+	if whole.InstanceStats[u[3]].Stats.Attributes["shares_held"] != nil {
+		t.Error("shares_held on a whole instance")
 	}
-	a := s.Stats.Attributes
-	if *a["gpu_utilization"].IntNumeratorVal != 55 || *a["shares_held"].IntNumeratorVal != 30 || a["temperature"] == nil || a["power"] == nil {
-		t.Errorf("attributes %v", a)
+	m := groups["gpu/Mock NVIDIA A100-SXM4-40GB MIG 2g.10gb"]
+	if m == nil || m.InstanceStats[mig] == nil || *m.InstanceStats[mig].Summary.IntDenominatorVal != 9856 {
+		t.Fatalf("MIG device stats: %+v", m)
 	}
 }
 
@@ -471,5 +545,105 @@ func TestDemandMovesIdleGPUs(t *testing.T) {
 	}
 	if f.jobReads != 2 {
 		t.Errorf("job specifications read %d times, want 2 (once per job version)", f.jobReads)
+	}
+}
+
+// TestUnreadableNameKeepsAGroupName: a GPU whose name NVML cannot read
+// is unhealthy with that reason, and its whole device group still has a
+// name: the model it had, or UnknownModel when it never had one (Nomad
+// stops a plugin for good on a group without a name).
+func TestUnreadableNameKeepsAGroupName(t *testing.T) {
+	f := newFakeNomad(t)
+	p := newPlugin(t, f, nil)
+	sim := p.hw.simulated()
+	sim.SetNameError(1, nvml.ERROR_UNKNOWN)
+	cycle(p, f)
+	w := p.pub.current()[0]
+	if w.Name != "Mock NVIDIA A100-SXM4-40GB" || w.Devices[1].Healthy || !contains(w.Devices[1].HealthDesc, "read name: ERROR_UNKNOWN") {
+		t.Fatalf("known GPU with an unreadable name: group %q, %+v", w.Name, w.Devices[1])
+	}
+
+	// A plugin that starts while the name cannot be read.
+	q := newPlugin(t, f, func(c *Config) { c.SimulatedSeed = "other" })
+	q.hw.simulated().SetNameError(2, nvml.ERROR_UNKNOWN)
+	q.hw.reset(hwConfig{src: gpu.NewSource(q.hw.simulated()), sim: q.hw.simulated()})
+	cycle(q, f)
+	var names []string
+	for _, g := range q.pub.current() {
+		if err := g.Validate(); err != nil {
+			t.Errorf("group %q: %v", g.Name, err)
+		}
+		names = append(names, g.Name)
+	}
+	if !strings.Contains(strings.Join(names, ","), UnknownModel) {
+		t.Errorf("groups %v lack %q", names, UnknownModel)
+	}
+}
+
+// TestStatsNotAvailable: what NVML does not report is "N/A", as in
+// HashiCorp's plugin, never a zero.
+func TestStatsNotAvailable(t *testing.T) {
+	st := gpuStats(gpu.Stats{MemUsedMiB: 1, MemTotalMiB: 2}, 0, time.Now())
+	for name, v := range st.Stats.Attributes {
+		if name == StatMemoryState {
+			continue
+		}
+		if v.StringVal == nil || *v.StringVal != "N/A" || v.IntNumeratorVal != nil {
+			t.Errorf("%s = %+v, want N/A", name, v)
+		}
+	}
+	if len(st.Stats.Attributes) != 11 {
+		t.Errorf("%d statistics, want HashiCorp's 11", len(st.Stats.Attributes))
+	}
+}
+
+// TestWarnsAboutAnotherNvidiaPlugin: when another plugin (HashiCorp's
+// nvidia plugin) publishes nvidia groups on the node, the plugin warns
+// once, naming the groups and the fix.
+func TestWarnsAboutAnotherNvidiaPlugin(t *testing.T) {
+	f := newFakeNomad(t)
+	p := newPlugin(t, f, nil)
+	var logs strings.Builder
+	p.logger = hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
+	cycle(p, f)
+	if logs.Len() != 0 {
+		t.Fatalf("warnings without another plugin: %s", logs.String())
+	}
+	f.mu.Lock()
+	f.foreign = []*api.NodeDeviceResource{{Vendor: "nvidia", Type: "gpu", Name: "Mock NVIDIA A100-SXM4-40GB"}}
+	f.mu.Unlock()
+	cycle(p, f)
+	cycle(p, f)
+	out := logs.String()
+	if strings.Count(out, "another device plugin publishes nvidia device groups") != 1 ||
+		!strings.Contains(out, "nvidia/gpu/Mock NVIDIA A100-SXM4-40GB") || !strings.Contains(out, `plugin "nvidia-gpu"`) {
+		t.Fatalf("warnings: %s", out)
+	}
+}
+
+// TestIsolationAttribute: share groups say whether their limits are
+// enforced (isolation = "none" without MPS), MIG groups that the hardware
+// isolates, and a MIG device's task learns it too.
+func TestIsolationAttribute(t *testing.T) {
+	f := newFakeNomad(t)
+	p := newPlugin(t, f, nil)
+	sim := p.hw.simulated()
+	sim.SetMIG(0, true)
+	mig, _ := sim.AddMIGDevice(0, nvml.GPU_INSTANCE_PROFILE_1_SLICE)
+	cycle(p, f)
+	for _, g := range p.pub.current() {
+		sharing, _ := g.Attributes["sharing"].GetString()
+		iso := ""
+		if a := g.Attributes["isolation"]; a != nil {
+			iso, _ = a.GetString()
+		}
+		want := map[string]string{"share": "none", "mig": "mig", "whole": ""}[sharing]
+		if iso != want {
+			t.Errorf("group %s/%s (%s): isolation %q, want %q", g.Type, g.Name, sharing, iso, want)
+		}
+	}
+	r, err := p.Reserve([]string{mig})
+	if err != nil || r.Envs["GPUSHARE_ISOLATION"] != "mig" {
+		t.Errorf("MIG device: %v, %v", r, err)
 	}
 }

@@ -44,24 +44,51 @@ const (
 // nomadGate is a reverse proxy to the Nomad API that answers 503 until it
 // is opened. The plugin of startBareCluster reads Nomad through it, so a
 // test decides when the plugin first sees Nomad, and thus when it first
-// publishes GPUs (never before).
+// publishes GPUs (never before). With ACLs on, it gives the plugin's
+// requests the token the test chooses (useToken), as a plugin configured
+// with that nomad_token would send, and counts the plugin's reads of the
+// node's allocations per token (allocReads).
 type nomadGate struct {
 	*httptest.Server
 	target atomic.Pointer[url.URL]
+	token  atomic.Pointer[string]
+	mu     sync.Mutex
+	reads  map[string]int // allocation list reads by token
 }
 
 func newNomadGate(t testing.TB) *nomadGate {
-	g := &nomadGate{}
+	g := &nomadGate{reads: map[string]int{}}
 	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(g.target.Load()) }}
 	g.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if g.target.Load() == nil {
 			http.Error(w, "test gate: Nomad not reachable yet", http.StatusServiceUnavailable)
 			return
 		}
+		tok := ""
+		if p := g.token.Load(); p != nil {
+			tok = *p
+			r.Header.Set("X-Nomad-Token", tok)
+		}
+		if strings.HasSuffix(r.URL.Path, "/allocations") {
+			g.mu.Lock()
+			g.reads[tok]++
+			g.mu.Unlock()
+		}
 		proxy.ServeHTTP(w, r)
 	}))
 	t.Cleanup(g.Close)
 	return g
+}
+
+// useToken makes the plugin's requests carry the token's secret.
+func (g *nomadGate) useToken(secret string) { g.token.Store(&secret) }
+
+// allocReads counts the plugin's reads of the node's allocations with the
+// token.
+func (g *nomadGate) allocReads(secret string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.reads[secret]
 }
 
 // open lets the plugin's requests through to the cluster's Nomad API.
@@ -78,6 +105,12 @@ func (g *nomadGate) open(t testing.TB, c *localcluster.Cluster) {
 // gate: until it is opened, the plugin publishes no GPU.
 func startBareCluster(t testing.TB) (*localcluster.Cluster, *nomadGate) {
 	t.Helper()
+	return startGatedCluster(t, localcluster.Options{})
+}
+
+// startGatedCluster is startBareCluster with more options (ACL).
+func startGatedCluster(t testing.TB, opts localcluster.Options) (*localcluster.Cluster, *nomadGate) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs real agents; run without -short")
 	}
@@ -87,7 +120,8 @@ func startBareCluster(t testing.TB) (*localcluster.Cluster, *nomadGate) {
 	}
 	gate := newNomadGate(t)
 	cfg := strings.Replace(pluginConfig, "config {", fmt.Sprintf("config {\n    nomad_address = %q", gate.URL), 1)
-	return testcluster.Start(t, localcluster.Options{PluginDir: dir, PluginConfig: cfg}), gate
+	opts.PluginDir, opts.PluginConfig = dir, cfg
+	return testcluster.Start(t, opts), gate
 }
 
 // missingDevices reports whether an evaluation of the job found the node

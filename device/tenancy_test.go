@@ -140,8 +140,10 @@ func reserveOK(t *testing.T, p *Plugin, deviceIDs []string) map[string]string {
 }
 
 func TestReserveTellsRequestAndLimit(t *testing.T) {
+	mps := t.TempDir()
+	serveMPS(t, mps)
 	f := newFakeNomad(t)
-	p, _ := newDynamicPlugin(t, f, func(c *Config) { c.MPSEnabled = true })
+	p, _ := newDynamicPlugin(t, f, func(c *Config) { c.MPSEnabled, c.MPSPipeDirectory = true, mps })
 	u := uuids(p)
 	f.placeTenant(allocA, "nb", "0.75", "gpu-share", shares(u[3], 0, 25)...)
 	cycle(p, f)

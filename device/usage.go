@@ -1,12 +1,14 @@
 package device
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/alloctrack"
+	"github.com/gpushare/nomad-gpushare/device/partition"
 )
 
 // usage is what the Nomad API last said the node's allocations hold, and
@@ -15,16 +17,24 @@ import (
 // and two Reserve calls between two reads must still not give one GPU both
 // whole and shared. It is kept across a reconfiguration (the first read of
 // the new one replaces it), so a reservation granted just before still
-// counts. mu guards every field.
+// counts; but Reserve decides nothing until the new configuration's first
+// read (awaitRead). mu guards every field.
 type usage struct {
 	mu sync.Mutex
 	// gpus is the last successful read, by GPU UUID. Each read replaces
 	// the map and nothing modifies it afterwards, so holders of a copy of
 	// the reference read it without the lock.
 	gpus map[string]*alloctrack.GPUUsage
-	// pending are the reservations granted since the read that accounts
-	// for them began.
+	// hidden says why the last read may have left allocations out (see
+	// alloctrack.Snapshot.Hidden); "" when it was complete.
+	hidden string
+	// pending are the reservations granted since the last consistent read
+	// that began after them.
 	pending map[string]*pendingUse
+	// read is closed by the first successful read since reset; readErr is
+	// the last failed read's error until then.
+	read    chan struct{}
+	readErr error
 }
 
 // pendingUse records how a GPU was reserved since the last Nomad read.
@@ -33,18 +43,74 @@ type pendingUse struct {
 	at           time.Time
 }
 
-// update takes a successful read that began at readStarted: its usage
-// replaces the last, and the reservations made before it began, which it
-// accounts for, are forgotten.
-func (u *usage) update(gpus map[string]*alloctrack.GPUUsage, readStarted time.Time) {
+// reset makes Reserve wait for the next successful read (a new
+// configuration); the last usage and the pending reservations stay.
+func (u *usage) reset() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.gpus = gpus
-	for id, pu := range u.pending {
-		if pu.at.Before(readStarted) {
-			delete(u.pending, id)
+	u.read, u.readErr = make(chan struct{}), nil
+}
+
+// hasPending reports whether reservations wait for a read that accounts for
+// them: the next read should then be consistent.
+func (u *usage) hasPending() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.pending) > 0
+}
+
+// update takes a successful read: its usage replaces the last. A
+// consistent read includes every allocation placed before it began, so the
+// reservations made before then are forgotten; a stale one may lag, so they
+// stay.
+func (u *usage) update(snap alloctrack.Snapshot) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.gpus, u.hidden = snap.GPUs, snap.Hidden
+	if snap.Consistent {
+		for id, pu := range u.pending {
+			if pu.at.Before(snap.Started) {
+				delete(u.pending, id)
+			}
 		}
 	}
+	u.readErr = nil
+	select {
+	case <-u.read:
+	default:
+		close(u.read)
+	}
+}
+
+// failed records a failed read, for Reserve's error while it waits.
+func (u *usage) failed(err error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.readErr = err
+}
+
+// errNoRead is returned by awaitRead when no read succeeded in time.
+var errNoRead = errors.New("the plugin has not read this node's allocations from the Nomad API since it started, so it cannot tell which GPUs are held")
+
+// awaitRead waits, at most timeout, for the first successful read since
+// reset.
+func (u *usage) awaitRead(timeout time.Duration) error {
+	u.mu.Lock()
+	read := u.read
+	u.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-read:
+		return nil
+	case <-t.C:
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.readErr != nil {
+		return fmt.Errorf("%w (waited %s; last attempt: %v)", errNoRead, timeout, u.readErr)
+	}
+	return fmt.Errorf("%w (waited %s; no read finished yet)", errNoRead, timeout)
 }
 
 // current returns the last read (nil before the first); see usage.gpus.
@@ -54,17 +120,37 @@ func (u *usage) current() map[string]*alloctrack.GPUUsage {
 	return u.gpus
 }
 
-// claim records the reservation of binding b at now, or refuses it when a
-// GPU would be held both whole and shared, by the allocations Nomad listed
-// or by reservations since.
-func (u *usage) claim(b binding, now time.Time) error {
+// claim records the reservation of binding b at now, or refuses it when it
+// could give a GPU both whole and shared: when the allocations Nomad listed
+// or the reservations since hold it the other way (conflict), or when the
+// last read may have hidden allocations and the binding is not in the
+// family the GPU is offered in now (hiddenRisk).
+func (u *usage) claim(b binding, v *reserveView, now time.Time) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if err := u.conflict(b); err != nil {
+		return err
+	}
+	if err := u.hiddenRisk(b, v); err != nil {
+		return err
+	}
+	if b.shareGPU != "" {
+		u.record(b.shareGPU, now).share = true
+		return nil
+	}
+	for _, id := range b.whole {
+		u.record(id, now).whole = true
+	}
+	return nil
+}
+
+// conflict refuses a binding that the allocations Nomad listed, or the
+// reservations since, hold the other way.
+func (u *usage) conflict(b binding) error {
 	if b.shareGPU != "" {
 		if g := u.gpus[b.shareGPU]; g != nil && len(g.WholeAllocs) > 0 || u.pending[b.shareGPU] != nil && u.pending[b.shareGPU].whole {
 			return fmt.Errorf("gpushare: refusing shares %s: GPU %s is held whole by another allocation", strings.Join(b.shares, ", "), b.shareGPU)
 		}
-		u.record(b.shareGPU, now).share = true
 		return nil
 	}
 	for _, id := range b.whole {
@@ -76,8 +162,27 @@ func (u *usage) claim(b binding, now time.Time) error {
 			return fmt.Errorf("gpushare: refusing whole GPU %s: it has share tenants (%d shares held)", id, held)
 		}
 	}
-	for _, id := range b.whole {
-		u.record(id, now).whole = true
+	return nil
+}
+
+// hiddenRisk refuses, while allocations may be hidden from the plugin, a
+// binding outside the family its GPU is offered in now. The plugin then
+// switches nothing, so the GPU has stayed in that family and hidden
+// allocations can only hold it that way; a placement in the other family
+// (planned against an older publication) could share the GPU with one.
+func (u *usage) hiddenRisk(b binding, v *reserveView) error {
+	if u.hidden == "" {
+		return nil
+	}
+	want, gpus := partition.Whole, b.whole
+	if b.shareGPU != "" {
+		want, gpus = partition.Share, []string{b.shareGPU}
+	}
+	for _, id := range gpus {
+		if v.gpus[id].family != want {
+			return fmt.Errorf("gpushare: refusing %s of GPU %s: it is not offered as %s now, and allocations on this node may be hidden from the plugin: %s",
+				map[partition.Mode]string{partition.Whole: "the whole GPU", partition.Share: "shares"}[want], id, want, u.hidden)
+		}
 	}
 	return nil
 }

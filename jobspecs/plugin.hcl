@@ -1,8 +1,16 @@
 # Nomad client configuration that loads the gpushare device plugin on a host
 # with NVIDIA GPUs. Put the plugin binary (nomad-device-gpushare) in the
 # client's plugin_dir and add this block to the client's configuration.
+#
+# Do not load HashiCorp's nvidia plugin (nvidia-gpu) on the same client:
+# both offer the same GPUs as nvidia/gpu, and Nomad could give one GPU
+# through both. This plugin offers whole GPUs and MIG devices as that one
+# does, and warns when it finds the other's device groups on the node.
 plugin "nomad-device-gpushare" {
   config {
+    # false turns the plugin off (it offers nothing).
+    enabled = true
+
     backend = "nvml"
 
     # How often NVML is read for new, vanished or failing GPUs.
@@ -29,14 +37,30 @@ plugin "nomad-device-gpushare" {
 
     # With ACLs on, a token made from jobspecs/acl/nomad-gpushare-plugin.policy.hcl
     # (node read, read-job in every namespace; terraform/ makes it). Empty:
-    # NOMAD_TOKEN from the client's environment. Without read-job the
-    # plugin falls back to the idle split below and logs why.
+    # NOMAD_TOKEN from the client's environment. Nomad hides from a token
+    # the allocations of namespaces it cannot read, so a GPU held there
+    # would look idle: the plugin checks its token's policies on every
+    # read and, unless they grant read-job in every namespace, it switches
+    # no GPU between the families, refuses reservations outside the family
+    # a GPU is offered in, and logs what the token lacks.
     # nomad_token = "..."
 
-    # With the NVIDIA MPS control daemon running, shares get hard memory
-    # and compute limits through MPS (at their gpushare_limit).
+    # Shares get hard memory and compute limits through CUDA MPS: the
+    # NVIDIA MPS control daemon must run with this pipe directory
+    # (CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps nvidia-cuda-mps-control -d).
+    # The plugin checks its control socket at every fingerprint and, while
+    # it does not answer, offers no shares (CUDA would run them without
+    # MPS). Without MPS the limits are not enforced by CUDA: share groups
+    # say isolation = "none", and tasks get GPUSHARE_ISOLATION=none; the
+    # memory limit is then enforced by the monitor below (memory_enforcement).
+    # With MPS the hard caps are the task's gpushare_limit.
     mps_enabled        = false
     mps_pipe_directory = "/tmp/nvidia-mps"
+
+    # Xid errors that mark a GPU unhealthy until the plugin restarts (reset
+    # the GPU, then restart the Nomad client). Uncorrectable ECC errors and
+    # a failed row remapping mark it unhealthy too.
+    xid_critical = [48, 62, 63, 64, 74, 79]
 
     # Dynamic fractions and the node-level scheduler (docs/design.md).
     # Every monitor_period the GPU processes are charged to the Nomad

@@ -4,6 +4,13 @@
 // release callback, so this is how the plugin learns that a reservation
 // ended; everything is rebuilt from the API on each read, so nothing is lost
 // when the plugin or the Nomad client restarts.
+//
+// A read says whether it can be trusted as complete: the token's policies
+// are checked (package aclview), because Nomad silently leaves out the
+// allocations of namespaces a token cannot read. Its indexes never go
+// backwards: reads are stale (any server answers) unless asked otherwise,
+// and an answer older than one already seen is refused and read again from
+// the leader.
 package alloctrack
 
 import (
@@ -15,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/device/aclview"
 	"github.com/gpushare/nomad-gpushare/device/ids"
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
@@ -55,13 +63,23 @@ type GPUUsage struct {
 // Snapshot is one read of the node.
 type Snapshot struct {
 	// Started is taken before anything is read, so every placement applied
-	// before Started is in the snapshot.
+	// before Started is in the snapshot (for a Consistent one; a stale read
+	// may lag).
 	Started time.Time
 	NodeID  string
 	GPUs    map[string]*GPUUsage
 	// Tenants are the tasks of the live allocations that hold gpushare
 	// devices.
 	Tenants []Tenant
+	// Consistent is set when the node and its allocations were read from
+	// the leader (ReadOptions.Consistent, or a stale answer refused).
+	Consistent bool
+	// Hidden says which allocations the token may not see (see package
+	// aclview); empty when the allocation list is complete.
+	Hidden string
+	// Foreign are the nvidia device groups of the node that another plugin
+	// publishes (HashiCorp's nvidia plugin): "vendor/type/name", sorted.
+	Foreign []string
 	// Demand waiting that this node could serve (Config.Demand). When it
 	// could not be read, DemandErr says why and Demand is empty.
 	Demand    []Demand
@@ -75,7 +93,15 @@ type Tracker struct {
 	nodeID string
 	now    func() time.Time
 	jobs   jobCache
+	acl    *aclview.Checker
+	// seen are the highest indexes of the node and its allocation list
+	// accepted so far: a stale answer below them is refused.
+	seen indexes
 }
+
+// indexes are the X-Nomad-Index values of one read of the node and of its
+// allocation list.
+type indexes struct{ node, allocs uint64 }
 
 // New makes a tracker; it does not contact Nomad yet.
 func New(cfg Config) (*Tracker, error) {
@@ -93,12 +119,14 @@ func New(cfg Config) (*Tracker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nomad API client for %s: %w", ac.Address, err)
 	}
-	return &Tracker{cfg: cfg, client: c, nodeID: cfg.NodeID, now: time.Now}, nil
+	return &Tracker{cfg: cfg, client: c, nodeID: cfg.NodeID, now: time.Now, acl: aclview.NewChecker(c)}, nil
 }
 
 // Address is the Nomad address in use.
 func (t *Tracker) Address() string { return t.client.Address() }
 
+// q returns options for one request: a stale read (any server answers),
+// bounded by Config.Timeout.
 func (t *Tracker) q(ctx context.Context) (*api.QueryOptions, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(ctx, t.cfg.Timeout)
 	return (&api.QueryOptions{AllowStale: true}).WithContext(ctx), cancel
@@ -176,28 +204,46 @@ func (t *Tracker) nodeNamed(ctx context.Context, name string) (string, error) {
 	}
 }
 
-// Read takes one snapshot of the node.
-func (t *Tracker) Read(ctx context.Context) (Snapshot, error) {
+// ReadOptions tune one Read.
+type ReadOptions struct {
+	// Consistent reads the node and its allocations from the leader
+	// instead of any server: the answer then includes every allocation
+	// placed before the read began.
+	Consistent bool
+}
+
+// Read takes one snapshot of the node: whether the token sees every
+// allocation, the servers' view of the node's devices, the allocations, and
+// (Config.Demand) the waiting demand. Indexes never go backwards: a stale
+// answer older than one already accepted (a lagging server) is refused and
+// the node read again from the leader, whose answer stands.
+func (t *Tracker) Read(ctx context.Context, o ReadOptions) (Snapshot, error) {
 	started := t.now()
 	nodeID, err := t.NodeID(ctx)
 	if err != nil {
 		return Snapshot{}, err
 	}
+	snap := Snapshot{Started: started, NodeID: nodeID, GPUs: map[string]*GPUUsage{}, Consistent: o.Consistent}
 	q, cancel := t.q(ctx)
-	defer cancel()
-	// The servers' view first, then the allocations: a placement made after
-	// the node view was read is still seen in the allocation list.
-	node, _, err := t.client.Nodes().Info(nodeID, q)
-	if err != nil {
-		return Snapshot{}, fmt.Errorf("read node %s at %s: %w", nodeID, t.client.Address(), err)
+	v := t.acl.Check(q)
+	cancel()
+	if !v.Complete {
+		snap.Hidden = v.Reason
 	}
-	allocs, _, err := t.client.Nodes().Allocations(nodeID, q)
-	if err != nil {
-		return Snapshot{}, fmt.Errorf("list allocations of node %s at %s: %w", nodeID, t.client.Address(), err)
+	node, allocs, idx, err := t.readNode(ctx, nodeID, o.Consistent)
+	if err == nil && !o.Consistent && idx.behind(t.seen) {
+		t.debug("stale answer refused; reading from the leader", "node_index", idx.node, "allocs_index", idx.allocs,
+			"seen_node_index", t.seen.node, "seen_allocs_index", t.seen.allocs)
+		snap.Consistent = true
+		node, allocs, idx, err = t.readNode(ctx, nodeID, true)
 	}
-	snap := Snapshot{Started: started, NodeID: nodeID, GPUs: map[string]*GPUUsage{}}
+	if err != nil {
+		return Snapshot{}, err
+	}
+	t.seen = idx.after(t.seen, snap.Consistent)
 	if node.NodeResources != nil {
 		addServerView(snap.GPUs, node.NodeResources.Devices)
+		snap.Foreign = foreignGroups(node.NodeResources.Devices)
 	}
 	addAllocations(snap.GPUs, allocs)
 	snap.Tenants = tenantsOf(allocs)
@@ -205,6 +251,40 @@ func (t *Tracker) Read(ctx context.Context) (Snapshot, error) {
 		snap.Demand, snap.DemandErr = t.readDemand(ctx, node)
 	}
 	return snap, nil
+}
+
+// readNode reads the servers' view of the node first, then its
+// allocations: a placement made after the node view was read is still seen
+// in the allocation list.
+func (t *Tracker) readNode(ctx context.Context, nodeID string, consistent bool) (*api.Node, []*api.Allocation, indexes, error) {
+	q, cancel := t.q(ctx)
+	defer cancel()
+	q.AllowStale = !consistent
+	node, nm, err := t.client.Nodes().Info(nodeID, q)
+	if err != nil {
+		return nil, nil, indexes{}, fmt.Errorf("read node %s at %s: %w", nodeID, t.client.Address(), err)
+	}
+	allocs, am, err := t.client.Nodes().Allocations(nodeID, q)
+	if err != nil {
+		return nil, nil, indexes{}, fmt.Errorf("list allocations of node %s at %s: %w", nodeID, t.client.Address(), err)
+	}
+	return node, allocs, indexes{node: nm.LastIndex, allocs: am.LastIndex}, nil
+}
+
+// behind reports whether a read is older than one already accepted.
+func (i indexes) behind(seen indexes) bool {
+	return i.node < seen.node || i.allocs < seen.allocs
+}
+
+// after returns the indexes to keep once a read is accepted: the highest
+// seen, unless the read came from the leader, which is authoritative (an
+// allocation list's index can go down when the allocation that set it is
+// garbage collected).
+func (i indexes) after(seen indexes, consistent bool) indexes {
+	if consistent {
+		return i
+	}
+	return indexes{node: max(i.node, seen.node), allocs: max(i.allocs, seen.allocs)}
 }
 
 func get(m map[string]*GPUUsage, uuid string) *GPUUsage {
@@ -237,6 +317,19 @@ func addServerView(m map[string]*GPUUsage, groups []*api.NodeDeviceResource) {
 			}
 		}
 	}
+}
+
+// foreignGroups lists the nvidia device groups without the plugin's
+// sharing attribute: another plugin publishes them.
+func foreignGroups(groups []*api.NodeDeviceResource) []string {
+	var out []string
+	for _, g := range groups {
+		if g != nil && g.Vendor == ids.Vendor && g.Attributes[ids.SharingAttr] == nil {
+			out = append(out, g.ID())
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // live reports whether an allocation may still be using its devices: every

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/hashicorp/nomad/api"
@@ -98,9 +99,14 @@ func TestAddAllocations(t *testing.T) {
 // TestRead covers the HTTP path against a fake of the three endpoints used;
 // the real agent is covered by the device package's integration test.
 func TestRead(t *testing.T) {
+	whole, share := "whole", "share"
 	node := &api.Node{ID: "n1", Name: "host-a", NodeResources: &api.NodeResources{Devices: []*api.NodeDeviceResource{
-		{Vendor: "nvidia", Type: "gpu", Name: "A100", Instances: []*api.NodeDevice{{ID: "GPU-1", Healthy: true}, {ID: "GPU-2", Healthy: false}}},
-		{Vendor: "nvidia", Type: "gpu-share", Name: "A100-2", Instances: []*api.NodeDevice{{ID: "GPU-2-s00", Healthy: true}}},
+		{Vendor: "nvidia", Type: "gpu", Name: "A100", Instances: []*api.NodeDevice{{ID: "GPU-1", Healthy: true}, {ID: "GPU-2", Healthy: false}},
+			Attributes: map[string]*api.Attribute{"sharing": {StringVal: &whole}}},
+		{Vendor: "nvidia", Type: "gpu-share", Name: "A100-2", Instances: []*api.NodeDevice{{ID: "GPU-2-s00", Healthy: true}},
+			Attributes: map[string]*api.Attribute{"sharing": {StringVal: &share}}},
+		// HashiCorp's nvidia plugin, loaded beside: no sharing attribute.
+		{Vendor: "nvidia", Type: "gpu", Name: "A100", Instances: []*api.NodeDevice{{ID: "GPU-1", Healthy: true}}},
 	}}}
 	allocs := []*api.Allocation{alloc("a", "running", devs("gpu-share", "GPU-2-s00"))}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -124,7 +130,7 @@ func TestRead(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		snap, err := tr.Read(context.Background())
+		snap, err := tr.Read(context.Background(), ReadOptions{})
 		if err != nil {
 			t.Fatalf("%+v: %v", cfg, err)
 		}
@@ -132,14 +138,22 @@ func TestRead(t *testing.T) {
 		if snap.NodeID != "n1" || !g1.ServerWhole || g1.ServerShare || g2.ServerWhole || !g2.ServerShare || g2.ShareUnits != 1 {
 			t.Fatalf("%+v: snapshot %s", cfg, snap)
 		}
+		if strings.Join(snap.Foreign, ",") != "nvidia/gpu/A100" {
+			t.Errorf("another plugin's groups: %v", snap.Foreign)
+		}
+		// The fake answers no ACL endpoint: the list cannot be proven
+		// complete.
+		if !strings.Contains(snap.Hidden, "cannot check what the Nomad token may read") {
+			t.Errorf("Hidden = %q", snap.Hidden)
+		}
 	}
 	tr, _ := New(Config{Address: srv.URL, NodeName: "nope"})
-	if _, err := tr.Read(context.Background()); err == nil || !strings.Contains(err.Error(), `no node named "nope"`) {
+	if _, err := tr.Read(context.Background(), ReadOptions{}); err == nil || !strings.Contains(err.Error(), `no node named "nope"`) {
 		t.Fatalf("unknown node name: %v", err)
 	}
 	srv.Close()
 	tr, _ = New(Config{Address: srv.URL, NodeID: "n1"})
-	if _, err := tr.Read(context.Background()); err == nil || !strings.Contains(err.Error(), srv.URL) {
+	if _, err := tr.Read(context.Background(), ReadOptions{}); err == nil || !strings.Contains(err.Error(), srv.URL) {
 		t.Fatalf("unreachable Nomad: %v", err)
 	}
 }
@@ -195,5 +209,74 @@ func TestNodeIDKeepsTheAgentError(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReadRefusesStaleAnswers: a server that lags behind what was already
+// read is not believed; the node is read again from the leader, whose
+// answer stands even when its index went down (an allocation collected).
+func TestReadRefusesStaleAnswers(t *testing.T) {
+	var mu sync.Mutex
+	leader, follower := uint64(10), uint64(10) // allocation list indexes
+	leaderAllocs := []*api.Allocation{alloc("new", "running", devs("gpu", "GPU-1"))}
+	var consistentReads int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		_, stale := r.URL.Query()["stale"]
+		idx, allocs := leader, leaderAllocs
+		if stale {
+			idx, allocs = follower, nil // the follower has not seen "new"
+		} else if r.URL.Path == "/v1/node/n1/allocations" {
+			consistentReads++
+		}
+		w.Header().Set("X-Nomad-Index", strconv.FormatUint(idx, 10))
+		switch r.URL.Path {
+		case "/v1/node/n1":
+			json.NewEncoder(w).Encode(&api.Node{ID: "n1"})
+		case "/v1/node/n1/allocations":
+			json.NewEncoder(w).Encode(allocs)
+		case "/v1/acl/token/self":
+			json.NewEncoder(w).Encode(&api.ACLToken{AccessorID: "acls-disabled"})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	tr, err := New(Config{Address: srv.URL, NodeID: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(o ReadOptions) Snapshot {
+		t.Helper()
+		snap, err := tr.Read(context.Background(), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snap
+	}
+	steps := []struct {
+		name                string
+		leader, follower    uint64
+		opts                ReadOptions
+		wantHeld, wantConsi bool
+	}{
+		{"a consistent read sees the new allocation", 20, 10, ReadOptions{Consistent: true}, true, true},
+		{"a lagging server is refused: read again from the leader", 20, 10, ReadOptions{}, true, true},
+		{"a server that caught up is believed", 20, 20, ReadOptions{}, false, false},
+		{"the leader's index went down (garbage collection): it stands", 15, 15, ReadOptions{Consistent: true}, true, true},
+		{"and later stale reads compare with it", 15, 15, ReadOptions{}, false, false},
+	}
+	for _, s := range steps {
+		mu.Lock()
+		leader, follower = s.leader, s.follower
+		mu.Unlock()
+		snap := read(s.opts)
+		if held := snap.GPUs["GPU-1"] != nil; held != s.wantHeld || snap.Consistent != s.wantConsi {
+			t.Fatalf("%s: GPU-1 held %v, consistent %v; want %v, %v", s.name, held, snap.Consistent, s.wantHeld, s.wantConsi)
+		}
+	}
+	if consistentReads != 3 {
+		t.Errorf("%d consistent reads, want 3", consistentReads)
 	}
 }

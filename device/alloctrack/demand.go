@@ -162,17 +162,26 @@ func admits(job *api.Job, node *api.Node) bool {
 }
 
 // deviceGroupNames lists the node's gpushare device group names by type.
+// MIG device groups are left out: a request naming one waits for a MIG
+// device, which no switch of a whole GPU provides.
 func deviceGroupNames(node *api.Node) map[string]map[string]bool {
 	out := map[string]map[string]bool{ids.TypeWhole: {}, ids.TypeShare: {}}
 	if node.NodeResources == nil {
 		return out
 	}
 	for _, g := range node.NodeResources.Devices {
-		if g != nil && g.Vendor == ids.Vendor && out[g.Type] != nil {
+		if g != nil && g.Vendor == ids.Vendor && out[g.Type] != nil && !isMIGGroup(g) {
 			out[g.Type][g.Name] = true
 		}
 	}
 	return out
+}
+
+// isMIGGroup reports whether the plugin published the group for MIG
+// devices.
+func isMIGGroup(g *api.NodeDeviceResource) bool {
+	a := g.Attributes[ids.SharingAttr]
+	return a != nil && a.StringVal != nil && *a.StringVal == ids.SharingMIG
 }
 
 // requestFamily says which gpushare family a device request asks for, if

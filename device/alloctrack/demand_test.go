@@ -59,6 +59,23 @@ func TestRequestFamily(t *testing.T) {
 	}
 }
 
+// TestMIGGroupsAreNoDemand: a request naming a MIG device group waits for
+// a MIG device; no switch of a whole GPU serves it.
+func TestMIGGroupsAreNoDemand(t *testing.T) {
+	mig := "mig"
+	node := &api.Node{NodeResources: &api.NodeResources{Devices: []*api.NodeDeviceResource{
+		{Vendor: "nvidia", Type: "gpu", Name: "NVIDIA A100"},
+		{Vendor: "nvidia", Type: "gpu", Name: "NVIDIA A100 MIG 1g.5gb", Attributes: map[string]*api.Attribute{"sharing": {StringVal: &mig}}},
+	}}}
+	groups := deviceGroupNames(node)
+	if _, ok := requestFamily(ids.ParseRequestName("nvidia/gpu/NVIDIA A100 MIG 1g.5gb"), groups); ok {
+		t.Error("a request for a MIG device counts as whole-GPU demand")
+	}
+	if _, ok := requestFamily(ids.ParseRequestName("nvidia/gpu/NVIDIA A100"), groups); !ok {
+		t.Error("a request for a whole GPU model is no demand")
+	}
+}
+
 func TestJobDemand(t *testing.T) {
 	groups := map[string]map[string]bool{ids.TypeWhole: {}, ids.TypeShare: {}}
 	sub := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

@@ -1,8 +1,9 @@
 // Package gpu reads GPUs through go-nvml's nvml.Interface: the inventory
 // (UUID, model, memory, compute capability, PCI bus ID, driver and CUDA
-// versions, MIG mode) and live statistics (memory used, utilization,
-// temperature, power). The interface is either real NVML (nvml.New) or a
-// simulated machine built on go-nvml's mocks (see NewSimulated).
+// versions, MIG mode and the MIG devices of a MIG-enabled GPU) and live
+// statistics (memory used, utilization, temperature, power). The interface
+// is either real NVML (nvml.New) or a simulated machine built on go-nvml's
+// mocks (see NewSimulated).
 package gpu
 
 import (
@@ -31,9 +32,12 @@ type GPU struct {
 	MemoryClockMHz   int
 	BAR1MiB          uint64
 	CUDACores        int
-	// MIG is true when MIG mode is enabled: the GPU is listed whole and never
-	// shared.
-	MIG bool
+	// MIG is true when MIG mode is enabled: the GPU itself is not offered,
+	// its MIG devices are.
+	MIG        bool
+	MIGDevices []MIGDevice
+	// Memory is what the GPU reports about uncorrectable memory errors.
+	Memory MemoryHealth
 	// Err is set when the GPU answered with an error; it is then listed
 	// unhealthy with this reason.
 	Err error
@@ -51,25 +55,13 @@ type Inventory struct {
 	GPUs          []GPU
 }
 
-// Stats are live readings of one GPU. Pointers are nil where NVML gives no
-// value.
-type Stats struct {
-	UUID         string
-	MemUsedMiB   uint64
-	MemTotalMiB  uint64
-	GPUUtilPct   *uint32
-	MemUtilPct   *uint32
-	TemperatureC *uint32
-	PowerW       *float64
-	Err          error
-}
-
 // Source reads GPUs through an nvml.Interface. It is safe for concurrent
 // use.
 type Source struct {
 	mu     sync.Mutex
 	lib    nvml.Interface
 	inited bool
+	xid    *xidWatch // the running Xid watch (WatchXid), nil before
 }
 
 // NewSource wraps lib. Nothing is called until Inventory or Stats.
@@ -96,14 +88,19 @@ func (s *Source) init() error {
 	return nil
 }
 
-// Close shuts NVML down if it was initialized.
+// Close stops the Xid watch and shuts NVML down if it was initialized.
+// It does not wait for the watch's last wait (at most half a second): NVML
+// is shut down after it.
 func (s *Source) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.inited {
-		s.lib.Shutdown()
-		s.inited = false
-	}
+	lib, inited := s.lib, s.inited
+	s.inited = false
+	s.stopXid(func() {
+		if inited {
+			lib.Shutdown()
+		}
+	})
 }
 
 // Inventory lists the GPUs. An error means nothing could be listed (NVML
@@ -125,7 +122,8 @@ func (s *Source) Inventory() (Inventory, error) {
 	n, ret := s.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		// NVML may have been unloaded under us (driver reload): init again
-		// next time.
+		// next time, and watch Xid errors again after that.
+		s.stopXid(func() {})
 		s.inited = false
 		return Inventory{}, fmt.Errorf("NVML could not count GPUs: %v", ret)
 	}
@@ -162,10 +160,14 @@ func (s *Source) describe(i int) GPU {
 	}
 	cur, _, ret := d.GetMigMode()
 	g.MIG = ret == nvml.SUCCESS && cur == nvml.DEVICE_MIG_ENABLE
+	if g.MIG {
+		g.MIGDevices = migDevices(d)
+	}
 	if arch, ret := d.GetArchitecture(); ret == nvml.SUCCESS {
 		g.Architecture = archName(arch)
 	}
 	describeLimits(d, &g)
+	g.Memory = readMemoryHealth(d)
 	return g
 }
 
@@ -192,53 +194,6 @@ func describeLimits(d nvml.Device, g *GPU) {
 	if c, ret := d.GetNumGpuCores(); ret == nvml.SUCCESS {
 		g.CUDACores = c
 	}
-}
-
-// Stats reads live statistics of every GPU, keyed by UUID.
-func (s *Source) Stats() (map[string]Stats, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.init(); err != nil {
-		return nil, err
-	}
-	n, ret := s.lib.DeviceGetCount()
-	if ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("NVML could not count GPUs: %v", ret)
-	}
-	out := make(map[string]Stats, n)
-	for i := 0; i < n; i++ {
-		d, ret := s.lib.DeviceGetHandleByIndex(i)
-		if ret != nvml.SUCCESS {
-			continue
-		}
-		uuid, ret := d.GetUUID()
-		if ret != nvml.SUCCESS {
-			continue
-		}
-		out[uuid] = readStats(uuid, d)
-	}
-	return out, nil
-}
-
-// readStats reads one GPU's live statistics.
-func readStats(uuid string, d nvml.Device) Stats {
-	st := Stats{UUID: uuid}
-	mem, ret := d.GetMemoryInfo()
-	if ret != nvml.SUCCESS {
-		st.Err = fmt.Errorf("read memory: %v", ret)
-	}
-	st.MemUsedMiB, st.MemTotalMiB = mem.Used>>20, mem.Total>>20
-	if ut, ret := d.GetUtilizationRates(); ret == nvml.SUCCESS {
-		st.GPUUtilPct, st.MemUtilPct = &ut.Gpu, &ut.Memory
-	}
-	if t, ret := d.GetTemperature(nvml.TEMPERATURE_GPU); ret == nvml.SUCCESS {
-		st.TemperatureC = &t
-	}
-	if mw, ret := d.GetPowerUsage(); ret == nvml.SUCCESS {
-		w := float64(mw) / 1000
-		st.PowerW = &w
-	}
-	return st
 }
 
 func busID(p nvml.PciInfo) string {

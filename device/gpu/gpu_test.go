@@ -2,8 +2,10 @@ package gpu
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -111,6 +113,71 @@ func TestLostGPUAndMIG(t *testing.T) {
 	}
 }
 
+// TestSimulatedMIGDevices: a MIG-enabled GPU lists its MIG devices with
+// NVML's names (parent model and profile), memory, instance IDs and
+// stable UUIDs; disabling MIG removes them.
+func TestSimulatedMIGDevices(t *testing.T) {
+	for _, tt := range []struct {
+		preset   string
+		profiles []int
+		want     []string // profile and memory MiB
+	}{
+		{PresetA100, []int{nvml.GPU_INSTANCE_PROFILE_1_SLICE, nvml.GPU_INSTANCE_PROFILE_1_SLICE, nvml.GPU_INSTANCE_PROFILE_3_SLICE},
+			[]string{"1g.5gb 4864", "1g.5gb 4864", "3g.20gb 19968"}},
+		{PresetH100, []int{nvml.GPU_INSTANCE_PROFILE_2_SLICE}, []string{"2g.20gb 20480"}},
+	} {
+		t.Run(tt.preset, func(t *testing.T) {
+			sim, _ := NewSimulated(SimOptions{Preset: tt.preset, Count: 2})
+			if _, err := sim.AddMIGDevice(1, nvml.GPU_INSTANCE_PROFILE_1_SLICE); err == nil {
+				t.Fatal("MIG device created without MIG mode")
+			}
+			sim.SetMIG(1, true)
+			var uuids []string
+			for _, p := range tt.profiles {
+				u, err := sim.AddMIGDevice(1, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				uuids = append(uuids, u)
+			}
+			inv, err := NewSource(sim).Inventory()
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := inv.GPUs[1]
+			if !g.MIG || inv.GPUs[0].MIG || len(inv.GPUs[0].MIGDevices) != 0 || len(g.MIGDevices) != len(tt.want) {
+				t.Fatalf("GPU 1: MIG %v with %d devices", g.MIG, len(g.MIGDevices))
+			}
+			for j, m := range g.MIGDevices {
+				got := fmt.Sprintf("%s %d", m.Profile, m.MemoryMiB)
+				if m.Err != nil || got != tt.want[j] || m.UUID != uuids[j] || !strings.HasPrefix(m.UUID, "MIG-") ||
+					m.Name != g.Model+" MIG "+m.Profile || m.GPUInstance != j {
+					t.Errorf("MIG device %d = %+v, want %s", j, m, tt.want[j])
+				}
+			}
+			again, _ := NewSimulated(SimOptions{Preset: tt.preset, Count: 2})
+			again.SetMIG(1, true)
+			if u, _ := again.AddMIGDevice(1, tt.profiles[0]); u != uuids[0] {
+				t.Errorf("MIG UUID not stable: %s then %s", uuids[0], u)
+			}
+			sim.SetMIG(1, false)
+			if inv, _ := NewSource(sim).Inventory(); inv.GPUs[1].MIG || len(inv.GPUs[1].MIGDevices) != 0 {
+				t.Errorf("after MIG off: %+v", inv.GPUs[1])
+			}
+		})
+	}
+}
+
+func TestMIGProfile(t *testing.T) {
+	for name, want := range map[string]string{
+		"NVIDIA A100-SXM4-40GB MIG 1g.5gb": "1g.5gb", "NVIDIA H100 80GB HBM3 MIG 1g.10gb+me": "1g.10gb+me", "NVIDIA A100": "", "": "",
+	} {
+		if got := migProfile(name); got != want {
+			t.Errorf("migProfile(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
 func TestStats(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -142,7 +209,24 @@ func TestStats(t *testing.T) {
 			if s1.Err != nil || s1.MemUsedMiB != tt.memMiB/2 || *s1.GPUUtilPct != 80 || *s1.MemUtilPct != 50 || s1.TemperatureC == nil || s1.PowerW == nil || *s1.PowerW <= *s0.PowerW {
 				t.Errorf("busy GPU stats %+v", s1)
 			}
+			if *s1.EncoderPct != 20 || *s1.DecoderPct != 40 || *s1.BAR1UsedMiB != 2 || *s1.BAR1TotalMiB != tt.memMiB || s1.ECCCorrected.Device == nil {
+				t.Errorf("busy GPU encoder %v decoder %v BAR1 %v/%v ECC %+v", *s1.EncoderPct, *s1.DecoderPct, *s1.BAR1UsedMiB, *s1.BAR1TotalMiB, s1.ECCCorrected)
+			}
 		})
+	}
+}
+
+// TestMIGStats: a MIG device reports its memory.
+func TestMIGStats(t *testing.T) {
+	sim, _ := NewSimulated(SimOptions{Preset: PresetA100, Count: 2})
+	sim.SetMIG(1, true)
+	mig, _ := sim.AddMIGDevice(1, nvml.GPU_INSTANCE_PROFILE_3_SLICE)
+	st, err := NewSource(sim).Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := st[mig]; m.Err != nil || m.MemTotalMiB != 19968 || m.GPUUtilPct != nil {
+		t.Fatalf("MIG device stats %+v", m)
 	}
 }
 
@@ -157,8 +241,14 @@ func TestSimulatedSetsEveryCallOfSource(t *testing.T) {
 			t.Fatal(err)
 		}
 		sim.SetMIG(1, true)
+		if _, err := sim.AddMIGDevice(1, nvml.GPU_INSTANCE_PROFILE_1_SLICE); err != nil {
+			t.Fatal(err)
+		}
 		inv, err := NewSource(sim).Inventory()
 		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := NewSource(sim).Stats(); err != nil {
 			t.Fatal(err)
 		}
 		for _, g := range inv.GPUs {
@@ -197,5 +287,74 @@ func TestRealNVML(t *testing.T) {
 	}
 	if _, err := src.Stats(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestXidWatch: every GPU is registered for Xid critical errors, each
+// event is reported with its GPU (and MIG instance), and Close stops the
+// watch.
+func TestXidWatch(t *testing.T) {
+	sim, _ := NewSimulated(SimOptions{Preset: PresetA100, Count: 3})
+	src := NewSource(sim)
+	if started, _, err := src.WatchXid(func(XidEvent) {}); started || err != nil {
+		t.Fatalf("watch before NVML is initialized: %v, %v", started, err)
+	}
+	if sim.XidRegistered(0) {
+		t.Fatal("watch started before NVML was initialized")
+	}
+	if _, err := src.Inventory(); err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan XidEvent, 4)
+	started, unsupported, err := src.WatchXid(func(e XidEvent) { events <- e })
+	if !started || err != nil || len(unsupported) != 0 {
+		t.Fatalf("WatchXid: %v, %v, %v", started, unsupported, err)
+	}
+	if again, _, _ := src.WatchXid(func(e XidEvent) { events <- e }); again {
+		t.Fatal("a second watch started")
+	}
+	for i := 0; i < 3; i++ {
+		if !sim.XidRegistered(i) {
+			t.Fatalf("GPU %d not registered for Xid events", i)
+		}
+	}
+	sim.InjectXid(2, 79)
+	sim.InjectMIGXid(1, 3, 0, 48)
+	want := []XidEvent{{UUID: sim.UUIDs()[2], Xid: 79, GPUInstance: -1, ComputeInstance: -1}, {UUID: sim.UUIDs()[1], Xid: 48, GPUInstance: 3, ComputeInstance: 0}}
+	for _, w := range want {
+		select {
+		case e := <-events:
+			if e != w {
+				t.Errorf("event %+v, want %+v", e, w)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no event for %+v", w)
+		}
+	}
+	src.Close()
+	sim.InjectXid(0, 79)
+	select {
+	case e := <-events:
+		t.Fatalf("event %+v after Close", e)
+	case <-time.After(2 * xidWaitMS * time.Millisecond):
+	}
+}
+
+// TestMemoryHealth: uncorrectable ECC counts and a row remapping failure
+// are read at every inventory.
+func TestMemoryHealth(t *testing.T) {
+	sim, _ := NewSimulated(SimOptions{Preset: PresetH100, Count: 2})
+	sim.SetECC(1, 2, 5)
+	sim.SetRemapFailure(1, true)
+	inv, err := NewSource(sim).Inventory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h0, h1 := inv.GPUs[0].Memory, inv.GPUs[1].Memory
+	if h0.UncorrectedVolatile == nil || *h0.UncorrectedVolatile != 0 || h0.RemapFailure {
+		t.Errorf("healthy GPU: %+v", h0)
+	}
+	if *h1.UncorrectedVolatile != 2 || *h1.UncorrectedAggregate != 5 || !h1.RemapFailure {
+		t.Errorf("failing GPU: volatile %d aggregate %d remap failure %v", *h1.UncorrectedVolatile, *h1.UncorrectedAggregate, h1.RemapFailure)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
@@ -38,8 +39,9 @@ type SimOptions struct {
 
 // Simulated is an nvml.Interface built on go-nvml's mock machines, with what
 // the mocks lack filled in: PCI bus IDs, utilization, temperature, power,
-// memory in use, processes (from SimOptions.ProcessDir), stable UUIDs. Its Set methods let tests
-// and demos change readings and break GPUs.
+// memory in use, processes (from SimOptions.ProcessDir), stable UUIDs, MIG
+// devices (simulated_mig.go). Its Set and Add methods let tests and demos
+// change readings, break GPUs and create MIG devices.
 //
 // A go-nvml mock function that is not set panics when called, and Source
 // recovers from nothing (real NVML does not panic, and a panic there is a
@@ -48,12 +50,21 @@ type SimOptions struct {
 type Simulated struct {
 	*server.Server
 
+	seed     string
 	mu       sync.Mutex
 	devs     []*server.Device
+	mig      map[int][]*mock.Device // MIG devices by GPU index
 	lost     map[int]nvml.Return
+	nameErr  map[int]nvml.Return
 	util     map[int]uint32
 	initFail nvml.Return
 	procs    *simProcs
+	// events carries injected events to the event sets' Wait;
+	// xidRegistered are the GPUs registered for Xid events; ecc their
+	// memory errors.
+	events        chan nvml.EventData
+	xidRegistered map[int]bool
+	ecc           map[int]simECC
 }
 
 // NewSimulated builds a simulated machine.
@@ -86,7 +97,7 @@ func NewSimulated(o SimOptions) (*Simulated, error) {
 	if seed == "" {
 		seed = "gpushare"
 	}
-	s := &Simulated{Server: srv, lost: map[int]nvml.Return{}, util: map[int]uint32{}, initFail: nvml.SUCCESS,
+	s := &Simulated{Server: srv, seed: seed, mig: map[int][]*mock.Device{}, xidRegistered: map[int]bool{}, ecc: map[int]simECC{}, lost: map[int]nvml.Return{}, nameErr: map[int]nvml.Return{}, util: map[int]uint32{}, initFail: nvml.SUCCESS,
 		procs: &simProcs{dir: o.ProcessDir, now: time.Now}}
 	for i, nd := range srv.Devices {
 		d := nd.(*server.Device)
@@ -94,9 +105,14 @@ func NewSimulated(o SimOptions) (*Simulated, error) {
 		d.PciBusID = fmt.Sprintf("00000000:%02X:00.0", simBus(i))
 		d.MemoryInfo.Free = d.MemoryInfo.Total
 		s.devs = append(s.devs, d)
-		s.fill(i, d)
-		s.fillProcesses(i, d)
+		s.fillIdentity(i, d)
+		s.fillReadings(i, d)
+		fillLimits(d)
+		s.fillMIG(i, d)
+		s.fillHealth(i, d)
+		s.fillProcesses(i, d) // after fillReadings: it adds the processes to the readings
 	}
+	s.fillEvents()
 	srv.InitFunc = func() nvml.Return {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -137,8 +153,19 @@ func (s *Simulated) lostRet(i int) nvml.Return {
 	return nvml.SUCCESS
 }
 
-// fill sets the mock functions the mock machines leave unset.
-func (s *Simulated) fill(i int, d *server.Device) {
+// The mock machines leave most calls unset, and the Set methods break
+// some: fillIdentity, fillReadings and fillLimits set them.
+
+// fillIdentity sets GPU i's name and PCI information.
+func (s *Simulated) fillIdentity(i int, d *server.Device) {
+	d.GetNameFunc = func() (string, nvml.Return) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if r, ok := s.nameErr[i]; ok {
+			return "", r
+		}
+		return d.Config.Name, nvml.SUCCESS
+	}
 	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
 		p := nvml.PciInfo{PciDeviceId: d.Config.PciDeviceId, Bus: uint32(simBus(i))}
 		for j := 0; j < len(d.PciBusID) && j < len(p.BusId)-1; j++ {
@@ -146,6 +173,11 @@ func (s *Simulated) fill(i int, d *server.Device) {
 		}
 		return p, nvml.SUCCESS
 	}
+}
+
+// fillReadings sets GPU i's live readings: memory, utilization,
+// temperature and power follow SetUsage.
+func (s *Simulated) fillReadings(i int, d *server.Device) {
 	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
 		if r := s.lostRet(i); r != nvml.SUCCESS {
 			return nvml.Memory{}, r
@@ -164,6 +196,16 @@ func (s *Simulated) fill(i int, d *server.Device) {
 		}
 		return nvml.Utilization{Gpu: u, Memory: m}, nvml.SUCCESS
 	}
+	d.GetEncoderUtilizationFunc = func() (uint32, uint32, nvml.Return) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.util[i] / 4, 167000, nvml.SUCCESS // utilization, sampling period (us)
+	}
+	d.GetDecoderUtilizationFunc = func() (uint32, uint32, nvml.Return) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.util[i] / 2, 167000, nvml.SUCCESS
+	}
 	d.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -174,6 +216,11 @@ func (s *Simulated) fill(i int, d *server.Device) {
 		defer s.mu.Unlock()
 		return 70_000 + s.util[i]*5_000, nvml.SUCCESS // milliwatts
 	}
+}
+
+// fillLimits sets a GPU's fixed facts by its architecture: power limit,
+// PCIe link, clocks, BAR1 and core count.
+func fillLimits(d *server.Device) {
 	d.GetPowerManagementLimitFunc = func() (uint32, nvml.Return) {
 		if d.Config.Architecture == nvml.DEVICE_ARCH_HOPPER {
 			return 700_000, nvml.SUCCESS
@@ -194,7 +241,8 @@ func (s *Simulated) fill(i int, d *server.Device) {
 		return 1980, nvml.SUCCESS
 	}
 	d.GetBAR1MemoryInfoFunc = func() (nvml.BAR1Memory, nvml.Return) {
-		return nvml.BAR1Memory{Bar1Total: d.MemoryInfo.Total, Bar1Free: d.MemoryInfo.Total}, nvml.SUCCESS
+		const used = 2 << 20 // the driver maps a little
+		return nvml.BAR1Memory{Bar1Total: d.MemoryInfo.Total, Bar1Free: d.MemoryInfo.Total - used, Bar1Used: used}, nvml.SUCCESS
 	}
 	d.GetNumGpuCoresFunc = func() (int, nvml.Return) {
 		if d.Config.Architecture == nvml.DEVICE_ARCH_HOPPER {
@@ -225,6 +273,18 @@ func (s *Simulated) SetLost(i int, ret nvml.Return) {
 	}
 }
 
+// SetNameError makes GPU i's name unreadable (ret, e.g.
+// nvml.ERROR_UNKNOWN); nvml.SUCCESS heals it.
+func (s *Simulated) SetNameError(i int, ret nvml.Return) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ret == nvml.SUCCESS {
+		delete(s.nameErr, i)
+	} else {
+		s.nameErr[i] = ret
+	}
+}
+
 // SetUsage sets GPU i's memory in use and utilization.
 func (s *Simulated) SetUsage(i int, memUsedMiB uint64, utilPct uint32) {
 	s.mu.Lock()
@@ -243,13 +303,4 @@ func (s *Simulated) SetInitError(ret nvml.Return) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.initFail = ret
-}
-
-// SetMIG enables or disables MIG mode on GPU i.
-func (s *Simulated) SetMIG(i int, on bool) {
-	mode := nvml.DEVICE_MIG_DISABLE
-	if on {
-		mode = nvml.DEVICE_MIG_ENABLE
-	}
-	s.devs[i].SetMigMode(mode)
 }

@@ -32,6 +32,19 @@ const (
 	TypeShare = "gpu-share"
 )
 
+// SharingAttr is the device group attribute that says how a group of the
+// plugin offers its GPUs: SharingWhole, SharingShare or SharingMIG (MIG
+// devices, published under TypeWhole). Every group the plugin publishes
+// has it; another plugin's nvidia groups (HashiCorp's) do not.
+const SharingAttr = "sharing"
+
+// The values of SharingAttr.
+const (
+	SharingWhole = "whole"
+	SharingShare = "share"
+	SharingMIG   = "mig"
+)
+
 // SharesPerGPU is the number of share instances published per GPU: one per
 // model.Shares unit, so that a request's count is the fraction in
 // hundredths of a GPU.

@@ -43,6 +43,10 @@
 //     previous plugin's publication may still be in flight.
 //   - While blind (Nomad API unreachable) nothing is switched or published
 //     anew; the last decisions stay.
+//   - While the view is incomplete (Observation.Incomplete: allocations may
+//     be hidden from the plugin's token) the usage seen still wins and what
+//     the servers publish is adopted, but nothing is switched or published
+//     anew: a GPU that looks idle may be held.
 package partition
 
 import (
@@ -150,6 +154,9 @@ type Observation struct {
 	GPUs  map[string]GPUObs
 	// Demand waiting for this node; ignored when Blind.
 	Demand []Demand
+	// Incomplete, when set, says why the usage may leave allocations out
+	// (the token cannot read every namespace); nothing is switched then.
+	Incomplete string
 }
 
 // phase is where a GPU is in a switch.
@@ -198,7 +205,7 @@ type Publication struct {
 	// LeavingWhole: the GPU is withdrawn on its way to the share family,
 	// or because it is held both ways: a guest of the node-level
 	// scheduler running there must move (docs/design.md, Partition
-	// protocol, rule 8).
+	// protocol, rule 10).
 	LeavingWhole bool
 }
 
@@ -209,6 +216,8 @@ type Machine struct {
 	gpus   map[string]*gpuState
 	obs    map[string]GPUObs
 	seen   bool // at least one non-blind observation
+	// incomplete is the last non-blind observation's Incomplete.
+	incomplete string
 	// demand is the demand of the last non-blind observation; held adds
 	// the demand seen within Policy.DemandHold (by Key, with when it was
 	// last seen).
@@ -250,7 +259,10 @@ func (m *Machine) Publications() map[string]Publication {
 }
 
 func (m *Machine) publication(s *gpuState) Publication {
+	unpublished := s.Mode == Unknown || s.Phase != phasePublished
 	switch {
+	case m.incomplete != "" && unpublished && !s.Conflict:
+		return Publication{Reason: "gpushare: not offered while the plugin cannot see every allocation on this node: " + m.incomplete}
 	case !m.seen || s.Mode == Unknown && s.Phase == phasePublished:
 		return Publication{Reason: "gpushare: waiting to read GPU usage from the Nomad API"}
 	case s.Mode == Unknown && !s.Conflict:
@@ -266,6 +278,7 @@ func (m *Machine) publication(s *gpuState) Publication {
 // Step feeds one observation and returns what changed. The steps run in
 // this order: observed usage wins; GPUs never decided adopt what the servers
 // publish; switches in progress advance; the policy splits the idle GPUs.
+// An incomplete observation stops after the adoption.
 func (m *Machine) Step(o Observation) []Event {
 	var ev events
 	m.learnGPUs(o, &ev)
@@ -274,6 +287,7 @@ func (m *Machine) Step(o Observation) []Event {
 		return ev
 	}
 	m.seen = true
+	m.noteCompleteness(o, &ev)
 	m.obs = make(map[string]GPUObs, len(o.GPUs))
 	for u, g := range o.GPUs {
 		m.obs[u] = g
@@ -282,6 +296,9 @@ func (m *Machine) Step(o Observation) []Event {
 	uuids := m.sorted()
 	m.followUsage(uuids, &ev)
 	m.adoptServerView(uuids, &ev)
+	if m.incomplete != "" {
+		return ev
+	}
 	m.advanceSwitches(o.At, uuids, &ev)
 	m.balance(o.At, uuids, &ev)
 	return ev
@@ -301,6 +318,18 @@ func (m *Machine) learnGPUs(o Observation, ev *events) {
 			m.gpus[u] = &gpuState{}
 		}
 	}
+}
+
+// noteCompleteness records whether the observation's usage is complete,
+// with an event when that changes.
+func (m *Machine) noteCompleteness(o Observation, ev *events) {
+	switch {
+	case o.Incomplete != "" && m.incomplete == "":
+		ev.add("", "usage may be incomplete; no GPU switches until it is complete: %s", o.Incomplete)
+	case o.Incomplete == "" && m.incomplete != "":
+		ev.add("", "usage complete again; switching resumes")
+	}
+	m.incomplete = o.Incomplete
 }
 
 // keepHardwareFacts takes a blind observation's hardware facts but not its

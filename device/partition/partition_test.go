@@ -45,7 +45,9 @@ func gpu(order int, flags ...string) GPUObs {
 type step struct {
 	at    time.Duration // since t0
 	blind bool
-	gpus  map[string]GPUObs
+	// incomplete: the usage may leave allocations out.
+	incomplete bool
+	gpus       map[string]GPUObs
 	// demand waiting for the node.
 	demand []Demand
 	// want maps UUID to the published family: "whole", "share" or "none".
@@ -64,7 +66,11 @@ func run(t *testing.T, pol Policy, steps []step) *Machine {
 	t.Helper()
 	m := New(pol)
 	for i, st := range steps {
-		ev := m.Step(Observation{At: t0.Add(st.at), Blind: st.blind, GPUs: st.gpus, Demand: st.demand})
+		o := Observation{At: t0.Add(st.at), Blind: st.blind, GPUs: st.gpus, Demand: st.demand}
+		if st.incomplete {
+			o.Incomplete = "token cannot read namespace secret"
+		}
+		ev := m.Step(o)
 		got := map[string]string{}
 		for u, p := range m.Publications() {
 			got[u] = pubString(p)
@@ -152,6 +158,28 @@ func TestNothingPublishedUntilNomadIsRead(t *testing.T) {
 		{at: 10 * time.Second, gpus: map[string]GPUObs{"a": gpu(0), "b": gpu(1)}, want: map[string]string{"a": "none", "b": "none"}},
 		{at: 11 * time.Second, gpus: map[string]GPUObs{"a": gpu(0), "b": gpu(1)}, want: map[string]string{"a": "whole", "b": "share"}},
 	})
+}
+
+// TestIncompleteUsageAtStart: a plugin that starts with a token that cannot
+// see every allocation keeps what the servers publish, and publishes
+// nothing anew, however long it waits; once the usage is complete, the
+// rest settle and are published.
+func TestIncompleteUsageAtStart(t *testing.T) {
+	type m = map[string]GPUObs
+	type w = map[string]string
+	s := time.Second
+	run(t, pol, []step{
+		{at: 0, incomplete: true, gpus: m{"a": gpu(0, "pw"), "b": gpu(1), "c": gpu(2, "ps")}, want: w{"a": "whole", "b": "none", "c": "share"}},
+		{at: 60 * s, incomplete: true, gpus: m{"a": gpu(0, "pw"), "b": gpu(1), "c": gpu(2, "ps")}, want: w{"a": "whole", "b": "none", "c": "share"}},
+		// Usage it can see still wins.
+		{at: 61 * s, incomplete: true, gpus: m{"a": gpu(0, "pw"), "b": gpu(1, "S10"), "c": gpu(2, "ps")}, want: w{"a": "whole", "b": "share", "c": "share"}},
+		{at: 62 * s, gpus: m{"a": gpu(0, "pw"), "b": gpu(1, "ps"), "c": gpu(2, "ps")}, want: w{"a": "whole", "b": "none", "c": "share"}},
+	})
+	p := New(pol)
+	p.Step(Observation{At: t0, Incomplete: "token cannot read namespace secret", GPUs: m{"a": gpu(0)}})
+	if r := p.Publications()["a"].Reason; !strings.Contains(r, "cannot see every allocation") || !strings.Contains(r, "namespace secret") {
+		t.Errorf("reason of a GPU held back while usage is incomplete: %q", r)
+	}
 }
 
 func TestInFlightPlacementAfterPluginRestart(t *testing.T) {
@@ -252,6 +280,21 @@ func TestSwitch(t *testing.T) {
 			},
 		},
 		{
+			name: "incomplete usage: no switch starts or completes; a GPU hidden usage may hold stays where it is",
+			steps: []step{
+				{at: 0, gpus: m{"a": gpu(0), "b": gpu(1)}, want: w{"a": "whole", "b": "share"}},
+				// b lacks room, but a may be held by an allocation the
+				// token cannot see: it stays whole.
+				{at: 1 * s, incomplete: true, gpus: m{"a": gpu(0, "pw"), "b": gpu(1, "ps", "S70")}, want: w{"a": "whole", "b": "share"}},
+				{at: 2 * s, gpus: m{"a": gpu(0, "pw"), "b": gpu(1, "ps", "S70")}, want: w{"a": "none"}},
+				{at: 3 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, want: w{"a": "none"}},
+				// A switch in progress waits while usage is incomplete...
+				{at: 20 * s, incomplete: true, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, want: w{"a": "none", "b": "share"}},
+				// ...and completes once it is complete again.
+				{at: 21 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, want: w{"a": "share", "b": "share"}},
+			},
+		},
+		{
 			name: "settling restarts when the servers publish the GPU again",
 			steps: []step{
 				{at: 0, gpus: m{"a": gpu(0, "ps"), "b": gpu(1, "ps")}, want: w{"a": "none"}},
@@ -311,6 +354,9 @@ func TestInvariants(t *testing.T) {
 		pub := map[string]Publication{}
 		for i := 0; i < 60; i++ {
 			o := Observation{At: t0.Add(time.Duration(i) * 3 * time.Second), Blind: rnd(10) == 0, GPUs: map[string]GPUObs{}}
+			if rnd(8) == 0 {
+				o.Incomplete = "hidden"
+			}
 			for k, n := 0, rnd(4); k < n; k++ {
 				d := Demand{Key: fmt.Sprint("d", rnd(6)), Since: t0.Add(time.Duration(rnd(100)) * time.Second)}
 				if rnd(2) == 0 {
@@ -343,6 +389,12 @@ func TestInvariants(t *testing.T) {
 						t.Fatalf("seed %d step %d: %s published %v while blind (was %v)", seed, i, u, p.Family, pub[u].Family)
 					}
 					continue
+				}
+				// Incomplete usage publishes nothing anew unless the usage
+				// it sees forces it.
+				if o.Incomplete != "" && p.Family != Unknown && p.Family != pub[u].Family &&
+					!(g.WholeHeld && p.Family == Whole || g.ShareUnits > 0 && p.Family == Share) {
+					t.Fatalf("seed %d step %d: %s published %v anew while usage is incomplete (was %v)", seed, i, u, p.Family, pub[u].Family)
 				}
 				if g.WholeHeld && p.Family == Share || g.ShareUnits > 0 && p.Family == Whole {
 					t.Fatalf("seed %d step %d: %s in use %+v but published %v", seed, i, u, g, p.Family)
