@@ -121,25 +121,7 @@ func neverSwitched(t *testing.T, c *localcluster.Cluster, gate *nomadGate, token
 // allocation.
 func waitBlocked(t *testing.T, c *localcluster.Cluster, job string) {
 	t.Helper()
-	testcluster.Eventually(t, liveWindow, func() error {
-		stubs, _, err := c.Nomad.Jobs().Allocations(job, false, nil)
-		if err != nil {
-			return err
-		}
-		if len(stubs) > 0 {
-			t.Fatalf("%s was placed: no GPU should be free for it", job)
-		}
-		evals, _, err := c.Nomad.Jobs().Evaluations(job, nil)
-		if err != nil {
-			return err
-		}
-		for _, e := range evals {
-			if e.Status == "blocked" {
-				return nil
-			}
-		}
-		return fmt.Errorf("no blocked evaluation of %s yet (%d evaluations)", job, len(evals))
-	})
+	waitUnplaced(t, c, job, "blocked", func(e *nomadapi.Evaluation) bool { return e.Status == "blocked" })
 }
 
 // aclToken creates a policy with the rules and a client token that has

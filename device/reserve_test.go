@@ -351,13 +351,21 @@ func TestReserveWhileAllocationsMayBeHidden(t *testing.T) {
 	}
 }
 
+// FuzzReserve: no input makes Reserve panic, on GPUs in both families, a
+// MIG-enabled GPU and its MIG device.
 func FuzzReserve(f *testing.F) {
 	fake := newFakeNomad(f)
 	p := newPlugin(f, fake, nil)
-	p.observe(context.Background(), loopStateOf(p))
-	u := uuids(p)
+	p.hw.simulated().SetMIG(1, true)
+	mig, err := p.hw.simulated().AddMIGDevice(1, nvml.GPU_INSTANCE_PROFILE_1_SLICE)
+	if err != nil {
+		f.Fatal(err)
+	}
+	cycle(p, fake)
+	u := append(uuids(p), mig)
 	f.Add("GPU-x", "GPU-x-s01", 2)
 	f.Add("", "-s", 0)
+	f.Add(mig, mig+"-s00", 4)
 	f.Fuzz(func(t *testing.T, a, b string, n int) {
 		in := []string{a, b}
 		if n >= 0 && n < len(u) {

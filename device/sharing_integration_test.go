@@ -146,22 +146,38 @@ func missingDevices(c *localcluster.Cluster, job string) (bool, error) {
 // "missing devices" and checks that it is not placed.
 func waitMissingDevices(t *testing.T, c *localcluster.Cluster, job string) {
 	t.Helper()
+	waitUnplaced(t, c, job, "failed on missing devices", func(e *nomadapi.Evaluation) bool {
+		for _, m := range e.FailedTGAllocs {
+			if m.ConstraintFiltered["missing devices"] > 0 {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// waitUnplaced waits until an evaluation of the job matches (what says
+// how) while the job has no allocation; an allocation fails the test.
+func waitUnplaced(t *testing.T, c *localcluster.Cluster, job, what string, match func(*nomadapi.Evaluation) bool) {
+	t.Helper()
 	testcluster.Eventually(t, liveWindow, func() error {
 		stubs, _, err := c.Nomad.Jobs().Allocations(job, false, nil)
 		if err != nil {
 			return err
 		}
 		if len(stubs) > 0 {
-			return fmt.Errorf("precondition: %s was placed before its device family was published", job)
+			t.Fatalf("%s was placed; no GPU should be offered to it yet", job)
 		}
-		ok, err := missingDevices(c, job)
+		evals, _, err := c.Nomad.Jobs().Evaluations(job, nil)
 		if err != nil {
 			return err
 		}
-		if !ok {
-			return fmt.Errorf("no evaluation of %s failed on missing devices yet", job)
+		for _, e := range evals {
+			if match(e) {
+				return nil
+			}
 		}
-		return nil
+		return fmt.Errorf("no evaluation of %s %s yet (%d evaluations)", job, what, len(evals))
 	})
 }
 

@@ -263,25 +263,20 @@ func (s *Simulated) UUIDs() []string {
 
 // SetLost makes GPU i answer every call with ret (e.g.
 // nvml.ERROR_GPU_IS_LOST); nvml.SUCCESS brings it back.
-func (s *Simulated) SetLost(i int, ret nvml.Return) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if ret == nvml.SUCCESS {
-		delete(s.lost, i)
-	} else {
-		s.lost[i] = ret
-	}
-}
+func (s *Simulated) SetLost(i int, ret nvml.Return) { s.setFailure(s.lost, i, ret) }
 
 // SetNameError makes GPU i's name unreadable (ret, e.g.
 // nvml.ERROR_UNKNOWN); nvml.SUCCESS heals it.
-func (s *Simulated) SetNameError(i int, ret nvml.Return) {
+func (s *Simulated) SetNameError(i int, ret nvml.Return) { s.setFailure(s.nameErr, i, ret) }
+
+// setFailure records GPU i's failure ret in m (nvml.SUCCESS clears it).
+func (s *Simulated) setFailure(m map[int]nvml.Return, i int, ret nvml.Return) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ret == nvml.SUCCESS {
-		delete(s.nameErr, i)
+		delete(m, i)
 	} else {
-		s.nameErr[i] = ret
+		m[i] = ret
 	}
 }
 

@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,7 +21,7 @@ func printGroups(groups []*dev.DeviceGroup) {
 	fmt.Println("== fingerprint")
 	for _, g := range groups {
 		fmt.Printf("%s/%s/%s\n", g.Vendor, g.Type, g.Name)
-		for _, k := range sortedKeys(g.Attributes) {
+		for _, k := range slices.Sorted(maps.Keys(g.Attributes)) {
 			fmt.Printf("  attr %-20s %s\n", k, g.Attributes[k].GoString())
 		}
 		for i, d := range g.Devices {
@@ -56,13 +57,13 @@ func stats(ctx context.Context, p *device.Plugin) error {
 	fmt.Println("== stats")
 	for _, g := range r.Groups {
 		fmt.Printf("%s/%s/%s\n", g.Vendor, g.Type, g.Name)
-		for i, id := range sortedKeys(g.InstanceStats) {
+		for i, id := range slices.Sorted(maps.Keys(g.InstanceStats)) {
 			if g.Type == ids.TypeShare && i > 0 {
 				break
 			}
 			fmt.Printf("  %s\n", id)
 			st := g.InstanceStats[id].Stats.Attributes
-			for _, k := range sortedKeys(st) {
+			for _, k := range slices.Sorted(maps.Keys(st)) {
 				fmt.Printf("    %-22s %s\n", k, statString(st[k]))
 			}
 		}
@@ -100,7 +101,7 @@ func reserve(p *device.Plugin, groups []*dev.DeviceGroup) error {
 		return fmt.Errorf("reserve %s..: %w", ids[0], err)
 	}
 	fmt.Printf("== reserve %s (%d instances)\n", ids[0], len(ids))
-	for _, k := range sortedKeys(r.Envs) {
+	for _, k := range slices.Sorted(maps.Keys(r.Envs)) {
 		fmt.Printf("  env   %s=%s\n", k, r.Envs[k])
 	}
 	for _, m := range r.Mounts {
@@ -126,13 +127,4 @@ func statString(v *structs.StatValue) string {
 		return fmt.Sprintf("%.1f %s", *v.FloatNumeratorVal, v.Unit)
 	}
 	return strings.TrimSpace(v.Desc)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
