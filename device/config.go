@@ -72,6 +72,37 @@ type Config struct {
 	// XidCritical: the Xid errors that mark a GPU unhealthy until the
 	// plugin restarts. Default 48, 62, 63, 64, 74, 79; empty watches none.
 	XidCritical []int `codec:"xid_critical"`
+	// The settings of dynamic fractions and the node-level scheduler
+	// (docs/design.md, "Dynamic fractions and the node-level scheduler").
+	Dynamic
+}
+
+// Dynamic are the settings of per-tenant accounting, the reclaim rule and
+// the node-level scheduler.
+type Dynamic struct {
+	// MonitorPeriod: how often GPU processes are read, charged to tenants
+	// and checked against the reclaim rule. Default "500ms".
+	MonitorPeriod string `codec:"monitor_period"`
+	// MemoryEnforcement: "kill" (the reclaim rule kills) or "report" (it
+	// only logs and counts what it would kill). Default "kill".
+	MemoryEnforcement string `codec:"memory_enforcement"`
+	// ReclaimHeadroom: the fraction of a GPU's memory that every tenant
+	// below its request may grow by at once; borrowers above their request
+	// are killed to keep it free (package reclaim). "1.0": borrowers use
+	// only memory nobody requested. Default "0.1".
+	ReclaimHeadroom string `codec:"reclaim_headroom"`
+	// Spread: burstable share tenants may run as guests on idle whole
+	// GPUs (the node-level scheduler). Default true.
+	Spread bool `codec:"spread"`
+	// GuestMoveTimeout bounds how long a whole-GPU binding waits for the
+	// guests of its GPU to be gone before it fails. Default "30s".
+	GuestMoveTimeout string `codec:"guest_move_timeout"`
+	// UsageListen: address of the HTTP endpoint serving /v1/usage (JSON,
+	// read by the quota service) and /metrics (Prometheus). Empty: off.
+	UsageListen string `codec:"usage_listen"`
+	// SimulatedProcessDir: the simulated backend reports the simulated
+	// GPU processes (gpushare-simload) whose state files are there.
+	SimulatedProcessDir string `codec:"simulated_process_dir"`
 }
 
 func attr(name, typ, def string) *hclspec.Spec {
@@ -103,7 +134,15 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 	"node_name":            attr("node_name", "string", ""),
 	"mps_enabled":          attr("mps_enabled", "bool", `false`),
 	"mps_pipe_directory":   attr("mps_pipe_directory", "string", `"/tmp/nvidia-mps"`),
-	"xid_critical":         attr("xid_critical", "list(number)", `[48, 62, 63, 64, 74, 79]`),
+	// Dynamic fractions and the node-level scheduler.
+	"monitor_period":        attr("monitor_period", "string", `"500ms"`),
+	"memory_enforcement":    attr("memory_enforcement", "string", `"kill"`),
+	"reclaim_headroom":      attr("reclaim_headroom", "string", `"0.1"`),
+	"spread":                attr("spread", "bool", `true`),
+	"guest_move_timeout":    attr("guest_move_timeout", "string", `"30s"`),
+	"usage_listen":          attr("usage_listen", "string", ""),
+	"simulated_process_dir": attr("simulated_process_dir", "string", ""),
+	"xid_critical":          attr("xid_critical", "list(number)", `[48, 62, 63, 64, 74, 79]`),
 })
 
 // DefaultXidCritical are the Xid errors that mark a GPU unhealthy by
@@ -124,7 +163,9 @@ func DefaultConfig() Config {
 		SwitchSettlePeriod: "10s",
 		NomadPollPeriod:    "2s",
 		MPSPipeDirectory:   "/tmp/nvidia-mps",
-		XidCritical:        append([]int(nil), DefaultXidCritical...),
+		Dynamic: Dynamic{MonitorPeriod: "500ms", MemoryEnforcement: EnforceKill, ReclaimHeadroom: "0.1", Spread: true,
+			GuestMoveTimeout: "30s"},
+		XidCritical: append([]int(nil), DefaultXidCritical...),
 	}
 }
 
@@ -135,6 +176,7 @@ type settings struct {
 	settlePeriod      time.Duration
 	pollPeriod        time.Duration
 	ignored           map[string]bool
+	dynamic           dynamicSettings
 	xidCritical       map[uint64]bool
 }
 
@@ -220,5 +262,6 @@ func (c Config) validate() (settings, error) {
 	if c.MPSEnabled && !filepath.IsAbs(c.MPSPipeDirectory) {
 		return s, &FieldError{"mps_pipe_directory", fmt.Sprintf("%q is not an absolute path", c.MPSPipeDirectory), `use the MPS control daemon's CUDA_MPS_PIPE_DIRECTORY, e.g. "/tmp/nvidia-mps"`}
 	}
-	return s, nil
+	s.dynamic, err = c.Dynamic.validate(c.Backend)
+	return s, err
 }

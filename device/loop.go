@@ -109,6 +109,7 @@ func (p *Plugin) stopLoopLocked() error {
 // Nomad every poll period, and publishes after each, and when an Xid error
 // marks a GPU.
 func (p *Plugin) run(ctx context.Context, st *loopState) {
+	go p.monitor(ctx)
 	p.refreshHardware(st)
 	p.observe(ctx, st)
 	fp := time.NewTicker(st.cfg.fingerprintPeriod)
@@ -174,9 +175,11 @@ func (p *Plugin) observe(ctx context.Context, st *loopState) {
 	} else {
 		p.noteRead(st, snap)
 		p.usage.update(snap)
+		p.tenancy.update(snap.NodeID, snap.Tenants, snap.Started)
 		o.At, o.Demand, o.Incomplete = snap.Started, snap.Demand, snap.Hidden
 	}
 	o.GPUs = gpuObservations(p.hw.view(), p.usage.current())
+	p.tenancy.markGuests(o.GPUs)
 	for _, e := range st.machine.Step(o) {
 		p.logger.Info("partition", "uuid", e.UUID, "event", e.Msg)
 	}
@@ -272,4 +275,5 @@ func (p *Plugin) publish(st *loopState) {
 	iso := shareIsolation{mps: st.cfg.MPSEnabled, down: st.mpsDown}
 	groups := deviceGroups(hw, pubs, iso, st.cfg.fingerprintPeriod)
 	p.pub.set(groups, newReserveView(hw, pubs, iso, st.cfg))
+	p.tenancy.notePublications(pubs)
 }

@@ -27,6 +27,9 @@ type fakeNomad struct {
 	evals  []*api.Evaluation
 	jobs   map[string]*api.Job
 	down   bool
+	// stopped lists the allocations stopped through
+	// /v1/allocation/:id/stop, in order.
+	stopped []string
 	// foreign are device groups another plugin publishes on the node.
 	foreign []*api.NodeDeviceResource
 	// policy is the rules of the token's one policy; "" means ACLs off.
@@ -66,6 +69,11 @@ func newFakeNomad(t testing.TB) *fakeNomad {
 			}
 			json.NewEncoder(w).Encode(append([]*api.Evaluation{}, f.evals...))
 		default:
+			if id, ok := strings.CutPrefix(r.URL.Path, "/v1/allocation/"); ok && (r.Method == http.MethodPut || r.Method == http.MethodPost) && strings.HasSuffix(id, "/stop") {
+				f.stopAlloc(strings.TrimSuffix(id, "/stop"))
+				json.NewEncoder(w).Encode(&api.AllocStopResponse{EvalID: "eval-stop"})
+				return
+			}
 			if j := f.jobs[strings.TrimPrefix(r.URL.Path, "/v1/job/")]; j != nil && strings.HasPrefix(r.URL.Path, "/v1/job/") {
 				f.jobReads++
 				json.NewEncoder(w).Encode(j)

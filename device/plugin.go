@@ -62,6 +62,10 @@ type Plugin struct {
 	usage usage
 	pub   publication
 	loop  loopControl
+	// tenancy and usageAPI: dynamic fractions and the node-level
+	// scheduler (tenancy.go, monitor.go, usageapi.go).
+	tenancy  tenancy
+	usageAPI usageAPI
 	// disabled is set by a configuration with enabled = false: every verb
 	// answers dev.ErrPluginDisabled.
 	disabled atomic.Bool
@@ -131,6 +135,9 @@ func (p *Plugin) configure(c Config) error {
 		DemandHold: demandHold(s.pollPeriod),
 	})}
 
+	p.serveUsage(s.dynamic.UsageListen)
+	p.tenancy.configure(s.dynamic, tr)
+
 	p.loop.mu.Lock()
 	defer p.loop.mu.Unlock()
 	wasRunning := p.loop.running
@@ -162,6 +169,7 @@ func (p *Plugin) disable() error {
 	p.hw.reset(hwConfig{})
 	p.pub.reset()
 	p.loop.state = nil
+	p.stopUsage()
 	p.logger.Info("disabled by the configuration (enabled = false): offering no device")
 	return nil
 }
@@ -174,7 +182,7 @@ func (p *Plugin) backend(s settings) (nvml.Interface, *gpu.Simulated, error) {
 	}
 	sim, err := gpu.NewSimulated(gpu.SimOptions{
 		Preset: s.SimulatedPreset, Count: s.SimulatedCount, Model: s.SimulatedModel,
-		MemoryMiB: uint64(s.SimulatedMemoryMiB), Seed: s.SimulatedSeed,
+		MemoryMiB: uint64(s.SimulatedMemoryMiB), Seed: s.SimulatedSeed, ProcessDir: s.dynamic.SimulatedProcessDir,
 	})
 	if err != nil {
 		return nil, nil, &FieldError{"simulated_preset", err.Error(), "fix the simulated_* settings"}
@@ -191,6 +199,7 @@ func (p *Plugin) Shutdown() {
 		p.logger.Warn("shutdown", "error", err)
 	}
 	p.loop.mu.Unlock()
+	p.stopUsage()
 	p.hw.close()
 }
 

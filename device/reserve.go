@@ -19,6 +19,10 @@ const (
 	EnvCudaVisibleDevices   = "CUDA_VISIBLE_DEVICES"
 	EnvMemoryLimitMiB       = "GPUSHARE_MEMORY_LIMIT_MIB"
 	EnvFraction             = "GPUSHARE_FRACTION"
+	EnvLimitFraction        = "GPUSHARE_LIMIT_FRACTION"
+	EnvRequestMiB           = "GPUSHARE_REQUEST_MIB"
+	EnvLimitMiB             = "GPUSHARE_LIMIT_MIB"
+	EnvHomeGPU              = "GPUSHARE_HOME_GPU"
 	EnvTFAllowGrowth        = "TF_FORCE_GPU_ALLOW_GROWTH"
 	EnvXLAPreallocate       = "XLA_PYTHON_CLIENT_PREALLOCATE"
 	EnvXLAMemFraction       = "XLA_PYTHON_CLIENT_MEM_FRACTION"
@@ -144,9 +148,16 @@ func (p *Plugin) Reserve(deviceIDs []string) (*dev.ContainerReservation, error) 
 		return nil, err
 	}
 	if len(b.whole) > 0 {
+		if err := p.clearForWhole(b.whole); err != nil {
+			return nil, err
+		}
 		return v.wholeReservation(b.whole), nil
 	}
-	return shareReservation(v, b.shareGPU, len(b.shares)), nil
+	sb, err := p.bindShare(b)
+	if err != nil {
+		return nil, err
+	}
+	return shareReservation(v, sb), nil
 }
 
 // wholeReservation exposes whole GPUs or MIG devices; MIG devices are
@@ -230,25 +241,34 @@ func orNone(s string) string {
 	return s
 }
 
-func shareReservation(v *reserveView, uuid string, k int) *dev.ContainerReservation {
-	info := v.gpus[uuid]
-	frac := strconv.FormatFloat(float64(k)/ids.SharesPerGPU, 'f', -1, 64)
-	memMiB := info.memMiB * uint64(k) / ids.SharesPerGPU
+// shareReservation tells a share task its GPU (where the node-level
+// scheduler runs it), its request and limit as fractions and MiB, and
+// framework hints; with MPS the limit is the hard cap.
+func shareReservation(v *reserveView, sb shareBinding) *dev.ContainerReservation {
+	info := v.gpus[sb.gpu]
+	frac := strconv.FormatFloat(float64(sb.request)/ids.SharesPerGPU, 'f', -1, 64)
+	limFrac := strconv.FormatFloat(float64(sb.limit)/ids.SharesPerGPU, 'f', -1, 64)
+	reqMiB := info.memMiB * uint64(sb.request) / ids.SharesPerGPU
+	limMiB := info.memMiB * uint64(sb.limit) / ids.SharesPerGPU
 	env := map[string]string{
-		EnvNvidiaVisibleDevices: uuid,
-		EnvCudaVisibleDevices:   uuid,
-		EnvMemoryLimitMiB:       strconv.FormatUint(memMiB, 10),
+		EnvNvidiaVisibleDevices: sb.gpu,
+		EnvCudaVisibleDevices:   sb.gpu,
+		EnvMemoryLimitMiB:       strconv.FormatUint(limMiB, 10),
 		EnvFraction:             frac,
+		EnvLimitFraction:        limFrac,
+		EnvRequestMiB:           strconv.FormatUint(reqMiB, 10),
+		EnvLimitMiB:             strconv.FormatUint(limMiB, 10),
+		EnvHomeGPU:              sb.home,
 		EnvTFAllowGrowth:        "true",
 		EnvXLAPreallocate:       "false",
-		EnvXLAMemFraction:       frac,
+		EnvXLAMemFraction:       limFrac,
 		EnvIsolation:            v.iso.mode(),
 	}
 	r := &dev.ContainerReservation{Envs: env}
 	if v.iso.mps {
 		env[EnvMPSPipeDirectory] = v.mpsDir
-		env[EnvMPSPinnedMemLimit] = fmt.Sprintf("%s=%dM", uuid, memMiB)
-		env[EnvMPSThreadPercentage] = strconv.Itoa(k)
+		env[EnvMPSPinnedMemLimit] = fmt.Sprintf("%s=%dM", sb.gpu, limMiB)
+		env[EnvMPSThreadPercentage] = strconv.Itoa(sb.limit)
 		r.Mounts = []*dev.Mount{{TaskPath: v.mpsDir, HostPath: v.mpsDir}}
 	}
 	return r

@@ -50,8 +50,10 @@ plugin "nomad-device-gpushare" {
     # (CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps nvidia-cuda-mps-control -d).
     # The plugin checks its control socket at every fingerprint and, while
     # it does not answer, offers no shares (CUDA would run them without
-    # MPS). Without MPS the limits are advisory: share groups say
-    # isolation = "none", and tasks get GPUSHARE_ISOLATION=none.
+    # MPS). Without MPS the limits are not enforced by CUDA: share groups
+    # say isolation = "none", and tasks get GPUSHARE_ISOLATION=none; the
+    # memory limit is then enforced by the monitor below (memory_enforcement).
+    # With MPS the hard caps are the task's gpushare_limit.
     mps_enabled        = false
     mps_pipe_directory = "/tmp/nvidia-mps"
 
@@ -59,5 +61,29 @@ plugin "nomad-device-gpushare" {
     # the GPU, then restart the Nomad client). Uncorrectable ECC errors and
     # a failed row remapping mark it unhealthy too.
     xid_critical = [48, 62, 63, 64, 74, 79]
+
+    # Dynamic fractions and the node-level scheduler (docs/design.md).
+    # Every monitor_period the GPU processes are charged to the Nomad
+    # tasks that hold GPU devices (read from /proc: raw_exec, exec and
+    # docker tasks), and the reclaim rule is applied: a task above its
+    # gpushare_limit is killed; a task above its request is killed, the
+    # most above first, when a task below its request could no longer grow
+    # by reclaim_headroom of the GPU at once. "report" only logs and counts.
+    monitor_period     = "500ms"
+    memory_enforcement = "kill"
+    reclaim_headroom   = "0.1"
+
+    # Burstable share tasks (gpushare_limit above their request) whose GPU
+    # has other tenants run on an idle whole GPU as guests; when Nomad
+    # binds that GPU whole, the guest's allocation is stopped (Nomad places
+    # it again) and the whole task starts once the guest's processes are
+    # gone, within guest_move_timeout. The token needs alloc-lifecycle in
+    # the namespaces of such tasks.
+    spread             = true
+    guest_move_timeout = "30s"
+
+    # Per-task GPU usage as JSON at /v1/usage (the quota service reads it)
+    # and Prometheus metrics at /metrics. Empty: not served.
+    usage_listen = ":9410"
   }
 }

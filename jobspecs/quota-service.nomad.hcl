@@ -26,6 +26,12 @@ variable "consul_addr" {
   default     = "127.0.0.1:8500"
 }
 
+variable "usage_port" {
+  description = "The device plugins' usage_listen port: the service reads each GPU node's usage there (per-project used vs allocated). 0 reads none."
+  type        = number
+  default     = 9410
+}
+
 variable "kv_prefix" {
   description = "Root of the service's Consul keys."
   type        = string
@@ -105,11 +111,12 @@ job "gpushare-quota" {
       # Nomad and Consul clients are read here too: add them to this block
       # when the agents serve HTTPS.
       env {
-        NOMAD_ADDR         = var.nomad_addr
-        CONSUL_HTTP_ADDR   = var.consul_addr
-        GPUSHARE_KV_PREFIX = var.kv_prefix
-        GPUSHARE_TLS_CERT  = var.tls_cert
-        GPUSHARE_TLS_KEY   = var.tls_key
+        NOMAD_ADDR          = var.nomad_addr
+        CONSUL_HTTP_ADDR    = var.consul_addr
+        GPUSHARE_KV_PREFIX  = var.kv_prefix
+        GPUSHARE_TLS_CERT   = var.tls_cert
+        GPUSHARE_TLS_KEY    = var.tls_key
+        GPUSHARE_USAGE_PORT = var.usage_port
       }
 
       # The service reads NOMAD_TOKEN and CONSUL_HTTP_TOKEN from its

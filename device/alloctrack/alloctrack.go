@@ -68,6 +68,9 @@ type Snapshot struct {
 	Started time.Time
 	NodeID  string
 	GPUs    map[string]*GPUUsage
+	// Tenants are the tasks of the live allocations that hold gpushare
+	// devices.
+	Tenants []Tenant
 	// Consistent is set when the node and its allocations were read from
 	// the leader (ReadOptions.Consistent, or a stale answer refused).
 	Consistent bool
@@ -243,6 +246,7 @@ func (t *Tracker) Read(ctx context.Context, o ReadOptions) (Snapshot, error) {
 		snap.Foreign = foreignGroups(node.NodeResources.Devices)
 	}
 	addAllocations(snap.GPUs, allocs)
+	snap.Tenants = tenantsOf(allocs)
 	if t.cfg.Demand {
 		snap.Demand, snap.DemandErr = t.readDemand(ctx, node)
 	}

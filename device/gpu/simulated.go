@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
@@ -29,13 +30,18 @@ type SimOptions struct {
 	// Seed makes the GPU UUIDs; the same seed gives the same UUIDs, so
 	// allocations survive plugin restarts. Empty means "gpushare".
 	Seed string
+	// ProcessDir, when set, holds the state files of simulated GPU
+	// processes (package simproc): each live one is reported as a compute
+	// process of its GPU, with its memory and utilization added to the
+	// GPU's. Empty: no processes.
+	ProcessDir string
 }
 
 // Simulated is an nvml.Interface built on go-nvml's mock machines, with what
 // the mocks lack filled in: PCI bus IDs, utilization, temperature, power,
-// memory in use, processes (none), stable UUIDs, MIG devices
-// (simulated_mig.go). Its Set and Add methods let tests and demos change
-// readings, break GPUs and create MIG devices.
+// memory in use, processes (from SimOptions.ProcessDir), stable UUIDs, MIG
+// devices (simulated_mig.go). Its Set and Add methods let tests and demos
+// change readings, break GPUs and create MIG devices.
 //
 // A go-nvml mock function that is not set panics when called, and Source
 // recovers from nothing (real NVML does not panic, and a panic there is a
@@ -52,6 +58,7 @@ type Simulated struct {
 	nameErr  map[int]nvml.Return
 	util     map[int]uint32
 	initFail nvml.Return
+	procs    *simProcs
 	// events carries injected events to the event sets' Wait;
 	// xidRegistered are the GPUs registered for Xid events; ecc their
 	// memory errors.
@@ -90,7 +97,8 @@ func NewSimulated(o SimOptions) (*Simulated, error) {
 	if seed == "" {
 		seed = "gpushare"
 	}
-	s := &Simulated{Server: srv, seed: seed, mig: map[int][]*mock.Device{}, xidRegistered: map[int]bool{}, ecc: map[int]simECC{}, lost: map[int]nvml.Return{}, nameErr: map[int]nvml.Return{}, util: map[int]uint32{}, initFail: nvml.SUCCESS}
+	s := &Simulated{Server: srv, seed: seed, mig: map[int][]*mock.Device{}, xidRegistered: map[int]bool{}, ecc: map[int]simECC{}, lost: map[int]nvml.Return{}, nameErr: map[int]nvml.Return{}, util: map[int]uint32{}, initFail: nvml.SUCCESS,
+		procs: &simProcs{dir: o.ProcessDir, now: time.Now}}
 	for i, nd := range srv.Devices {
 		d := nd.(*server.Device)
 		d.UUID = simUUID(seed, i)
@@ -102,6 +110,7 @@ func NewSimulated(o SimOptions) (*Simulated, error) {
 		fillLimits(d)
 		s.fillMIG(i, d)
 		s.fillHealth(i, d)
+		s.fillProcesses(i, d) // after fillReadings: it adds the processes to the readings
 	}
 	s.fillEvents()
 	srv.InitFunc = func() nvml.Return {
@@ -207,7 +216,6 @@ func (s *Simulated) fillReadings(i int, d *server.Device) {
 		defer s.mu.Unlock()
 		return 70_000 + s.util[i]*5_000, nvml.SUCCESS // milliwatts
 	}
-	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
 }
 
 // fillLimits sets a GPU's fixed facts by its architecture: power limit,

@@ -135,6 +135,11 @@ type GPUObs struct {
 	// ServerWhole and ServerShare: the Nomad servers' view of the node has
 	// a healthy instance of this GPU in the whole / share family.
 	ServerWhole, ServerShare bool
+	// Guests counts the share tenants that the node-level scheduler runs
+	// on this GPU away from their home: Nomad sees the GPU idle, but a
+	// switch completes only once they are gone (the plugin moves them as
+	// soon as the GPU is withdrawn).
+	Guests int
 }
 
 func (g GPUObs) idle() bool { return !g.WholeHeld && g.ShareUnits == 0 }
@@ -197,6 +202,11 @@ type Publication struct {
 	Family Mode
 	// Reason explains an Unknown family, for the instances' HealthDesc.
 	Reason string
+	// LeavingWhole: the GPU is withdrawn on its way to the share family,
+	// or because it is held both ways: a guest of the node-level
+	// scheduler running there must move (docs/design.md, Partition
+	// protocol, rule 10).
+	LeavingWhole bool
 }
 
 // Machine is the partition state machine. The zero value is not usable;
@@ -256,11 +266,11 @@ func (m *Machine) publication(s *gpuState) Publication {
 	case !m.seen || s.Mode == Unknown && s.Phase == phasePublished:
 		return Publication{Reason: "gpushare: waiting to read GPU usage from the Nomad API"}
 	case s.Mode == Unknown && !s.Conflict:
-		return Publication{Reason: fmt.Sprintf("gpushare: settling before first publication in %s mode", s.Target)}
+		return Publication{Reason: fmt.Sprintf("gpushare: settling before first publication in %s mode", s.Target), LeavingWhole: s.Target == Share}
 	case s.Conflict:
-		return Publication{Reason: "gpushare: GPU is held both whole and shared; withdrawn until one side ends"}
+		return Publication{Reason: "gpushare: GPU is held both whole and shared; withdrawn until one side ends", LeavingWhole: true}
 	case s.Phase != phasePublished:
-		return Publication{Reason: fmt.Sprintf("gpushare: switching to %s mode (%s)", s.Target, s.Phase)}
+		return Publication{Reason: fmt.Sprintf("gpushare: switching to %s mode (%s)", s.Target, s.Phase), LeavingWhole: s.Target == Share}
 	}
 	return Publication{Family: s.Mode}
 }
@@ -418,7 +428,7 @@ func (m *Machine) advanceSwitches(now time.Time, uuids []string, ev *events) {
 				// Republished by someone else (a stale fingerprint); wait again.
 				s.Phase = phaseWithdrawing
 				ev.add(u, "servers publish it again; withdrawing")
-			} else if !now.Before(s.Since.Add(m.policy.SettlePeriod)) && g.idle() {
+			} else if !now.Before(s.Since.Add(m.policy.SettlePeriod)) && g.idle() && g.Guests == 0 {
 				s.Mode, s.Phase = s.Target, phasePublished
 				ev.add(u, "switched to %s mode", s.Mode)
 			}
@@ -509,6 +519,9 @@ func (m *Machine) census(uuids []string) idleCensus {
 		case s.Mode == Share:
 			c.idleShare++
 			c.shareCands = append(c.shareCands, u)
+		case s.Mode == Whole && g.Guests > 0:
+			// Switched last: a switch would move its guests.
+			c.wholeCands = append([]string{u}, c.wholeCands...)
 		case s.Mode == Whole:
 			c.wholeCands = append(c.wholeCands, u)
 		case s.Mode == Unknown:

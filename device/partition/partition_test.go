@@ -16,6 +16,7 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 //	"W"  held whole        "S25" 25 shares held
 //	"pw" servers publish it whole   "ps" servers publish it as shares
 //	"x"  unhealthy         "m"   MIG (not shareable)
+//	"G"  hosts a guest of the node-level scheduler
 func gpu(order int, flags ...string) GPUObs {
 	g := GPUObs{Order: order, Healthy: true, Shareable: true}
 	for _, f := range flags {
@@ -32,6 +33,8 @@ func gpu(order int, flags ...string) GPUObs {
 			g.Healthy = false
 		case f == "m":
 			g.Shareable = false
+		case f == "G":
+			g.Guests++
 		default:
 			panic("unknown flag " + f)
 		}
@@ -209,6 +212,24 @@ func TestSwitch(t *testing.T) {
 				{at: 3 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, want: w{"a": "none"}},
 				{at: 12 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, want: w{"a": "none"}},
 				{at: 13 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, want: w{"a": "share", "b": "share"}},
+			},
+		},
+		{
+			name: "an idle GPU hosting a guest is switched last",
+			steps: []step{
+				{at: 0, gpus: m{"a": gpu(0), "b": gpu(1), "c": gpu(2)}, want: w{"a": "whole", "b": "whole", "c": "share"}},
+				{at: 1 * s, gpus: m{"a": gpu(0, "pw", "G"), "b": gpu(1, "pw"), "c": gpu(2, "ps", "S70")}, want: w{"a": "whole", "b": "none", "c": "share"}},
+			},
+		},
+		{
+			name: "a switch of a GPU hosting a guest completes only once the guest is gone",
+			steps: []step{
+				{at: 0, gpus: m{"a": gpu(0), "b": gpu(1)}, want: w{"a": "whole", "b": "share"}},
+				{at: 1 * s, gpus: m{"a": gpu(0, "pw", "G"), "b": gpu(1, "ps", "S70")}, want: w{"a": "none"}},
+				{at: 3 * s, gpus: m{"a": gpu(0, "G"), "b": gpu(1, "ps", "S70")}, want: w{"a": "none"}},
+				{at: 13 * s, gpus: m{"a": gpu(0, "G"), "b": gpu(1, "ps", "S70")}, want: w{"a": "none"}},
+				{at: 20 * s, gpus: m{"a": gpu(0, "G"), "b": gpu(1, "ps", "S70")}, want: w{"a": "none"}},
+				{at: 21 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, want: w{"a": "share"}},
 			},
 		},
 		{
@@ -477,5 +498,27 @@ func TestExhaustiveTwoGPUs(t *testing.T) {
 			}
 			pub = next
 		}
+	}
+}
+
+func TestLeavingWholeMarksAGPUWhoseGuestsMustGo(t *testing.T) {
+	s := time.Second
+	// Boot (the GPUs settle before their first publication), then the
+	// landing place fills and the guest's host is withdrawn for shares.
+	m := run(t, pol, []step{
+		{at: 0, gpus: map[string]GPUObs{"a": gpu(0), "b": gpu(1)}},
+		{at: pol.SettlePeriod, gpus: map[string]GPUObs{"a": gpu(0), "b": gpu(1)}, want: map[string]string{"a": "whole", "b": "share"}},
+		{at: pol.SettlePeriod + 1*s, gpus: map[string]GPUObs{"a": gpu(0, "pw", "G"), "b": gpu(1, "ps", "S70")}, want: map[string]string{"a": "none"}},
+	})
+	if pub := m.Publications()["a"]; !pub.LeavingWhole {
+		t.Errorf("a withdrawn for shares: %+v, want LeavingWhole", pub)
+	}
+	if pub := m.Publications()["b"]; pub.LeavingWhole {
+		t.Errorf("b: %+v", pub)
+	}
+	fresh := New(pol)
+	fresh.Step(Observation{At: t0, Blind: true, GPUs: map[string]GPUObs{"a": gpu(0)}})
+	if pub := fresh.Publications()["a"]; pub.LeavingWhole {
+		t.Errorf("a GPU not published yet after a start is not leaving: %+v", pub)
 	}
 }

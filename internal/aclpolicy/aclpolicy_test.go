@@ -45,9 +45,11 @@ func TestQuotaServiceActsOnlyInProjectNamespaces(t *testing.T) {
 	}
 }
 
-// TestPluginPolicyIsReadOnly: the device plugin reads its node and every
-// namespace's jobs, and may change nothing.
-func TestPluginPolicyIsReadOnly(t *testing.T) {
+// TestPluginPolicyOnlyReadsAndMovesGuests: the device plugin reads its node
+// and every namespace's jobs, may stop an allocation (alloc-lifecycle: the
+// node-level scheduler moves a guest back to its home GPU that way), and
+// may change nothing else.
+func TestPluginPolicyOnlyReadsAndMovesGuests(t *testing.T) {
 	rules, err := Read("../..", PluginNomad)
 	if err != nil {
 		t.Fatal(err)
@@ -57,10 +59,12 @@ func TestPluginPolicyIsReadOnly(t *testing.T) {
 		t.Errorf("node read %v, node write %v: want read only", a.AllowNodeRead(), a.AllowNodeWrite())
 	}
 	for _, ns := range []string{"default", "team-a"} {
-		if !a.AllowNamespaceOperation(ns, acl.NamespaceCapabilityReadJob) {
-			t.Errorf("the plugin may not read jobs in %s", ns)
+		for _, op := range []string{acl.NamespaceCapabilityReadJob, acl.NamespaceCapabilityAllocLifecycle} {
+			if !a.AllowNamespaceOperation(ns, op) {
+				t.Errorf("the plugin may not %s in %s", op, ns)
+			}
 		}
-		for _, op := range []string{acl.NamespaceCapabilitySubmitJob, acl.NamespaceCapabilityAllocLifecycle, acl.NamespaceCapabilityDispatchJob} {
+		for _, op := range []string{acl.NamespaceCapabilitySubmitJob, acl.NamespaceCapabilityDispatchJob, acl.NamespaceCapabilityAllocExec, acl.NamespaceCapabilityAllocNodeExec} {
 			if a.AllowNamespaceOperation(ns, op) {
 				t.Errorf("the plugin may %s in %s", op, ns)
 			}

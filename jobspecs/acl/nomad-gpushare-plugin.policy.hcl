@@ -1,5 +1,6 @@
 # Nomad ACL policy for the gpushare device plugin on every GPU client:
-# read-only.
+# read-only, but for stopping the allocation of a guest that the node-level
+# scheduler moves back to its home GPU (alloc-lifecycle).
 #
 #   nomad acl policy apply -description "gpushare device plugin" \
 #     gpushare-plugin jobspecs/acl/nomad-gpushare-plugin.policy.hcl
@@ -33,7 +34,10 @@ node {
 # Allocations of a namespace the token cannot read are left out of the
 # node's list, so every namespace: read-job. It also reads waiting demand:
 # GET /v1/evaluations?status=blocked&namespace=* and GET /v1/job/:id of
-# the blocked jobs (their device requests).
+# the blocked jobs (their device requests). alloc-lifecycle: POST
+# /v1/allocation/:id/stop, to move a guest (a burstable share task running
+# on an idle GPU) when Nomad binds that GPU whole; without it the whole
+# task waits guest_move_timeout and fails (spread = false avoids guests).
 namespace "*" {
-  capabilities = ["read-job"]
+  capabilities = ["read-job", "alloc-lifecycle"]
 }

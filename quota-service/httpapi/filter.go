@@ -59,6 +59,30 @@ func visibleStatus(st service.Status, a Access) service.Status {
 	return out
 }
 
+// visibleUtilization keeps the lines of the projects a may see; which
+// nodes did not answer, and processes of no tenant, only with node read.
+func visibleUtilization(u service.Utilization, projects []service.ProjectView, a Access) service.Utilization {
+	if a.All {
+		return u
+	}
+	seen := map[string]bool{}
+	for _, p := range visibleProjects(projects, a) {
+		seen[p.Project] = true
+	}
+	out := u
+	out.Projects = nil
+	for _, p := range u.Projects {
+		if seen[p.Project] {
+			out.Projects = append(out.Projects, p)
+		}
+	}
+	if !a.Nodes {
+		out.Failed, out.Error = nil, ""
+		out.OutsideProcesses, out.OutsideMiB = 0, 0
+	}
+	return out
+}
+
 // visibleProjects are the lines of the projects whose namespace a may
 // read (a project without a namespace is named like it), with their
 // non-preemptible jobs of other namespaces left out.

@@ -33,6 +33,13 @@ type Source interface {
 	Health() service.Health
 }
 
+// UtilizationSource is a Source that also reports what the GPU nodes use
+// (/v1/utilization and the dashboard's "Utilization vs allocation"); its
+// Utilization is nil when the service reads no usage.
+type UtilizationSource interface {
+	Utilization() *service.Utilization
+}
+
 // Config configures the API.
 type Config struct {
 	Source   Source
@@ -74,6 +81,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /v1/status", a.status)
 	mux.HandleFunc("GET /v1/projects", a.projects)
 	mux.HandleFunc("GET /v1/health", a.health)
+	mux.HandleFunc("GET /v1/utilization", a.utilization)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /{$}", a.dashboard)
 	mux.HandleFunc("GET /dashboard.js", dashboardJS)
@@ -160,6 +168,25 @@ func (a *api) projects(w http.ResponseWriter, r *http.Request) {
 		projects = []service.ProjectView{}
 	}
 	writeJSON(w, http.StatusOK, projects)
+}
+
+// utilization answers 404 when the service reads no GPU usage.
+func (a *api) utilization(w http.ResponseWriter, r *http.Request) {
+	acc, err := a.access(r)
+	if err != nil {
+		writeError(w, accessStatus(err), err)
+		return
+	}
+	us, ok := a.Source.(UtilizationSource)
+	var u *service.Utilization
+	if ok {
+		u = us.Utilization()
+	}
+	if u == nil {
+		writeError(w, http.StatusNotFound, errors.New("the service reads no GPU usage: start it with -usage-port (the device plugins' usage_listen port)"))
+		return
+	}
+	writeJSON(w, http.StatusOK, visibleUtilization(*u, a.Source.Status().Projects, acc))
 }
 
 // health needs no token: Consul's health check carries none. The reason

@@ -83,6 +83,7 @@ func (s *Service) read(ctx context.Context) (*cycleData, *cycleFailure) {
 		}
 	}
 	s.metrics.LastRelist.Set(float64(c.view.ListedAt.Unix()))
+	s.noteProjects(c.view)
 	s.act.Vet(ctx, c.view)
 	return c, nil
 }

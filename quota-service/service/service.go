@@ -64,6 +64,9 @@ type Config struct {
 	Registry *prometheus.Registry
 	// SessionTTL and LockDelay tune the leader lock.
 	SessionTTL, LockDelay time.Duration
+	// Usage: reading what the GPU nodes' device plugins report as used
+	// (utilization.go).
+	Usage UsageConfig
 }
 
 // Service is the control loop.
@@ -91,6 +94,8 @@ type Service struct {
 	written    map[string]state.ProjectStatus
 	reclaimFor map[string]time.Time
 	isLeader   bool
+
+	util utilizationState
 }
 
 // withDefaults returns c with the defaults applied.
@@ -128,7 +133,7 @@ func New(cfg Config) *Service {
 			return leader.Held(ctx, cfg.Consul, cfg.Layout.Leader(), cfg.Instance)
 		},
 	})
-	return &Service{
+	s := &Service{
 		cfg: cfg, log: cfg.Log, store: store, act: act, reg: cfg.Registry,
 		watcher:    quota.NewWatcher(cfg.Consul, cfg.Layout, cfg.Log),
 		builder:    nomadwatch.NewBuilder(cfg.Nomad, cfg.Log),
@@ -137,6 +142,8 @@ func New(cfg Config) *Service {
 		reclaimFor: map[string]time.Time{},
 		status:     Status{Instance: cfg.Instance},
 	}
+	s.initUtilization()
+	return s
 }
 
 // Registry is where the metrics live.
@@ -150,9 +157,10 @@ func (s *Service) Registry() *prometheus.Registry { return s.reg }
 // Nomad and Consul.
 func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
 	go func() { defer wg.Done(); s.watcher.Run(ctx) }()
 	go func() { defer wg.Done(); s.followHistory(ctx) }()
+	go func() { defer wg.Done(); s.runUtilization(ctx) }()
 	go func() { defer wg.Done(); s.standby(ctx) }()
 	var lerr error
 	go func() {

@@ -1,9 +1,7 @@
 package service_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"net/http/httptest"
 	"slices"
 	"testing"
@@ -139,21 +137,6 @@ func linesDated(instance string, projects []service.ProjectView) error {
 		if age := time.Since(p.Updated); p.Updated.IsZero() || age > 5*time.Minute || age < -time.Minute {
 			return fmt.Errorf("%s: project %s updated %s", instance, p.Project, p.Updated)
 		}
-	}
-	return nil
-}
-
-func getJSON(url string, v any) error {
-	resp, err := http.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		return fmt.Errorf("GET %s: %w", url, err)
 	}
 	return nil
 }

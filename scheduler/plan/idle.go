@@ -10,7 +10,7 @@ import (
 // nodeSummary is what the first-fit search reads to skip a node quickly.
 type nodeSummary struct {
 	maxFree model.Shares // the largest free amount of one GPU
-	idle    int // fully free GPUs
+	idle    int          // fully free GPUs
 }
 
 // nodeTally counts the nodes by their summary, so that a task no node

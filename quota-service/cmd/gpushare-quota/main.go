@@ -17,6 +17,8 @@
 //	-max-staleness      GPUSHARE_MAX_STALENESS     no action on older data (15s)
 //	-policy             GPUSHARE_POLICY            placement policy for idle capacity (gpushare)
 //	-max-record-bytes   GPUSHARE_MAX_RECORD_BYTES  largest suspension record (524288, Consul's kv_max_value_size)
+//	-usage-port         GPUSHARE_USAGE_PORT        the device plugins' usage_listen port; 0 reads no GPU usage (0)
+//	-usage-period       GPUSHARE_USAGE_PERIOD      how often the GPU nodes' usage is read (15s)
 //	-instance           GPUSHARE_INSTANCE          name of this instance (hostname-pid)
 //	-log-level          GPUSHARE_LOG_LEVEL         trace, debug, info, warn, error (info)
 //
@@ -70,7 +72,8 @@ func run(args []string) error {
 		return err
 	}
 	svc := service.New(service.Config{Nomad: nomad, Consul: consul, Layout: opts.layout, Log: log,
-		Instance: opts.instance, PlanInterval: opts.interval, MaxStaleness: opts.staleness, PolicyName: opts.policy, MaxRecordBytes: opts.maxRecordBytes})
+		Instance: opts.instance, PlanInterval: opts.interval, MaxStaleness: opts.staleness, PolicyName: opts.policy, MaxRecordBytes: opts.maxRecordBytes,
+		Usage: service.UsageConfig{Port: opts.usagePort, Period: opts.usagePeriod}})
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

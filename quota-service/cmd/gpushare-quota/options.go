@@ -13,6 +13,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
+	"github.com/gpushare/nomad-gpushare/quota-service/utilization"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 )
@@ -31,6 +32,10 @@ type options struct {
 	policy, instance, logLevel      string
 	// maxRecordBytes bounds a suspension record (it holds the job spec).
 	maxRecordBytes int
+	// usagePort is the device plugins' usage_listen port (0: read no GPU
+	// usage); usagePeriod how often the GPU nodes are read.
+	usagePort   int
+	usagePeriod time.Duration
 }
 
 // removedFlags took tokens on the command line.
@@ -74,6 +79,10 @@ func parseOptions(args []string) (*options, error) {
 	maxRecord, err := intEnv("GPUSHARE_MAX_RECORD_BYTES", state.DefaultMaxRecordBytes)
 	envErrs = append(envErrs, err)
 	fs.IntVar(&o.maxRecordBytes, "max-record-bytes", maxRecord, "largest suspension record written to Consul: a job whose spec would not fit is never suspended (keep it at or below Consul's kv_max_value_size)")
+	usagePort, err := intEnv("GPUSHARE_USAGE_PORT", 0)
+	envErrs = append(envErrs, err)
+	fs.IntVar(&o.usagePort, "usage-port", usagePort, "the device plugins' usage_listen port (0: read no GPU usage)")
+	fs.DurationVar(&o.usagePeriod, "usage-period", durEnv("GPUSHARE_USAGE_PERIOD", utilization.DefaultPeriod), "how often the GPU nodes' usage is read")
 	fs.StringVar(&o.instance, "instance", env("GPUSHARE_INSTANCE", fmt.Sprintf("%s-%d", host, os.Getpid())), "name of this instance")
 	fs.StringVar(&o.logLevel, "log-level", env("GPUSHARE_LOG_LEVEL", "info"), "log level")
 	if err := errors.Join(envErrs...); err != nil {
@@ -87,8 +96,11 @@ func parseOptions(args []string) (*options, error) {
 }
 
 func (o *options) validate() error {
-	if o.interval <= 0 || o.staleness <= 0 {
-		return errors.New("-plan-interval and -max-staleness must be positive durations such as 10s")
+	if o.interval <= 0 || o.staleness <= 0 || o.usagePeriod <= 0 {
+		return errors.New("-plan-interval, -max-staleness and -usage-period must be positive durations such as 10s")
+	}
+	if o.usagePort < 0 || o.usagePort > 65535 {
+		return fmt.Errorf("-usage-port %d: give the device plugins' usage_listen port (1-65535), or 0 to read no GPU usage", o.usagePort)
 	}
 	if _, err := plan.PolicyByName(o.policy, 1, &model.Snapshot{}); err != nil {
 		return fmt.Errorf("-policy %q: %w", o.policy, err)
@@ -125,7 +137,7 @@ func intEnv(name string, def int) (int, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil {
-		return def, fmt.Errorf("%s=%q is not an integer: use a byte count such as 524288", name, v)
+		return def, fmt.Errorf("%s=%q is not an integer", name, v)
 	}
 	return n, nil
 }

@@ -21,6 +21,16 @@ const columns = {
     { title: "Priority", value: p => String(p.priority), num: true },
     { title: "Updated", value: p => clock(p.updated) },
   ],
+  utilization: [
+    { title: "Project", value: p => p.project },
+    { title: "Guaranteed", value: p => p.guaranteed || "none", num: true },
+    { title: "Allocated", value: p => p.allocated_gpus.toFixed(2), num: true },
+    { title: "Used memory", value: p => p.used_memory_gpus.toFixed(2), num: true },
+    { title: "Used compute", value: p => p.used_compute_gpus.toFixed(2), num: true },
+    { title: "Idle", value: p => p.idle_gpus.toFixed(2), num: true, over: true },
+    { title: "Borrowed", value: p => p.borrowed_gpus.toFixed(2), num: true },
+    { title: "Tenants", value: p => String(p.tenants), num: true },
+  ],
   suspended: [
     { title: "Job", value: j => j.namespace + "/" + j.job },
     { title: "Project", value: j => j.project },
@@ -126,6 +136,28 @@ function render(st) {
   fillTable("recent", st.recent_actions, "None yet.");
 }
 
+// refreshUtilization shows the utilization table when the service reads
+// the GPU nodes' usage (404 otherwise: the section stays hidden).
+async function refreshUtilization() {
+  const section = document.getElementById("utilization-section");
+  const resp = await fetch("/v1/utilization", { credentials: "same-origin", cache: "no-store" });
+  if (!resp.ok) {
+    section.hidden = true;
+    return;
+  }
+  const u = await resp.json();
+  section.hidden = false;
+  fillTable("utilization", u.projects, "No GPU task reported yet.");
+  let note = "GPU nodes read " + (clock(u.at) || "not yet") + ": " + u.nodes;
+  if (u.failed && Object.keys(u.failed).length) {
+    note += ", " + Object.keys(u.failed).length + " not answering";
+  }
+  if (u.outside_processes) {
+    note += "; GPU processes of no task: " + u.outside_processes + " (" + u.outside_mib + " MiB)";
+  }
+  document.getElementById("utilization-note").textContent = note;
+}
+
 async function refresh() {
   const error = document.getElementById("error");
   try {
@@ -138,6 +170,7 @@ async function refresh() {
       throw new Error("HTTP " + resp.status + ": " + (await resp.text()).trim());
     }
     render(await resp.json());
+    await refreshUtilization();
   } catch (e) {
     error.hidden = false;
     error.className = "stale";

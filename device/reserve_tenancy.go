@@ -1,0 +1,229 @@
+package device
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/device/alloctrack"
+	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/device/nodesched"
+	"github.com/gpushare/nomad-gpushare/device/partition"
+)
+
+// reserveReadTimeout bounds Reserve's read of the node's allocations.
+const reserveReadTimeout = 3 * time.Second
+
+// shareBinding is a share binding as the node-level scheduler completes
+// it: the task's request and limit (in shares) and the GPU it runs on.
+type shareBinding struct {
+	home, gpu      string
+	request, limit int
+	guest          bool
+}
+
+// bindShare completes a share binding: it finds the task the shares are
+// for (Reserve is given only instance IDs) to read its limit, and places
+// it (package nodesched). When no allocation of the node is found holding
+// exactly these shares, the task is bound as a static share (limit =
+// request) on its home GPU.
+func (p *Plugin) bindShare(b binding) (shareBinding, error) {
+	sb := shareBinding{home: b.shareGPU, gpu: b.shareGPU, request: len(b.shares), limit: len(b.shares)}
+	tn, ok := p.findShareTenant(b)
+	if !ok {
+		p.logger.Warn("no allocation of this node is listed holding these shares; bound as a static share (limit = request) on its home GPU",
+			"gpu", b.shareGPU, "shares", len(b.shares))
+		return sb, nil
+	}
+	lim, err := checkLimit(tn)
+	if err != nil {
+		return sb, err
+	}
+	sb.limit = lim
+	f := p.facts()
+	t := &p.tenancy
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	pl := nodesched.Placement{GPU: sb.home, Why: "spread is off"}
+	if t.cfg.Spread {
+		pl = nodesched.Place(nodesched.Ask{Home: sb.home, Burstable: lim > sb.request}, t.schedGPUsLocked(f, tn.Key()))
+	}
+	t.placed[tn.Key()] = placement{home: sb.home, host: pl.GPU, guest: pl.Guest, at: p.now()}
+	sb.gpu, sb.guest = pl.GPU, pl.Guest
+	p.logger.Info("share tenant bound", "alloc_id", tn.AllocID, "namespace", tn.Namespace, "job", tn.Job, "task", tn.Task,
+		"request", sb.request, "limit", sb.limit, "home", sb.home, "gpu", sb.gpu, "guest", sb.guest, "why", pl.Why)
+	return sb, nil
+}
+
+// findShareTenant reads the node's allocations now (the one being started
+// may be newer than the loop's last read) and returns the task holding
+// exactly the binding's shares: the one not being stopped, else the
+// newest.
+func (p *Plugin) findShareTenant(b binding) (alloctrack.Tenant, bool) {
+	_, tr, nodeID := p.tenancy.settings()
+	if tr != nil && nodeID != "" {
+		ctx, cancel := context.WithTimeout(p.ctx, reserveReadTimeout)
+		ts, err := tr.ReadTenants(ctx, nodeID)
+		cancel()
+		if err != nil {
+			p.logger.Warn("Reserve could not read the node's allocations; using the last read", "error", err)
+		} else {
+			p.tenancy.merge(ts)
+		}
+	}
+	return p.tenancy.findShare(b)
+}
+
+// findShare returns the known tenant holding exactly b's shares.
+func (t *tenancy) findShare(b binding) (alloctrack.Tenant, bool) {
+	want := slices.Sorted(slices.Values(b.shares))
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var best alloctrack.Tenant
+	found := false
+	for _, tn := range t.tenants {
+		if tn.ShareGPU != b.shareGPU || !slices.Equal(tn.ShareIDs, want) {
+			continue
+		}
+		if !found || best.Stopping && !tn.Stopping || best.Stopping == tn.Stopping && tn.CreateIndex > best.CreateIndex {
+			best, found = tn, true
+		}
+	}
+	return best, found
+}
+
+// checkLimit returns a share task's limit in shares, or an error that
+// names the meta key and the fix.
+func checkLimit(tn alloctrack.Tenant) (int, error) {
+	req := tn.Shares()
+	if tn.Limit == "" {
+		return req, nil
+	}
+	where := fmt.Sprintf("gpushare: task %q of job %q (namespace %q): %s meta", tn.Task, tn.Job, tn.Namespace, tn.LimitFrom)
+	lim, err := ids.ParseLimit(tn.Limit)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", where, err)
+	}
+	if lim < req {
+		return 0, fmt.Errorf(`%s %s = %q is below the task's request of %s GPU (count = %d of nvidia/gpu-share): set it to at least %q, or remove it (the limit is then the request)`,
+			where, ids.LimitMetaKey, tn.Limit, fraction(req), req, fraction(req))
+	}
+	return lim, nil
+}
+
+// fraction writes shares as a fraction of a GPU ("0.25").
+func fraction(shares int) string {
+	return fmt.Sprintf("%d.%02d", shares/ids.SharesPerGPU, shares%ids.SharesPerGPU)
+}
+
+// clearForWhole makes sure a whole binding's task gets its GPUs to itself:
+// the guests running there are moved (their allocations stopped), and the
+// binding waits until no process of any allocation is left on the GPUs.
+func (p *Plugin) clearForWhole(uuids []string) error {
+	cfg, tr, _ := p.tenancy.settings()
+	now := time.Now()
+	t := &p.tenancy
+	t.mu.Lock()
+	var moves []guestMove
+	for _, tn := range t.guestsOnLocked(uuids) {
+		if at, ok := t.moving[tn.Key()]; ok && now.Sub(at) < moveRetry {
+			continue
+		}
+		t.moving[tn.Key()] = now
+		moves = append(moves, guestMove{tn: tn, host: t.hostLocked(tn), why: "host GPU bound whole by Nomad"})
+	}
+	t.mu.Unlock()
+	if tr != nil && len(moves) > 0 {
+		p.moveGuests(p.ctx, tr, moves)
+	}
+	return p.waitGPUsClear(uuids, cfg.guestMoveTimeout)
+}
+
+// waitGPUsClear waits until no process of any allocation runs on the GPUs
+// (guests being moved, a previous holder still exiting). Half-way through
+// the bound the processes left are killed; at the bound the binding fails,
+// and the Nomad client retries the task under its restart policy.
+func (p *Plugin) waitGPUsClear(uuids []string, bound time.Duration) error {
+	start := time.Now()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	killed := false
+	for {
+		busy := p.allocationProcessesOn(uuids)
+		waited := time.Since(start)
+		if len(busy) == 0 {
+			if waited > 100*time.Millisecond {
+				p.logger.Info("whole GPU clear of other tenants' processes", "gpus", uuids, "waited", waited.Round(time.Millisecond))
+			}
+			return nil
+		}
+		if waited >= bound {
+			return fmt.Errorf("gpushare: refusing whole GPU %s: processes of other allocations are still on it after %s (%s); the task is retried under its restart policy",
+				strings.Join(uuids, ", "), bound, describe(busy))
+		}
+		if !killed && waited >= bound/2 {
+			p.logger.Warn("killing the processes left on a GPU bound whole", "gpus", uuids, "processes", describe(busy))
+			for _, sp := range busy {
+				if err := p.tenancy.resolver.Kill(sp.id); err != nil {
+					p.logger.Error("kill failed", "pid", sp.id.PID, "error", err)
+				}
+			}
+			killed = true
+		}
+		select {
+		case <-p.ctx.Done():
+			return fmt.Errorf("gpushare: plugin shutting down while GPU %s was being cleared", strings.Join(uuids, ", "))
+		case <-tick.C:
+		}
+	}
+}
+
+// allocationProcessesOn lists the processes of Nomad allocations on the
+// GPUs, read from NVML now.
+func (p *Plugin) allocationProcessesOn(uuids []string) []seenProcess {
+	procs, _, err := p.hw.processes(map[string]uint64{})
+	if err != nil {
+		p.logger.Warn("reading GPU processes", "error", err)
+		return nil
+	}
+	var out []seenProcess
+	for _, u := range uuids {
+		for _, pr := range procs[u] {
+			id, err := p.tenancy.resolver.Resolve(pr.PID)
+			if err == nil && id.Owner.Known() {
+				out = append(out, seenProcess{gpu: u, proc: pr, id: id})
+			}
+		}
+	}
+	return out
+}
+
+func describe(sps []seenProcess) string {
+	parts := make([]string, 0, len(sps))
+	for _, sp := range sps {
+		parts = append(parts, fmt.Sprintf("pid %d of allocation %s task %s, %d MiB", sp.id.PID, sp.id.Owner.AllocID, sp.id.Owner.Task, sp.proc.UsedMiB))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// markGuests counts, in the partition's observation, the guests each GPU
+// hosts: a switch of a GPU completes only once its guests are gone (a
+// guest being stopped is gone once the monitor sees no process of it
+// there).
+func (t *tenancy) markGuests(obs map[string]partition.GPUObs) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, tn := range t.tenants {
+		if tn.ShareGPU == "" {
+			continue
+		}
+		if h := t.hostLocked(tn); h != tn.ShareGPU && (!tn.Stopping || t.present[chargeKey{k, h}]) {
+			if g, ok := obs[h]; ok {
+				g.Guests++
+				obs[h] = g
+			}
+		}
+	}
+}
