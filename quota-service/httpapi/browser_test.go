@@ -31,6 +31,18 @@ func (c *changingSource) Status() service.Status {
 	return st
 }
 
+// Utilization reports each project's use: team-a's memory 0.91 GPU,
+// team-b's 0.37.
+func (c *changingSource) Utilization() *service.Utilization {
+	line := func(project string, allocated, used float64) service.ProjectUtilization {
+		var p service.ProjectUtilization
+		p.Project, p.Guaranteed, p.Allocated, p.UsedMemory, p.Tenants = project, "2.00", allocated, used, 1
+		return p
+	}
+	return &service.Utilization{At: time.Now(), Nodes: 2,
+		Projects: []service.ProjectUtilization{line("team-a", 2, 0.91), line("team-b", 1, 0.37)}}
+}
+
 func (c *changingSource) add(e state.Entry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -93,14 +105,14 @@ func TestLoginAndRefreshInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"team-b/infer", hiddenWorkload, "Log out"} {
+	for _, want := range []string{"team-b/infer", hiddenWorkload, "Log out", "Utilization vs allocation", "0.37"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("page lacks %q:\n%s", want, text)
 		}
 	}
 	// Project names are no secret (the metrics carry them); job names
 	// are.
-	for _, leak := range []string{"team-a/", "secret"} {
+	for _, leak := range []string{"team-a/", "secret", "0.91"} {
 		if strings.Contains(text, leak) {
 			t.Errorf("team-b's reader sees %q:\n%s", leak, text)
 		}
