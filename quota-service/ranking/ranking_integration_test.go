@@ -3,6 +3,8 @@ package ranking_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -53,6 +55,7 @@ type outcome struct{ partial, idle int }
 func TestRankingAvoidsFragmentedGPUs(t *testing.T) {
 	off := runSequence(t, false)
 	on := runSequence(t, true)
+
 	t.Logf("without ranks: %d GPUs partly used, %d idle; with ranks: %d partly used, %d idle", off.partial, off.idle, on.partial, on.idle)
 	if on.partial >= off.partial {
 		t.Errorf("with ranks %d GPUs end partly used, without %d: want fewer with ranks", on.partial, off.partial)
@@ -68,6 +71,9 @@ func TestRankingAvoidsFragmentedGPUs(t *testing.T) {
 func runSequence(t *testing.T, ranked bool) outcome {
 	t.Helper()
 	c := testcluster.StartSimNodes(t, 2, 2)
+	if ranked {
+		examplesCarryTheirClass(t, c)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	builder := nomadwatch.NewBuilder(c.Nomad, nil)
@@ -107,6 +113,40 @@ func runSequence(t *testing.T, ranked bool) outcome {
 	}
 	t.Logf("ranked=%t: %d GPUs partly used, %d idle; nodes %v", ranked, out.partial, out.idle, pub.Known())
 	return out
+}
+
+// examplesCarryTheirClass checks that every GPU group of the example
+// jobspecs, as Nomad parses them, carries the ranking affinity of its own
+// class.
+func examplesCarryTheirClass(t *testing.T, c *localcluster.Cluster) {
+	t.Helper()
+	files, err := filepath.Glob("../../jobspecs/examples/*.nomad.hcl")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no example jobspecs (%v)", err)
+	}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		job, err := c.Nomad.Jobs().ParseHCL(string(src), true)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, tg := range job.TaskGroups {
+			want, err := ranking.Affinity(tg)
+			if err != nil || want == nil {
+				t.Fatalf("%s group %s: no class (%v)", f, *tg.Name, err)
+			}
+			found := false
+			for _, a := range tg.Affinities {
+				found = found || a.LTarget == want.LTarget && a.RTarget == want.RTarget && a.Operand == want.Operand
+			}
+			if !found {
+				t.Errorf("%s group %s: no affinity %s = %s (its class)", f, *tg.Name, want.LTarget, want.RTarget)
+			}
+		}
+	}
 }
 
 // job is the step's batch job; pins name node IDs by index.
