@@ -36,7 +36,7 @@ func StartSimNode(t testing.TB, gpus int) *SimNode {
 	buildSimBinaries(t, pluginDir, n.Simload)
 	n.StateDir, n.UsagePort = simClientDirs(t)
 	n.UsageURL = fmt.Sprintf("http://127.0.0.1:%d", n.UsagePort)
-	n.Cluster = Start(t, localcluster.Options{PluginDir: pluginDir, PluginConfig: simPluginConfig(gpus, n.UsagePort, n.StateDir, ""),
+	n.Cluster = Start(t, localcluster.Options{PluginDir: pluginDir, PluginConfig: simPluginConfig(gpus, 0, n.UsagePort, n.StateDir, ""),
 		WaitForDevices: []string{"nvidia/gpu"}})
 	return n
 }
@@ -44,7 +44,9 @@ func StartSimNode(t testing.TB, gpus int) *SimNode {
 // StartSimNodes starts a cluster of clients Nomad client nodes on this
 // machine (localcluster.Options.Clients), each with the gpushare plugin
 // on gpus simulated H100s of its own (distinct UUIDs, usage ports and
-// process directories), configured as StartSimNode's. It is skipped in
+// process directories), configured as StartSimNode's except that each
+// plugin keeps one idle GPU in share mode as the landing place for shares
+// (min_idle_share_gpus, the plugin's default). It is skipped in
 // -short mode, and stopped when the test ends.
 func StartSimNodes(t testing.TB, clients, gpus int) *localcluster.Cluster {
 	t.Helper()
@@ -56,7 +58,7 @@ func StartSimNodes(t testing.TB, clients, gpus int) *localcluster.Cluster {
 	configs := make([]string, clients)
 	for i := range configs {
 		dir, port := simClientDirs(t)
-		configs[i] = simPluginConfig(gpus, port, dir, fmt.Sprintf("client-%d", i))
+		configs[i] = simPluginConfig(gpus, 1, port, dir, fmt.Sprintf("client-%d", i))
 	}
 	return Start(t, localcluster.Options{PluginDir: pluginDir, Clients: clients,
 		ClientPluginConfig: func(i int) string { return configs[i] }, WaitForDevices: []string{"nvidia/gpu"}})
@@ -92,9 +94,10 @@ func simClientDirs(t testing.TB) (stateDir string, usagePort int) {
 	return stateDir, l.Addr().(*net.TCPAddr).Port
 }
 
-// simPluginConfig is the plugin block for gpus simulated H100s; seed,
-// when set, derives their UUIDs.
-func simPluginConfig(gpus, usagePort int, stateDir, seed string) string {
+// simPluginConfig is the plugin block for gpus simulated H100s, minIdle
+// of them kept in share mode while idle; seed, when set, derives their
+// UUIDs.
+func simPluginConfig(gpus, minIdle, usagePort int, stateDir, seed string) string {
 	seedLine := ""
 	if seed != "" {
 		seedLine = fmt.Sprintf("simulated_seed        = %q", seed)
@@ -108,11 +111,11 @@ plugin "nomad-device-gpushare" {
     %s
     fingerprint_period    = "1s"
     nomad_poll_period     = "500ms"
-    min_idle_share_gpus   = 0
+    min_idle_share_gpus   = %d
     switch_settle_period  = "2s"
     usage_listen          = "127.0.0.1:%d"
     simulated_process_dir = %q
   }
 }
-`, gpus, seedLine, usagePort, stateDir)
+`, gpus, seedLine, minIdle, usagePort, stateDir)
 }

@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/ranking"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/hashicorp/go-hclog"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -76,7 +78,7 @@ func runSequence(t *testing.T, ranked bool) outcome {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	builder := nomadwatch.NewBuilder(c.Nomad, nil)
+	builder := nomadwatch.NewBuilder(c.Nomad, hclog.NewNullLogger())
 	pub := ranking.NewPublisher(c.Nomad, nil)
 	pub.MinInterval = 0
 	snapshot := func() (*model.Snapshot, error) {
@@ -87,6 +89,9 @@ func runSequence(t *testing.T, ranked bool) outcome {
 		return v.Snapshot, nil
 	}
 	for _, s := range sequence {
+		// Each plugin publishes a GPU in share mode (its open share
+		// GPU or its idle landing place) before the next job comes.
+		testcluster.Eventually(t, 60*time.Second, func() error { return offerShares(c) })
 		job := s.job(c.NodeIDs)
 		if ranked {
 			aff, err := ranking.Affinity(job.TaskGroups[0])
@@ -140,7 +145,8 @@ func examplesCarryTheirClass(t *testing.T, c *localcluster.Cluster) {
 			}
 			found := false
 			for _, a := range tg.Affinities {
-				found = found || a.LTarget == want.LTarget && a.RTarget == want.RTarget && a.Operand == want.Operand
+				equals := a.Operand == "" || a.Operand == "=" || a.Operand == "=="
+				found = found || a.LTarget == want.LTarget && a.RTarget == want.RTarget && equals
 			}
 			if !found {
 				t.Errorf("%s group %s: no affinity %s = %s (its class)", f, *tg.Name, want.LTarget, want.RTarget)
@@ -177,6 +183,38 @@ func running(c *localcluster.Cluster, job string) error {
 		}
 	}
 	return fmt.Errorf("job %s: no allocation running yet (%d allocations)", job, len(allocs))
+}
+
+// offerShares is nil once every node publishes a GPU in share mode.
+func offerShares(c *localcluster.Cluster) error {
+	for _, id := range c.NodeIDs {
+		node, _, err := c.Nomad.Nodes().Info(id, nil)
+		if err != nil {
+			return err
+		}
+		if !sharesOffered(node) {
+			return fmt.Errorf("node %s publishes no GPU in share mode yet", id)
+		}
+	}
+	return nil
+}
+
+// sharesOffered reports whether node has a healthy share instance.
+func sharesOffered(node *nomadapi.Node) bool {
+	if node.NodeResources == nil {
+		return false
+	}
+	for _, g := range node.NodeResources.Devices {
+		if g.Vendor != ids.Vendor || g.Type != ids.TypeShare {
+			continue
+		}
+		for _, inst := range g.Instances {
+			if inst.Healthy {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // published publishes the ranks of the cluster as it is and is nil once
