@@ -16,18 +16,29 @@ const AffinityWeight = 100
 
 // Class is the class key of one instance of task group tg, as the
 // published metadata names it ("s25-c1": 25 shares and at most 1000 MHz;
-// "w1-c4": one whole GPU and at most 4000 MHz), from the group's device
-// requests and CPU summed over its tasks; false for a group that asks for
-// no gpushare GPU.
-func Class(tg *nomadapi.TaskGroup) (string, bool, error) {
-	var ask model.Ask
-	gpu := false
+// "w1-c4": one whole GPU and at most 4000 MHz; "cpu-c2": no GPU and at
+// most 2000 MHz), from the group's device requests and CPU summed over its
+// tasks.
+func Class(tg *nomadapi.TaskGroup) (string, error) {
+	ask, _, err := groupAsk(tg)
+	if err != nil {
+		return "", err
+	}
+	return placement.ClassKey(task(ask)), nil
+}
+
+// groupAsk is what one instance of tg asks for; gpu reports a gpushare
+// GPU request.
+func groupAsk(tg *nomadapi.TaskGroup) (ask model.Ask, gpu bool, err error) {
 	for _, task := range tg.Tasks {
 		if task == nil || task.Resources == nil {
 			continue
 		}
 		if task.Resources.CPU != nil {
 			ask.CPUMilli += int64(*task.Resources.CPU)
+		}
+		if task.Resources.MemoryMB != nil {
+			ask.MemoryMiB += int64(*task.Resources.MemoryMB)
 		}
 		for _, d := range task.Resources.Devices {
 			if d == nil {
@@ -43,21 +54,17 @@ func Class(tg *nomadapi.TaskGroup) (string, bool, error) {
 			}
 		}
 	}
-	if !gpu {
-		return "", false, nil
+	if err := ask.Validate(); err != nil {
+		return model.Ask{}, false, fmt.Errorf("group %q: %w", name(tg), err)
 	}
-	if ask.WholeGPUs > 0 && ask.Shares > 0 || ask.Shares >= model.SharesPerGPU {
-		return "", false, fmt.Errorf("group %q: asks for %d whole GPUs and %d shares: ask for whole GPUs or for fewer than %d shares", name(tg), ask.WholeGPUs, ask.Shares, model.SharesPerGPU)
-	}
-	return placement.ClassKey(task(ask)), true, nil
+	return ask, gpu, nil
 }
 
 // Affinity is the ranking affinity of task group tg: its class's key
-// equal to "1", with AffinityWeight; nil for a group that asks for no
-// gpushare GPU.
+// equal to "1", with AffinityWeight.
 func Affinity(tg *nomadapi.TaskGroup) (*nomadapi.Affinity, error) {
-	class, ok, err := Class(tg)
-	if err != nil || !ok {
+	class, err := Class(tg)
+	if err != nil {
 		return nil, err
 	}
 	w := int8(AffinityWeight)

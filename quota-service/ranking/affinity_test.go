@@ -25,19 +25,13 @@ func TestAffinityNamesTheGroupsClass(t *testing.T) {
 		{"share without vendor", group(1500, device("gpu-share", 50)), "${meta.gpushare.rank.s50-c2}"},
 		{"one whole GPU, 3 GHz", group(3000, device("nvidia/gpu", 1)), "${meta.gpushare.rank.w1-c4}"},
 		{"two whole GPUs of a model", group(200, device("nvidia/gpu/NVIDIA H100", 2)), "${meta.gpushare.rank.w2-c1}"},
-		{"CPU only", group(100), ""},
-		{"another vendor's GPU", group(100, device("amd/gpu", 1)), ""},
+		{"CPU only", group(3000), "${meta.gpushare.rank.cpu-c4}"},
+		{"another vendor's GPU", group(100, device("amd/gpu", 1)), "${meta.gpushare.rank.cpu-c1}"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, err := Affinity(tc.tg)
 			if err != nil {
 				t.Fatal(err)
-			}
-			if tc.target == "" {
-				if a != nil {
-					t.Fatalf("affinity %+v, want none", a)
-				}
-				return
 			}
 			if a == nil || a.LTarget != tc.target || a.RTarget != "1" || a.Operand != "=" || *a.Weight != AffinityWeight {
 				t.Fatalf("affinity %+v, want %s = 1 weight %d", a, tc.target, AffinityWeight)
@@ -47,7 +41,7 @@ func TestAffinityNamesTheGroupsClass(t *testing.T) {
 }
 
 func TestClassRefusesMixedAsks(t *testing.T) {
-	_, _, err := Class(group(100, device("nvidia/gpu", 1), device("nvidia/gpu-share", 10)))
+	_, err := Class(group(100, device("nvidia/gpu", 1), device("nvidia/gpu-share", 10)))
 	if err == nil {
 		t.Fatal("a group asking for a whole GPU and shares got a class")
 	}

@@ -66,10 +66,10 @@ func (p *Publisher) Forget() {
 	clear(p.lastWrite)
 }
 
-// Publish computes the ranks of snap and writes every node whose
-// published values differ from them.
-func (p *Publisher) Publish(ctx context.Context, snap *model.Snapshot) (Report, error) {
-	ranks, err := Compute(snap)
+// Publish computes the ranks of snap and specs (Compute) and writes every
+// node whose published values differ from them.
+func (p *Publisher) Publish(ctx context.Context, snap *model.Snapshot, specs map[string]*nomadapi.Job) (Report, error) {
+	ranks, err := Compute(snap, specs)
 	if err != nil {
 		return Report{}, err
 	}

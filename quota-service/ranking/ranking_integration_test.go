@@ -81,13 +81,7 @@ func runSequence(t *testing.T, ranked bool) outcome {
 	builder := nomadwatch.NewBuilder(c.Nomad, hclog.NewNullLogger())
 	pub := ranking.NewPublisher(c.Nomad, nil)
 	pub.MinInterval = 0
-	snapshot := func() (*model.Snapshot, error) {
-		v, err := builder.Build(ctx, nil, nil, nil)
-		if err != nil {
-			return nil, err
-		}
-		return v.Snapshot, nil
-	}
+	view := func() (*nomadwatch.View, error) { return builder.Build(ctx, nil, nil, nil) }
 	for _, s := range sequence {
 		// Each plugin publishes a GPU in share mode (its open share
 		// GPU or its idle landing place) before the next job comes.
@@ -105,14 +99,14 @@ func runSequence(t *testing.T, ranked bool) outcome {
 		}
 		testcluster.Eventually(t, 90*time.Second, func() error { return running(c, s.name) })
 		if ranked {
-			testcluster.Eventually(t, 60*time.Second, func() error { return published(ctx, c, pub, snapshot) })
+			testcluster.Eventually(t, 60*time.Second, func() error { return published(ctx, c, pub, view) })
 		}
 	}
-	snap, err := snapshot()
+	v, err := view()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := gpus(snap)
+	out, err := gpus(v.Snapshot)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +134,7 @@ func examplesCarryTheirClass(t *testing.T, c *localcluster.Cluster) {
 		}
 		for _, tg := range job.TaskGroups {
 			want, err := ranking.Affinity(tg)
-			if err != nil || want == nil {
+			if err != nil {
 				t.Fatalf("%s group %s: no class (%v)", f, *tg.Name, err)
 			}
 			found := false
@@ -220,12 +214,12 @@ func sharesOffered(node *nomadapi.Node) bool {
 // published publishes the ranks of the cluster as it is and is nil once
 // the servers show every node's ranks as written, so that the next job is
 // placed on them.
-func published(ctx context.Context, c *localcluster.Cluster, pub *ranking.Publisher, snapshot func() (*model.Snapshot, error)) error {
-	snap, err := snapshot()
+func published(ctx context.Context, c *localcluster.Cluster, pub *ranking.Publisher, view func() (*nomadwatch.View, error)) error {
+	v, err := view()
 	if err != nil {
 		return err
 	}
-	rep, err := pub.Publish(ctx, snap)
+	rep, err := pub.Publish(ctx, v.Snapshot, v.Specs)
 	if err != nil {
 		return err
 	}

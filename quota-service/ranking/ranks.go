@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
+	nomadapi "github.com/hashicorp/nomad/api"
 )
 
 // Prefix starts every metadata key the ranking publishes.
@@ -19,26 +20,23 @@ type Ranks struct {
 	Nodes map[string]map[string]string
 }
 
-// Compute ranks every available node of snap for every class of GPU work
-// in it (running allocations and waiting work): the level that
-// placement.Ranking, with its default threshold, gives the class's typical
-// task on the node. Unavailable nodes get no values (Nomad places nothing
-// there). CPU-only work is not in the snapshot, so only GPU classes are
-// ranked.
-func Compute(snap *model.Snapshot) (Ranks, error) {
+// Compute ranks every available node of snap for every class of work: the
+// GPU work in the snapshot (running allocations and waiting work) and the
+// CPU-only work of specs (CPUTasks). A node's value for a class is the
+// level that placement.Ranking, with its default threshold, gives the
+// class's typical task there. Unavailable nodes get no values (Nomad
+// places nothing there).
+func Compute(snap *model.Snapshot, specs map[string]*nomadapi.Job) (Ranks, error) {
 	x, err := snap.Index()
 	if err != nil {
 		return Ranks{}, fmt.Errorf("ranking: indexing the snapshot: %w", err)
 	}
-	w := placement.NewWorkload(tasks(snap), placement.DefaultCoverage)
+	w := placement.NewWorkload(append(tasks(snap), CPUTasks(specs)...), placement.DefaultCoverage)
 	r := placement.NewRanking(w)
 	out := Ranks{Nodes: map[string]map[string]string{}}
 	probes := map[string]placement.Task{}
 	for _, c := range w.Classes {
 		t := placement.Task{CPUMilli: c.CPUMilli, MemoryMiB: c.MemoryMiB, GPUCount: c.GPUCount, Shares: c.Shares}
-		if t.GPUCount == 0 {
-			continue
-		}
 		key := Prefix + placement.ClassKey(t)
 		probes[key] = t
 		out.Keys = append(out.Keys, key)
@@ -70,6 +68,30 @@ func tasks(snap *model.Snapshot) []placement.Task {
 		t := task(p.Ask)
 		for range p.Count {
 			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// CPUTasks is the CPU-only work of specs (the snapshot holds GPU work
+// only): one task per instance of each group that asks for no gpushare
+// GPU, of every job that is not stopped, not dead, and not a system or
+// sysbatch job (those run on every node wherever the ranks point).
+func CPUTasks(specs map[string]*nomadapi.Job) []placement.Task {
+	var out []placement.Task
+	for _, job := range specs {
+		if job == nil || job.Stop != nil && *job.Stop || job.Status != nil && *job.Status == "dead" ||
+			job.Type != nil && (*job.Type == "system" || *job.Type == "sysbatch") {
+			continue
+		}
+		for _, tg := range job.TaskGroups {
+			ask, gpu, err := groupAsk(tg)
+			if err != nil || gpu || tg.Count == nil {
+				continue
+			}
+			for range *tg.Count {
+				out = append(out, task(ask))
+			}
 		}
 	}
 	return out

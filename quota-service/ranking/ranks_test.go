@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	nomadapi "github.com/hashicorp/nomad/api"
 )
 
 // twoNodes is the state the integration test reaches before its second
@@ -25,7 +26,7 @@ func twoNodes() *model.Snapshot {
 }
 
 func TestComputeRanksSharesWhereTheyFragmentNothing(t *testing.T) {
-	r, err := Compute(twoNodes())
+	r, err := Compute(twoNodes(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func TestComputeRanksSharesWhereTheyFragmentNothing(t *testing.T) {
 func TestComputeSkipsUnavailableNodes(t *testing.T) {
 	s := twoNodes()
 	s.Nodes[1].Unavailable = "node is draining"
-	r, err := Compute(s)
+	r, err := Compute(s, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,3 +88,33 @@ func equal(a, b []string) bool {
 	}
 	return true
 }
+
+func TestComputeRanksCPUOnlyWorkOfRunningJobs(t *testing.T) {
+	job := func(id, typ string, stop bool, cpu int) *nomadapi.Job {
+		j := nomadapi.NewServiceJob(id, id, "global", 50)
+		j.Type, j.Stop = &typ, &stop
+		j.AddTaskGroup(group(cpu))
+		j.TaskGroups[0].Count = ptr(2)
+		return j
+	}
+	specs := map[string]*nomadapi.Job{
+		"web":     job("web", "service", false, 3000),
+		"stopped": job("stopped", "service", true, 500),
+		"agent":   job("agent", "system", false, 500),
+	}
+	if got := len(CPUTasks(specs)); got != 2 {
+		t.Fatalf("%d CPU-only tasks, want web's 2 (stopped and system jobs left out)", got)
+	}
+	r, err := Compute(twoNodes(), specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := Prefix + "cpu-c4"
+	for _, n := range []string{"x", "y"} {
+		if _, ok := r.Nodes[n][key]; !ok {
+			t.Errorf("node %s has no rank for %s: %v", n, key, r.Nodes[n])
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

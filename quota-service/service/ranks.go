@@ -40,7 +40,7 @@ func (s *Service) publishRanks(ctx context.Context, c *cycleData) {
 	if r == nil {
 		return
 	}
-	rep, err := r.pub.Publish(ctx, c.view.Snapshot)
+	rep, err := r.pub.Publish(ctx, c.view.Snapshot, c.view.Specs)
 	if err == nil {
 		err = errors.Join(rep.Errors...)
 	}
