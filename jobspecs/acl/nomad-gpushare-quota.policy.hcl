@@ -38,7 +38,7 @@ namespace "*" {
 
 # read: GET /v1/nodes?resources=true (each node's GPUs in both device
 # families), the Node topic of the event stream, GET /v1/client/metadata.
-# write: PUT /v1/client/metadata, the placement ranks the service publishes
+# write: POST /v1/client/metadata, the placement ranks the service publishes
 # as dynamic node metadata gpushare.rank.<class> (-publish-ranks, on by
 # default; docs/design.md, Placement ranking). Nomad has no narrower
 # capability for node metadata: node write also lets the token drain nodes

@@ -9,6 +9,6 @@
 // prefers the nodes where they fragment nothing.
 //
 // Compute is pure: a snapshot in, the metadata per node out. Publisher
-// writes it through the Nomad API (PUT /v1/client/metadata), only where a
+// writes it through the Nomad API (POST /v1/client/metadata), only where a
 // node's value changed and at most once per node per MinInterval.
 package ranking

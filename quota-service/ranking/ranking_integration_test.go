@@ -100,6 +100,10 @@ func runSequence(t *testing.T, ranked bool) outcome {
 		testcluster.Eventually(t, 90*time.Second, func() error { return running(c, s.name) })
 		if ranked {
 			testcluster.Eventually(t, 60*time.Second, func() error { return published(ctx, c, pub, view) })
+			known := pub.Known()
+			for i, id := range c.NodeIDs {
+				t.Logf("after %s: node %d publishes %v", s.name, i, known[id])
+			}
 		}
 	}
 	v, err := view()
@@ -110,7 +114,7 @@ func runSequence(t *testing.T, ranked bool) outcome {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("ranked=%t: %d GPUs partly used, %d idle; nodes %v", ranked, out.partial, out.idle, pub.Known())
+	t.Logf("ranked=%t: %d GPUs partly used, %d idle", ranked, out.partial, out.idle)
 	return out
 }
 
