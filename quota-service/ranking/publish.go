@@ -17,6 +17,10 @@ import (
 // one node's metadata.
 const DefaultMinInterval = 2 * time.Second
 
+// DefaultMaxCalls is the default bound on the Nomad calls (node reads and
+// writes) of one Publish.
+const DefaultMaxCalls = 64
+
 // Publisher writes Compute's ranks as Nomad dynamic node metadata. It
 // remembers each node's ranking keys as last read from or written to the
 // node, and writes a node only when one of its values differs (unsetting
@@ -29,7 +33,12 @@ type Publisher struct {
 	// MinInterval is the shortest time between two writes to one node
 	// (default DefaultMinInterval).
 	MinInterval time.Duration
-	now         func() time.Time
+	// MaxCalls bounds the Nomad calls of one Publish (default
+	// DefaultMaxCalls): the nodes beyond are deferred, so that a new
+	// leader on a large cluster reads the nodes over several cycles
+	// instead of stalling one.
+	MaxCalls int
+	now      func() time.Time
 
 	mu sync.Mutex
 	// known is each node's ranking keys as the node last reported them;
@@ -43,7 +52,7 @@ func NewPublisher(client *nomadapi.Client, log hclog.Logger) *Publisher {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &Publisher{nomad: client, log: log, MinInterval: DefaultMinInterval, now: time.Now,
+	return &Publisher{nomad: client, log: log, MinInterval: DefaultMinInterval, MaxCalls: DefaultMaxCalls, now: time.Now,
 		known: map[string]map[string]string{}, lastWrite: map[string]time.Time{}}
 }
 
@@ -52,7 +61,8 @@ type Report struct {
 	// Written are the nodes whose metadata was written.
 	Written []string
 	// Deferred are the nodes that differ but were written less than
-	// MinInterval ago: a later Publish writes them.
+	// MinInterval ago, or that the MaxCalls bound left for later: a later
+	// Publish writes them.
 	Deferred []string
 	// Errors are the nodes that could not be read or written.
 	Errors []error
@@ -76,12 +86,13 @@ func (p *Publisher) Publish(ctx context.Context, snap *model.Snapshot, specs map
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var rep Report
+	calls := 0
 	for _, n := range snap.Nodes {
 		want, ok := ranks.Nodes[n.Name]
 		if !ok {
 			continue
 		}
-		if err := p.publishNode(ctx, n.Name, want, &rep); err != nil {
+		if err := p.publishNode(ctx, n.Name, want, &rep, &calls); err != nil {
 			delete(p.known, n.Name)
 			rep.Errors = append(rep.Errors, err)
 		}
@@ -96,9 +107,14 @@ func (p *Publisher) Publish(ctx context.Context, snap *model.Snapshot, specs map
 }
 
 // publishNode writes node id's ranking keys if they differ from want.
-func (p *Publisher) publishNode(ctx context.Context, id string, want map[string]string, rep *Report) error {
+func (p *Publisher) publishNode(ctx context.Context, id string, want map[string]string, rep *Report, calls *int) error {
 	have, ok := p.known[id]
 	if !ok {
+		if *calls >= p.MaxCalls {
+			rep.Deferred = append(rep.Deferred, id)
+			return nil
+		}
+		*calls++
 		resp, err := p.nomad.Nodes().Meta().Read(id, (&nomadapi.QueryOptions{}).WithContext(ctx))
 		if err != nil {
 			return fmt.Errorf("reading the metadata of node %s: %w", id, err)
@@ -111,10 +127,11 @@ func (p *Publisher) publishNode(ctx context.Context, id string, want map[string]
 		return nil
 	}
 	now := p.now()
-	if last, ok := p.lastWrite[id]; ok && now.Sub(last) < p.MinInterval {
+	if last, ok := p.lastWrite[id]; ok && now.Sub(last) < p.MinInterval || *calls >= p.MaxCalls {
 		rep.Deferred = append(rep.Deferred, id)
 		return nil
 	}
+	*calls++
 	resp, err := p.nomad.Nodes().Meta().Apply(&nomadapi.NodeMetaApplyRequest{NodeID: id, Meta: change},
 		(&nomadapi.QueryOptions{}).WithContext(ctx))
 	if err != nil {

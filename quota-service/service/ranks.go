@@ -47,7 +47,7 @@ func (s *Service) publishRanks(ctx context.Context, c *cycleData) {
 	r.writes.Add(float64(len(rep.Written)))
 	r.errs.Add(float64(len(rep.Errors)))
 	for _, id := range rep.Deferred {
-		c.rep.Skipped = append(c.rep.Skipped, fmt.Sprintf("placement ranks of node %s: written less than %s ago", id, r.pub.MinInterval))
+		c.rep.Skipped = append(c.rep.Skipped, fmt.Sprintf("placement ranks of node %s: written less than %s ago, or %d nodes read or written this cycle", id, r.pub.MinInterval, r.pub.MaxCalls))
 	}
 	switch {
 	case err != nil && err.Error() != r.lastErr:
