@@ -83,6 +83,7 @@ func TestModuleProvisionsACLCluster(t *testing.T) {
 	projects["team-b"] = map[string]any{"guaranteed": 1, "limit": 4}
 	w.vars(vars)
 	purge(t, c, jobs)
+	waitPurged(t, c, jobs)
 	w.must(0, "destroy", "-auto-approve")
 	checkDestroyed(t, c)
 }
@@ -316,6 +317,35 @@ func purge(t *testing.T, c *localcluster.Cluster, jobs map[string][]string) {
 			}
 		}
 	}
+}
+
+// waitPurged waits until the projects' namespaces hold no job and no live
+// allocation (Nomad refuses to delete a namespace before), and fails with
+// what is left if a purged job came back.
+func waitPurged(t *testing.T, c *localcluster.Cluster, jobs map[string][]string) {
+	t.Helper()
+	testcluster.Eventually(t, 2*time.Minute, func() error {
+		for ns := range jobs {
+			opts := &nomadapi.QueryOptions{Namespace: ns}
+			stubs, _, err := c.Nomad.Jobs().List(opts)
+			if err != nil {
+				return err
+			}
+			for _, j := range stubs {
+				return fmt.Errorf("job %s/%s is in Nomad after its purge (job modify index %d, status %s, stop %t)", ns, j.ID, j.JobModifyIndex, j.Status, j.Stop)
+			}
+			allocs, _, err := c.Nomad.Allocations().List(opts)
+			if err != nil {
+				return err
+			}
+			for _, a := range allocs {
+				if a.ClientStatus == "pending" || a.ClientStatus == "running" {
+					return fmt.Errorf("allocation %s of %s/%s is still %s", a.ID, ns, a.JobID, a.ClientStatus)
+				}
+			}
+		}
+		return nil
+	})
 }
 
 // checkDestroyed checks that destroy left nothing of the module.
