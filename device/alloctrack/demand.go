@@ -72,7 +72,7 @@ func (t *Tracker) readDemand(ctx context.Context, node *api.Node) ([]Demand, err
 			delete(t.jobs, k)
 		}
 	}
-	groups := deviceGroupNames(node)
+	groups, unit := deviceGroupNames(node), shareUnit(node)
 	var out []Demand
 	for _, k := range sortedKeys(latest) {
 		e := latest[k]
@@ -96,7 +96,7 @@ func (t *Tracker) readDemand(ctx context.Context, node *api.Node) ([]Demand, err
 		if !admits(job, node) {
 			continue
 		}
-		out = append(out, jobDemand(k, job, e.FailedTGAllocs, groups)...)
+		out = append(out, jobDemand(k, job, e.FailedTGAllocs, groups, unit)...)
 	}
 	return out, nil
 }
@@ -177,6 +177,24 @@ func deviceGroupNames(node *api.Node) map[string]map[string]bool {
 	return out
 }
 
+// shareUnit is how many units one share instance of the node stands for:
+// ids.SharesPerGPU over the ids.SharesAttr of its share groups (1 when they
+// do not say).
+func shareUnit(node *api.Node) int {
+	if node.NodeResources == nil {
+		return 1
+	}
+	for _, g := range node.NodeResources.Devices {
+		if g == nil || g.Vendor != ids.Vendor || g.Type != ids.TypeShare {
+			continue
+		}
+		if a := g.Attributes[ids.SharesAttr]; a != nil && a.IntVal != nil && ids.ValidSharesPerGPU(int(*a.IntVal)) {
+			return ids.SharesPerGPU / int(*a.IntVal)
+		}
+	}
+	return 1
+}
+
 // isMIGGroup reports whether the plugin published the group for MIG
 // devices.
 func isMIGGroup(g *api.NodeDeviceResource) bool {
@@ -196,8 +214,9 @@ func requestFamily(req ids.Request, groups map[string]map[string]bool) (typ stri
 	return req.Type, true
 }
 
-// jobDemand turns the failed task groups of a job into demand.
-func jobDemand(k string, job *api.Job, failed map[string]*api.AllocationMetric, groups map[string]map[string]bool) []Demand {
+// jobDemand turns the failed task groups of a job into demand; a share
+// request of n instances asks for n*unit units.
+func jobDemand(k string, job *api.Job, failed map[string]*api.AllocationMetric, groups map[string]map[string]bool, unit int) []Demand {
 	var since time.Time
 	if job.SubmitTime != nil {
 		since = time.Unix(0, *job.SubmitTime)
@@ -230,7 +249,7 @@ func jobDemand(k string, job *api.Job, failed map[string]*api.AllocationMetric, 
 					if typ == ids.TypeWhole {
 						d.Whole = n
 					} else {
-						d.Shares = n
+						d.Shares = n * unit
 					}
 					out = append(out, d)
 				}

@@ -10,7 +10,9 @@ import (
 type Held struct {
 	// Whole are the UUIDs of the GPUs it holds whole, sorted.
 	Whole []string
-	// Shares counts the share instances it holds, by GPU UUID.
+	// Shares counts the units (hundredths of a GPU) of the share instances
+	// it holds, by GPU UUID: one per instance unless the instance IDs say
+	// more (a plugin with shares_per_gpu below 100).
 	Shares map[string]int
 }
 
@@ -53,7 +55,7 @@ func HeldDevices(r *api.AllocatedResources) Held {
 						h.Whole = append(h.Whole, id.UUID)
 					}
 				case d.Type == TypeShare && id.IsShare:
-					h.Shares[id.UUID]++
+					h.Shares[id.UUID] += id.Units
 				}
 			}
 		}

@@ -35,3 +35,17 @@ func TestHeldDevices(t *testing.T) {
 		t.Error("nil resources hold something")
 	}
 }
+
+// TestHeldDevicesCountsUnits: an allocation given instances of a plugin
+// with 4 shares per GPU holds 25 units per instance.
+func TestHeldDevicesCountsUnits(t *testing.T) {
+	const a = "GPU-aaaa"
+	res := &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{
+		"train": {Devices: []*api.AllocatedDeviceResource{
+			{Vendor: Vendor, Type: TypeShare, DeviceIDs: []string{ShareOf(a, 0, 4), ShareOf(a, 3, 4)}},
+		}},
+	}}
+	if got := HeldDevices(res).Shares[a]; got != 50 {
+		t.Errorf("Shares[%s] = %d units, want 50 (two instances of 25)", a, got)
+	}
+}
