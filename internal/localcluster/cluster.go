@@ -47,6 +47,9 @@ type Options struct {
 	// their last change, checked as often. Zero: Nomad's defaults (4 h,
 	// every 5 min).
 	JobGCThreshold time.Duration
+	// ConsulOnly starts the Consul agent alone (no Nomad): for programs
+	// that bring their own Nomad, such as the scale benchmark's stand-in.
+	ConsulOnly bool
 }
 
 // Cluster is a running Consul agent and a Nomad server+client.
@@ -116,6 +119,9 @@ func (c *Cluster) start() error {
 		if err := consulAgentTokens(c.Consul, c.acl); err != nil {
 			return err
 		}
+	}
+	if c.opts.ConsulOnly {
+		return nil
 	}
 	if err := c.startNomad(); err != nil {
 		return err
