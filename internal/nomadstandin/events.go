@@ -120,6 +120,7 @@ func (s *Server) updateAlloc() {
 	s.index++
 	a := s.w.allocs[i]
 	a.ModifyIndex, a.ModifyTime = s.index, time.Now().UnixNano()
+	s.tables["allocs"] = s.index
 	s.encodeAlloc(i)
 	s.publish(event{Topic: api.TopicAllocation, Type: "AllocationUpdated", Key: a.ID, Namespace: a.Namespace,
 		FilterKeys: []string{a.JobID}, Payload: map[string]any{"Allocation": fullAlloc(a)}})
@@ -130,6 +131,7 @@ func (s *Server) reregister() {
 	defer s.mu.Unlock()
 	k := s.jobOrder[s.rng.IntN(len(s.jobOrder))]
 	s.index++
+	s.tables["jobs"] = s.index
 	j := *s.jobs[k]
 	j.ModifyIndex, j.JobModifyIndex = ptr(s.index), ptr(s.index)
 	j.Version = ptr(*j.Version + 1)
@@ -146,6 +148,7 @@ func (s *Server) Probe(n int) string {
 	s.index++
 	j := s.w.jobSpec(fmt.Sprintf("probe-%05d", n), s.w.project(0), 1, false, s.w.shareCount(20))
 	j.Status = ptr("pending")
+	s.tables["jobs"] = s.index
 	j.CreateIndex, j.ModifyIndex, j.JobModifyIndex = ptr(s.index), ptr(s.index), ptr(s.index)
 	k := jobKey(j)
 	s.jobs[k] = j
@@ -165,6 +168,7 @@ func (s *Server) Unprobe(jobID string) {
 		return
 	}
 	s.index++
+	s.tables["jobs"] = s.index
 	delete(s.jobs, k)
 	for i, o := range s.jobOrder {
 		if o == k {

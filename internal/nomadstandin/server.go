@@ -19,8 +19,11 @@ import (
 type Server struct {
 	w *world
 
-	mu    sync.RWMutex
-	index uint64
+	mu sync.RWMutex
+	// index is the last raft index; tables the index of each table's
+	// last write, which its reads answer with, as Nomad's do.
+	index  uint64
+	tables map[string]uint64
 	// nodeJSON: each node's list stub with resources; nodeFull: /v1/node/:id.
 	nodeJSON [][]byte
 	nodeFull map[string][]byte
@@ -41,7 +44,7 @@ func New(c Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{w: w, index: 1_000_000, nodeFull: map[string][]byte{}, jobs: map[string]*api.Job{},
+	s := &Server{w: w, index: 1_000_000, tables: map[string]uint64{"nodes": 1_000_000, "allocs": 1_000_000, "jobs": 1_000_000}, nodeFull: map[string][]byte{}, jobs: map[string]*api.Job{},
 		rng: rand.New(rand.NewPCG(7, 7)), subs: map[chan []byte]struct{}{}, requests: map[string]int{}}
 	for _, n := range w.nodes {
 		s.nodeJSON = append(s.nodeJSON, mustJSON(nodeStub(n)))
@@ -126,9 +129,11 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	case p == "event/stream":
 		s.stream(rw, r)
 	case p == "nodes":
-		s.list(rw, func(yield func([]byte)) {
+		s.list(rw, r, "nodes", func(yield func([]byte) bool) {
 			for _, b := range s.nodeJSON {
-				yield(b)
+				if !yield(b) {
+					return
+				}
 			}
 		})
 	case strings.HasPrefix(p, "node/"):
@@ -136,20 +141,23 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	case p == "allocations":
 		lean := r.URL.Query().Get("task_states") == "false"
 		ns := r.URL.Query().Get("namespace")
-		s.list(rw, func(yield func([]byte)) {
+		only := filterIDs(r.URL.Query().Get("filter"))
+		s.list(rw, r, "allocs", func(yield func([]byte) bool) {
 			for i, a := range s.w.allocs {
-				if ns != "*" && ns != "" && ns != a.Namespace {
+				if ns != "*" && ns != "" && ns != a.Namespace || only != nil && !only[a.ID] {
 					continue
 				}
+				b := s.allocJSON[i]
 				if lean {
-					yield(s.allocLean[i])
-				} else {
-					yield(s.allocJSON[i])
+					b = s.allocLean[i]
+				}
+				if !yield(b) {
+					return
 				}
 			}
 		})
 	case p == "jobs":
-		s.listJobs(rw, r.URL.Query().Get("namespace"))
+		s.listJobs(rw, r)
 	case strings.HasPrefix(p, "job/"):
 		s.job(rw, r, strings.TrimPrefix(p, "job/"))
 	case p == "namespaces":
@@ -170,11 +178,33 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// headers sets the query metadata headers Nomad sends; s.mu is held.
-func (s *Server) headers(rw http.ResponseWriter) {
+// filterIDs reads the allocation IDs of a filter expression of the form
+// `ID == "a" or ID == "b"` (the one kind of ID filter the service sends);
+// nil when the filter names no ID. Other filters (`DesiredStatus ==
+// "run"`) hold for every allocation the stand-in has.
+func filterIDs(f string) map[string]bool {
+	if !strings.Contains(f, `ID == "`) {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, part := range strings.Split(f, `ID == "`)[1:] {
+		if id, _, ok := strings.Cut(part, `"`); ok {
+			out[id] = true
+		}
+	}
+	return out
+}
+
+// headers sets the query metadata headers Nomad sends, with the index of
+// table (the last raft index when ""); s.mu is held.
+func (s *Server) headers(rw http.ResponseWriter, table ...string) {
+	idx := s.index
+	if len(table) > 0 {
+		idx = s.tables[table[0]]
+	}
 	h := rw.Header()
 	h.Set("Content-Type", "application/json")
-	h.Set("X-Nomad-Index", strconv.FormatUint(s.index, 10))
+	h.Set("X-Nomad-Index", strconv.FormatUint(idx, 10))
 	h.Set("X-Nomad-KnownLeader", "true")
 	h.Set("X-Nomad-LastContact", "0")
 }
@@ -186,24 +216,33 @@ func (s *Server) json(rw http.ResponseWriter, v any) {
 	_ = json.NewEncoder(rw).Encode(v)
 }
 
-// list writes a JSON array of pre-encoded values under the read lock.
-func (s *Server) list(rw http.ResponseWriter, each func(yield func([]byte))) {
+// list writes a JSON array of pre-encoded values of table under the read
+// lock, at most per_page of them when the request says.
+func (s *Server) list(rw http.ResponseWriter, r *http.Request, table string, each func(yield func([]byte) bool)) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	s.headers(rw)
+	s.headers(rw, table)
+	limit, err := strconv.Atoi(r.URL.Query().Get("per_page"))
+	if err != nil || limit <= 0 {
+		limit = -1
+	}
 	var buf bytes.Buffer
 	buf.WriteByte('[')
-	first := true
-	each(func(b []byte) {
-		if !first {
+	n := 0
+	each(func(b []byte) bool {
+		if n == limit {
+			return false
+		}
+		if n > 0 {
 			buf.WriteByte(',')
 		}
-		first = false
+		n++
 		buf.Write(b)
 		if buf.Len() > 1<<20 {
 			_, _ = rw.Write(buf.Bytes())
 			buf.Reset()
 		}
+		return true
 	})
 	buf.WriteByte(']')
 	_, _ = rw.Write(buf.Bytes())
@@ -212,7 +251,7 @@ func (s *Server) list(rw http.ResponseWriter, each func(yield func([]byte))) {
 func (s *Server) node(rw http.ResponseWriter, id string) {
 	s.mu.RLock()
 	b, ok := s.nodeFull[id]
-	s.headers(rw)
+	s.headers(rw, "nodes")
 	s.mu.RUnlock()
 	if !ok {
 		http.Error(rw, "node not found", http.StatusNotFound)
@@ -224,12 +263,20 @@ func (s *Server) node(rw http.ResponseWriter, id string) {
 // running counts a job's allocations.
 func (s *Server) running(key string) int { return len(s.w.jobAllocs[key]) }
 
-func (s *Server) listJobs(rw http.ResponseWriter, ns string) {
+func (s *Server) listJobs(rw http.ResponseWriter, r *http.Request) {
+	ns := r.URL.Query().Get("namespace")
+	limit, err := strconv.Atoi(r.URL.Query().Get("per_page"))
+	if err != nil || limit <= 0 {
+		limit = -1
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	s.headers(rw)
+	s.headers(rw, "jobs")
 	out := make([]*api.JobListStub, 0, len(s.jobOrder))
 	for _, k := range s.jobOrder {
+		if len(out) == limit {
+			break
+		}
 		j := s.jobs[k]
 		if ns != "*" && ns != "" && ns != *j.Namespace {
 			continue
