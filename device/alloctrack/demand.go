@@ -177,22 +177,12 @@ func deviceGroupNames(node *api.Node) map[string]map[string]bool {
 	return out
 }
 
-// shareUnit is how many units one share instance of the node stands for:
-// ids.SharesPerGPU over the ids.SharesAttr of its share groups (1 when they
-// do not say).
+// shareUnit is how many units one share instance of the node stands for.
 func shareUnit(node *api.Node) int {
 	if node.NodeResources == nil {
 		return 1
 	}
-	for _, g := range node.NodeResources.Devices {
-		if g == nil || g.Vendor != ids.Vendor || g.Type != ids.TypeShare {
-			continue
-		}
-		if a := g.Attributes[ids.SharesAttr]; a != nil && a.IntVal != nil && ids.ValidSharesPerGPU(int(*a.IntVal)) {
-			return ids.SharesPerGPU / int(*a.IntVal)
-		}
-	}
-	return 1
+	return ids.ShareUnit(node.NodeResources.Devices)
 }
 
 // isMIGGroup reports whether the plugin published the group for MIG

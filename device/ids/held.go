@@ -29,6 +29,21 @@ func (h Held) ShareUUIDs() []string {
 	return out
 }
 
+// ShareUnit is how many units one share instance of a node's device groups
+// stands for: SharesPerGPU over the SharesAttr of its share groups, 1 when
+// none says (a plugin before shares_per_gpu, or no share group).
+func ShareUnit(devs []*api.NodeDeviceResource) int {
+	for _, g := range devs {
+		if g == nil || g.Vendor != Vendor || g.Type != TypeShare {
+			continue
+		}
+		if a := g.Attributes[SharesAttr]; a != nil && a.IntVal != nil && ValidSharesPerGPU(int(*a.IntVal)) {
+			return SharesPerGPU / int(*a.IntVal)
+		}
+	}
+	return 1
+}
+
 // HeldDevices reads which GPUs an allocation's tasks were given: whole GPUs
 // from instances of Vendor/TypeWhole, shares from instances of
 // Vendor/TypeShare. Instance IDs that do not parse, or that do not belong
