@@ -81,7 +81,6 @@ type server struct {
 	client   *api.Client
 	rpc      *rpc.Client
 	dir      string
-	template []*structs.NodeDeviceResource
 }
 
 func measure(per int, counts []int, placements int) error {
