@@ -75,12 +75,12 @@ func main() {
 
 // server is a running Nomad server agent.
 type server struct {
-	cmd      *exec.Cmd
-	http     string
-	rpcAddr  string
-	client   *api.Client
-	rpc      *rpc.Client
-	dir      string
+	cmd     *exec.Cmd
+	http    string
+	rpcAddr string
+	client  *api.Client
+	rpc     *rpc.Client
+	dir     string
 }
 
 func measure(per int, counts []int, placements int) error {
