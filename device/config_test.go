@@ -218,14 +218,14 @@ func TestSetConfigEmpty(t *testing.T) {
 }
 
 func FuzzConfigValidate(f *testing.F) {
-	f.Add("simulated", "custom", 4, "m", 40960, "5s", "10s", "2s", 1, 50, "GPU-1", "http://x", true, "/tmp/mps", 79)
-	f.Add("nvml", "", 0, "", 0, "", "", "", -1, 200, "", "", false, "", -1)
+	f.Add("simulated", "custom", 4, "m", 40960, "5s", "10s", "2s", 1, 50, "GPU-1", "http://x", true, "/tmp/mps", 79, 4)
+	f.Add("nvml", "", 0, "", 0, "", "", "", -1, 200, "", "", false, "", -1, 30)
 	f.Fuzz(func(t *testing.T, backend, preset string, count int, model string, mem int, fp, settle, poll string,
-		idle, headroom int, ignored, addr string, mps bool, mpsDir string, xid int) {
+		idle, headroom int, ignored, addr string, mps bool, mpsDir string, xid, perGPU int) {
 		c := Config{Backend: backend, SimulatedPreset: preset, SimulatedCount: count, SimulatedModel: model,
 			SimulatedMemoryMiB: mem, FingerprintPeriod: fp, SwitchSettlePeriod: settle, NomadPollPeriod: poll,
 			MinIdleShareGPUs: idle, ShareHeadroom: headroom, IgnoredGPUIDs: []string{ignored}, NomadAddress: addr,
-			MPSEnabled: mps, MPSPipeDirectory: mpsDir, XidCritical: []int{xid}}
+			MPSEnabled: mps, MPSPipeDirectory: mpsDir, XidCritical: []int{xid}, SharesPerGPU: perGPU}
 		s, err := c.validate()
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "gpushare plugin config: ") {
@@ -233,7 +233,8 @@ func FuzzConfigValidate(f *testing.F) {
 			}
 			return
 		}
-		if s.fingerprintPeriod <= 0 || s.pollPeriod <= 0 || s.settlePeriod < 0 || s.MinIdleShareGPUs < 0 || xid <= 0 {
+		if s.fingerprintPeriod <= 0 || s.pollPeriod <= 0 || s.settlePeriod < 0 || s.MinIdleShareGPUs < 0 || xid <= 0 ||
+			100%s.SharesPerGPU != 0 || s.SharesPerGPU < 2 {
 			t.Fatalf("accepted invalid settings %+v", s)
 		}
 	})
