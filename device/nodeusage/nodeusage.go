@@ -78,7 +78,9 @@ type Tenant struct {
 	GPUMiB  uint64 `json:"gpu_mib"`
 	UsedMiB uint64 `json:"used_mib"`
 	// SMPct is the SM utilization of its processes (percent of one GPU;
-	// up to 100 per GPU held).
+	// up to 100 per GPU held). Under MPS it reads 0: NVML charges all
+	// clients' SM utilization to the MPS server, an outside process
+	// (docs/design.md, "Verified on a GPU").
 	SMPct uint32 `json:"sm_pct"`
 	PIDs  []int  `json:"pids,omitempty"`
 }

@@ -21,8 +21,9 @@ func compile(t *testing.T, rules string) *acl.ACL {
 }
 
 // TestQuotaServiceActsOnlyInProjectNamespaces: the quota service's Nomad
-// policy, assembled from the shipped files, lets it watch every namespace
-// and suspend or resume jobs only in the project namespaces.
+// policy, assembled from the shipped files, lets it watch every namespace,
+// suspend or resume jobs only in the project namespaces, and write node
+// metadata (the placement ranks).
 func TestQuotaServiceActsOnlyInProjectNamespaces(t *testing.T) {
 	rules, err := QuotaNomad("../..", []string{"team-a", "team-b"})
 	if err != nil {
@@ -40,8 +41,9 @@ func TestQuotaServiceActsOnlyInProjectNamespaces(t *testing.T) {
 			t.Errorf("submit-job in %s: %v, want %v", ns, got, project)
 		}
 	}
-	if !a.AllowNodeRead() || a.AllowNodeWrite() || a.AllowAgentRead() {
-		t.Errorf("node read %v, node write %v, agent read %v: want node read only", a.AllowNodeRead(), a.AllowNodeWrite(), a.AllowAgentRead())
+	// Node write: the placement ranks are node metadata (-publish-ranks).
+	if !a.AllowNodeRead() || !a.AllowNodeWrite() || a.AllowAgentRead() {
+		t.Errorf("node read %v, node write %v, agent read %v: want node read and write (placement ranks), no agent read", a.AllowNodeRead(), a.AllowNodeWrite(), a.AllowAgentRead())
 	}
 }
 

@@ -50,6 +50,16 @@ type Options struct {
 	// ConsulOnly starts the Consul agent alone (no Nomad): for programs
 	// that bring their own Nomad, such as the scale benchmark's stand-in.
 	ConsulOnly bool
+	// Clients, when above 1, is the number of Nomad client nodes: the
+	// agent that is server and client, and Clients-1 client-only agents
+	// on the same machine (clients.go), each with its own data directory,
+	// ports, node name and plugin processes. Zero or 1: the one agent.
+	Clients int
+	// ClientPluginConfig, when set, is the plugin configuration of client
+	// i (0 is the server's own client) in place of PluginConfig: each
+	// client's device plugin needs its own simulated GPUs, usage port and
+	// process directory.
+	ClientPluginConfig func(i int) string
 }
 
 // Cluster is a running Consul agent and a Nomad server+client.
@@ -63,8 +73,11 @@ type Cluster struct {
 	NomadAddr  string
 	Consul     *consulapi.Client
 	Nomad      *nomadapi.Client
-	// NodeID is the Nomad client node's ID.
+	// NodeID is the Nomad client node's ID (the server's own client).
 	NodeID string
+	// NodeIDs are the IDs of every client node, in Options.Clients order:
+	// NodeIDs[0] is NodeID.
+	NodeIDs []string
 	// ConsulToken and NomadToken are the management tokens with
 	// Options.ACL, empty without.
 	ConsulToken string
@@ -77,6 +90,8 @@ type Cluster struct {
 	consul      *agent
 	nomad       *agent
 	nomadPorts  []int
+	// clients are the client-only agents (Options.Clients).
+	clients []*agent
 	// detached holds processes that a stopped Nomad agent left running
 	// (executors and tasks survive a client restart); Close kills them.
 	detached []int
@@ -127,9 +142,11 @@ func (c *Cluster) start() error {
 		return err
 	}
 	if c.opts.ACL && c.opts.PluginPolicy != "" {
-		return c.restartWithPluginToken()
+		if err := c.restartWithPluginToken(); err != nil {
+			return err
+		}
 	}
-	return nil
+	return c.startClients()
 }
 
 // restartWithPluginToken creates the plugin's Nomad token and restarts the
@@ -275,10 +292,6 @@ func (c *Cluster) nomadAgent(bin string, p []int) (*agent, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating nomad data dir: %w", err)
 	}
-	pluginDir := ""
-	if c.opts.PluginDir != "" {
-		pluginDir = fmt.Sprintf("plugin_dir = %q", c.opts.PluginDir)
-	}
 	cfg := fmt.Sprintf(`
 datacenter = "dc1"
 data_dir = %q
@@ -321,8 +334,8 @@ plugin "raw_exec" {
   }
 }
 %s
-`, filepath.Join(dir, "data"), pluginDir, p[0], p[1], p[2], c.serverGC(), p[1],
-		strings.TrimPrefix(c.ConsulAddr, "http://127.0.0.1:"), c.acl.nomadConsul, c.opts.ACL, c.opts.PluginConfig)
+`, filepath.Join(dir, "data"), c.pluginDir(), p[0], p[1], p[2], c.serverGC(), p[1],
+		strings.TrimPrefix(c.ConsulAddr, "http://127.0.0.1:"), c.acl.nomadConsul, c.opts.ACL, c.pluginConfig(0))
 	path := filepath.Join(dir, "nomad.hcl")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, fmt.Errorf("writing nomad config: %w", err)
@@ -361,27 +374,47 @@ func (c *Cluster) waitNomad(a *agent) error {
 				return err
 			}
 		}
-		nodes, _, err := client.Nodes().List(nil)
+		id, err := readyNode(client, func(n *nomadapi.NodeListStub) bool { return !isExtraClient(n.Name) })
 		if err != nil {
 			return err
 		}
-		if len(nodes) == 0 {
-			return errors.New("no client node registered yet")
+		c.NodeID = id
+		if len(c.NodeIDs) == 0 {
+			c.NodeIDs = []string{id}
 		}
-		n := nodes[0]
-		if n.Status != "ready" {
-			return fmt.Errorf("node %s is %s", n.ID, n.Status)
-		}
-		c.NodeID = n.ID
 		if len(c.opts.WaitForDevices) == 0 || !waitDevices {
 			return nil
 		}
-		node, _, err := client.Nodes().Info(n.ID, nil)
-		if err != nil {
-			return err
-		}
-		return hasDevices(node, c.opts.WaitForDevices)
+		return nodeHasDevices(client, id, c.opts.WaitForDevices)
 	})
+}
+
+// readyNode returns the ID of the node that match picks, once it is
+// registered and ready.
+func readyNode(client *nomadapi.Client, match func(*nomadapi.NodeListStub) bool) (string, error) {
+	nodes, _, err := client.Nodes().List(nil)
+	if err != nil {
+		return "", err
+	}
+	for _, n := range nodes {
+		if !match(n) {
+			continue
+		}
+		if n.Status != "ready" {
+			return "", fmt.Errorf("node %s is %s", n.ID, n.Status)
+		}
+		return n.ID, nil
+	}
+	return "", errors.New("client node not registered yet")
+}
+
+// nodeHasDevices checks that node id has every wanted device (hasDevices).
+func nodeHasDevices(client *nomadapi.Client, id string, wanted []string) error {
+	node, _, err := client.Nodes().Info(id, nil)
+	if err != nil {
+		return err
+	}
+	return hasDevices(node, wanted)
 }
 
 // hasDevices checks that every wanted "vendor/type[/name]" has a device group
@@ -497,7 +530,7 @@ func (c *Cluster) NomadLogTail(n int) string { return c.nomad.logTail(n) }
 // Close stops Nomad, every process below it (plugins, executors, tasks) and
 // Consul, then removes the cluster directory if New created it.
 func (c *Cluster) Close() error {
-	var errs []error
+	errs := c.stopClients()
 	if c.nomad != nil && c.nomad.cmd != nil {
 		// Task executors outlive a stopped client by design; collect
 		// the whole tree first, then stop the agent, then kill the rest.

@@ -36,10 +36,18 @@ namespace "*" {
   ]
 }
 
-# GET /v1/nodes?resources=true (each node's GPUs in both device families)
-# and the Node topic of the event stream.
+# read: GET /v1/nodes?resources=true (each node's GPUs in both device
+# families), the Node topic of the event stream, GET /v1/client/metadata.
+# write: POST /v1/client/metadata, the placement ranks the service publishes
+# as dynamic node metadata gpushare.rank.<class> (-publish-ranks, on by
+# default; docs/design.md, Placement ranking). Nomad has no narrower
+# capability for node metadata: node write also lets the token drain nodes
+# and change their eligibility, which the service never does. Run the
+# service with -publish-ranks=false and set "read" here to keep the token
+# read-only on nodes (GPU jobs' ranking affinities then match no node and
+# Nomad places them by its own scoring alone).
 node {
-  policy = "read"
+  policy = "write"
 }
 
 # Resume of jobs with host volumes: Nomad's register checks mount-readwrite

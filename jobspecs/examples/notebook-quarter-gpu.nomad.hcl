@@ -5,6 +5,17 @@ job "notebook" {
   type = "service"
 
   group "notebook" {
+
+    # Placement ranking (docs/design.md): prefer the nodes where this
+    # group's class (a quarter GPU and at most 1000 MHz) fragments no GPU, as
+    # the quota service publishes them. The class is the group's GPU ask
+    # (s<shares> or w<GPUs>) and c<N>, N the smallest power of two of
+    # cores (1000 MHz each) at or above its CPU ask.
+    affinity {
+      attribute = "${meta.gpushare.rank.s25-c1}"
+      value     = "1"
+      weight    = 100
+    }
     task "jupyter" {
       driver = "raw_exec"
 

@@ -72,7 +72,7 @@ func consulWithToken(t testing.TB, c *localcluster.Cluster, token string) *consu
 // token may read the waiting demand), team-b reclaims its 2 guaranteed
 // GPUs, and team-a's suspended jobs resume when team-b's end. The
 // service's tokens cannot write a quota nor act outside project
-// namespaces.
+// namespaces. The service publishes the placement ranks with its token.
 func TestReclaimWithACLs(t *testing.T) {
 	c := newACLGPUCluster(t)
 	s := newScenario(t, c, "gpushare")
@@ -100,7 +100,9 @@ func TestReclaimWithACLs(t *testing.T) {
 		t.Fatal(err)
 	}
 	svcNomad, svcConsul := nomadWithToken(t, c, nomadToken), consulWithToken(t, c, consulToken)
-	svc, _ := s.startQuotaService("q1", func(cfg *service.Config) { cfg.Nomad, cfg.Consul = svcNomad, svcConsul })
+	svc, _ := s.startQuotaService("q1", func(cfg *service.Config) {
+		cfg.Nomad, cfg.Consul, cfg.PublishRanks = svcNomad, svcConsul, true
+	})
 	waitLeader(t, svc)
 
 	a, b := jobsOf("team-a", 4, 1), jobsOf("team-b", 2, 1)
@@ -108,6 +110,7 @@ func TestReclaimWithACLs(t *testing.T) {
 		s.submit(j)
 	}
 	s.wait(120*time.Second, "running", isRunning, a...)
+	checkRanksPublished(t, c)
 	stop := s.watchNothingLost(append(append([]gpuJob(nil), a...), b...))
 	latency, suspended := s.reclaim(a, b, 2)
 	t.Logf("reclaim with ACLs: team-b's 2 jobs run %.2fs after submission", latency.Seconds())

@@ -115,6 +115,7 @@ func (s *Service) apply(ctx context.Context, c *cycleData) *cycleFailure {
 		return &cycleFailure{cause: "stale", err: err}
 	}
 	c.rep, c.acted = rep, true
+	s.publishRanks(ctx, c)
 	for _, e := range rep.Errors {
 		s.log.Error("action failed", "error", e)
 	}

@@ -67,6 +67,9 @@ type Config struct {
 	// Usage: reading what the GPU nodes' device plugins report as used
 	// (utilization.go).
 	Usage UsageConfig
+	// PublishRanks: while leading, write the placement ranks as Nomad
+	// dynamic node metadata (package ranking, ranks.go).
+	PublishRanks bool
 }
 
 // Service is the control loop.
@@ -96,6 +99,9 @@ type Service struct {
 	isLeader   bool
 
 	util utilizationState
+
+	// ranks is nil without Config.PublishRanks.
+	ranks *ranks
 }
 
 // withDefaults returns c with the defaults applied.
@@ -143,6 +149,9 @@ func New(cfg Config) *Service {
 		status:     Status{Instance: cfg.Instance},
 	}
 	s.initUtilization()
+	if cfg.PublishRanks {
+		s.ranks = newRanks(s)
+	}
 	return s
 }
 
@@ -185,6 +194,10 @@ func (s *Service) lead(ctx context.Context) {
 	// Leadership ends when ctx does (lock lost), not when the cycle in
 	// flight returns.
 	defer context.AfterFunc(ctx, func() { s.setLeader(false) })()
+	if s.ranks != nil {
+		// Another instance may have published since this one last led.
+		s.ranks.pub.Forget()
+	}
 	signal, wake := nomadwatch.Queue()
 	go nomadwatch.Watch(ctx, s.cfg.Nomad, s.log, signal)
 	tick := time.NewTicker(s.cfg.PlanInterval)

@@ -37,21 +37,21 @@ import (
 // GPULadder, a share job also carries device affinities that prefer the
 // tightest share GPU (gpuScore).
 //
-// Deployed with the default thresholds, that is:
+// Deployed with the default thresholds (quota-service/ranking; what is
+// and is not deployed: docs/design.md, Placement ranking), that is:
 //
 //   - The quota service, which already holds the cluster snapshot and the
 //     workload (plan.PolicyByName builds it from running and waiting
 //     allocations), computes Level for every node and class and writes it
 //     as dynamic node metadata, "gpushare.rank.<class>" = "0" or "1"
 //     (POST /v1/client/metadata with the node's ID; ACL node:write), each
-//     time a node's allocations change (that node only) and for every
-//     node when the workload's classes change (unsetting classes that
-//     left). Keys are HCL identifiers, as Nomad requires.
+//     cycle, writing only the nodes whose levels changed (unsetting
+//     classes that left). Keys are HCL identifiers, as Nomad requires.
 //   - Every job that may land on GPU nodes, CPU-only jobs included, carries
 //     in its task group the affinity below, naming its own class. The
-//     example jobspecs carry it; the quota service adds it when it
-//     registers suspended work again.
-//   - With GPULadder, the device plugin publishes on each share-mode GPU's
+//     example jobspecs carry it; the quota service does not add it to work
+//     it resumes (it registers the owner's spec as it was).
+//   - With GPULadder (not deployed), the device plugin publishes on each share-mode GPU's
 //     device group an attribute "free_shares" (its unallocated shares), and
 //     a share job's device block carries, for slack 0, 10, 25 and 50,
 //     `affinity { attribute = "${device.attr.free_shares}" operator = "<="

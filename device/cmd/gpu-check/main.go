@@ -9,6 +9,12 @@
 // from a stand-in served in this process, so no Nomad agent is needed and
 // nothing is placed. With -nomad-address it reads the local agent (read
 // only: the check publishes nothing to Nomad).
+//
+// Two more checks serve a hand test on a GPU host: -env-file writes the
+// reservation's environment (what a task would get, MPS limits included
+// with -mps-pipe-dir) for a CUDA program to run under, and -watch lists the
+// GPUs' compute processes as the plugin reads them from NVML (PID, memory,
+// SM utilization) once a second.
 package main
 
 import (
@@ -32,31 +38,57 @@ import (
 // standInNode is the node ID of the in-process Nomad stand-in.
 const standInNode = "gpu-check"
 
+// options are the check's flags.
+type options struct {
+	backend   string
+	nomadAddr string
+	timeout   time.Duration
+	verbose   bool
+	// shares is how many share instances the Reserve asks for.
+	shares int
+	// mpsPipeDir, when set, turns on MPS isolation with this pipe directory.
+	mpsPipeDir string
+	// envFile, when set, receives the reservation's environment as
+	// KEY=VALUE lines.
+	envFile string
+	// watch is how long to list the GPUs' compute processes after the
+	// Reserve (0: not at all).
+	watch time.Duration
+}
+
 func main() {
-	backend := flag.String("backend", device.BackendNVML, `"nvml" (this machine's GPUs) or "simulated" (go-nvml mock machines, for a check without a GPU)`)
-	nomadAddr := flag.String("nomad-address", "", "read GPU usage from this Nomad agent instead of an empty stand-in node")
-	timeout := flag.Duration("timeout", 30*time.Second, "how long to wait for GPUs to be offered")
-	verbose := flag.Bool("v", false, "print the plugin's log")
+	var o options
+	flag.StringVar(&o.backend, "backend", device.BackendNVML, `"nvml" (this machine's GPUs) or "simulated" (go-nvml mock machines, for a check without a GPU)`)
+	flag.StringVar(&o.nomadAddr, "nomad-address", "", "read GPU usage from this Nomad agent instead of an empty stand-in node")
+	flag.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for GPUs to be offered")
+	flag.BoolVar(&o.verbose, "v", false, "print the plugin's log")
+	flag.IntVar(&o.shares, "shares", 25, "share instances to reserve (of one GPU's 100)")
+	flag.StringVar(&o.mpsPipeDir, "mps-pipe-dir", "", "isolate shares with the MPS control daemon answering in this pipe directory")
+	flag.StringVar(&o.envFile, "env-file", "", "write the reservation's environment to this file (KEY=VALUE lines)")
+	flag.DurationVar(&o.watch, "watch", 0, "after the Reserve, list the GPUs' compute processes every second for this long")
 	flag.Parse()
-	if err := run(*backend, *nomadAddr, *timeout, *verbose); err != nil {
+	if err := run(o); err != nil {
 		fmt.Fprintf(os.Stderr, "gpu-check: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-// run configures the plugin and runs the three checks.
-func run(backend, nomadAddr string, timeout time.Duration, verbose bool) error {
+// run configures the plugin and runs the checks.
+func run(o options) error {
 	cfg := device.DefaultConfig()
-	cfg.Backend, cfg.SwitchSettlePeriod, cfg.NomadPollPeriod = backend, "0s", "200ms"
-	if nomadAddr == "" {
+	cfg.Backend, cfg.SwitchSettlePeriod, cfg.NomadPollPeriod = o.backend, "0s", "200ms"
+	if o.mpsPipeDir != "" {
+		cfg.MPSEnabled, cfg.MPSPipeDirectory = true, o.mpsPipeDir
+	}
+	if o.nomadAddr == "" {
 		stand := standIn()
 		defer stand.Close()
 		cfg.NomadAddress, cfg.NodeID = stand.URL, standInNode
 	} else {
-		cfg.NomadAddress = nomadAddr
+		cfg.NomadAddress = o.nomadAddr
 	}
 	level := hclog.Off
-	if verbose {
+	if o.verbose {
 		level = hclog.Debug
 	}
 	p := device.New(hclog.New(&hclog.LoggerOptions{Output: os.Stderr, Level: level}))
@@ -68,7 +100,7 @@ func run(backend, nomadAddr string, timeout time.Duration, verbose bool) error {
 	if err := p.SetConfig(&base.Config{PluginConfig: buf}); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
 	groups, err := fingerprint(ctx, p)
 	if err != nil {
@@ -78,7 +110,19 @@ func run(backend, nomadAddr string, timeout time.Duration, verbose bool) error {
 	if err := stats(ctx, p); err != nil {
 		return err
 	}
-	return reserve(p, groups)
+	envs, err := reserve(p, groups, o.shares)
+	if err != nil {
+		return err
+	}
+	if o.envFile != "" {
+		if err := writeEnv(o.envFile, envs); err != nil {
+			return err
+		}
+	}
+	if o.watch > 0 {
+		return watchProcesses(o.backend, o.watch)
+	}
+	return nil
 }
 
 // standIn serves the Nomad endpoints the plugin reads for an empty node:

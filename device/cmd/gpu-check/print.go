@@ -71,17 +71,17 @@ func stats(ctx context.Context, p *device.Plugin) error {
 	return nil
 }
 
-// reserve reserves a quarter of the first GPU offered as shares, else the
-// first whole GPU or MIG device offered, and prints what the task would
-// get.
-func reserve(p *device.Plugin, groups []*dev.DeviceGroup) error {
+// reserve reserves the given number of share instances of the first GPU
+// offered as shares, else the first whole GPU or MIG device offered, prints
+// what the task would get and returns its environment.
+func reserve(p *device.Plugin, groups []*dev.DeviceGroup, shares int) (map[string]string, error) {
 	var ids []string
 	for _, g := range groups {
 		if len(ids) > 0 {
 			break
 		}
 		for _, d := range g.Devices {
-			if d.Healthy && g.Type == "gpu-share" && len(ids) < 25 {
+			if d.Healthy && g.Type == "gpu-share" && len(ids) < shares {
 				ids = append(ids, d.ID)
 			}
 		}
@@ -94,11 +94,11 @@ func reserve(p *device.Plugin, groups []*dev.DeviceGroup) error {
 		}
 	}
 	if len(ids) == 0 {
-		return errors.New("reserve: no healthy device to reserve")
+		return nil, errors.New("reserve: no healthy device to reserve")
 	}
 	r, err := p.Reserve(ids)
 	if err != nil {
-		return fmt.Errorf("reserve %s..: %w", ids[0], err)
+		return nil, fmt.Errorf("reserve %s..: %w", ids[0], err)
 	}
 	fmt.Printf("== reserve %s (%d instances)\n", ids[0], len(ids))
 	for _, k := range slices.Sorted(maps.Keys(r.Envs)) {
@@ -110,7 +110,7 @@ func reserve(p *device.Plugin, groups []*dev.DeviceGroup) error {
 	for _, d := range r.Devices {
 		fmt.Printf("  device %s -> %s\n", d.HostPath, d.TaskPath)
 	}
-	return nil
+	return r.Envs, nil
 }
 
 func statString(v *structs.StatValue) string {

@@ -36,6 +36,8 @@ type options struct {
 	// usage); usagePeriod how often the GPU nodes are read.
 	usagePort   int
 	usagePeriod time.Duration
+	// publishRanks: write the placement ranks as node metadata.
+	publishRanks bool
 }
 
 // removedFlags took tokens on the command line.
@@ -83,6 +85,9 @@ func parseOptions(args []string) (*options, error) {
 	envErrs = append(envErrs, err)
 	fs.IntVar(&o.usagePort, "usage-port", usagePort, "the device plugins' usage_listen port (0: read no GPU usage)")
 	fs.DurationVar(&o.usagePeriod, "usage-period", durEnv("GPUSHARE_USAGE_PERIOD", utilization.DefaultPeriod), "how often the GPU nodes' usage is read")
+	publish, err := boolEnv("GPUSHARE_PUBLISH_RANKS", true)
+	envErrs = append(envErrs, err)
+	fs.BoolVar(&o.publishRanks, "publish-ranks", publish, "write placement ranks as Nomad dynamic node metadata gpushare.rank.<class> (the token needs node:write); GPU jobs with the ranking affinity then land where they fragment no GPU")
 	fs.StringVar(&o.instance, "instance", env("GPUSHARE_INSTANCE", fmt.Sprintf("%s-%d", host, os.Getpid())), "name of this instance")
 	fs.StringVar(&o.logLevel, "log-level", env("GPUSHARE_LOG_LEVEL", "info"), "log level")
 	if err := errors.Join(envErrs...); err != nil {
@@ -140,6 +145,19 @@ func intEnv(name string, def int) (int, error) {
 		return def, fmt.Errorf("%s=%q is not an integer", name, v)
 	}
 	return n, nil
+}
+
+// boolEnv reads a boolean from the environment variable name, or def.
+func boolEnv(name string, def bool) (bool, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return def, fmt.Errorf("%s=%q is not a boolean: use true or false", name, v)
+	}
+	return b, nil
 }
 
 // durationEnv reads a duration from the environment variable name, or

@@ -166,7 +166,12 @@ func runSimulate(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		line := format(label, p, *seedSpec, results)
+		shown := p
+		if p == "deployed-ranked" && tune != nil {
+			// The mechanism's alternative is part of the name.
+			shown += "(" + *rankOpts + ")"
+		}
+		line := format(label, shown, *seedSpec, results)
 		if *perSeed {
 			line += " per_seed=" + formatPerSeed(results)
 		}

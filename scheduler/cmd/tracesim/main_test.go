@@ -125,6 +125,9 @@ func TestRankingAlternatives(t *testing.T) {
 	if got := strings.Count(out.String(), "\n"); got != 2 {
 		t.Errorf("got %d lines:\n%s", got, out.String())
 	}
+	if !strings.Contains(out.String(), "policy=deployed-ranked(nodemeta-only,gpu-jobs-only,thresholds=0;-10,lag=3) ") {
+		t.Errorf("the alternative is not in deployed-ranked's name:\n%s", out.String())
+	}
 	for _, bad := range []string{"lag=-1", "thresholds=x", "bogus"} {
 		if err := run([]string{"-nodes", nodes, "-pods", pods, "-ranking", bad}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "-ranking") {
 			t.Errorf("-ranking %s: error %v", bad, err)

@@ -122,6 +122,8 @@ resource "nomad_job" "quota_service" {
       binary               = var.quota_service.binary
       nomad_addr           = var.quota_service.nomad_addr
       consul_addr          = var.quota_service.consul_addr
+      tls_cert             = var.quota_service.tls_cert
+      tls_key              = var.quota_service.tls_key
       kv_prefix            = var.kv_prefix
       tokens_from_variable = tostring(var.acl)
     }

@@ -35,11 +35,17 @@ variable "kv_prefix" {
 }
 
 variable "quota_service" {
-  description = "The quota service job: path of the gpushare-quota binary on the clients, and the Nomad and Consul HTTP addresses it uses from there."
+  description = "The quota service job: path of the gpushare-quota binary on the clients, the Nomad and Consul HTTP addresses it uses from there, and (both or neither) the paths on the clients of a PEM certificate and key to serve its API over HTTPS."
   type = object({
     binary      = optional(string, "/usr/local/bin/gpushare-quota")
     nomad_addr  = optional(string, "http://127.0.0.1:4646")
     consul_addr = optional(string, "127.0.0.1:8500")
+    tls_cert    = optional(string, "")
+    tls_key     = optional(string, "")
   })
+  validation {
+    condition     = (var.quota_service.tls_cert == "") == (var.quota_service.tls_key == "")
+    error_message = "quota_service.tls_cert and quota_service.tls_key go together: set both to serve HTTPS, or neither."
+  }
   default = {}
 }
