@@ -49,6 +49,7 @@ type options struct {
 	startLimit time.Duration
 	probeLimit time.Duration
 	keep       bool
+	logLevel   string
 }
 
 func main() {
@@ -65,6 +66,7 @@ func main() {
 	flag.DurationVar(&o.startLimit, "start-timeout", 10*time.Minute, "how long to wait for the service's first successful cycle")
 	flag.DurationVar(&o.probeLimit, "probe-timeout", 2*time.Minute, "how long to wait for one probe's decision")
 	flag.BoolVar(&o.keep, "keep", false, "keep the working directory (service and Consul logs)")
+	flag.StringVar(&o.logLevel, "service-log-level", "warn", "the service's -log-level (its log is service.log in the working directory)")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "scalebench:", err)
@@ -114,7 +116,7 @@ func run(o options) error {
 	defer cancel()
 	go standin.Run(ctx, o.rate)
 
-	svc, err := startService(bin, dir, nomadAddr, cluster.ConsulAddr)
+	svc, err := startService(bin, dir, o.logLevel, nomadAddr, cluster.ConsulAddr)
 	if err != nil {
 		return err
 	}
@@ -177,7 +179,7 @@ type service struct {
 	client  *http.Client
 }
 
-func startService(bin, dir, nomadAddr, consulAddr string) (*service, error) {
+func startService(bin, dir, logLevel, nomadAddr, consulAddr string) (*service, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -188,7 +190,7 @@ func startService(bin, dir, nomadAddr, consulAddr string) (*service, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "-listen", addr, "-log-level", "warn")
+	cmd := exec.Command(bin, "-listen", addr, "-log-level", logLevel)
 	cmd.Env = append(os.Environ(), "NOMAD_ADDR="+nomadAddr, "CONSUL_HTTP_ADDR="+strings.TrimPrefix(consulAddr, "http://"))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	s := &service{cmd: cmd, addr: addr, started: time.Now(), client: &http.Client{Timeout: 10 * time.Second}}
