@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/gpu"
+	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
 )
 
@@ -45,6 +46,12 @@ type Config struct {
 	// MinIdleShareGPUs: idle GPUs kept in share mode as a landing place
 	// while in-use share GPUs lack room. Default 1.
 	MinIdleShareGPUs int `codec:"min_idle_share_gpus"`
+	// SharesPerGPU: share instances published per GPU, each standing for
+	// 100/SharesPerGPU hundredths of it; a job asks for a fraction f with
+	// nvidia/gpu-share count f*SharesPerGPU. A divisor of 100 from 2 to 100
+	// (default 100; 0 means the default). Fewer instances make the node's JSON in Nomad smaller
+	// and fractions coarser.
+	SharesPerGPU int `codec:"shares_per_gpu"`
 	// ShareHeadroom: free shares on an in-use share GPU that count as room
 	// (then no idle GPU is kept in share mode); 0 always keeps them.
 	// Default 50.
@@ -125,6 +132,7 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 	"fingerprint_period":   attr("fingerprint_period", "string", `"5s"`),
 	"ignored_gpu_ids":      attr("ignored_gpu_ids", "list(string)", `[]`),
 	"min_idle_share_gpus":  attr("min_idle_share_gpus", "number", `1`),
+	"shares_per_gpu":       attr("shares_per_gpu", "number", `100`),
 	"share_headroom":       attr("share_headroom", "number", `50`),
 	"switch_settle_period": attr("switch_settle_period", "string", `"10s"`),
 	"nomad_address":        attr("nomad_address", "string", ""),
@@ -159,6 +167,7 @@ func DefaultConfig() Config {
 		SimulatedPreset:    gpu.PresetH100,
 		FingerprintPeriod:  "5s",
 		MinIdleShareGPUs:   1,
+		SharesPerGPU:       ids.SharesPerGPU,
 		ShareHeadroom:      50,
 		SwitchSettlePeriod: "10s",
 		NomadPollPeriod:    "2s",
@@ -240,6 +249,13 @@ func (c Config) validate() (settings, error) {
 	}
 	if c.MinIdleShareGPUs < 0 || c.MinIdleShareGPUs > 64 {
 		return s, &FieldError{"min_idle_share_gpus", fmt.Sprintf("%d is out of range", c.MinIdleShareGPUs), "use 0 (no share landing place) to 64"}
+	}
+	if s.SharesPerGPU == 0 {
+		s.SharesPerGPU = ids.SharesPerGPU
+	}
+	if !ids.ValidSharesPerGPU(s.SharesPerGPU) {
+		return s, &FieldError{"shares_per_gpu", fmt.Sprintf("%d does not divide a GPU's 100 units into equal shares", c.SharesPerGPU),
+			"use a divisor of 100 from 2 to 100: 2, 4, 5, 10, 20, 25, 50 or 100 (the default)"}
 	}
 	if c.ShareHeadroom < 0 || c.ShareHeadroom > 100 {
 		return s, &FieldError{"share_headroom", fmt.Sprintf("%d is out of range", c.ShareHeadroom), "give free shares (0 to 100) on an in-use share GPU that count as room; 0 always keeps the idle share GPUs"}

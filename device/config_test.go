@@ -92,6 +92,10 @@ func TestSetConfig(t *testing.T) {
 		{name: "too short period", hcl: `config { nomad_poll_period = "1ms" }`, wantErr: []string{"nomad_poll_period", "at least"}},
 		{name: "bad settle", hcl: `config { switch_settle_period = "-1s" }`, wantErr: []string{"switch_settle_period"}},
 		{name: "negative landing places", hcl: `config { min_idle_share_gpus = -1 }`, wantErr: []string{"min_idle_share_gpus", "0"}},
+		{name: "coarse shares", hcl: `config { shares_per_gpu = 4 }`},
+		{name: "shares not dividing a GPU", hcl: `config { shares_per_gpu = 30 }`, wantErr: []string{"shares_per_gpu", "divisor of 100", "2, 4, 5, 10, 20, 25, 50 or 100"}},
+		{name: "one share per GPU", hcl: `config { shares_per_gpu = 1 }`, wantErr: []string{"shares_per_gpu", "divisor of 100"}},
+		{name: "more shares than units", hcl: `config { shares_per_gpu = 200 }`, wantErr: []string{"shares_per_gpu"}},
 		{name: "headroom over 100", hcl: `config { share_headroom = 101 }`, wantErr: []string{"share_headroom", "0 to 100"}},
 		{name: "empty ignored id", hcl: `config { ignored_gpu_ids = ["GPU-1", ""] }`, wantErr: []string{"ignored_gpu_ids[1]", "UUID"}},
 		{name: "address without scheme", hcl: `config { nomad_address = "127.0.0.1:4646" }`, wantErr: []string{"nomad_address", "http://"}},
@@ -214,14 +218,14 @@ func TestSetConfigEmpty(t *testing.T) {
 }
 
 func FuzzConfigValidate(f *testing.F) {
-	f.Add("simulated", "custom", 4, "m", 40960, "5s", "10s", "2s", 1, 50, "GPU-1", "http://x", true, "/tmp/mps", 79)
-	f.Add("nvml", "", 0, "", 0, "", "", "", -1, 200, "", "", false, "", -1)
+	f.Add("simulated", "custom", 4, "m", 40960, "5s", "10s", "2s", 1, 50, "GPU-1", "http://x", true, "/tmp/mps", 79, 4)
+	f.Add("nvml", "", 0, "", 0, "", "", "", -1, 200, "", "", false, "", -1, 30)
 	f.Fuzz(func(t *testing.T, backend, preset string, count int, model string, mem int, fp, settle, poll string,
-		idle, headroom int, ignored, addr string, mps bool, mpsDir string, xid int) {
+		idle, headroom int, ignored, addr string, mps bool, mpsDir string, xid, perGPU int) {
 		c := Config{Backend: backend, SimulatedPreset: preset, SimulatedCount: count, SimulatedModel: model,
 			SimulatedMemoryMiB: mem, FingerprintPeriod: fp, SwitchSettlePeriod: settle, NomadPollPeriod: poll,
 			MinIdleShareGPUs: idle, ShareHeadroom: headroom, IgnoredGPUIDs: []string{ignored}, NomadAddress: addr,
-			MPSEnabled: mps, MPSPipeDirectory: mpsDir, XidCritical: []int{xid}}
+			MPSEnabled: mps, MPSPipeDirectory: mpsDir, XidCritical: []int{xid}, SharesPerGPU: perGPU}
 		s, err := c.validate()
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "gpushare plugin config: ") {
@@ -229,7 +233,8 @@ func FuzzConfigValidate(f *testing.F) {
 			}
 			return
 		}
-		if s.fingerprintPeriod <= 0 || s.pollPeriod <= 0 || s.settlePeriod < 0 || s.MinIdleShareGPUs < 0 || xid <= 0 {
+		if s.fingerprintPeriod <= 0 || s.pollPeriod <= 0 || s.settlePeriod < 0 || s.MinIdleShareGPUs < 0 || xid <= 0 ||
+			100%s.SharesPerGPU != 0 || s.SharesPerGPU < 2 {
 			t.Fatalf("accepted invalid settings %+v", s)
 		}
 	})

@@ -65,7 +65,7 @@ const UnavailableGroup = "nvml-unavailable"
 // devices are, in one group per MIG device name (model and profile), as
 // HashiCorp's nvidia plugin does. retryEvery is the fingerprint period,
 // for the NVML failure message.
-func deviceGroups(hw hwView, pubs map[string]partition.Publication, iso shareIsolation, retryEvery time.Duration) []*dev.DeviceGroup {
+func deviceGroups(hw hwView, pubs map[string]partition.Publication, iso shareIsolation, perGPU int, retryEvery time.Duration) []*dev.DeviceGroup {
 	var groups []*dev.DeviceGroup
 	whole := map[string]*dev.DeviceGroup{}
 	mig := map[string]*dev.DeviceGroup{}
@@ -77,13 +77,13 @@ func deviceGroups(hw hwView, pubs map[string]partition.Publication, iso shareIso
 		}
 		wg := whole[g.Model]
 		if wg == nil {
-			wg = &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeWhole, Name: g.Model, Attributes: attributes(hw, g, ids.SharingWhole)}
+			wg = &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeWhole, Name: g.Model, Attributes: attributes(hw, g, ids.SharingWhole, perGPU)}
 			whole[g.Model] = wg
 			groups = append(groups, wg)
 		}
 		healthy, desc := health(g, pubs[g.UUID], partition.Whole)
 		wg.Devices = append(wg.Devices, &dev.Device{ID: g.UUID, Healthy: healthy, HealthDesc: desc, HwLocality: locality(g)})
-		groups = append(groups, shareGroup(hw, g, pubs[g.UUID], iso))
+		groups = append(groups, shareGroup(hw, g, pubs[g.UUID], iso, perGPU))
 	}
 	if len(hw.gpus) == 0 && hw.err != nil {
 		// Nothing to list, but make the NVML failure visible in the node's
@@ -136,19 +136,19 @@ func migHealth(g *hwGPU, m gpu.MIGDevice) (bool, string) {
 	return true, ""
 }
 
-// shareGroup is the share device group of one GPU: ids.SharesPerGPU
-// instances of one health, unhealthy too while MPS should isolate them
-// and cannot.
-func shareGroup(hw hwView, g *hwGPU, pub partition.Publication, iso shareIsolation) *dev.DeviceGroup {
-	sg := &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeShare, Name: shareGroupName(g.GPU), Attributes: attributes(hw, g, ids.SharingShare)}
+// shareGroup is the share device group of one GPU: perGPU instances
+// (shares_per_gpu) of one health, unhealthy too while MPS should isolate
+// them and cannot.
+func shareGroup(hw hwView, g *hwGPU, pub partition.Publication, iso shareIsolation, perGPU int) *dev.DeviceGroup {
+	sg := &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeShare, Name: shareGroupName(g.GPU), Attributes: attributes(hw, g, ids.SharingShare, perGPU)}
 	sg.Attributes[IsolationAttr] = structs.NewStringAttribute(iso.mode())
 	healthy, desc := health(g, pub, partition.Share)
 	if healthy && iso.down != "" {
 		healthy, desc = false, iso.down
 	}
-	sg.Devices = make([]*dev.Device, ids.SharesPerGPU)
+	sg.Devices = make([]*dev.Device, perGPU)
 	for k := range sg.Devices {
-		sg.Devices[k] = &dev.Device{ID: ids.Share(g.UUID, k), Healthy: healthy, HealthDesc: desc, HwLocality: locality(g)}
+		sg.Devices[k] = &dev.Device{ID: ids.ShareOf(g.UUID, k, perGPU), Healthy: healthy, HealthDesc: desc, HwLocality: locality(g)}
 	}
 	return sg
 }
@@ -212,8 +212,9 @@ func health(g *hwGPU, pub partition.Publication, fam partition.Mode) (bool, stri
 }
 
 // attributes are the group attributes of a GPU (for a whole group: of the
-// first GPU of its model), in a group of the given sharing.
-func attributes(hw hwView, g *hwGPU, sharing string) map[string]*structs.Attribute {
+// first GPU of its model), in a group of the given sharing; a share group
+// has perGPU instances.
+func attributes(hw hwView, g *hwGPU, sharing string, perGPU int) map[string]*structs.Attribute {
 	a := commonAttributes(hw, g, sharing)
 	a["memory"] = structs.NewIntAttribute(int64(g.MemoryMiB), structs.UnitMiB)
 	if g.PCIBandwidthMBps > 0 {
@@ -237,8 +238,8 @@ func attributes(hw hwView, g *hwGPU, sharing string) map[string]*structs.Attribu
 	if sharing == ids.SharingShare {
 		a["uuid"] = structs.NewStringAttribute(g.UUID)
 		a["index"] = structs.NewIntAttribute(int64(g.Index), "")
-		a["shares"] = structs.NewIntAttribute(ids.SharesPerGPU, "")
-		a["share_memory"] = structs.NewIntAttribute(int64(g.MemoryMiB/ids.SharesPerGPU), structs.UnitMiB)
+		a[ids.SharesAttr] = structs.NewIntAttribute(int64(perGPU), "")
+		a["share_memory"] = structs.NewIntAttribute(int64(g.MemoryMiB/uint64(perGPU)), structs.UnitMiB)
 		if g.PCIBusID != "" {
 			a["pci_bus_id"] = structs.NewStringAttribute(g.PCIBusID)
 		}

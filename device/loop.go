@@ -273,7 +273,7 @@ func (p *Plugin) publish(st *loopState) {
 	hw := p.hw.view()
 	pubs := st.machine.Publications()
 	iso := shareIsolation{mps: st.cfg.MPSEnabled, down: st.mpsDown}
-	groups := deviceGroups(hw, pubs, iso, st.cfg.fingerprintPeriod)
+	groups := deviceGroups(hw, pubs, iso, st.cfg.SharesPerGPU, st.cfg.fingerprintPeriod)
 	p.pub.set(groups, newReserveView(hw, pubs, iso, st.cfg))
 	p.tenancy.notePublications(pubs)
 }

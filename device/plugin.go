@@ -69,6 +69,8 @@ type Plugin struct {
 	// disabled is set by a configuration with enabled = false: every verb
 	// answers dev.ErrPluginDisabled.
 	disabled atomic.Bool
+	// sharesPerGPU is the configured shares_per_gpu, for Stats.
+	sharesPerGPU atomic.Int64
 }
 
 // New returns an unconfigured plugin.
@@ -121,6 +123,7 @@ func (p *Plugin) configure(c Config) error {
 	if !s.Enabled {
 		return p.disable()
 	}
+	p.sharesPerGPU.Store(int64(s.SharesPerGPU))
 	lib, sim, err := p.backend(s)
 	if err != nil {
 		return err

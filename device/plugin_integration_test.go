@@ -34,6 +34,12 @@ plugin "nomad-device-gpushare" {
 // with it. Skipped in -short mode.
 func startCluster(t testing.TB) (*localcluster.Cluster, string) {
 	t.Helper()
+	return startClusterWith(t, pluginConfig)
+}
+
+// startClusterWith is startCluster with another plugin configuration.
+func startClusterWith(t testing.TB, pluginConfig string) (*localcluster.Cluster, string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs real agents; run without -short")
 	}

@@ -30,11 +30,12 @@ type shareBinding struct {
 // exactly these shares, the task is bound as a static share (limit =
 // request) on its home GPU.
 func (p *Plugin) bindShare(b binding) (shareBinding, error) {
-	sb := shareBinding{home: b.shareGPU, gpu: b.shareGPU, request: len(b.shares), limit: len(b.shares)}
+	units := shareUnits(b.shares)
+	sb := shareBinding{home: b.shareGPU, gpu: b.shareGPU, request: units, limit: units}
 	tn, ok := p.findShareTenant(b)
 	if !ok {
 		p.logger.Warn("no allocation of this node is listed holding these shares; bound as a static share (limit = request) on its home GPU",
-			"gpu", b.shareGPU, "shares", len(b.shares))
+			"gpu", b.shareGPU, "shares", units)
 		return sb, nil
 	}
 	lim, err := checkLimit(tn)
@@ -94,6 +95,17 @@ func (t *tenancy) findShare(b binding) (alloctrack.Tenant, bool) {
 	return best, found
 }
 
+// shareUnits is what share instance IDs stand for, in units.
+func shareUnits(shareIDs []string) int {
+	n := 0
+	for _, raw := range shareIDs {
+		if id, err := ids.Parse(raw); err == nil {
+			n += id.Units
+		}
+	}
+	return n
+}
+
 // checkLimit returns a share task's limit in shares, or an error that
 // names the meta key and the fix.
 func checkLimit(tn alloctrack.Tenant) (int, error) {
@@ -108,7 +120,7 @@ func checkLimit(tn alloctrack.Tenant) (int, error) {
 	}
 	if lim < req {
 		return 0, fmt.Errorf(`%s %s = %q is below the task's request of %s GPU (count = %d of nvidia/gpu-share): set it to at least %q, or remove it (the limit is then the request)`,
-			where, ids.LimitMetaKey, tn.Limit, fraction(req), req, fraction(req))
+			where, ids.LimitMetaKey, tn.Limit, fraction(req), len(tn.ShareIDs), fraction(req))
 	}
 	return lim, nil
 }

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
+	dev "github.com/hashicorp/nomad/plugins/device"
 )
 
 func TestReserve(t *testing.T) {
@@ -373,4 +375,42 @@ func FuzzReserve(f *testing.F) {
 		}
 		_, _ = p.Reserve(in) // must never panic
 	})
+}
+
+// TestCoarseShares: with shares_per_gpu = 4 a share group publishes 4
+// instances of 25 units each, says so in its attributes, and a task given
+// 2 of them gets half the GPU; what an allocation holds counts in units,
+// so a GPU with one such tenant has 75 units left.
+func TestCoarseShares(t *testing.T) {
+	f := newFakeNomad(t)
+	p := newPlugin(t, f, func(c *Config) { c.SharesPerGPU = 4 })
+	u := uuids(p)
+	cycle(p, f)
+	var sg *dev.DeviceGroup
+	for _, g := range p.pub.current() {
+		if g.Type == ids.TypeShare && len(g.Devices) > 0 && strings.HasPrefix(g.Devices[0].ID, u[3]) {
+			sg = g
+		}
+	}
+	if sg == nil {
+		t.Fatalf("no share group for GPU %s", u[3])
+	}
+	if len(sg.Devices) != 4 || sg.Devices[3].ID != u[3]+"-u25-s03" {
+		t.Fatalf("share group has %d instances (last %s), want 4 ending in %s-u25-s03", len(sg.Devices), sg.Devices[len(sg.Devices)-1].ID, u[3])
+	}
+	if a := sg.Attributes[ids.SharesAttr]; a == nil || a.Int == nil || *a.Int != 4 {
+		t.Fatalf("%s attribute = %v, want 4", ids.SharesAttr, a)
+	}
+	f.place("s", "gpu-share", ids.ShareOf(u[3], 0, 4))
+	cycle(p, f)
+	r, err := p.Reserve([]string{ids.ShareOf(u[3], 1, 4), ids.ShareOf(u[3], 2, 4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Envs["GPUSHARE_FRACTION"]; got != "0.5" {
+		t.Errorf("GPUSHARE_FRACTION = %q, want 0.5", got)
+	}
+	if got := p.usage.current()[u[3]].ShareUnits; got != 25 {
+		t.Errorf("units held on GPU %s = %d, want 25 (one instance of 25)", u[3], got)
+	}
 }

@@ -99,8 +99,9 @@ func (p *Plugin) collectStats() *dev.StatsResponse {
 		}
 		st := withSharesHeld(gpuStats(r, g.PowerLimitW, b.now), held)
 		sg := b.group(ids.TypeShare, shareGroupName(g.GPU))
-		for k := 0; k < ids.SharesPerGPU; k++ {
-			sg.InstanceStats[ids.Share(g.UUID, k)] = st
+		perGPU := int(p.sharesPerGPU.Load())
+		for k := 0; k < perGPU; k++ {
+			sg.InstanceStats[ids.ShareOf(g.UUID, k, perGPU)] = st
 		}
 	}
 	return &dev.StatsResponse{Groups: b.list}

@@ -25,6 +25,13 @@ plugin "nomad-device-gpushare" {
     # other idle GPU whole.
     min_idle_share_gpus = 1
 
+    # Share instances per GPU (a divisor of 100 from 2 to 100). Each stands
+    # for 100/shares_per_gpu hundredths of the GPU; a job asks for a
+    # fraction f with device "nvidia/gpu-share" { count = f * shares_per_gpu }.
+    # Fewer instances make the node's JSON in Nomad smaller (docs/design.md,
+    # Units and device families). Use one value across the cluster.
+    shares_per_gpu = 100
+
     # How long a GPU that is switching between whole and shared waits for
     # plans already in flight to settle before it is published again.
     switch_settle_period = "10s"

@@ -50,6 +50,25 @@ variable "tls_key" {
   default     = ""
 }
 
+# Sized from the scale benchmark (make bench-scale, tools/scalebench): the
+# service's peak memory grows with the cluster, about 0.7-1 MiB per 8-GPU
+# node with the event-stream view and 1.2 MiB with per-cycle listings
+# (5,000 nodes and 100,000 allocations: 3.6-4.8 GiB and 5.7 GiB; 200
+# nodes: 140-240 MiB), and a busy cluster (50 events/s) keeps it at 65-90%
+# of one core (docs/scale.md). The defaults fit about 1,000 GPU nodes; at
+# 5,000 set memory_mb = 6144 and cpu_mhz = 3000.
+variable "memory_mb" {
+  description = "Memory reserved for each instance, in MiB (about 150 plus 1 per GPU node; see above)."
+  type        = number
+  default     = 1024
+}
+
+variable "cpu_mhz" {
+  description = "CPU reserved for each instance, in MHz."
+  type        = number
+  default     = 1000
+}
+
 variable "tokens_from_variable" {
   description = "With ACLs on: read NOMAD_TOKEN and CONSUL_HTTP_TOKEN from the Nomad Variable nomad/jobs/gpushare-quota (items nomad_token and consul_token), which only this job's tasks can read."
   type        = bool
@@ -141,8 +160,8 @@ job "gpushare-quota" {
       }
 
       resources {
-        cpu    = 200
-        memory = 128
+        cpu    = var.cpu_mhz
+        memory = var.memory_mb
       }
     }
   }

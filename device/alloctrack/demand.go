@@ -72,7 +72,7 @@ func (t *Tracker) readDemand(ctx context.Context, node *api.Node) ([]Demand, err
 			delete(t.jobs, k)
 		}
 	}
-	groups := deviceGroupNames(node)
+	groups, unit := deviceGroupNames(node), shareUnit(node)
 	var out []Demand
 	for _, k := range sortedKeys(latest) {
 		e := latest[k]
@@ -96,7 +96,7 @@ func (t *Tracker) readDemand(ctx context.Context, node *api.Node) ([]Demand, err
 		if !admits(job, node) {
 			continue
 		}
-		out = append(out, jobDemand(k, job, e.FailedTGAllocs, groups)...)
+		out = append(out, jobDemand(k, job, e.FailedTGAllocs, groups, unit)...)
 	}
 	return out, nil
 }
@@ -177,6 +177,14 @@ func deviceGroupNames(node *api.Node) map[string]map[string]bool {
 	return out
 }
 
+// shareUnit is how many units one share instance of the node stands for.
+func shareUnit(node *api.Node) int {
+	if node.NodeResources == nil {
+		return 1
+	}
+	return ids.ShareUnit(node.NodeResources.Devices)
+}
+
 // isMIGGroup reports whether the plugin published the group for MIG
 // devices.
 func isMIGGroup(g *api.NodeDeviceResource) bool {
@@ -196,8 +204,9 @@ func requestFamily(req ids.Request, groups map[string]map[string]bool) (typ stri
 	return req.Type, true
 }
 
-// jobDemand turns the failed task groups of a job into demand.
-func jobDemand(k string, job *api.Job, failed map[string]*api.AllocationMetric, groups map[string]map[string]bool) []Demand {
+// jobDemand turns the failed task groups of a job into demand; a share
+// request of n instances asks for n*unit units.
+func jobDemand(k string, job *api.Job, failed map[string]*api.AllocationMetric, groups map[string]map[string]bool, unit int) []Demand {
 	var since time.Time
 	if job.SubmitTime != nil {
 		since = time.Unix(0, *job.SubmitTime)
@@ -230,7 +239,7 @@ func jobDemand(k string, job *api.Job, failed map[string]*api.AllocationMetric, 
 					if typ == ids.TypeWhole {
 						d.Whole = n
 					} else {
-						d.Shares = n
+						d.Shares = n * unit
 					}
 					out = append(out, d)
 				}

@@ -113,7 +113,7 @@ func TestJobDemand(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := jobDemand("ns/j", tt.job, tt.failed, groups)
+			got := jobDemand("ns/j", tt.job, tt.failed, groups, 1)
 			if s := fmt.Sprint(got); s != tt.want {
 				t.Errorf("demand %s, want %s", s, tt.want)
 			}

@@ -32,8 +32,17 @@ type Tenant struct {
 // Key names the tenant: allocation ID and task.
 func (t Tenant) Key() string { return t.AllocID + "/" + t.Task }
 
-// Shares is the number of share instances it holds.
-func (t Tenant) Shares() int { return len(t.ShareIDs) }
+// Shares is the number of units (hundredths of a GPU) its share instances
+// stand for: one per instance unless the IDs say more.
+func (t Tenant) Shares() int {
+	n := 0
+	for _, raw := range t.ShareIDs {
+		if id, err := ids.Parse(raw); err == nil && id.IsShare {
+			n += id.Units
+		}
+	}
+	return n
+}
 
 // tenantsOf lists the tenants of the live allocations, by allocation
 // creation then key.

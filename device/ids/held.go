@@ -10,7 +10,9 @@ import (
 type Held struct {
 	// Whole are the UUIDs of the GPUs it holds whole, sorted.
 	Whole []string
-	// Shares counts the share instances it holds, by GPU UUID.
+	// Shares counts the units (hundredths of a GPU) of the share instances
+	// it holds, by GPU UUID: one per instance unless the instance IDs say
+	// more (a plugin with shares_per_gpu below 100).
 	Shares map[string]int
 }
 
@@ -25,6 +27,21 @@ func (h Held) ShareUUIDs() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// ShareUnit is how many units one share instance of a node's device groups
+// stands for: SharesPerGPU over the SharesAttr of its share groups, 1 when
+// none says (a plugin before shares_per_gpu, or no share group).
+func ShareUnit(devs []*api.NodeDeviceResource) int {
+	for _, g := range devs {
+		if g == nil || g.Vendor != Vendor || g.Type != TypeShare {
+			continue
+		}
+		if a := g.Attributes[SharesAttr]; a != nil && a.IntVal != nil && ValidSharesPerGPU(int(*a.IntVal)) {
+			return SharesPerGPU / int(*a.IntVal)
+		}
+	}
+	return 1
 }
 
 // HeldDevices reads which GPUs an allocation's tasks were given: whole GPUs
@@ -53,7 +70,7 @@ func HeldDevices(r *api.AllocatedResources) Held {
 						h.Whole = append(h.Whole, id.UUID)
 					}
 				case d.Type == TypeShare && id.IsShare:
-					h.Shares[id.UUID]++
+					h.Shares[id.UUID] += id.Units
 				}
 			}
 		}

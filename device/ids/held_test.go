@@ -35,3 +35,41 @@ func TestHeldDevices(t *testing.T) {
 		t.Error("nil resources hold something")
 	}
 }
+
+// TestHeldDevicesCountsUnits: an allocation given instances of a plugin
+// with 4 shares per GPU holds 25 units per instance.
+func TestHeldDevicesCountsUnits(t *testing.T) {
+	const a = "GPU-aaaa"
+	res := &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{
+		"train": {Devices: []*api.AllocatedDeviceResource{
+			{Vendor: Vendor, Type: TypeShare, DeviceIDs: []string{ShareOf(a, 0, 4), ShareOf(a, 3, 4)}},
+		}},
+	}}
+	if got := HeldDevices(res).Shares[a]; got != 50 {
+		t.Errorf("Shares[%s] = %d units, want 50 (two instances of 25)", a, got)
+	}
+}
+
+func TestShareUnit(t *testing.T) {
+	group := func(typ string, shares int64) *api.NodeDeviceResource {
+		return &api.NodeDeviceResource{Vendor: Vendor, Type: typ, Attributes: map[string]*api.Attribute{SharesAttr: {IntVal: &shares}}}
+	}
+	tests := []struct {
+		name string
+		devs []*api.NodeDeviceResource
+		want int
+	}{
+		{"default publication", []*api.NodeDeviceResource{group(TypeWhole, 0), group(TypeShare, 100)}, 1},
+		{"4 per GPU", []*api.NodeDeviceResource{group(TypeShare, 4)}, 25},
+		{"no share group", []*api.NodeDeviceResource{group(TypeWhole, 4)}, 1},
+		{"invalid count", []*api.NodeDeviceResource{group(TypeShare, 30)}, 1},
+		{"nothing", nil, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ShareUnit(tt.devs); got != tt.want {
+				t.Errorf("ShareUnit = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}

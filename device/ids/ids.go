@@ -5,12 +5,18 @@
 // allocation holds (HeldDevices).
 //
 // A whole GPU is published under its NVML UUID (for example
-// "GPU-5b2e0c8a-...") in the family Vendor/TypeWhole. Each of its
-// model.SharesPerGPU shares is published in the family Vendor/TypeShare as
-// "<UUID>-sNN" with NN in 00..99, so that every instance ID names the
-// physical GPU it belongs to and Reserve can validate a request from the
-// IDs alone. One share is 0.01 of the GPU, memory and compute alike: the
-// unit model.Shares counts in.
+// "GPU-5b2e0c8a-...") in the family Vendor/TypeWhole. By default
+// each of its model.SharesPerGPU shares is published in the family
+// Vendor/TypeShare as "<UUID>-sNN" with NN in 00..99, so that every
+// instance ID names the physical GPU it belongs to and Reserve can validate
+// a request from the IDs alone. One share is 0.01 of the GPU, memory and
+// compute alike: the unit model.Shares counts in.
+//
+// A plugin configured with fewer share instances per GPU (shares_per_gpu,
+// a divisor of 100) publishes instances that each stand for several units
+// and says how many in the ID: "<UUID>-uWW-sNN", WW units each, NN in
+// 00..shares_per_gpu-1. Every reader of an allocation's devices
+// (HeldDevices) thus counts units without knowing the node's setting.
 package ids
 
 import (
@@ -38,6 +44,11 @@ const (
 // has it; another plugin's nvidia groups (HashiCorp's) do not.
 const SharingAttr = "sharing"
 
+// SharesAttr is the share group attribute that says how many share
+// instances the group publishes per GPU (the plugin's shares_per_gpu); a
+// job's nvidia/gpu-share count is the fraction of a GPU times this number.
+const SharesAttr = "shares"
+
 // The values of SharingAttr.
 const (
 	SharingWhole = "whole"
@@ -45,18 +56,35 @@ const (
 	SharingMIG   = "mig"
 )
 
-// SharesPerGPU is the number of share instances published per GPU: one per
-// model.Shares unit, so that a request's count is the fraction in
-// hundredths of a GPU.
+// SharesPerGPU is the number of units in one GPU, and the number of share
+// instances published per GPU by default: one per model.Shares unit, so
+// that a request's count is the fraction in hundredths of a GPU.
 const SharesPerGPU = model.SharesPerGPU
 
-// shareSep separates the GPU UUID from the share number.
-const shareSep = "-s"
+// shareSep separates the GPU UUID from the share number, unitSep the GPU
+// UUID from the units of an instance that stands for more than one.
+const (
+	shareSep = "-s"
+	unitSep  = "-u"
+)
+
+// ValidSharesPerGPU reports whether n share instances per GPU divide the
+// GPU's SharesPerGPU units evenly: n is a divisor of 100, at least 2.
+func ValidSharesPerGPU(n int) bool {
+	return n >= 2 && n <= SharesPerGPU && SharesPerGPU%n == 0
+}
 
 // Share returns the instance ID of share k (0 <= k < SharesPerGPU) of the
-// GPU with the given UUID.
+// GPU with the given UUID, one unit each (the default publication).
 func Share(uuid string, k int) string {
-	return fmt.Sprintf("%s%s%02d", uuid, shareSep, k)
+	return ShareOf(uuid, k, SharesPerGPU)
+}
+
+// ShareOf returns the instance ID of share k (0 <= k < perGPU) of a GPU
+// published as perGPU share instances (ValidSharesPerGPU), each of
+// SharesPerGPU/perGPU units.
+func ShareOf(uuid string, k, perGPU int) string {
+	return ID{UUID: uuid, Share: k, Units: SharesPerGPU / perGPU, IsShare: true}.String()
 }
 
 // ID is a parsed instance ID.
@@ -65,21 +93,29 @@ type ID struct {
 	UUID string
 	// Share is the share number when IsShare is true.
 	Share int
+	// Units is how many units (hundredths of the GPU) a share stands for:
+	// 1 unless its ID says more ("-uWW").
+	Units int
 	// IsShare tells a share instance from a whole GPU.
 	IsShare bool
 }
 
 // String returns the instance ID in its published form.
 func (i ID) String() string {
-	if i.IsShare {
-		return Share(i.UUID, i.Share)
+	switch {
+	case !i.IsShare:
+		return i.UUID
+	case i.Units > 1:
+		return fmt.Sprintf("%s%s%02d%s%02d", i.UUID, unitSep, i.Units, shareSep, i.Share)
 	}
-	return i.UUID
+	return fmt.Sprintf("%s%s%02d", i.UUID, shareSep, i.Share)
 }
 
 // Parse parses an instance ID. IDs ending in "-sNN" (two decimal digits) are
-// shares; any other non-empty ID without whitespace is taken as a whole GPU
-// UUID. Whether the GPU exists is for the caller to check.
+// shares, of WW units when "-uWW" precedes it (100/WW a valid shares per
+// GPU) and of one unit otherwise; any other non-empty ID without
+// whitespace is taken as a whole GPU UUID. Whether the GPU exists is for
+// the caller to check.
 func Parse(id string) (ID, error) {
 	if id == "" {
 		return ID{}, fmt.Errorf("empty device ID")
@@ -89,8 +125,13 @@ func Parse(id string) (ID, error) {
 	}
 	n := len(id)
 	if n > len(shareSep)+2 && id[n-4:n-2] == shareSep && isDigit(id[n-2]) && isDigit(id[n-1]) {
-		uuid := id[:n-4]
-		return ID{UUID: uuid, Share: int(id[n-2]-'0')*10 + int(id[n-1]-'0'), IsShare: true}, nil
+		uuid, units := id[:n-4], 1
+		if m := len(uuid); m > len(unitSep)+2 && uuid[m-4:m-2] == unitSep && isDigit(uuid[m-2]) && isDigit(uuid[m-1]) {
+			if u := int(uuid[m-2]-'0')*10 + int(uuid[m-1]-'0'); u > 1 && SharesPerGPU%u == 0 && ValidSharesPerGPU(SharesPerGPU/u) {
+				uuid, units = uuid[:m-4], u
+			}
+		}
+		return ID{UUID: uuid, Share: int(id[n-2]-'0')*10 + int(id[n-1]-'0'), Units: units, IsShare: true}, nil
 	}
 	return ID{UUID: id}, nil
 }

@@ -10,9 +10,13 @@ func TestParse(t *testing.T) {
 		wantErr bool
 	}{
 		{in: u, want: ID{UUID: u}},
-		{in: u + "-s00", want: ID{UUID: u, Share: 0, IsShare: true}},
-		{in: u + "-s07", want: ID{UUID: u, Share: 7, IsShare: true}},
-		{in: u + "-s99", want: ID{UUID: u, Share: 99, IsShare: true}},
+		{in: u + "-s00", want: ID{UUID: u, Share: 0, Units: 1, IsShare: true}},
+		{in: u + "-s07", want: ID{UUID: u, Share: 7, Units: 1, IsShare: true}},
+		{in: u + "-s99", want: ID{UUID: u, Share: 99, Units: 1, IsShare: true}},
+		{in: u + "-u25-s03", want: ID{UUID: u, Share: 3, Units: 25, IsShare: true}},
+		{in: u + "-u50-s01", want: ID{UUID: u, Share: 1, Units: 50, IsShare: true}},
+		{in: u + "-u30-s01", want: ID{UUID: u + "-u30", Share: 1, Units: 1, IsShare: true}}, // 100/30: not a valid width
+		{in: u + "-u01-s01", want: ID{UUID: u + "-u01", Share: 1, Units: 1, IsShare: true}},
 		{in: u + "-s7", want: ID{UUID: u + "-s7"}}, // one digit: not a share ID
 		{in: "-s07", want: ID{UUID: "-s07"}},       // nothing before the suffix
 		{in: "", wantErr: true},
@@ -39,6 +43,35 @@ func TestShareRoundTrip(t *testing.T) {
 		got, err := Parse(id)
 		if err != nil || !got.IsShare || got.UUID != u || got.Share != k || got.String() != id {
 			t.Fatalf("round trip of %q: got %+v, %v", id, got, err)
+		}
+	}
+}
+
+// TestShareOfRoundTrip: with every valid shares per GPU, the instances of
+// one GPU parse back to their GPU, number and units, and add up to the
+// whole GPU.
+func TestShareOfRoundTrip(t *testing.T) {
+	const u = "GPU-5b2e0c8a-1111-4000-8000-000000000001"
+	for n := 1; n <= SharesPerGPU; n++ {
+		if !ValidSharesPerGPU(n) {
+			continue
+		}
+		total := 0
+		for k := 0; k < n; k++ {
+			id := ShareOf(u, k, n)
+			got, err := Parse(id)
+			if err != nil || !got.IsShare || got.UUID != u || got.Share != k || got.String() != id {
+				t.Fatalf("n=%d: round trip of %q: got %+v, %v", n, id, got, err)
+			}
+			total += got.Units
+		}
+		if total != SharesPerGPU {
+			t.Fatalf("n=%d: the instances add up to %d units, want %d", n, total, SharesPerGPU)
+		}
+	}
+	for _, n := range []int{0, 1, 3, 30, 99, 101, 200} {
+		if ValidSharesPerGPU(n) {
+			t.Errorf("ValidSharesPerGPU(%d) = true, want false", n)
 		}
 	}
 }

@@ -39,7 +39,9 @@ func startQuotaService(ctx context.Context, c *localcluster.Cluster, cfg Config)
 	if err != nil {
 		return "", fmt.Errorf("reading %s: %w", quotaJob, err)
 	}
-	vars := fmt.Sprintf("binary = %q\nnomad_addr = %q\nconsul_addr = %q\ntokens_from_variable = %t\n",
+	// A one-node demo needs a fraction of the jobspec's defaults, which
+	// are sized for about 1,000 GPU nodes.
+	vars := fmt.Sprintf("binary = %q\nnomad_addr = %q\nconsul_addr = %q\ntokens_from_variable = %t\nmemory_mb = 128\ncpu_mhz = 200\n",
 		bin, c.NomadAddr, strings.TrimPrefix(c.ConsulAddr, "http://"), cfg.ACL)
 	job, err := c.Nomad.Jobs().ParseHCLOpts(&nomadapi.JobsParseRequest{
 		JobHCL: string(src), Variables: vars, Canonicalize: true})

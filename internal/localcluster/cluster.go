@@ -47,6 +47,9 @@ type Options struct {
 	// their last change, checked as often. Zero: Nomad's defaults (4 h,
 	// every 5 min).
 	JobGCThreshold time.Duration
+	// ConsulOnly starts the Consul agent alone (no Nomad): for programs
+	// that bring their own Nomad, such as the scale benchmark's stand-in.
+	ConsulOnly bool
 	// Clients, when above 1, is the number of Nomad client nodes: the
 	// agent that is server and client, and Clients-1 client-only agents
 	// on the same machine (clients.go), each with its own data directory,
@@ -131,6 +134,9 @@ func (c *Cluster) start() error {
 		if err := consulAgentTokens(c.Consul, c.acl); err != nil {
 			return err
 		}
+	}
+	if c.opts.ConsulOnly {
+		return nil
 	}
 	if err := c.startNomad(); err != nil {
 		return err

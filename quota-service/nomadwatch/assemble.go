@@ -12,7 +12,8 @@
 // allocation's usage is the whole GPUs and shares it was given, wherever
 // they land, and pending demand is what Nomad will still place of each
 // task group (demand.go) times its device asks ("nvidia/gpu" count = whole
-// GPUs, "nvidia/gpu-share" count = shares of one GPU). Each suspension
+// GPUs, "nvidia/gpu-share" count = share instances of one GPU, each of
+// 100/shares_per_gpu shares: shareUnitOf). Each suspension
 // record is read against Nomad's job (records.go; docs/design.md,
 // Suspension and resumption).
 //
@@ -42,6 +43,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
@@ -156,17 +158,51 @@ type assembler struct {
 	// nodes are the nodes with GPUs, by ID and in snapshot order.
 	nodes     map[string]*nodeGPUs
 	nodeOrder []*nodeGPUs
+	// shareUnit is the shares one instance of a share request stands for
+	// (shareUnitOf).
+	shareUnit int
 }
 
 func newAssembler(in Inputs) *assembler {
 	v := &View{Snapshot: &model.Snapshot{}, Jobs: map[string]*JobInfo{}, Records: map[string]*Record{}, Specs: in.Specs, ListedAt: in.Now}
 	a := &assembler{in: in, v: v, snap: v.Snapshot, resolver: newResolver(in.Settings),
 		projects: map[string]bool{}, nodes: map[string]*nodeGPUs{}}
+	a.shareUnit = a.shareUnitOf(in.Nodes)
 	for _, s := range in.Settings {
 		a.snap.Projects = append(a.snap.Projects, s.Model())
 		a.projects[s.Project] = true
 	}
 	return a
+}
+
+// shareUnitOf is what one instance of a pending nvidia/gpu-share request
+// stands for, in shares: 100 over the plugin's shares_per_gpu, read from
+// the nodes' share groups (ids.ShareUnit). A pending job is on no node, so
+// one value must hold for the cluster; when nodes differ, the most common
+// wins (ties: the finer) and a warning says so.
+func (a *assembler) shareUnitOf(nodes []*nomadapi.NodeListStub) int {
+	seen := map[int]int{}
+	for _, n := range nodes {
+		if n == nil || n.NodeResources == nil {
+			continue
+		}
+		for _, g := range n.NodeResources.Devices {
+			if g != nil && g.Vendor == ids.Vendor && g.Type == ids.TypeShare {
+				seen[ids.ShareUnit(n.NodeResources.Devices)]++
+				break
+			}
+		}
+	}
+	unit := 1
+	for u, c := range seen {
+		if c > seen[unit] || c == seen[unit] && u < unit {
+			unit = u
+		}
+	}
+	if len(seen) > 1 {
+		a.warn("GPU nodes publish different shares_per_gpu (shares per instance: %v); pending share requests are read at %d shares per instance: set one shares_per_gpu on every node", seen, unit)
+	}
+	return unit
 }
 
 // addProject adds a project that has work but no quota settings.

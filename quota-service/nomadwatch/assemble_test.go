@@ -1,6 +1,7 @@
 package nomadwatch
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -169,7 +170,7 @@ func TestGroupAsk(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.device, func(t *testing.T) {
 			tg := spec("ns", "j", tt.device, tt.count).TaskGroups[0]
-			got, ok, _ := groupAsk(tg)
+			got, ok, _ := groupAsk(tg, 1)
 			if ok != tt.ok || got.WholeGPUs != tt.want.WholeGPUs || got.Shares != tt.want.Shares || len(got.Models) != len(tt.want.Models) {
 				t.Fatalf("groupAsk(%s count %d) = %+v, %v; want %+v, %v", tt.device, tt.count, got, ok, tt.want, tt.ok)
 			}
@@ -210,5 +211,49 @@ func TestAssembleCPUAndMemory(t *testing.T) {
 	}
 	if _, err := v.Snapshot.Index(); err != nil {
 		t.Fatalf("snapshot does not index: %v", err)
+	}
+}
+
+// TestAssembleCoarseShares: on nodes whose plugin publishes 4 share
+// instances per GPU (shares_per_gpu = 4), a pending request for 2
+// instances asks for half a GPU and an allocation holding one instance
+// holds a quarter.
+func TestAssembleCoarseShares(t *testing.T) {
+	n := node()
+	for _, g := range n.NodeResources.Devices {
+		if g.Type != ids.TypeShare {
+			continue
+		}
+		u := strings.TrimPrefix(g.Name, "A100-")
+		g.Attributes = map[string]*nomadapi.Attribute{ids.SharesAttr: {IntVal: ptr(int64(4))}}
+		g.Instances = nil
+		for k := range 4 {
+			g.Instances = append(g.Instances, &nomadapi.NodeDevice{ID: ids.ShareOf(u, k, 4), Healthy: true})
+		}
+	}
+	v := Assemble(Inputs{
+		Nodes:       []*nomadapi.NodeListStub{n},
+		Allocations: []*nomadapi.AllocationListStub{alloc("al1", "a", "small", "gpu-share", ids.ShareOf("GPU-c", 0, 4))},
+		Jobs:        []*nomadapi.JobListStub{jobStub("a", "small", 0, false, nil), jobStub("a", "waiting", 2, false, nil)},
+		Specs: map[string]*nomadapi.Job{
+			"a/small":   spec("a", "small", "nvidia/gpu-share", 1),
+			"a/waiting": spec("a", "waiting", "nvidia/gpu-share", 2),
+		},
+		Now: time.Unix(1000, 0),
+	})
+	var pending model.Shares
+	for _, p := range v.Snapshot.Pending {
+		if p.Job == "a/waiting" {
+			pending = p.Ask.Shares
+		}
+	}
+	if pending != 50 {
+		t.Errorf("pending ask = %d shares, want 50 (2 instances of 25)", pending)
+	}
+	if len(v.Snapshot.Allocations) != 1 || v.Snapshot.Allocations[0].Ask.Shares != 25 {
+		t.Errorf("allocations = %+v, want one of 25 shares", v.Snapshot.Allocations)
+	}
+	if len(v.Warnings) != 0 {
+		t.Errorf("warnings: %v", v.Warnings)
 	}
 }

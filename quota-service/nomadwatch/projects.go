@@ -55,8 +55,10 @@ func (r *projectResolver) Project(namespace string, meta map[string]string) stri
 }
 
 // groupAsk is the GPU ask of one instance of a task group, with its CPU
-// and memory, summed over its tasks; ok is false for CPU-only groups.
-func groupAsk(tg *nomadapi.TaskGroup) (ask model.Ask, ok bool, err error) {
+// and memory, summed over its tasks; ok is false for CPU-only groups. A
+// share request's count is in instances of unit shares each
+// (assembler.shareUnitOf).
+func groupAsk(tg *nomadapi.TaskGroup, unit int) (ask model.Ask, ok bool, err error) {
 	for _, task := range tg.Tasks {
 		if task.Resources == nil {
 			continue
@@ -76,7 +78,7 @@ func groupAsk(tg *nomadapi.TaskGroup) (ask model.Ask, ok bool, err error) {
 			case req.Whole():
 				ask.WholeGPUs += req.Count
 			case req.Share():
-				ask.Shares += model.Shares(req.Count)
+				ask.Shares += model.Shares(req.Count * unit)
 			default:
 				continue
 			}

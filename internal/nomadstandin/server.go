@@ -1,0 +1,331 @@
+package nomadstandin
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// Server is the stand-in. Listings are kept pre-encoded, one JSON value
+// per object, and re-encoded only when an event changes the object, so
+// that answering costs the stand-in little beside the service it serves.
+type Server struct {
+	w *world
+
+	mu sync.RWMutex
+	// index is the last raft index; tables the index of each table's
+	// last write, which its reads answer with, as Nomad's do.
+	index  uint64
+	tables map[string]uint64
+	// nodeJSON: each node's list stub with resources; nodeFull: /v1/node/:id.
+	nodeJSON [][]byte
+	nodeFull map[string][]byte
+	// allocJSON and allocLean: each allocation's list stub with resources,
+	// with and without task states.
+	allocJSON, allocLean [][]byte
+	jobs                 map[string]*api.Job // by namespace/ID
+	jobOrder             []string
+	rng                  *rand.Rand
+	subs                 map[chan []byte]struct{}
+	// Requests counts the requests served, by route.
+	requests map[string]int
+}
+
+// New generates the cluster and returns its stand-in.
+func New(c Config) (*Server, error) {
+	w, err := generate(c)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{w: w, index: 1_000_000, tables: map[string]uint64{"nodes": 1_000_000, "allocs": 1_000_000, "jobs": 1_000_000}, nodeFull: map[string][]byte{}, jobs: map[string]*api.Job{},
+		rng: rand.New(rand.NewPCG(7, 7)), subs: map[chan []byte]struct{}{}, requests: map[string]int{}}
+	for _, n := range w.nodes {
+		s.nodeJSON = append(s.nodeJSON, mustJSON(nodeStub(n)))
+		s.nodeFull[n.ID] = mustJSON(n)
+	}
+	s.allocJSON = make([][]byte, len(w.allocs))
+	s.allocLean = make([][]byte, len(w.allocs))
+	for i := range w.allocs {
+		s.encodeAlloc(i)
+	}
+	for _, j := range w.jobs {
+		s.jobs[jobKey(j)] = j
+		s.jobOrder = append(s.jobOrder, jobKey(j))
+	}
+	// The generated objects are encoded; keep only what events change.
+	for _, n := range w.nodes {
+		n.NodeResources = nil
+	}
+	return s, nil
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func (s *Server) encodeAlloc(i int) {
+	a := s.w.allocs[i]
+	s.allocJSON[i] = mustJSON(a)
+	ts := a.TaskStates
+	a.TaskStates = nil
+	s.allocLean[i] = mustJSON(a)
+	a.TaskStates = ts
+}
+
+// Sizes reports the generated cluster: nodes, allocations, jobs and the
+// bytes of the node and allocation listings.
+func (s *Server) Sizes() (nodes, allocs, jobs, nodeBytes, allocBytes int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, b := range s.nodeJSON {
+		nodeBytes += len(b) + 1
+	}
+	for _, b := range s.allocJSON {
+		allocBytes += len(b) + 1
+	}
+	return len(s.nodeJSON), len(s.allocJSON), len(s.jobs), nodeBytes, allocBytes
+}
+
+// Requests returns how many requests each route served.
+func (s *Server) Requests() map[string]int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := map[string]int{}
+	for k, v := range s.requests {
+		out[k] = v
+	}
+	return out
+}
+
+// ServeHTTP answers Nomad API requests.
+func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	p := strings.TrimPrefix(r.URL.Path, "/v1/")
+	route := p
+	if i := strings.IndexByte(p, '/'); i >= 0 && (strings.HasPrefix(p, "node/") || strings.HasPrefix(p, "job/")) {
+		route = p[:i] + "/:id"
+		if rest := strings.SplitN(p, "/", 3); len(rest) == 3 {
+			route += "/" + rest[2]
+		}
+	}
+	s.mu.Lock()
+	s.requests[r.Method+" "+route]++
+	s.mu.Unlock()
+	if r.Method != http.MethodGet {
+		s.write(rw, r)
+		return
+	}
+	switch {
+	case p == "event/stream":
+		s.stream(rw, r)
+	case p == "nodes":
+		s.list(rw, r, "nodes", func(yield func([]byte) bool) {
+			for _, b := range s.nodeJSON {
+				if !yield(b) {
+					return
+				}
+			}
+		})
+	case strings.HasPrefix(p, "node/"):
+		s.node(rw, strings.TrimPrefix(p, "node/"))
+	case p == "allocations":
+		lean := r.URL.Query().Get("task_states") == "false"
+		ns := r.URL.Query().Get("namespace")
+		only := filterIDs(r.URL.Query().Get("filter"))
+		s.list(rw, r, "allocs", func(yield func([]byte) bool) {
+			for i, a := range s.w.allocs {
+				if ns != "*" && ns != "" && ns != a.Namespace || only != nil && !only[a.ID] {
+					continue
+				}
+				b := s.allocJSON[i]
+				if lean {
+					b = s.allocLean[i]
+				}
+				if !yield(b) {
+					return
+				}
+			}
+		})
+	case p == "jobs":
+		s.listJobs(rw, r)
+	case strings.HasPrefix(p, "job/"):
+		s.job(rw, r, strings.TrimPrefix(p, "job/"))
+	case p == "namespaces":
+		var out []*api.Namespace
+		for i := range max(s.w.cfg.Projects, 1) {
+			out = append(out, &api.Namespace{Name: s.w.project(i)})
+		}
+		out = append(out, &api.Namespace{Name: "default"})
+		s.json(rw, out)
+	case p == "acl/token/self":
+		http.Error(rw, "ACL support disabled", http.StatusBadRequest)
+	case p == "status/leader":
+		s.json(rw, "127.0.0.1:4647")
+	case p == "agent/self":
+		s.json(rw, map[string]any{"config": map[string]any{"Region": "global", "Datacenter": "dc1"}, "member": map[string]any{"Name": "standin.global"}})
+	default:
+		http.Error(rw, "no such endpoint in the stand-in: "+r.URL.Path, http.StatusNotFound)
+	}
+}
+
+// filterIDs reads the allocation IDs of a filter expression of the form
+// `ID == "a" or ID == "b"` (the one kind of ID filter the service sends);
+// nil when the filter names no ID. Other filters (`DesiredStatus ==
+// "run"`) hold for every allocation the stand-in has.
+func filterIDs(f string) map[string]bool {
+	if !strings.Contains(f, `ID == "`) {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, part := range strings.Split(f, `ID == "`)[1:] {
+		if id, _, ok := strings.Cut(part, `"`); ok {
+			out[id] = true
+		}
+	}
+	return out
+}
+
+// headers sets the query metadata headers Nomad sends, with the index of
+// table (the last raft index when ""); s.mu is held.
+func (s *Server) headers(rw http.ResponseWriter, table ...string) {
+	idx := s.index
+	if len(table) > 0 {
+		idx = s.tables[table[0]]
+	}
+	h := rw.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Nomad-Index", strconv.FormatUint(idx, 10))
+	h.Set("X-Nomad-KnownLeader", "true")
+	h.Set("X-Nomad-LastContact", "0")
+}
+
+func (s *Server) json(rw http.ResponseWriter, v any) {
+	s.mu.RLock()
+	s.headers(rw)
+	s.mu.RUnlock()
+	_ = json.NewEncoder(rw).Encode(v)
+}
+
+// list writes a JSON array of pre-encoded values of table under the read
+// lock, at most per_page of them when the request says.
+func (s *Server) list(rw http.ResponseWriter, r *http.Request, table string, each func(yield func([]byte) bool)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	s.headers(rw, table)
+	limit, err := strconv.Atoi(r.URL.Query().Get("per_page"))
+	if err != nil || limit <= 0 {
+		limit = -1
+	}
+	var buf bytes.Buffer
+	buf.WriteByte('[')
+	n := 0
+	each(func(b []byte) bool {
+		if n == limit {
+			return false
+		}
+		if n > 0 {
+			buf.WriteByte(',')
+		}
+		n++
+		buf.Write(b)
+		if buf.Len() > 1<<20 {
+			_, _ = rw.Write(buf.Bytes())
+			buf.Reset()
+		}
+		return true
+	})
+	buf.WriteByte(']')
+	_, _ = rw.Write(buf.Bytes())
+}
+
+func (s *Server) node(rw http.ResponseWriter, id string) {
+	s.mu.RLock()
+	b, ok := s.nodeFull[id]
+	s.headers(rw, "nodes")
+	s.mu.RUnlock()
+	if !ok {
+		http.Error(rw, "node not found", http.StatusNotFound)
+		return
+	}
+	_, _ = rw.Write(b)
+}
+
+// running counts a job's allocations.
+func (s *Server) running(key string) int { return len(s.w.jobAllocs[key]) }
+
+func (s *Server) listJobs(rw http.ResponseWriter, r *http.Request) {
+	ns := r.URL.Query().Get("namespace")
+	limit, err := strconv.Atoi(r.URL.Query().Get("per_page"))
+	if err != nil || limit <= 0 {
+		limit = -1
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	s.headers(rw, "jobs")
+	out := make([]*api.JobListStub, 0, len(s.jobOrder))
+	for _, k := range s.jobOrder {
+		if len(out) == limit {
+			break
+		}
+		j := s.jobs[k]
+		if ns != "*" && ns != "" && ns != *j.Namespace {
+			continue
+		}
+		run := s.running(k)
+		out = append(out, jobStub(j, run, *j.TaskGroups[0].Count-run))
+	}
+	_ = json.NewEncoder(rw).Encode(out)
+}
+
+func (s *Server) job(rw http.ResponseWriter, r *http.Request, rest string) {
+	ns := r.URL.Query().Get("namespace")
+	if ns == "" {
+		ns = "default"
+	}
+	name, sub, _ := strings.Cut(rest, "/")
+	s.mu.RLock()
+	j := s.jobs[ns+"/"+name]
+	s.mu.RUnlock()
+	if j == nil {
+		http.Error(rw, "job not found", http.StatusNotFound)
+		return
+	}
+	switch sub {
+	case "":
+		s.json(rw, j)
+	case "summary":
+		run := s.running(ns + "/" + name)
+		s.json(rw, jobStub(j, run, *j.TaskGroups[0].Count-run).JobSummary)
+	case "versions":
+		s.json(rw, map[string]any{"Versions": []*api.Job{j}, "Diffs": nil})
+	case "allocations":
+		var out []*api.AllocationListStub
+		for _, i := range s.w.jobAllocs[ns+"/"+name] {
+			out = append(out, s.w.allocs[i])
+		}
+		s.json(rw, out)
+	default:
+		http.Error(rw, "no such job endpoint in the stand-in", http.StatusNotFound)
+	}
+}
+
+// write acknowledges a write as Nomad would, changing nothing.
+func (s *Server) write(rw http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.index++
+	idx := s.index
+	s.mu.Unlock()
+	rw.Header().Set("X-Nomad-Index", strconv.FormatUint(idx, 10))
+	rw.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(rw, `{"EvalID":"%s","EvalCreateIndex":%d,"JobModifyIndex":%d,"Index":%d}`, id('w', int(idx)), idx, idx, idx)
+}

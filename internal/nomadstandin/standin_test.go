@@ -1,0 +1,148 @@
+package nomadstandin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/device"
+	"github.com/gpushare/nomad-gpushare/device/gpu"
+	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
+	"github.com/gpushare/nomad-gpushare/scheduler/plan"
+	"github.com/hashicorp/go-hclog"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+// TestServiceReadsTheStandIn: the quota service's own Nomad reader
+// (nomadwatch.Builder) assembles the stand-in's cluster: every GPU of
+// every node, every allocation and the pending groups, and sees the event
+// stream's frames.
+func TestServiceReadsTheStandIn(t *testing.T) {
+	for _, per := range []int{100, 4} {
+		t.Run(fmt.Sprintf("shares_per_gpu=%d", per), func(t *testing.T) {
+			s, err := New(Config{Nodes: 20, Allocations: 400, Projects: 5, Pending: 7, SharesPerGPU: per})
+			if err != nil {
+				t.Fatal(err)
+			}
+			hs := httptest.NewServer(s)
+			defer hs.Close()
+			client, err := nomadapi.NewClient(&nomadapi.Config{Address: hs.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			v, err := nomadwatch.NewBuilder(client, hclog.NewNullLogger()).Build(ctx, nil, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gpus, used := 0, 0
+			for _, n := range v.Snapshot.Nodes {
+				gpus += len(n.GPUs)
+			}
+			for _, a := range v.Snapshot.Allocations {
+				used += int(a.Ask.Shares) + 100*a.Ask.WholeGPUs
+			}
+			if len(v.Snapshot.Nodes) != 20 || gpus != 160 || len(v.Snapshot.Allocations) != 400 || len(v.Snapshot.Pending) != 7 {
+				t.Fatalf("nodes %d, GPUs %d, allocations %d, pending %d; want 20, 160, 400, 7",
+					len(v.Snapshot.Nodes), gpus, len(v.Snapshot.Allocations), len(v.Snapshot.Pending))
+			}
+			// 4 whole GPUs and 16 share allocations of 10% per node (one
+			// 25% instance at 4 shares per GPU).
+			if want := 20 * (4*100 + 16*max(10, 100/per)); used != want {
+				t.Errorf("allocations hold %d shares, want %d", used, want)
+			}
+			ch, err := client.EventStream().Stream(ctx, map[nomadapi.Topic][]string{nomadapi.TopicAll: {"*"}}, 0, &nomadapi.QueryOptions{Namespace: "*"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			go s.Probe(1)
+			for evs := range ch {
+				if evs.Err != nil {
+					t.Fatal(evs.Err)
+				}
+				if len(evs.Events) == 1 && evs.Events[0].Key == "probe-00001" && evs.Events[0].Type == "JobRegistered" {
+					job, err := evs.Events[0].Job()
+					if err != nil || job == nil || *job.ID != "probe-00001" {
+						t.Fatalf("probe event's job = %v, %v", job, err)
+					}
+					return
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkNodeJSONSize reports the bytes of one 8 x H100 node's JSON in
+// Nomad's API (api.Node, as /v1/node/:id answers; the list stub with
+// resources is about the same) in the plugin's real layout (4 GPUs in
+// the share family, 4 whole), for each shares_per_gpu.
+func BenchmarkNodeJSONSize(b *testing.B) {
+	for _, per := range []int{100, 50, 20, 10, 4} {
+		b.Run(fmt.Sprintf("shares_per_gpu=%d", per), func(b *testing.B) {
+			var size, instances int
+			for b.Loop() {
+				groups, err := device.SimulatedLayout(gpu.SimOptions{Preset: gpu.PresetH100}, per, 4)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n := newNode(0, device.NodeDevices(groups))
+				raw, err := json.Marshal(n)
+				if err != nil {
+					b.Fatal(err)
+				}
+				size, instances = len(raw), 0
+				for _, g := range n.NodeResources.Devices {
+					instances += len(g.Instances)
+				}
+			}
+			b.ReportMetric(float64(size), "node-bytes")
+			b.ReportMetric(float64(size*5000)/(1<<20), "MiB-at-5000-nodes")
+			b.ReportMetric(float64(instances), "instances")
+		})
+	}
+}
+
+// BenchmarkCycleParts splits one polling cycle of the quota service at
+// 1,000 nodes x 8 GPUs and 20,000 allocations into its reads of Nomad
+// (the listings and the job and node reads; cached after the first) and
+// Assemble, then the plan with the default policy.
+func BenchmarkCycleParts(b *testing.B) {
+	s, err := New(Config{Nodes: 1000, Allocations: 20000, Projects: 100, Pending: 200})
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := httptest.NewServer(s)
+	defer hs.Close()
+	client, err := nomadapi.NewClient(&nomadapi.Config{Address: hs.URL})
+	if err != nil {
+		b.Fatal(err)
+	}
+	builder := nomadwatch.NewBuilder(client, hclog.NewNullLogger())
+	ctx := context.Background()
+	if _, err := builder.Build(ctx, nil, nil, nil); err != nil { // warm the caches
+		b.Fatal(err)
+	}
+	var build, planning time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		v, err := builder.Build(ctx, nil, nil, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		pol, err := plan.PolicyByName("gpushare", 1, v.Snapshot)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := plan.Plan(v.Snapshot, plan.Options{Policy: pol}); err != nil {
+			b.Fatal(err)
+		}
+		build, planning = build+t1.Sub(t0), planning+time.Since(t1)
+	}
+	b.ReportMetric(float64(build.Milliseconds())/float64(b.N), "build-ms/op")
+	b.ReportMetric(float64(planning.Milliseconds())/float64(b.N), "plan-ms/op")
+}
