@@ -186,7 +186,13 @@ type Allocation struct {
 	// runs on every eligible node, and stopping it stops it everywhere, so
 	// it is never a victim. Its GPUs count for its project.
 	System bool
-	Ask    Ask
+	// NeverVictim, when set, says why the job may never be a victim
+	// whatever its project holds (for example: the quota service could not
+	// bring it back). Unlike non-preemptible work it is protected above
+	// its project's guarantee too. Its GPUs count for its project, and the
+	// plan names it with the reason (plan.ProjectShare.NeverVictims).
+	NeverVictim string
+	Ask         Ask
 	// Node names the node; GPUs are the indexes of the bound GPUs on it
 	// (WholeGPUs of them, or one for a share).
 	Node string

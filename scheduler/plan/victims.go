@@ -279,7 +279,7 @@ func (s *state) candidatesOn(n int, vs victimSearch) []int32 {
 // victim reports whether the job is on its project's list of victims (see
 // listVictims).
 func (job *jobState) victim() bool {
-	return job.usage > 0 && !job.system && (!job.nonPreemptible || job.exposed)
+	return job.usage > 0 && !job.system && job.neverVictim == "" && (!job.nonPreemptible || job.exposed)
 }
 
 // holds reports whether allocation a is one of the job's own (a job placed
