@@ -3,6 +3,7 @@ package nomadwatch
 import (
 	"strings"
 
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -28,6 +29,9 @@ var withdrawnPrefixes = []string{
 // of its health.
 type gpuHealth struct {
 	model string
+	// mig is, for a MIG device, the part of its GPU it is (see migShares);
+	// 0 for a GPU.
+	mig model.Shares
 	// healthy is set when some instance of the GPU is healthy (it is
 	// published in one family); reason is the first other health
 	// description.
