@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/device/partition"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -55,16 +56,39 @@ func TestAssembleNodesOutOfPlanning(t *testing.T) {
 
 // TestAssembleGPUHealth: a GPU the plugin withdraws for a switch between
 // device families is capacity; one unhealthy for another reason is not.
+// The withdrawals are the plugin's own (device/ids, as device/partition
+// publishes them), so that the two sides cannot drift apart.
 func TestAssembleGPUHealth(t *testing.T) {
+	blind := partition.BlindReason + "token cannot read namespace secret"
 	tests := []struct {
 		desc string
 		want string
 	}{
-		{"gpushare: switching to share mode (withdrawn)", ""},
-		{"gpushare: settling before first publication in whole mode", ""},
-		{"gpushare: waiting to read GPU usage from the Nomad API", ""},
+		{ids.WithdrawnSwitching(partition.Share.String(), "withdrawing"), ""},
+		{ids.WithdrawnSwitching(partition.Whole.String(), "settling"), ""},
+		{ids.WithdrawnSettling(partition.Whole.String()), ""},
+		{ids.WithdrawnWaiting(), ""},
+		{ids.WithdrawnConflict(), ""},
 		{"gpushare: nvml: GPU is lost", "unhealthy: gpushare: nvml: GPU is lost"},
+		{blind, "unhealthy: " + blind},
 		{"", "unhealthy"},
+	}
+	// What the plugin's partition machine publishes on its first
+	// observation, as it publishes it: an idle GPU settles before its
+	// first publication, one held both whole and shared is withdrawn.
+	m := partition.New(partition.Policy{SettlePeriod: time.Minute})
+	m.Step(partition.Observation{At: time.Unix(100, 0), GPUs: map[string]partition.GPUObs{
+		"idle": {Order: 0, Healthy: true, Shareable: true},
+		"both": {Order: 1, Healthy: true, Shareable: true, WholeHeld: true, ShareUnits: 10},
+	}})
+	for u, p := range m.Publications() {
+		if p.Family != partition.Unknown {
+			t.Fatalf("GPU %s published %s on the first observation", u, p.Family)
+		}
+		tests = append(tests, struct {
+			desc string
+			want string
+		}{p.Reason, ""})
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
