@@ -256,6 +256,9 @@ func migAttributes(hw hwView, g *hwGPU, m gpu.MIGDevice) map[string]*structs.Att
 	if m.Profile != "" {
 		a["mig_profile"] = structs.NewStringAttribute(m.Profile)
 	}
+	if m.Shares > 0 {
+		a[ids.MIGSharesAttr] = structs.NewIntAttribute(int64(m.Shares), "")
+	}
 	return a
 }
 

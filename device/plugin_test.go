@@ -9,6 +9,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/gpushare/nomad-gpushare/device/gpu"
+	"github.com/gpushare/nomad-gpushare/device/ids"
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 	dev "github.com/hashicorp/nomad/plugins/device"
@@ -318,14 +319,20 @@ func TestMIGDevicesAreOffered(t *testing.T) {
 	if mem, _ := small.Attributes["memory"].GetInt(); mem != 4864 {
 		t.Errorf("MIG group memory %d MiB", mem)
 	}
+	// The part of the GPU each is, in shares: 1 and 3 of its 7 slices.
+	for g, want := range map[*dev.DeviceGroup]int64{small: 14, big: 42} {
+		if got, _ := g.Attributes[ids.MIGSharesAttr].GetInt(); got != want {
+			t.Errorf("%s: %s = %d, want %d", g.Name, ids.MIGSharesAttr, got, want)
+		}
+	}
 
 	r, err := p.Reserve([]string{mig[2]})
 	if err != nil || r.Envs["NVIDIA_VISIBLE_DEVICES"] != mig[2] || r.Envs["CUDA_VISIBLE_DEVICES"] != mig[2] {
 		t.Fatalf("Reserve of a MIG device: %v, %v", r, err)
 	}
-	for _, ids := range [][]string{{u[3]}, shares(u[3], 0, 5)} {
-		if _, err := p.Reserve(ids); err == nil || !strings.Contains(err.Error(), "has MIG enabled") || !strings.Contains(err.Error(), "MIG 1g.5gb") {
-			t.Errorf("Reserve(%s...) of the MIG-enabled GPU: %v", ids[0], err)
+	for _, req := range [][]string{{u[3]}, shares(u[3], 0, 5)} {
+		if _, err := p.Reserve(req); err == nil || !strings.Contains(err.Error(), "has MIG enabled") || !strings.Contains(err.Error(), "MIG 1g.5gb") {
+			t.Errorf("Reserve(%s...) of the MIG-enabled GPU: %v", req[0], err)
 		}
 	}
 	// A MIG device is unhealthy with its GPU.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gpushare/nomad-gpushare/device/ids"
+
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
@@ -21,6 +23,10 @@ type MIGDevice struct {
 	Profile string
 	// MemoryMiB is the MIG device's memory.
 	MemoryMiB uint64
+	// Shares is the part of its GPU the MIG device is, in shares: its
+	// profile's compute slices over the GPU's (NVML's maximum MIG device
+	// count), rounded down (ids.MIGShares); 0 when unknown.
+	Shares int
 	// GPUInstance and ComputeInstance identify it on its parent (Xid
 	// events name them).
 	GPUInstance, ComputeInstance int
@@ -46,6 +52,7 @@ func migDevices(d nvml.Device) []MIGDevice {
 			continue // no handle, so no UUID to list it under
 		}
 		m, ok := describeMIG(md)
+		m.Shares = ids.MIGShares(ids.MIGProfileSlices(m.Profile), n)
 		if ok {
 			out = append(out, m)
 		}

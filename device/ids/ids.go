@@ -56,6 +56,43 @@ const (
 	SharingMIG   = "mig"
 )
 
+// MIGSharesAttr is the attribute of a SharingMIG device group that says
+// what part of its GPU one MIG device of the group is, in shares (0.01 of
+// a GPU): its compute slices over the GPU's (MIGShares), rounded down.
+// The quota service counts a MIG device by it (docs/design.md, Units and
+// device families).
+const MIGSharesAttr = "gpu_shares"
+
+// MIGShares is the part of its GPU, in shares, of a MIG device with slices
+// compute slices on a GPU with gpuSlices (rounded down, so that the MIG
+// devices of one GPU never add up to more than the GPU), or 0 when either
+// is unknown.
+func MIGShares(slices, gpuSlices int) int {
+	if slices <= 0 || gpuSlices <= 0 || slices > gpuSlices {
+		return 0
+	}
+	return slices * SharesPerGPU / gpuSlices
+}
+
+// MIGProfileSlices is the compute slices of a MIG profile: the count
+// before "c." for a compute instance profile ("1c.3g.20gb": 1), else the
+// count before "g." ("3g.20gb": 3), or 0 when the profile says neither.
+func MIGProfileSlices(profile string) int {
+	for _, unit := range []string{"c.", "g."} {
+		if i := strings.Index(profile, unit); i > 0 {
+			n := 0
+			for _, c := range profile[:i] {
+				if c < '0' || c > '9' {
+					return 0
+				}
+				n = n*10 + int(c-'0')
+			}
+			return n
+		}
+	}
+	return 0
+}
+
 // SharesPerGPU is the number of units in one GPU, and the number of share
 // instances published per GPU by default: one per model.Shares unit, so
 // that a request's count is the fraction in hundredths of a GPU.

@@ -106,3 +106,36 @@ func FuzzParse(f *testing.F) {
 		_ = ShortUUID(s)
 	})
 }
+
+// TestMIGShares: a MIG device counts as its compute slices over its GPU's,
+// in shares, rounded down, so that the devices of one GPU never add up to
+// more than the GPU.
+func TestMIGShares(t *testing.T) {
+	tests := []struct {
+		profile   string
+		gpuSlices int
+		want      int
+	}{
+		{"1g.5gb", 7, 14},
+		{"1g.10gb", 7, 14},
+		{"2g.20gb", 7, 28},
+		{"3g.40gb", 7, 42},
+		{"4g.40gb", 7, 57},
+		{"7g.80gb", 7, 100},
+		{"1g.10gb+me", 7, 14},
+		{"1c.3g.20gb", 7, 14}, // a compute instance of a 3-slice GPU instance
+		{"2g.12gb", 4, 50},    // A30
+		{"", 7, 0},
+		{"gpu", 7, 0},
+		{"1g.5gb", 0, 0},
+		{"8g.80gb", 7, 0},
+	}
+	for _, tt := range tests {
+		if got := MIGShares(MIGProfileSlices(tt.profile), tt.gpuSlices); got != tt.want {
+			t.Errorf("MIGShares(%q on %d slices) = %d, want %d", tt.profile, tt.gpuSlices, got, tt.want)
+		}
+	}
+	if sum := 7 * MIGShares(1, 7); sum > SharesPerGPU {
+		t.Errorf("seven 1-slice devices add up to %d shares", sum)
+	}
+}

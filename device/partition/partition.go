@@ -258,19 +258,30 @@ func (m *Machine) Publications() map[string]Publication {
 	return out
 }
 
+// BlindReason starts the health description of a GPU not offered while
+// the plugin's view of the node's allocations is incomplete. It is no
+// withdrawal in the sense of ids.IsWithdrawn: the GPU may stay out for as
+// long as the plugin's token lacks rights, so the quota service does not
+// count it.
+const BlindReason = "gpushare: not offered while the plugin cannot see every allocation on this node: "
+
+// publication is where GPU s is published; a GPU published nowhere says
+// why in words ids.IsWithdrawn recognises when it is withdrawn only to be
+// moved or placed (the contract with the quota service), BlindReason
+// otherwise.
 func (m *Machine) publication(s *gpuState) Publication {
 	unpublished := s.Mode == Unknown || s.Phase != phasePublished
 	switch {
 	case m.incomplete != "" && unpublished && !s.Conflict:
-		return Publication{Reason: "gpushare: not offered while the plugin cannot see every allocation on this node: " + m.incomplete}
+		return Publication{Reason: BlindReason + m.incomplete}
 	case !m.seen || s.Mode == Unknown && s.Phase == phasePublished:
-		return Publication{Reason: "gpushare: waiting to read GPU usage from the Nomad API"}
+		return Publication{Reason: ids.WithdrawnWaiting()}
 	case s.Mode == Unknown && !s.Conflict:
-		return Publication{Reason: fmt.Sprintf("gpushare: settling before first publication in %s mode", s.Target), LeavingWhole: s.Target == Share}
+		return Publication{Reason: ids.WithdrawnSettling(s.Target.String()), LeavingWhole: s.Target == Share}
 	case s.Conflict:
-		return Publication{Reason: "gpushare: GPU is held both whole and shared; withdrawn until one side ends", LeavingWhole: true}
+		return Publication{Reason: ids.WithdrawnConflict(), LeavingWhole: true}
 	case s.Phase != phasePublished:
-		return Publication{Reason: fmt.Sprintf("gpushare: switching to %s mode (%s)", s.Target, s.Phase), LeavingWhole: s.Target == Share}
+		return Publication{Reason: ids.WithdrawnSwitching(s.Target.String(), s.Phase.String()), LeavingWhole: s.Target == Share}
 	}
 	return Publication{Family: s.Mode}
 }

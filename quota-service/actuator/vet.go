@@ -16,11 +16,12 @@ type vetted struct {
 
 // Vet keeps the planner from choosing victims the service could not bring
 // back: every running GPU job whose record would not fit in Consul, or
-// that the service's token could not register again, is never a victim in
-// v's snapshot, with a warning saying why. (The model's one "never a
-// victim" mark is model.Allocation.System; a non-preemptible job would
-// still be a victim above its project's guarantee.) Verdicts are cached by
-// the job's modify index and the token's permissions.
+// that the service's token could not register again, is marked never to
+// be a victim in v's snapshot (model.Allocation.NeverVictim, with the
+// reason; a non-preemptible job would still be a victim above its
+// project's guarantee), with a warning saying why. The plan names such
+// jobs in their project's status line. Verdicts are cached by the job's
+// modify index and the token's permissions.
 func (a *Actuator) Vet(ctx context.Context, v *nomadwatch.View) {
 	_, gen, err := a.perms.current(ctx, time.Now())
 	a.mu.Lock()
@@ -42,9 +43,7 @@ func (a *Actuator) Vet(ctx context.Context, v *nomadwatch.View) {
 				v.Warnings = append(v.Warnings, "job "+al.Job+" is not suspended: "+w)
 			}
 		}
-		if w != "" {
-			al.System = true
-		}
+		al.NeverVictim = w
 	}
 	for key := range a.vetted {
 		if _, ok := why[key]; !ok {

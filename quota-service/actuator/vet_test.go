@@ -47,8 +47,11 @@ func TestVetKeepsUnreturnableJobsOffTheVictimList(t *testing.T) {
 	want := map[string]string{"team-a/big": "would exceed", "team-a/fits": "", "team-b/elsewhere": "may not submit jobs in namespace team-b"}
 	for _, al := range v.Snapshot.Allocations {
 		never := want[al.Job] != ""
-		if al.System != never {
-			t.Errorf("%s: never a victim %v, want %v", al.Job, al.System, never)
+		if got := al.NeverVictim; (got != "") != never || !strings.Contains(got, want[al.Job]) {
+			t.Errorf("%s: never a victim because %q, want %q", al.Job, got, want[al.Job])
+		}
+		if al.System {
+			t.Errorf("%s: marked as a system job", al.Job)
 		}
 		warned := false
 		for _, w := range v.Warnings {

@@ -85,7 +85,7 @@ func visibleUtilization(u service.Utilization, projects []service.ProjectView, a
 
 // visibleProjects are the lines of the projects whose namespace a may
 // read (a project without a namespace is named like it), with their
-// non-preemptible jobs of other namespaces left out.
+// non-preemptible and never-victim jobs of other namespaces left out.
 func visibleProjects(projects []service.ProjectView, a Access) []service.ProjectView {
 	var out []service.ProjectView
 	for _, p := range projects {
@@ -97,6 +97,7 @@ func visibleProjects(projects []service.ProjectView, a Access) []service.Project
 			continue
 		}
 		p.NonPreemptibleAboveGuarantee = visibleLines(p.NonPreemptibleAboveGuarantee, a)
+		p.NeverVictims = visibleLines(p.NeverVictims, a)
 		out = append(out, p)
 	}
 	return out

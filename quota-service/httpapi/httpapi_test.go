@@ -17,7 +17,8 @@ import (
 )
 
 // fakeSource is a status with two projects, each with a suspended job,
-// team-b's suspended for team-a's workload.
+// team-b's suspended for team-a's workload; team-b also counts two jobs
+// that are never victims, one of them in namespace team-a.
 type fakeSource struct{ health service.Health }
 
 func (f fakeSource) Status() service.Status {
@@ -25,7 +26,8 @@ func (f fakeSource) Status() service.Status {
 		Instance: "q1", Leader: true, LastError: "reading Nomad job team-a/secret-train: timeout",
 		Projects: []service.ProjectView{
 			{ProjectStatus: state.ProjectStatus{Project: "team-a", Guaranteed: "2.00", SuspendedJobs: 1}},
-			{ProjectStatus: state.ProjectStatus{Project: "team-b", Guaranteed: "2.00", SuspendedJobs: 1}, Namespace: "team-b"},
+			{ProjectStatus: state.ProjectStatus{Project: "team-b", Guaranteed: "2.00", SuspendedJobs: 1}, Namespace: "team-b",
+				NeverVictims: []string{"team-a/secret-vol: may not mount host volume data", "team-b/big: its record would exceed 512 KiB"}},
 		},
 		Pending:  []string{"team-a/train/main", "team-b/sweep/main"},
 		Unplaced: []string{"team-a/train/main: no room"},
@@ -157,6 +159,9 @@ func TestATokenSeesOnlyItsNamespaces(t *testing.T) {
 		if strings.Contains(body, leak) {
 			t.Errorf("team-b's reader sees %q:\n%s", leak, body)
 		}
+	}
+	if !strings.Contains(body, "team-b/big: its record would exceed") {
+		t.Errorf("team-b's reader does not see why team-b/big is never suspended:\n%s", body)
 	}
 	if !strings.Contains(body, hiddenWorkload) {
 		t.Errorf("the reason of team-b's suspension does not say a hidden workload needed room:\n%s", body)

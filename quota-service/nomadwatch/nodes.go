@@ -3,6 +3,7 @@ package nomadwatch
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/ids"
@@ -14,9 +15,11 @@ import (
 type nodeGPUs struct {
 	id string
 	// index maps a GPU UUID to its index on the node; free is what is
-	// left of each GPU, in shares.
+	// left of each GPU, in shares. mig is the part of its GPU each MIG
+	// device of the node is, by UUID (see migShares).
 	index map[string]int
 	free  []model.Shares
+	mig   map[string]model.Shares
 	// snap is the node's index in the snapshot's nodes; cpu and mem are
 	// what the snapshot's allocations on it hold, otherCPU and otherMem
 	// what the rest holds.
@@ -51,16 +54,22 @@ func (a *assembler) addNodes() {
 		node := &a.snap.Nodes[ng.snap]
 		node.CPUMilli, node.MemoryMiB = nodeCapacity(n)
 		for i, u := range uuids {
+			h := gpus[u]
+			g := model.GPU{Model: h.model, Unavailable: h.unavailable()}
+			if h.mig > 0 {
+				g.Mode, g.Shares = model.ModeMIG, h.mig
+				ng.mig[u] = h.mig
+			}
 			ng.index[u] = i
-			ng.free = append(ng.free, model.SharesPerGPU)
-			node.GPUs = append(node.GPUs, model.GPU{Model: gpus[u].model, Unavailable: gpus[u].unavailable()})
+			ng.free = append(ng.free, g.Capacity())
+			node.GPUs = append(node.GPUs, g)
 		}
 	}
 }
 
 // newNode adds a node without GPUs to the snapshot and the tables.
 func (a *assembler) newNode(id, unavailable string) *nodeGPUs {
-	ng := &nodeGPUs{id: id, index: map[string]int{}, snap: len(a.snap.Nodes)}
+	ng := &nodeGPUs{id: id, index: map[string]int{}, mig: map[string]model.Shares{}, snap: len(a.snap.Nodes)}
 	a.nodes[id] = ng
 	a.nodeOrder = append(a.nodeOrder, ng)
 	a.snap.Nodes = append(a.snap.Nodes, model.Node{Name: id, CPUMilli: model.Unbounded, MemoryMiB: model.Unbounded, Unavailable: unavailable})
@@ -81,12 +90,18 @@ func nodeUnavailable(n *nomadapi.NodeListStub) string {
 }
 
 // gpus maps the UUID of every GPU the node publishes, in either device
-// family, to its model name (the whole-GPU family's name wins) and health.
+// family, and of every MIG device, to its model name (the whole-GPU
+// family's name wins), health and, for a MIG device, the part of its GPU
+// it is.
 func (a *assembler) gpus(n *nomadapi.NodeListStub) map[string]*gpuHealth {
 	gpus := map[string]*gpuHealth{}
 	for _, g := range n.NodeResources.Devices {
 		if g == nil || g.Vendor != ids.Vendor || (g.Type != ids.TypeWhole && g.Type != ids.TypeShare) {
 			continue
+		}
+		mig, migWarning := migShares(g)
+		if migWarning != "" {
+			a.warn("node %s: %s", n.ID, migWarning)
 		}
 		for _, inst := range g.Instances {
 			id, err := ids.Parse(inst.ID)
@@ -102,10 +117,55 @@ func (a *assembler) gpus(n *nomadapi.NodeListStub) map[string]*gpuHealth {
 			if h.model == "" || g.Type == ids.TypeWhole {
 				h.model = g.Name
 			}
+			if g.Type == ids.TypeWhole {
+				h.mig = mig
+			}
 			h.add(inst)
 		}
 	}
 	return gpus
+}
+
+// gpuSlicesAssumed is the number of compute slices assumed of a MIG-enabled
+// GPU when its MIG group does not say what part of it a device is: seven,
+// as on the A100 and H100 (an A30 has four, so its MIG devices count less
+// than they are, never more).
+const gpuSlicesAssumed = 7
+
+// migShares is the part of its GPU one device of group g is when g lists
+// MIG devices (its ids.SharingAttr is ids.SharingMIG, or it names a MIG
+// profile), or 0 for a group of whole GPUs or shares. It is the group's
+// ids.MIGSharesAttr, which the gpushare plugin publishes; for another
+// plugin's MIG group, the slices of its profile (attribute mig_profile, or
+// the end of the group name, "... MIG 1g.10gb") over gpuSlicesAssumed;
+// failing both, one whole GPU, with a warning (docs/design.md, Units and
+// device families).
+func migShares(g *nomadapi.NodeDeviceResource) (model.Shares, string) {
+	if g.Type != ids.TypeWhole {
+		return 0, ""
+	}
+	profile := attrString(g.Attributes["mig_profile"])
+	if _, after, ok := strings.Cut(g.Name, " MIG "); ok && profile == "" {
+		profile = strings.TrimSpace(after)
+	}
+	if attrString(g.Attributes[ids.SharingAttr]) != ids.SharingMIG && profile == "" {
+		return 0, ""
+	}
+	if a := g.Attributes[ids.MIGSharesAttr]; a != nil && a.IntVal != nil && *a.IntVal > 0 && *a.IntVal <= model.SharesPerGPU {
+		return model.Shares(*a.IntVal), ""
+	}
+	if s := ids.MIGShares(ids.MIGProfileSlices(profile), gpuSlicesAssumed); s > 0 {
+		return model.Shares(s), ""
+	}
+	return model.SharesPerGPU, fmt.Sprintf("MIG device group %q says neither %s nor a MIG profile: each of its devices counts as one GPU", g.Name, ids.MIGSharesAttr)
+}
+
+// attrString is a device attribute's string value, or "".
+func attrString(a *nomadapi.Attribute) string {
+	if a == nil || a.StringVal == nil {
+		return ""
+	}
+	return *a.StringVal
 }
 
 // nodeCapacity is the node's CPU and memory less Nomad's reservation, or
@@ -228,17 +288,25 @@ type part struct {
 // takes the node out of planning; the part still counts, unbound.
 func (a *assembler) bindGPUs(ng *nodeGPUs, id string, held ids.Held) []part {
 	var parts []part
-	if len(held.Whole) > 0 {
-		whole := part{ask: model.Ask{WholeGPUs: len(held.Whole)}}
-		for _, u := range held.Whole {
+	var whole []string
+	for _, u := range held.Whole {
+		if n, ok := ng.mig[u]; ok {
+			parts = append(parts, a.bindMIG(ng, id, u, n))
+		} else {
+			whole = append(whole, u)
+		}
+	}
+	if len(whole) > 0 {
+		p := part{ask: model.Ask{WholeGPUs: len(whole)}}
+		for _, u := range whole {
 			if g, ok := a.take(ng, id, u, model.SharesPerGPU); ok {
-				whole.gpus = append(whole.gpus, g)
+				p.gpus = append(p.gpus, g)
 			}
 		}
-		if len(whole.gpus) != len(held.Whole) {
-			whole.gpus = nil
+		if len(p.gpus) != len(whole) {
+			p.gpus = nil
 		}
-		parts = append(parts, whole)
+		parts = append(parts, p)
 	}
 	for _, u := range held.ShareUUIDs() {
 		n := model.Shares(held.Shares[u])
@@ -255,6 +323,19 @@ func (a *assembler) bindGPUs(ng *nodeGPUs, id string, held ids.Held) []part {
 		parts = append(parts, p)
 	}
 	return parts
+}
+
+// bindMIG is the part of allocation id that is MIG device u, n shares of
+// its GPU: it counts n, not a whole GPU.
+func (a *assembler) bindMIG(ng *nodeGPUs, id, u string, n model.Shares) part {
+	p := part{ask: model.Ask{Shares: n}}
+	if n == model.SharesPerGPU {
+		p.ask = model.Ask{WholeGPUs: 1}
+	}
+	if g, ok := a.take(ng, id, u, n); ok {
+		p.gpus = []int{g}
+	}
+	return p
 }
 
 // take takes n shares of GPU u on node ng for allocation id and returns

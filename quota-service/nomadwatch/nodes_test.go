@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/device/partition"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -55,16 +56,39 @@ func TestAssembleNodesOutOfPlanning(t *testing.T) {
 
 // TestAssembleGPUHealth: a GPU the plugin withdraws for a switch between
 // device families is capacity; one unhealthy for another reason is not.
+// The withdrawals are the plugin's own (device/ids, as device/partition
+// publishes them), so that the two sides cannot drift apart.
 func TestAssembleGPUHealth(t *testing.T) {
+	blind := partition.BlindReason + "token cannot read namespace secret"
 	tests := []struct {
 		desc string
 		want string
 	}{
-		{"gpushare: switching to share mode (withdrawn)", ""},
-		{"gpushare: settling before first publication in whole mode", ""},
-		{"gpushare: waiting to read GPU usage from the Nomad API", ""},
+		{ids.WithdrawnSwitching(partition.Share.String(), "withdrawing"), ""},
+		{ids.WithdrawnSwitching(partition.Whole.String(), "settling"), ""},
+		{ids.WithdrawnSettling(partition.Whole.String()), ""},
+		{ids.WithdrawnWaiting(), ""},
+		{ids.WithdrawnConflict(), ""},
 		{"gpushare: nvml: GPU is lost", "unhealthy: gpushare: nvml: GPU is lost"},
+		{blind, "unhealthy: " + blind},
 		{"", "unhealthy"},
+	}
+	// What the plugin's partition machine publishes on its first
+	// observation, as it publishes it: an idle GPU settles before its
+	// first publication, one held both whole and shared is withdrawn.
+	m := partition.New(partition.Policy{SettlePeriod: time.Minute})
+	m.Step(partition.Observation{At: time.Unix(100, 0), GPUs: map[string]partition.GPUObs{
+		"idle": {Order: 0, Healthy: true, Shareable: true},
+		"both": {Order: 1, Healthy: true, Shareable: true, WholeHeld: true, ShareUnits: 10},
+	}})
+	for u, p := range m.Publications() {
+		if p.Family != partition.Unknown {
+			t.Fatalf("GPU %s published %s on the first observation", u, p.Family)
+		}
+		tests = append(tests, struct {
+			desc string
+			want string
+		}{p.Reason, ""})
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
@@ -146,5 +170,94 @@ func TestAssembleSystemJobs(t *testing.T) {
 		if got, want := v.Snapshot.Allocations[0].System, typ != "batch"; got != want {
 			t.Errorf("%s job: System %v, want %v", typ, got, want)
 		}
+	}
+}
+
+// TestAssembleMIGDevices: a MIG device counts as the part of its GPU it is
+// (docs/design.md, Units and device families), in capacity and in the
+// usage of the work that holds it: the gpushare plugin's gpu_shares
+// attribute, else the slices of its profile over seven, else (with a
+// warning) one GPU. The planner never places work on it.
+func TestAssembleMIGDevices(t *testing.T) {
+	str := func(s string) *nomadapi.Attribute { return &nomadapi.Attribute{StringVal: &s} }
+	num := func(n int64) *nomadapi.Attribute { return &nomadapi.Attribute{IntVal: &n} }
+	tests := []struct {
+		name    string
+		group   string
+		attrs   map[string]*nomadapi.Attribute
+		want    model.Shares
+		warning string
+	}{
+		{"gpushare plugin, 1g of 7 slices", "NVIDIA A100-SXM4-80GB MIG 1g.10gb",
+			map[string]*nomadapi.Attribute{ids.SharingAttr: str(ids.SharingMIG), "mig_profile": str("1g.10gb"), ids.MIGSharesAttr: num(14)}, 14, ""},
+		{"gpushare plugin, A30 2g of 4 slices", "NVIDIA A30 MIG 2g.12gb",
+			map[string]*nomadapi.Attribute{ids.SharingAttr: str(ids.SharingMIG), "mig_profile": str("2g.12gb"), ids.MIGSharesAttr: num(50)}, 50, ""},
+		{"gpushare plugin, the whole GPU as one MIG device", "NVIDIA H100 80GB HBM3 MIG 7g.80gb",
+			map[string]*nomadapi.Attribute{ids.SharingAttr: str(ids.SharingMIG), ids.MIGSharesAttr: num(100)}, 100, ""},
+		{"profile attribute only", "NVIDIA A100-SXM4-40GB MIG 2g.10gb",
+			map[string]*nomadapi.Attribute{"mig_profile": str("2g.10gb")}, 28, ""},
+		{"profile in the group name only (another plugin)", "NVIDIA A100-SXM4-40GB MIG 3g.20gb", nil, 42, ""},
+		{"neither", "mystery", map[string]*nomadapi.Attribute{ids.SharingAttr: str(ids.SharingMIG)}, 100, "counts as one GPU"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := node()
+			n.NodeResources.Devices = append(n.NodeResources.Devices, &nomadapi.NodeDeviceResource{Vendor: "nvidia", Type: "gpu", Name: tt.group,
+				Attributes: tt.attrs, Instances: []*nomadapi.NodeDevice{{ID: "MIG-1", Healthy: true}, {ID: "MIG-2", Healthy: true}}})
+			v := Assemble(Inputs{Nodes: []*nomadapi.NodeListStub{n},
+				Allocations: []*nomadapi.AllocationListStub{alloc("al1", "a", "train", "gpu", "MIG-1")},
+				Jobs:        []*nomadapi.JobListStub{jobStub("a", "train", 0, false, nil), jobStub("a", "wait", 1, false, nil)},
+				Specs:       map[string]*nomadapi.Job{"a/wait": spec("a", "wait", "nvidia/gpu-share", 5)},
+				Now:         time.Unix(100, 0)})
+			var warned bool
+			for _, w := range v.Warnings {
+				warned = warned || tt.warning != "" && strings.Contains(w, tt.warning)
+			}
+			if warned != (tt.warning != "") {
+				t.Errorf("warnings %q, want one saying %q", v.Warnings, tt.warning)
+			}
+			snap := v.Snapshot
+			if u := snap.Nodes[0].Unavailable; u != "" {
+				t.Fatalf("node out of planning: %s", u)
+			}
+			var mig []model.GPU
+			for _, g := range snap.Nodes[0].GPUs {
+				if g.Mode == model.ModeMIG {
+					mig = append(mig, g)
+				}
+			}
+			if len(mig) != 2 || mig[0].Capacity() != tt.want || mig[1].Capacity() != tt.want {
+				t.Fatalf("MIG devices %+v, want two of %s", mig, tt.want)
+			}
+			x, err := snap.Index()
+			if err != nil {
+				t.Fatalf("snapshot does not index: %v", err)
+			}
+			if want := 4*model.SharesPerGPU + 2*tt.want; x.Capacity != want {
+				t.Errorf("capacity %s, want %s (four GPUs and two MIG devices)", x.Capacity, want)
+			}
+			if x.Usage[0] != tt.want {
+				t.Errorf("usage %s, want the MIG device's %s", x.Usage[0], tt.want)
+			}
+			// Fill the four GPUs: the pending shares may go anywhere but
+			// on the free MIG device.
+			for i, g := range snap.Nodes[0].GPUs {
+				if g.Mode != model.ModeMIG {
+					snap.Allocations = append(snap.Allocations, model.Allocation{ID: "fill" + string(rune('a'+i)), Project: "a", Job: "a/fill",
+						Group: "g", Ask: model.Ask{WholeGPUs: 1}, Node: "n1", GPUs: []int{i}})
+				}
+			}
+			res, err := plan.Plan(snap, plan.Options{})
+			if err != nil {
+				t.Fatalf("plan: %v", err)
+			}
+			for _, a := range res.Actions {
+				for _, g := range a.GPUs {
+					if a.Kind == plan.Place && snap.Nodes[0].GPUs[g].Mode == model.ModeMIG {
+						t.Errorf("placed on a MIG device: %v", a)
+					}
+				}
+			}
+		})
 	}
 }

@@ -24,6 +24,10 @@ type ProjectView struct {
 	// jobs that run above its guarantee (Nomad placed them by itself):
 	// they count as preemptible (docs/design.md, Reclaim and preempt).
 	NonPreemptibleAboveGuarantee []string `json:"nonpreemptible_above_guarantee,omitempty"`
+	// NeverVictims are "namespace/job: reason" for the project's jobs the
+	// service never suspends because it could not bring them back
+	// (docs/design.md, Suspension and resumption).
+	NeverVictims []string `json:"never_victims,omitempty"`
 }
 
 // Status is /v1/status.
@@ -177,7 +181,7 @@ func (s *Service) projectViews(c *cycleData, sum pendingSummary) []ProjectView {
 			st.QuotaError = fe.Error()
 		}
 		views = append(views, ProjectView{ProjectStatus: st, Priority: qs.Priority, OverQuotaWeight: qs.OverQuotaWeight, Namespace: qs.Namespace,
-			NonPreemptibleAboveGuarantee: exposed})
+			NonPreemptibleAboveGuarantee: exposed, NeverVictims: sh.NeverVictims})
 	}
 	return views
 }

@@ -112,6 +112,11 @@ func (x *Index) addNodes(s *Snapshot) error {
 			return fmt.Errorf("%w: node %q: empty or duplicate name", ErrInvalid, n.Name)
 		}
 		x.NodeByName[n.Name] = i
+		for g := range n.GPUs {
+			if c := n.GPUs[g].Shares; c < 0 || c > SharesPerGPU {
+				return fmt.Errorf("%w: node %q GPU %d: capacity %s, want 0 (one GPU) to 1.00", ErrInvalid, n.Name, g, c)
+			}
+		}
 		x.GPUOffset[i] = int32(total)
 		total += len(n.GPUs)
 		x.FreeCPUMilli[i] = n.CPUMilli
@@ -123,8 +128,9 @@ func (x *Index) addNodes(s *Snapshot) error {
 		n := &s.Nodes[i]
 		for g := range n.GPUs {
 			if n.Unavailable == "" && n.GPUs[g].Unavailable == "" {
-				x.FreeShares[int(x.GPUOffset[i])+g] = SharesPerGPU
-				x.Capacity += SharesPerGPU
+				c := n.GPUs[g].Capacity()
+				x.FreeShares[int(x.GPUOffset[i])+g] = c
+				x.Capacity += c
 			}
 		}
 	}

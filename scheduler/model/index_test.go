@@ -68,6 +68,33 @@ func TestIndexRejectsContradictions(t *testing.T) {
 	}
 }
 
+// TestIndexMIGDevices: a MIG device holds its part of a GPU, in capacity
+// and in what it can give; a device claiming more than a GPU is refused.
+func TestIndexMIGDevices(t *testing.T) {
+	snap := &Snapshot{
+		Nodes: []Node{{Name: "n1", CPUMilli: 8000, MemoryMiB: 1000, GPUs: []GPU{
+			{Model: "A100 MIG 3g.20gb", Mode: ModeMIG, Shares: 42}, {Model: "A100 MIG 1g.5gb", Mode: ModeMIG, Shares: 14}}}},
+		Projects:    []Project{{Name: "a"}},
+		Allocations: []Allocation{{ID: "x", Project: "a", Node: "n1", GPUs: []int{0}, Ask: Ask{Shares: 42}}},
+	}
+	x, err := snap.Index()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.Capacity != 56 || x.Usage[0] != 42 || x.Free(0, 0) != 0 || x.Free(0, 1) != 14 {
+		t.Errorf("capacity %s, usage %s, free %s and %s; want 0.56, 0.42, 0 and 0.14", x.Capacity, x.Usage[0], x.Free(0, 0), x.Free(0, 1))
+	}
+	snap.Allocations[0].GPUs = []int{1}
+	if _, err := snap.Index(); err == nil || !strings.Contains(err.Error(), "over-committed") {
+		t.Errorf("0.42 on a 0.14 MIG device: %v", err)
+	}
+	snap.Allocations = nil
+	snap.Nodes[0].GPUs[1].Shares = 101
+	if _, err := snap.Index(); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a device of 1.01 GPUs: %v", err)
+	}
+}
+
 // TestIndexUnavailable checks what an unavailable node or GPU contributes:
 // no free room, the GPUs its allocations hold as capacity (they count for
 // their projects), and no binding checks on an unavailable node.

@@ -96,6 +96,12 @@ const (
 	ModeWhole
 	// ModeShared: the GPU is handed out only in shares.
 	ModeShared
+	// ModeMIG: the device is one MIG instance of a MIG-enabled GPU (a
+	// part of it, GPU.Shares). Nomad places work on it by itself, whole;
+	// the planner never does (its asks are in whole GPUs or shares of a
+	// whole GPU), and what it holds counts its part of the GPU
+	// (docs/design.md, Units and device families).
+	ModeMIG
 )
 
 // String returns "any", "whole" or "shared".
@@ -105,6 +111,8 @@ func (m Mode) String() string {
 		return "whole"
 	case ModeShared:
 		return "shared"
+	case ModeMIG:
+		return "mig"
 	default:
 		return "any"
 	}
@@ -115,10 +123,21 @@ type GPU struct {
 	Model     string
 	MemoryMiB int64
 	Mode      Mode
+	// Shares is the device's capacity when it is less than one GPU (a MIG
+	// instance, ModeMIG); 0 means one whole GPU (see Capacity).
+	Shares Shares
 	// Unavailable, when not empty, says why the GPU takes no work (it is
 	// unhealthy): nothing is placed on it, and what allocations hold on it
 	// still counts for their projects but is never freed for other work.
 	Unavailable string
+}
+
+// Capacity is what the device holds: Shares, or one whole GPU when unset.
+func (g *GPU) Capacity() Shares {
+	if g.Shares > 0 {
+		return g.Shares
+	}
+	return SharesPerGPU
 }
 
 // Node is one Nomad client with its capacity. What is free is derived from
@@ -186,7 +205,13 @@ type Allocation struct {
 	// runs on every eligible node, and stopping it stops it everywhere, so
 	// it is never a victim. Its GPUs count for its project.
 	System bool
-	Ask    Ask
+	// NeverVictim, when set, says why the job may never be a victim
+	// whatever its project holds (for example: the quota service could not
+	// bring it back). Unlike non-preemptible work it is protected above
+	// its project's guarantee too. Its GPUs count for its project, and the
+	// plan names it with the reason (plan.ProjectShare.NeverVictims).
+	NeverVictim string
+	Ask         Ask
 	// Node names the node; GPUs are the indexes of the bound GPUs on it
 	// (WholeGPUs of them, or one for a share).
 	Node string

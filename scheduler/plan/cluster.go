@@ -103,6 +103,10 @@ func (c *clusterState) task(a model.Ask) placement.Task {
 const (
 	modeWholeSuffix  = "\x00whole"
 	modeSharedSuffix = "\x00shared"
+	// modeMIGSuffix marks a MIG instance: no ask is ever allowed it, so the
+	// planner neither places work there nor counts on the room a victim
+	// frees there (Nomad places on MIG devices by itself).
+	modeMIGSuffix = "\x00mig"
 )
 
 // modeEncoding folds a GPU's mode into its model name, so that package
@@ -133,8 +137,11 @@ func (e *modeEncoding) encode(m string, mode model.Mode) string {
 		return name
 	}
 	name := m + modeWholeSuffix
-	if mode == model.ModeShared {
+	switch mode {
+	case model.ModeShared:
 		name = m + modeSharedSuffix
+	case model.ModeMIG:
+		name = m + modeMIGSuffix
 	}
 	e.encoded[key] = name
 	return name

@@ -132,6 +132,10 @@ type ProjectShare struct {
 	// Exposed names its non-preemptible jobs that run above its guarantee
 	// (Nomad placed them by itself): they count as preemptible.
 	Exposed []string
+	// NeverVictims are "job: reason" for its jobs that are never victims
+	// (model.Allocation.NeverVictim), in the order of their first
+	// allocation in the snapshot.
+	NeverVictims []string
 }
 
 // Unplaced is a pending workload the plan leaves waiting, and why.
@@ -185,13 +189,14 @@ func (s *state) result() Result {
 	for i := range s.snap.Projects {
 		p := &s.projects[i]
 		res.Shares[i] = ProjectShare{
-			Name:       s.snap.Projects[i].Name,
-			Guaranteed: p.guaranteed,
-			Demand:     p.demand,
-			Deserved:   p.deserved,
-			Usage:      s.index.Usage[i],
-			Planned:    p.usage - p.reserved,
-			Exposed:    p.exposed,
+			Name:         s.snap.Projects[i].Name,
+			Guaranteed:   p.guaranteed,
+			Demand:       p.demand,
+			Deserved:     p.deserved,
+			Usage:        s.index.Usage[i],
+			Planned:      p.usage - p.reserved,
+			Exposed:      p.exposed,
+			NeverVictims: p.neverVictims,
 		}
 	}
 	return res

@@ -22,6 +22,11 @@ func running(id, project string, prio int, start int64, nodeName string, gpu int
 		Ask: model.Ask{WholeGPUs: 1}, Node: nodeName, GPUs: []int{gpu}, Start: start}
 }
 
+func neverVictim(a model.Allocation, why string) model.Allocation {
+	a.NeverVictim = why
+	return a
+}
+
 func TestPlanVictims(t *testing.T) {
 	tests := []struct {
 		name        string
@@ -59,6 +64,24 @@ func TestPlanVictims(t *testing.T) {
 			incoming:    model.Pending{Project: "b", Job: "b1", Ask: model.Ask{WholeGPUs: 1}, Count: 1, Preemptible: true},
 			wantVictims: []string{"c1"},
 			wantPlaced:  true,
+		},
+		{
+			name:     "a job marked never a victim is passed over",
+			projects: []model.Project{{Name: "a"}, {Name: "b", Guaranteed: 100}},
+			allocs: []model.Allocation{
+				running("a1", "a", 0, 1, "n1", 0), neverVictim(running("a2", "a", 0, 2, "n1", 1), "cannot come back"),
+			},
+			incoming:    model.Pending{Project: "b", Job: "b1", Ask: model.Ask{WholeGPUs: 1}, Count: 1, Preemptible: true},
+			wantVictims: []string{"a1"},
+			wantPlaced:  true,
+		},
+		{
+			name:     "nothing to reclaim when every job above the guarantee is never a victim",
+			projects: []model.Project{{Name: "a"}, {Name: "b", Guaranteed: 100}},
+			allocs: []model.Allocation{
+				neverVictim(running("a1", "a", 0, 1, "n1", 0), "x"), neverVictim(running("a2", "a", 0, 2, "n1", 1), "y"),
+			},
+			incoming: model.Pending{Project: "b", Job: "b1", Ask: model.Ask{WholeGPUs: 1}, Count: 1, Preemptible: true},
 		},
 		{
 			name:     "two GPUs on one node, unneeded victim put back",
@@ -147,6 +170,35 @@ func TestPlanIsDeterministicAndLeavesSnapshotAlone(t *testing.T) {
 	x, _ := snap.Index()
 	if total > x.Capacity {
 		t.Errorf("deserved shares add up to %v, capacity %v", total, x.Capacity)
+	}
+}
+
+// TestNeverVictimsNamedWithReason: a job marked never to be a victim is
+// not suspended even above its project's guarantee or limit (where
+// non-preemptible work would be), and the result names it with the reason
+// so that the status can say why it stays.
+func TestNeverVictimsNamedWithReason(t *testing.T) {
+	np := running("np", "a", 0, 3, "n1", 2)
+	np.Preemptible = false
+	snap := &model.Snapshot{Nodes: []model.Node{node("n1", 3)},
+		Projects: []model.Project{{Name: "a", HasLimit: true, Limit: 100}, {Name: "b", Guaranteed: 300}},
+		Allocations: []model.Allocation{
+			neverVictim(running("kept", "a", 0, 1, "n1", 0), "its record would exceed 64 KiB"),
+			neverVictim(running("vol", "a", 0, 2, "n1", 1), "may not mount host volume data"), np,
+		},
+		Pending: []model.Pending{{Project: "b", Job: "b1", Ask: model.Ask{WholeGPUs: 3}, Count: 1, Preemptible: true}}}
+	res, err := Plan(snap, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range res.Actions {
+		if a.Kind == Suspend && a.Job != "np" {
+			t.Errorf("suspended %s, marked never a victim: %v", a.Job, a)
+		}
+	}
+	want := []string{"kept: its record would exceed 64 KiB", "vol: may not mount host volume data"}
+	if got := res.Shares[0].NeverVictims; !slices.Equal(got, want) {
+		t.Errorf("never victims %q, want %q", got, want)
 	}
 }
 

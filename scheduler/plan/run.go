@@ -329,7 +329,7 @@ func (s *state) reclaim(a *attempt) (bool, error) {
 	if len(from) == 0 {
 		return false, nil
 	}
-	n, victims, ok := s.findVictims(a.task, victimSearch{projects: from, floor: floor, exclude: a.exclude, nodes: a.nodes, plannedOnly: a.reserve})
+	n, victims, ok := s.findVictims(a.task, victimSearch{projects: from, floor: floor, exclude: a.exclude, nodes: a.nodes, plannedOnly: a.reserve, comeback: true})
 	if !ok {
 		return false, nil
 	}

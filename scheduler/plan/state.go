@@ -54,6 +54,9 @@ type projectState struct {
 	// exposed are its non-preemptible jobs that run above its guarantee
 	// and count as preemptible (see listVictims).
 	exposed []string
+	// neverVictims are "job: reason" for its jobs marked never to be a
+	// victim (see listVictims).
+	neverVictims []string
 	// suspended are its running jobs this plan suspends, in order (see
 	// reserveFor).
 	suspended []int32
@@ -73,7 +76,10 @@ type jobState struct {
 	// never a victim.
 	nonPreemptible, exposed bool
 	system                  bool
-	suspended               bool
+	// neverVictim, when set, says why the job is never a victim
+	// (model.Allocation.NeverVictim).
+	neverVictim string
+	suspended   bool
 	// newest is the latest start among its allocations.
 	newest int64
 	usage  model.Shares
@@ -311,6 +317,9 @@ func (s *state) addRunningJobs() {
 		job.usage += a.Ask.GPUShares()
 		job.nonPreemptible = job.nonPreemptible || !a.Preemptible
 		job.system = job.system || a.System
+		if job.neverVictim == "" {
+			job.neverVictim = a.NeverVictim
+		}
 		job.priority = max(job.priority, a.Priority)
 		job.newest = max(job.newest, a.Start)
 	}
@@ -359,7 +368,8 @@ func (s *state) numberJobs() (allocJob, count []int32) {
 
 // listVictims puts every job that may be suspended and holds GPUs on its
 // project's list of victims, in victim order. System jobs are never
-// victims. A project's non-preemptible jobs are protected, oldest first,
+// victims, nor jobs marked never to be one (named, with the reason, in
+// their project's neverVictims). A project's non-preemptible jobs are protected, oldest first,
 // as long as together they stay within its guarantee; the newer ones
 // (work Nomad placed by itself above the guarantee) are exposed: victims
 // like preemptible work (docs/design.md, Reclaim and preempt).
@@ -369,6 +379,9 @@ func (s *state) listVictims() {
 		job := &s.jobs[j]
 		switch {
 		case job.system || job.usage == 0:
+		case job.neverVictim != "":
+			p := &s.projects[job.project]
+			p.neverVictims = append(p.neverVictims, job.name+": "+job.neverVictim)
 		case job.nonPreemptible:
 			optedOut[job.project] = append(optedOut[job.project], int32(j))
 		default:

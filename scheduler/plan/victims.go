@@ -156,6 +156,10 @@ type victimSearch struct {
 	// plannedOnly admits only work placed in this cycle (for a
 	// reservation).
 	plannedOnly bool
+	// comeback, for reclaim, has a victim's project keep its floor even
+	// should the victim come back by preempting its project's
+	// lower-priority jobs (see keepsFloor).
+	comeback bool
 }
 
 // allows reports whether job j may be a victim at all.
@@ -189,7 +193,7 @@ func (s *state) findVictims(t placement.Task, vs victimSearch) (node int, victim
 		}
 		for _, a := range job.allocs {
 			n := s.allocs.get(a).node
-			if !s.admits(vs.nodes, int(n)) || !w.accepts(s, n, j, t, vs.floor) {
+			if !s.admits(vs.nodes, int(n)) || !w.accepts(s, n, j, t, &vs) {
 				continue
 			}
 			if w.add(s, n, j, a, t) && s.enough(int(n), t, w.victims[n], vs.mustFree) {
@@ -224,7 +228,7 @@ func (s *state) refine(n int, t placement.Task, vs victimSearch, found []int32) 
 				continue
 			}
 			job := &s.jobs[j]
-			if s.projects[job.project].usage-job.usage < vs.floor(job.project) {
+			if !s.keepsFloor(j, s.projects[job.project].usage-job.usage, taken, &vs) {
 				cands[i] = -1
 				continue
 			}
@@ -247,7 +251,7 @@ func (s *state) refine(n int, t placement.Task, vs victimSearch, found []int32) 
 	if !fits {
 		taken = found
 	}
-	return s.putBack(n, t, taken, vs.mustFree)
+	return s.putBack(n, t, taken, &vs)
 }
 
 // candidatesOn lists, once each, the jobs with allocations on node n that
@@ -275,7 +279,7 @@ func (s *state) candidatesOn(n int, vs victimSearch) []int32 {
 // victim reports whether the job is on its project's list of victims (see
 // listVictims).
 func (job *jobState) victim() bool {
-	return job.usage > 0 && !job.system && (!job.nonPreemptible || job.exposed)
+	return job.usage > 0 && !job.system && job.neverVictim == "" && (!job.nonPreemptible || job.exposed)
 }
 
 // holds reports whether allocation a is one of the job's own (a job placed
@@ -288,8 +292,12 @@ type walkState struct {
 	// sources holds the victim queue.
 	sources []victimSource
 	stamp   int32
-	// per project
+	// per project: whether it is a search's (see candidatesOn), and the
+	// last lowerRunning answer.
 	projectStamp []int32
+	lowerStamp   []int32
+	lowerPrio    []int
+	lowerSum     []model.Shares
 	// per node: the victims taken there and the last job asked about
 	// (decided, with its answer), the GPUs with room for the task, and
 	// the free CPU and memory once the victims are gone.
@@ -307,6 +315,7 @@ type walkState struct {
 func (w *walkState) reset(s *state) {
 	if w.projectStamp == nil {
 		w.projectStamp = make([]int32, len(s.projects))
+		w.lowerStamp, w.lowerPrio, w.lowerSum = make([]int32, len(s.projects)), make([]int, len(s.projects)), make([]model.Shares, len(s.projects))
 		n := len(s.cluster.Nodes)
 		w.nodeStamp, w.victims, w.open = make([]int32, n), make([][]int32, n), make([]int32, n)
 		w.decided, w.accepted = make([]int32, n), make([]bool, n)
@@ -340,7 +349,7 @@ func (w *walkState) touch(s *state, n int32, t placement.Task) {
 // and j are gone. Victims taken on other nodes do not count: only one
 // node's victims are suspended. The answer is kept for j's other
 // allocations on n.
-func (w *walkState) accepts(s *state, n int32, j int32, t placement.Task, floor func(int32) model.Shares) bool {
+func (w *walkState) accepts(s *state, n int32, j int32, t placement.Task, vs *victimSearch) bool {
 	w.touch(s, n, t)
 	if w.decided[n] == j {
 		return w.accepted[n]
@@ -352,8 +361,60 @@ func (w *walkState) accepts(s *state, n int32, j int32, t placement.Task, floor 
 			left -= s.jobs[k].usage
 		}
 	}
-	w.decided[n], w.accepted[n] = j, left >= floor(job.project)
+	w.decided[n], w.accepted[n] = j, s.keepsFloor(j, left, w.victims[n], vs)
 	return w.accepted[n]
+}
+
+// keepsFloor reports whether job j's project, left with left once j and
+// the victims in taken are gone, keeps its floor. For a reclaim
+// (vs.comeback) it must keep it even should j come back in the next
+// cycle in place of every lower-priority job of its project still
+// running: suspended, j is pending work of its project there, and
+// preemption inside a project knows no floor. Without this, the reclaim
+// would push the project below the floor it promised one cycle late, and
+// the room that frees would displace the work the reclaim placed
+// (docs/design.md, Victim order). The amount is monotone: taking a
+// lower-priority job of the project lowers left and what j would displace
+// alike, taking any other lowers left.
+func (s *state) keepsFloor(j int32, left model.Shares, taken []int32, vs *victimSearch) bool {
+	job := &s.jobs[j]
+	floor := vs.floor(job.project)
+	if left < floor {
+		return false
+	}
+	if !vs.comeback {
+		return true
+	}
+	lower := s.walk.lowerRunning(s, job)
+	for _, k := range taken {
+		if other := &s.jobs[k]; other.project == job.project && other.priority < job.priority {
+			lower -= other.usage
+		}
+	}
+	return left-lower+job.usage >= floor
+}
+
+// lowerRunning is what the running victims of job's project with a lower
+// priority than job's hold. A project's victims are in victim order,
+// lowest job priority first, and a walk asks about one project's jobs in
+// that order, so the last answer per project is kept for the walk.
+func (w *walkState) lowerRunning(s *state, job *jobState) model.Shares {
+	p := job.project
+	if w.lowerStamp[p] == w.stamp && w.lowerPrio[p] == job.priority {
+		return w.lowerSum[p]
+	}
+	var sum model.Shares
+	for _, k := range s.projects[p].jobs {
+		other := &s.jobs[k]
+		if other.priority >= job.priority {
+			break
+		}
+		if !other.suspended {
+			sum += other.usage
+		}
+	}
+	w.lowerStamp[p], w.lowerPrio[p], w.lowerSum[p] = w.stamp, job.priority, sum
+	return sum
 }
 
 // add records that victim job j frees allocation a on node n and reports
@@ -384,16 +445,35 @@ func (w *walkState) add(s *state, n int32, j int32, a int32, t placement.Task) b
 }
 
 // putBack drops, from the last but one back to the first, every victim
-// without which t still fits.
-func (s *state) putBack(n int, t placement.Task, victims []int32, mustFree model.Shares) []int32 {
+// without which t still fits (and, for a reclaim, every victim still keeps
+// its project's floor: see keepsFloor).
+func (s *state) putBack(n int, t placement.Task, victims []int32, vs *victimSearch) []int32 {
 	kept := append([]int32(nil), victims...)
 	for i := len(kept) - 2; i >= 0; i-- {
 		without := append(append([]int32(nil), kept[:i]...), kept[i+1:]...)
-		if s.enough(n, t, without, mustFree) {
+		if s.enough(n, t, without, vs.mustFree) && (!vs.comeback || s.floorsKept(without, vs)) {
 			kept = without
 		}
 	}
 	return kept
+}
+
+// floorsKept reports whether every victim of the set keeps its project's
+// floor with the others gone (see keepsFloor).
+func (s *state) floorsKept(victims []int32, vs *victimSearch) bool {
+	for _, j := range victims {
+		job := &s.jobs[j]
+		left := s.projects[job.project].usage
+		for _, k := range victims {
+			if s.jobs[k].project == job.project {
+				left -= s.jobs[k].usage
+			}
+		}
+		if !s.keepsFloor(j, left, victims, vs) {
+			return false
+		}
+	}
+	return true
 }
 
 // enough reports whether t fits on node n once the victims' allocations
