@@ -4,8 +4,11 @@
 // writes per-project status to Consul KV.
 //
 // A cycle runs after every Nomad event or quota change (coalesced), and at
-// least every PlanInterval as a safety net. Every cycle re-lists Nomad in
-// full; a cycle whose listing fails, or whose Consul reads fail, takes no
+// least every PlanInterval as a safety net. The leader keeps its view of
+// Nomad from Nomad's event stream (package nomadwatch: a full listing at
+// start, after a gap and every ResyncInterval); a standby instance, or a
+// leader whose token Nomad refuses the stream, lists Nomad in full every
+// cycle. A cycle whose reads fail, or whose Consul reads fail, takes no
 // action and says why in /v1/health and with gpushare_cycle_ok = 0. Before
 // every action the leader re-reads its lock (leader.Held), so an instance
 // that lost the lock while it hung never acts. A standby instance runs the
@@ -64,6 +67,15 @@ type Config struct {
 	Registry *prometheus.Registry
 	// SessionTTL and LockDelay tune the leader lock.
 	SessionTTL, LockDelay time.Duration
+	// ResyncInterval is how often the view the event stream keeps is
+	// checked against a full listing of Nomad (default
+	// nomadwatch.DefaultResyncInterval); what the check corrects is
+	// counted in gpushare_view_resync_corrections_total.
+	ResyncInterval time.Duration
+	// EventHook, when set, sees every batch of Nomad events before the
+	// view applies it; false drops the batch. A test hook (events lost
+	// without a break in the stream); nil in production.
+	EventHook func(*nomadapi.Events) bool
 	// Usage: reading what the GPU nodes' device plugins report as used
 	// (utilization.go).
 	Usage UsageConfig
@@ -136,12 +148,13 @@ func New(cfg Config) *Service {
 	s := &Service{
 		cfg: cfg, log: cfg.Log, store: store, act: act, reg: cfg.Registry,
 		watcher:    quota.NewWatcher(cfg.Consul, cfg.Layout, cfg.Log),
-		builder:    nomadwatch.NewBuilder(cfg.Nomad, cfg.Log),
 		metrics:    newMetrics(cfg.Registry),
 		written:    map[string]state.ProjectStatus{},
 		reclaimFor: map[string]time.Time{},
 		status:     Status{Instance: cfg.Instance},
 	}
+	s.builder = nomadwatch.NewBuilder(cfg.Nomad, cfg.Log, nomadwatch.Options{
+		ResyncInterval: cfg.ResyncInterval, EventHook: cfg.EventHook, OnRelist: s.noteRelist})
 	s.initUtilization()
 	return s
 }
@@ -186,7 +199,7 @@ func (s *Service) lead(ctx context.Context) {
 	// flight returns.
 	defer context.AfterFunc(ctx, func() { s.setLeader(false) })()
 	signal, wake := nomadwatch.Queue()
-	go nomadwatch.Watch(ctx, s.cfg.Nomad, s.log, signal)
+	go s.builder.Follow(ctx, signal)
 	tick := time.NewTicker(s.cfg.PlanInterval)
 	defer tick.Stop()
 	follow := time.NewTimer(s.cfg.FollowUpPeriod)
