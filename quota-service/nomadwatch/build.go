@@ -59,6 +59,10 @@ type Builder struct {
 	streaming, synced, everSynced bool
 	gen, applied                  uint64
 	lastFull                      time.Time
+	// streamNS are the namespaces the stream's subscription covers;
+	// reconnect asks Follow to subscribe again.
+	streamNS  string
+	reconnect chan struct{}
 }
 
 // NewBuilder returns a builder over the Nomad client.
@@ -69,7 +73,8 @@ func NewBuilder(client *nomadapi.Client, log hclog.Logger, opts Options) *Builde
 	if opts.CatchUp <= 0 {
 		opts.CatchUp = 2 * time.Second
 	}
-	return &Builder{nomad: client, log: log.Named("nomadwatch"), opts: opts, specs: map[string]*nomadapi.Job{}, cache: newCache()}
+	return &Builder{nomad: client, log: log.Named("nomadwatch"), opts: opts, specs: map[string]*nomadapi.Job{}, cache: newCache(),
+		reconnect: make(chan struct{}, 1)}
 }
 
 // Build assembles a View of nodes, allocations and jobs in all namespaces

@@ -2,7 +2,10 @@ package nomadwatch
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"sort"
+	"strings"
 	"time"
 
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -32,8 +35,14 @@ func (b *Builder) Follow(ctx context.Context, changed func()) {
 	backoff := 500 * time.Millisecond
 	warned := false
 	for ctx.Err() == nil {
+		// Nomad fixes a wildcard stream's namespaces when it subscribes:
+		// read them first, so that one created meanwhile shows as new.
+		namespaces, nsErr := b.namespaces(ctx)
 		sctx, cancel := context.WithCancel(ctx)
 		ch, err := b.nomad.EventStream().Stream(sctx, streamTopics, 0, &nomadapi.QueryOptions{Namespace: "*"})
+		if err == nil {
+			err = nsErr
+		}
 		if err != nil {
 			cancel()
 			wait := backoff
@@ -57,7 +66,7 @@ func (b *Builder) Follow(ctx context.Context, changed func()) {
 			warned = false
 		}
 		backoff = 500 * time.Millisecond
-		b.connected()
+		b.connected(namespaces)
 		changed() // events in the gap are lost: the next Build lists in full
 		b.consume(ctx, ch, changed)
 		cancel()
@@ -73,7 +82,17 @@ func (b *Builder) Follow(ctx context.Context, changed func()) {
 // be applied (a gap).
 func (b *Builder) consume(ctx context.Context, ch <-chan *nomadapi.Events, changed func()) {
 	log := b.log.Named("events")
-	for evs := range ch {
+	for {
+		var evs *nomadapi.Events
+		select {
+		case <-b.reconnect:
+			log.Info("Nomad has a namespace the event stream does not cover; reconnecting")
+			return
+		case evs = <-ch:
+		}
+		if evs == nil {
+			return
+		}
 		if evs.Err != nil {
 			if ctx.Err() == nil {
 				log.Warn("event stream broke; reconnecting and listing Nomad in full", "error", evs.Err)
@@ -89,6 +108,20 @@ func (b *Builder) consume(ctx context.Context, ch <-chan *nomadapi.Events, chang
 		}
 		changed()
 	}
+}
+
+// namespaces names Nomad's namespaces, sorted, as one string.
+func (b *Builder) namespaces(ctx context.Context) (string, error) {
+	list, _, err := b.nomad.Namespaces().List((&nomadapi.QueryOptions{AllowStale: true}).WithContext(ctx))
+	if err != nil {
+		return "", fmt.Errorf("listing Nomad namespaces: %w", err)
+	}
+	names := make([]string, 0, len(list))
+	for _, ns := range list {
+		names = append(names, ns.Name)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ","), nil
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -11,10 +11,14 @@ import (
 
 // connected starts a stream connection: the cache must be listed in full
 // before Build plans on it again.
-func (b *Builder) connected() {
+func (b *Builder) connected(namespaces string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.streaming, b.synced, b.applied = true, false, 0
+	b.streaming, b.synced, b.applied, b.streamNS = true, false, 0, namespaces
+	select {
+	case <-b.reconnect:
+	default:
+	}
 	b.gen++
 }
 
@@ -68,6 +72,9 @@ func (b *Builder) refresh(ctx context.Context, now time.Time) error {
 		_, err := b.relist(ctx, "resync", gen, true)
 		return err
 	}
+	if err := b.checkNamespaces(ctx); err != nil {
+		return err
+	}
 	target, err := b.tableIndexes(ctx)
 	if err != nil {
 		return err
@@ -78,6 +85,31 @@ func (b *Builder) refresh(ctx context.Context, now time.Time) error {
 		return err
 	}
 	return nil
+}
+
+// checkNamespaces asks Follow to subscribe again when Nomad has
+// namespaces the stream's subscription does not cover, and lists in full
+// meanwhile.
+func (b *Builder) checkNamespaces(ctx context.Context) error {
+	ns, err := b.namespaces(ctx)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	same, gen := ns == b.streamNS, b.gen
+	if !same {
+		b.synced = false
+		select {
+		case b.reconnect <- struct{}{}:
+		default:
+		}
+	}
+	b.mu.Unlock()
+	if same {
+		return nil
+	}
+	_, err = b.relist(ctx, "gap", gen, false)
+	return err
 }
 
 // relist lists Nomad in full and adopts the listing into the cache; with
