@@ -25,7 +25,6 @@ func wire(t *testing.T, field string, obj any) map[string]any {
 	return out
 }
 
-
 // step is one thing that happens to a cache: a listing adopted or an
 // event applied.
 type step struct {

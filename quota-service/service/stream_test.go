@@ -1,0 +1,97 @@
+package service_test
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/internal/testcluster"
+	"github.com/gpushare/nomad-gpushare/quota-service/service"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+// TestLostEventsRecoveredWithoutStaleActions: the service follows Nomad's
+// event stream, and events are lost while the stream stays connected
+// (the EventHook drops them). Meanwhile team-a's owner stops two of its
+// four jobs, team-b's two pending jobs take the freed GPUs, and then the
+// quotas change so that team-b is owed 2 GPUs. On the stale view (team-a
+// on 4 GPUs, team-b pending) the service would suspend two of team-a's
+// jobs; it checks Nomad's indexes before it plans, lists Nomad again and
+// does nothing. Once events flow again, the periodic resync finds nothing
+// to correct.
+func TestLostEventsRecoveredWithoutStaleActions(t *testing.T) {
+	c := needCluster(t)
+	s := newScenario(t, c, "stream-test")
+	s.quota("team-a", `{"guaranteed": 4}`)
+	s.quota("team-b", `{"guaranteed": 0, "over_quota_weight": 0}`)
+	var dropping atomic.Bool
+	var dropped atomic.Int64
+	svc, _ := s.startInstance("q1", func(cfg *service.Config) {
+		cfg.ResyncInterval = 5 * time.Second
+		cfg.EventHook = func(evs *nomadapi.Events) bool {
+			if dropping.Load() {
+				dropped.Add(int64(len(evs.Events)))
+				return false
+			}
+			return true
+		}
+	}, nil)
+	waitLeader(t, svc)
+	reg := svc.Registry()
+
+	a, b := jobsOf("team-a", 4, 1), jobsOf("team-b", 2, 1)
+	for _, j := range a {
+		s.submit(j)
+	}
+	s.wait(90*time.Second, "running", isRunning, a...)
+	for _, j := range b {
+		s.submit(j)
+	}
+	waitCycles(t, svc, 3) // the service sees team-b pending and not owed anything
+
+	dropping.Store(true)
+	indexRelists := metric(t, reg, "gpushare_view_relists_total", map[string]string{"reason": "index"})
+	for _, j := range a[:2] {
+		if _, _, err := c.Nomad.Jobs().Deregister(j.id, false, &nomadapi.WriteOptions{Namespace: j.ns}); err != nil {
+			t.Fatalf("stopping %s/%s: %v", j.ns, j.id, err)
+		}
+	}
+	s.wait(90*time.Second, "running", isRunning, b...)
+	if dropped.Load() == 0 {
+		t.Fatal("no event was dropped: the test did not exercise lost events")
+	}
+	s.quota("team-a", `{"guaranteed": 2}`)
+	s.quota("team-b", `{"guaranteed": 2}`)
+	waitCycles(t, svc, 5)
+	if got := metric(t, reg, "gpushare_view_relists_total", map[string]string{"reason": "index"}); got <= indexRelists {
+		t.Errorf("no listing for an index the stream did not account for (%v before, %v after)", indexRelists, got)
+	}
+
+	dropping.Store(false)
+	resyncs := metric(t, reg, "gpushare_view_relists_total", map[string]string{"reason": "resync"})
+	testcluster.Eventually(t, 60*time.Second, func() error {
+		if got := metric(t, reg, "gpushare_view_relists_total", map[string]string{"reason": "resync"}); got <= resyncs {
+			return fmt.Errorf("no periodic resync yet")
+		}
+		return nil
+	})
+	if n := metric(t, reg, "gpushare_view_resync_corrections_total", nil); n != 0 {
+		t.Errorf("the resync corrected %v objects of a view the stream kept", n)
+	}
+
+	// Nothing was acted on: no record, no suspension, every job as its
+	// owner left it.
+	recs, err := s.records()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) > 0 {
+		t.Errorf("suspension records written on a stale view: %v", keys(recs))
+	}
+	if n := metric(t, reg, "gpushare_suspensions_total", nil) + metric(t, reg, "gpushare_resumes_total", nil); n != 0 {
+		t.Errorf("%v suspensions and resumes, want none", n)
+	}
+	s.wait(10*time.Second, "running", isRunning, append(append([]gpuJob(nil), a[2:]...), b...)...)
+	s.wait(10*time.Second, "stopped by its owner", func(st jobState) bool { return st.stopped && st.running == 0 }, a[:2]...)
+}
