@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,8 +19,8 @@ import (
 // quotas change so that team-b is owed 2 GPUs. On the stale view (team-a
 // on 4 GPUs, team-b pending) the service would suspend two of team-a's
 // jobs; it checks Nomad's indexes before it plans, lists Nomad again and
-// does nothing. Once events flow again, the periodic resync finds nothing
-// to correct.
+// does nothing. A leader whose stream loses nothing finds nothing to
+// correct at its periodic resyncs.
 func TestLostEventsRecoveredWithoutStaleActions(t *testing.T) {
 	c := needCluster(t)
 	s := newScenario(t, c, "stream-test")
@@ -27,8 +28,10 @@ func TestLostEventsRecoveredWithoutStaleActions(t *testing.T) {
 	s.quota("team-b", `{"guaranteed": 0, "over_quota_weight": 0}`)
 	var dropping atomic.Bool
 	var dropped atomic.Int64
-	svc, _ := s.startInstance("q1", func(cfg *service.Config) {
-		cfg.ResyncInterval = 5 * time.Second
+	var logs lockedBuffer
+	svc, stop := s.startInstance("q1", func(cfg *service.Config) {
+		cfg.Log = teeLogger(t, "q1", &logs)
+		cfg.ResyncInterval = time.Hour // only the index check may recover
 		cfg.EventHook = func(evs *nomadapi.Events) bool {
 			if dropping.Load() {
 				dropped.Add(int64(len(evs.Events)))
@@ -69,19 +72,29 @@ func TestLostEventsRecoveredWithoutStaleActions(t *testing.T) {
 	}
 
 	dropping.Store(false)
-	resyncs := metric(t, reg, "gpushare_view_relists_total", map[string]string{"reason": "resync"})
+	stop()
+	// A new leader that resyncs often finds nothing the stream missed.
+	svc2, _ := s.startInstance("q2", func(cfg *service.Config) { cfg.ResyncInterval = 2 * time.Second }, nil)
+	waitLeader(t, svc2)
 	testcluster.Eventually(t, 60*time.Second, func() error {
-		if got := metric(t, reg, "gpushare_view_relists_total", map[string]string{"reason": "resync"}); got <= resyncs {
-			return fmt.Errorf("no periodic resync yet")
+		if got := metric(t, svc2.Registry(), "gpushare_view_relists_total", map[string]string{"reason": "resync"}); got < 2 {
+			return fmt.Errorf("%v periodic resyncs, waiting for 2", got)
 		}
 		return nil
 	})
-	if n := metric(t, reg, "gpushare_view_resync_corrections_total", nil); n != 0 {
+	if n := metric(t, svc2.Registry(), "gpushare_view_resync_corrections_total", nil); n != 0 {
 		t.Errorf("the resync corrected %v objects of a view the stream kept", n)
 	}
 
-	// Nothing was acted on: no record, no suspension, every job as its
-	// owner left it.
+	// Nothing was acted on, or even tried: no record, no history, no
+	// action refused by the actuator's own checks (a stale plan picks the
+	// jobs the owner stopped), every job as its owner left it.
+	if strings.Contains(logs.String(), "action failed") {
+		t.Errorf("actions were planned on a stale view and refused by the actuator")
+	}
+	if hist := s.historyEvents(); len(hist) > 0 {
+		t.Errorf("history written on a stale view:\n%s", strings.Join(hist, "\n"))
+	}
 	recs, err := s.records()
 	if err != nil {
 		t.Fatal(err)
