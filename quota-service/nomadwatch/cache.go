@@ -114,22 +114,22 @@ func (c *cache) applyNode(ev *nomadapi.Event) error {
 		return nil
 	}
 	// A node's device inventory is large: decode it only when it moved.
-	if old, ok := c.nodes[ev.Key]; ok && old.full.ModifyIndex >= payloadIndex(ev, "Node") {
+	if old, ok := c.nodes[ev.Key]; ok && older(payloadIndex(ev, "Node"), old.full.ModifyIndex, ev.Index) {
 		return nil
 	}
 	n, err := ev.Node()
 	if err != nil || n == nil {
 		return fmt.Errorf("node %s: %w", ev.Key, orMissing(err))
 	}
-	c.putNode(n)
+	c.putNode(n, ev.Index)
 	return nil
 }
 
 // putNode stores a full node unless the cache holds a newer one or it was
 // deleted since.
-func (c *cache) putNode(n *nomadapi.Node) bool {
+func (c *cache) putNode(n *nomadapi.Node, at uint64) bool {
 	old, had := c.nodes[n.ID]
-	if (had && old.full.ModifyIndex >= n.ModifyIndex) || !c.fresh(kindNode, n.ID, had, n.ModifyIndex) {
+	if (had && older(n.ModifyIndex, old.full.ModifyIndex, at)) || !c.fresh(kindNode, n.ID, had, n.ModifyIndex) {
 		return false
 	}
 	c.nodes[n.ID] = nodeEntry{stub: nodeStub(n), full: n}
@@ -138,7 +138,7 @@ func (c *cache) putNode(n *nomadapi.Node) bool {
 
 func (c *cache) applyAlloc(ev *nomadapi.Event) error {
 	c.index[kindAlloc] = max(c.index[kindAlloc], ev.Index)
-	if old, ok := c.allocs[ev.Key]; ok && old.stub.ModifyIndex >= payloadIndex(ev, "Allocation") {
+	if old, ok := c.allocs[ev.Key]; ok && older(payloadIndex(ev, "Allocation"), old.stub.ModifyIndex, ev.Index) {
 		return nil
 	}
 	a, err := ev.Allocation()
@@ -164,6 +164,17 @@ func (c *cache) applyAlloc(ev *nomadapi.Event) error {
 	c.allocs[a.ID] = e
 	c.touchSummary(Key(a.Namespace, a.JobID))
 	return nil
+}
+
+// older says an event's object (modify index got, in an event at index
+// at) is no news next to the cache's (modify index have). One Nomad
+// transaction may change an object twice (a job registered, then its
+// status set by its evaluation), each change an event at the same index:
+// a change made at the cached index is applied again, in order, so the
+// last one wins; an event that only carries the object along (a node in a
+// plan result) is not.
+func older(got, have, at uint64) bool {
+	return got < have || (got == have && at != got)
 }
 
 // fresh says a change of an object (at its modify index) is news to the
@@ -195,17 +206,17 @@ func (c *cache) applyJob(ev *nomadapi.Event) error {
 		}
 		return nil
 	}
-	c.putJob(stubOfJob(j, c.jobs[key]))
+	c.putJob(stubOfJob(j, c.jobs[key]), ev.Index)
 	c.touchSummary(key)
 	return nil
 }
 
 // putJob stores a job stub unless the cache holds a newer one or the job
 // was purged since.
-func (c *cache) putJob(s *nomadapi.JobListStub) bool {
+func (c *cache) putJob(s *nomadapi.JobListStub, at uint64) bool {
 	key := Key(s.Namespace, s.ID)
 	old, had := c.jobs[key]
-	if (had && old.ModifyIndex >= s.ModifyIndex) || !c.fresh(kindJob, key, had, s.ModifyIndex) {
+	if (had && older(s.ModifyIndex, old.ModifyIndex, at)) || !c.fresh(kindJob, key, had, s.ModifyIndex) {
 		return false
 	}
 	c.jobs[key] = s
@@ -219,14 +230,25 @@ func (c *cache) touchSummary(key string) {
 	}
 }
 
-// remove deletes an object at the index of its deletion.
+// remove deletes an object at the index of its deletion, unless the
+// cache holds it at that index or newer (a deletion replayed after the
+// object came back).
 func (c *cache) remove(k kind, key string, index uint64) {
 	switch k {
 	case kindNode:
+		if n, ok := c.nodes[key]; ok && n.full.ModifyIndex >= index {
+			return
+		}
 		delete(c.nodes, key)
 	case kindAlloc:
+		if a, ok := c.allocs[key]; ok && a.stub.ModifyIndex >= index {
+			return
+		}
 		delete(c.allocs, key)
 	case kindJob:
+		if j, ok := c.jobs[key]; ok && j.ModifyIndex >= index {
+			return
+		}
 		delete(c.jobs, key)
 		delete(c.dirtySummary, key)
 	}

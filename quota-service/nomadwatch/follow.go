@@ -2,6 +2,7 @@ package nomadwatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -27,84 +28,97 @@ const refusedRetry = time.Minute
 // to the cache and calls changed after every batch and whenever the
 // stream connects or breaks. While the stream is connected, Build plans on
 // the cache; on (re)connect the cache is listed again in full, since
-// events in the gap are lost. A stream Nomad refuses (403: the token lacks
-// read-job in a namespace, or node:read) leaves Build listing Nomad in
-// full every cycle, as polling, with a warning.
+// events in the gap are lost. Without the stream, Build lists Nomad in
+// full every cycle, as polling. Nomad refuses a stream whose token lacks
+// read-job in a namespace or node:read: with a 403, or (Nomad 1.11) by
+// closing it at once without a word; either is logged once as a warning
+// and asked for again every refusedRetry.
 func (b *Builder) Follow(ctx context.Context, changed func()) {
 	log := b.log.Named("events")
 	backoff := 500 * time.Millisecond
-	warned := false
+	refused := false
 	for ctx.Err() == nil {
-		// Nomad fixes a wildcard stream's namespaces when it subscribes:
-		// read them first, so that one created meanwhile shows as new.
-		namespaces, nsErr := b.namespaces(ctx)
-		sctx, cancel := context.WithCancel(ctx)
-		ch, err := b.nomad.EventStream().Stream(sctx, streamTopics, 0, &nomadapi.QueryOptions{Namespace: "*"})
-		if err == nil {
-			err = nsErr
+		flowed, quick, err := b.session(ctx, changed)
+		if ctx.Err() != nil {
+			return
 		}
-		if err != nil {
-			cancel()
-			wait := backoff
-			if StatusCode(err) == http.StatusForbidden {
-				wait = refusedRetry
-				if !warned {
-					log.Warn("Nomad refused the event stream: polling instead, listing Nomad in full every cycle; the token needs read-job in every namespace and node:read (docs/design.md, The service's view of Nomad)", "error", err)
-					warned = true
-				}
-			} else {
-				log.Warn("event stream unavailable; listing Nomad in full every cycle meanwhile", "error", err)
-				backoff = min(2*backoff, 10*time.Second)
+		switch {
+		case flowed:
+			if refused {
+				log.Info("Nomad accepts the event stream again; following its events")
 			}
-			if !sleep(ctx, wait) {
-				return
+			refused, backoff = false, 500*time.Millisecond
+		case StatusCode(err) == http.StatusForbidden || quick:
+			if !refused {
+				log.Warn("Nomad refused or closed the event stream at once: polling instead, listing Nomad in full every cycle; the service's token needs read-job in every namespace and node:read (docs/design.md, The service's view of Nomad)", "error", err)
 			}
-			continue
+			refused, backoff = true, refusedRetry
+		default:
+			backoff = min(2*backoff, 10*time.Second)
 		}
-		if warned {
-			log.Info("event stream accepted; following Nomad's events again")
-			warned = false
+		if err != nil && !refused {
+			log.Warn("event stream broke or unavailable; listing Nomad in full every cycle until it is back", "error", err)
 		}
-		backoff = 500 * time.Millisecond
-		b.connected(namespaces)
-		changed() // events in the gap are lost: the next Build lists in full
-		b.consume(ctx, ch, changed)
-		cancel()
-		b.disconnected()
-		changed()
 		if !sleep(ctx, backoff) {
 			return
 		}
 	}
 }
 
-// consume applies the stream's batches until it breaks or a batch cannot
-// be applied (a gap).
-func (b *Builder) consume(ctx context.Context, ch <-chan *nomadapi.Events, changed func()) {
-	log := b.log.Named("events")
+// quickClose is how soon after connecting a stream that ends without a
+// batch counts as refused.
+const quickClose = 3 * time.Second
+
+// session connects the stream once and consumes it: flowed says a batch
+// arrived, quick that it ended without one right after connecting, err
+// why it ended (nil when Build asked for a new subscription).
+func (b *Builder) session(ctx context.Context, changed func()) (flowed, quick bool, err error) {
+	// Nomad fixes a wildcard stream's namespaces when it subscribes:
+	// read them first, so that one created meanwhile shows as new.
+	namespaces, err := b.namespaces(ctx)
+	if err != nil {
+		return false, false, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, err := b.nomad.EventStream().Stream(sctx, streamTopics, 0, &nomadapi.QueryOptions{Namespace: "*"})
+	if err != nil {
+		return false, false, fmt.Errorf("subscribing to Nomad's event stream: %w", err)
+	}
+	start := time.Now()
+	b.connected(namespaces)
+	changed() // events before it are lost: the next Build lists in full
+	defer changed()
+	defer b.disconnected()
+	flowed, err = b.consume(ctx, ch, changed)
+	return flowed, !flowed && err != nil && time.Since(start) < quickClose, err
+}
+
+// consume applies the stream's batches until it breaks, a batch cannot be
+// applied (a gap) or Build asks for a new subscription.
+func (b *Builder) consume(ctx context.Context, ch <-chan *nomadapi.Events, changed func()) (flowed bool, err error) {
 	for {
 		var evs *nomadapi.Events
 		select {
 		case <-b.reconnect:
-			log.Info("Nomad has a namespace the event stream does not cover; reconnecting")
-			return
+			b.log.Named("events").Info("Nomad has a namespace the event stream does not cover; subscribing again")
+			return flowed, nil
+		case <-ctx.Done():
+			return flowed, nil
 		case evs = <-ch:
 		}
 		if evs == nil {
-			return
+			return flowed, errors.New("event stream closed")
 		}
 		if evs.Err != nil {
-			if ctx.Err() == nil {
-				log.Warn("event stream broke; reconnecting and listing Nomad in full", "error", evs.Err)
-			}
-			return
+			return flowed, fmt.Errorf("reading Nomad's event stream: %w", evs.Err)
 		}
+		flowed = true
 		if hook := b.opts.EventHook; hook != nil && !hook(evs) {
 			continue
 		}
 		if err := b.applyBatch(evs); err != nil {
-			log.Warn("gap in the event stream; reconnecting and listing Nomad in full", "error", err)
-			return
+			return flowed, fmt.Errorf("gap in the event stream: %w", err)
 		}
 		changed()
 	}
