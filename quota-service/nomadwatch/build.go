@@ -212,7 +212,7 @@ func (b *Builder) prune(jobs []*nomadapi.JobListStub) {
 	}
 }
 
-// Queue returns a function to pass to Watch that wakes the receiver of
+// Queue returns a function to pass to Follow that wakes the receiver of
 // the returned channel at most once per pending signal.
 func Queue() (func(), <-chan struct{}) {
 	ch := make(chan struct{}, 1)

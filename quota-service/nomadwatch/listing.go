@@ -96,7 +96,9 @@ func (b *Builder) fullNodes(ctx context.Context, stubs []*nomadapi.NodeListStub,
 	)
 	for _, n := range stubs {
 		if c, ok := cached[n.ID]; ok && c.full.ModifyIndex >= n.ModifyIndex {
+			mu.Lock()
 			out[n.ID] = c
+			mu.Unlock()
 			continue
 		}
 		wg.Add(1)

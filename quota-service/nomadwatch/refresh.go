@@ -3,6 +3,7 @@ package nomadwatch
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -117,7 +118,7 @@ func (b *Builder) checkNamespaces(ctx context.Context) error {
 // what adopting changes is what the stream missed.
 func (b *Builder) relist(ctx context.Context, reason string, gen uint64, count bool) ([]Change, error) {
 	b.mu.Lock()
-	cached := b.cache.nodes
+	cached := maps.Clone(b.cache.nodes) // events change the cache meanwhile
 	b.mu.Unlock()
 	l, err := b.list(ctx, allKinds, cached)
 	if err != nil {

@@ -163,7 +163,7 @@ func checkStreamRefusedPolls(t *testing.T, s *scenario, rules string, consul *co
 	})
 	waitLeader(t, svc)
 	testcluster.Eventually(t, 60*time.Second, func() error {
-		if !strings.Contains(logs.String(), "Nomad refused the event stream: polling instead") {
+		if !strings.Contains(logs.String(), "Nomad refused or closed the event stream at once: polling instead") {
 			return errors.New("no warning that the event stream was refused")
 		}
 		return nil

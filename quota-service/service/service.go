@@ -33,7 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// DefaultPlanInterval is the default safety-net re-list period.
+// DefaultPlanInterval is the default safety-net cycle period.
 const DefaultPlanInterval = 10 * time.Second
 
 // Config configures a Service. A zero duration takes its default.
@@ -43,7 +43,7 @@ type Config struct {
 	Layout   kvlayout.Layout
 	Log      hclog.Logger
 	Instance string
-	// PlanInterval is the safety-net re-list period (default
+	// PlanInterval is the safety-net cycle period (default
 	// DefaultPlanInterval).
 	PlanInterval time.Duration
 	// FollowUpWindow and FollowUpPeriod: after a Nomad event or quota
