@@ -139,8 +139,8 @@ func TestReclaimWithACLs(t *testing.T) {
 	})
 	checkServiceTokensDenied(t, s, svcNomad, svcConsul)
 	// The shipped policy lets the service follow the event stream.
-	if n := metric(t, svc.Registry(), "gpushare_view_relists_total", map[string]string{"reason": "poll"}); n != 0 {
-		t.Errorf("the leader listed Nomad %v times without the event stream, want 0 (the shipped policy allows it)", n)
+	if n := metric(t, svc.Registry(), "gpushare_view_relists_total", map[string]string{"reason": "start"}); n == 0 {
+		t.Errorf("the leader never listed Nomad for a connected event stream: the shipped policy should allow the stream")
 	}
 	stopSvc()
 	checkStreamRefusedPolls(t, s, rules, svcConsul)
