@@ -3,6 +3,7 @@ package service_test
 import (
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 
@@ -10,8 +11,10 @@ import (
 )
 
 // readCounter counts the service's requests to Nomad and the bytes of
-// their answers (the event stream's apart).
+// their answers (the event stream's apart); with refuseStream it answers
+// the event stream with 403, as Nomad does a token that may not read it.
 type readCounter struct {
+	refuseStream    bool
 	mu              sync.Mutex
 	requests, bytes int64
 	streamBytes     int64
@@ -19,6 +22,10 @@ type readCounter struct {
 }
 
 func (c *readCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	if c.refuseStream && req.URL.Path == "/v1/event/stream" {
+		return &http.Response{StatusCode: http.StatusForbidden, Status: "403 Forbidden", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header: http.Header{}, Body: io.NopCloser(strings.NewReader("Permission denied")), Request: req}, nil
+	}
 	resp, err := c.next.RoundTrip(req)
 	if err != nil {
 		return resp, err

@@ -4,11 +4,11 @@
 // writes per-project status to Consul KV.
 //
 // A cycle runs after every Nomad event or quota change (coalesced), and at
-// least every PlanInterval as a safety net. The leader keeps its view of
-// Nomad from Nomad's event stream (package nomadwatch: a full listing at
-// start, after a gap and every ResyncInterval); a standby instance, or a
-// leader whose token Nomad refuses the stream, lists Nomad in full every
-// cycle. A cycle whose reads fail, or whose Consul reads fail, takes no
+// least every PlanInterval as a safety net. Every instance keeps its view
+// of Nomad from Nomad's event stream (package nomadwatch: a full listing
+// at start, after a gap, when Nomad's indexes show changes the stream did
+// not deliver, and every ResyncInterval); an instance whose token Nomad
+// refuses the stream lists Nomad in full every cycle. A cycle whose reads fail, or whose Consul reads fail, takes no
 // action and says why in /v1/health and with gpushare_cycle_ok = 0. Before
 // every action the leader re-reads its lock (leader.Held), so an instance
 // that lost the lock while it hung never acts. A standby instance runs the
@@ -108,6 +108,10 @@ type Service struct {
 	isLeader   bool
 
 	util utilizationState
+
+	// nomadChanged is Follow's signal; nomadWake wakes the leader.
+	nomadChanged func()
+	nomadWake    <-chan struct{}
 }
 
 // withDefaults returns c with the defaults applied.
@@ -153,6 +157,7 @@ func New(cfg Config) *Service {
 		reclaimFor: map[string]time.Time{},
 		status:     Status{Instance: cfg.Instance},
 	}
+	s.nomadChanged, s.nomadWake = nomadwatch.Queue()
 	s.builder = nomadwatch.NewBuilder(cfg.Nomad, cfg.Log, nomadwatch.Options{
 		ResyncInterval: cfg.ResyncInterval, EventHook: cfg.EventHook, OnRelist: s.noteRelist})
 	s.initUtilization()
@@ -162,16 +167,18 @@ func New(cfg Config) *Service {
 // Registry is where the metrics live.
 func (s *Service) Registry() *prometheus.Registry { return s.reg }
 
-// Run runs until ctx ends: the quota watcher, the history follower (the
-// status's recent actions), the leader election, and the cycles (acting
-// only while leader). A standby instance cycles every
+// Run runs until ctx ends: the quota watcher, Nomad's event stream (the
+// view of Nomad, kept by standby and leader alike), the history follower
+// (the status's recent actions), the leader election, and the cycles
+// (acting only while leader). A standby instance cycles every
 // PlanInterval without acting, so that its /v1/status shows the same
 // read-only view as the leader's and its health says whether it can read
 // Nomad and Consul.
 func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(5)
+	wg.Add(6)
 	go func() { defer wg.Done(); s.watcher.Run(ctx) }()
+	go func() { defer wg.Done(); s.builder.Follow(ctx, s.nomadChanged) }()
 	go func() { defer wg.Done(); s.followHistory(ctx) }()
 	go func() { defer wg.Done(); s.runUtilization(ctx) }()
 	go func() { defer wg.Done(); s.standby(ctx) }()
@@ -198,8 +205,6 @@ func (s *Service) lead(ctx context.Context) {
 	// Leadership ends when ctx does (lock lost), not when the cycle in
 	// flight returns.
 	defer context.AfterFunc(ctx, func() { s.setLeader(false) })()
-	signal, wake := nomadwatch.Queue()
-	go s.builder.Follow(ctx, signal)
 	tick := time.NewTicker(s.cfg.PlanInterval)
 	defer tick.Stop()
 	follow := time.NewTimer(s.cfg.FollowUpPeriod)
@@ -211,7 +216,7 @@ func (s *Service) lead(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-wake:
+		case <-s.nomadWake:
 			trigger = "nomad-event"
 			followUntil = time.Now().Add(s.cfg.FollowUpWindow)
 		case <-s.watcher.Changed():

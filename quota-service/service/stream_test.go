@@ -74,26 +74,31 @@ func TestLostEventsRecoveredWithoutStaleActions(t *testing.T) {
 	dropping.Store(false)
 	stop()
 	// A new leader that resyncs often finds nothing the stream missed.
-	var leaderReads, standbyReads readCounter
+	var leaderReads readCounter
+	pollReads := readCounter{refuseStream: true}
 	svc2, _ := s.startInstance("q2", func(cfg *service.Config) {
 		cfg.ResyncInterval = 6 * time.Second
 		cfg.Nomad = countedNomad(t, c.NomadAddr, &leaderReads)
 	}, nil)
 	waitLeader(t, svc2)
 	// The figures to read: what a cycle reads from Nomad on the stream's
-	// view and without it (a standby lists in full every cycle).
-	svc3, _ := s.startInstance("q3", func(cfg *service.Config) { cfg.Nomad = countedNomad(t, c.NomadAddr, &standbyReads) }, nil)
+	// view and without it (an instance refused the stream lists in full
+	// every cycle).
+	svc3, _ := s.startInstance("q3", func(cfg *service.Config) { cfg.Nomad = countedNomad(t, c.NomadAddr, &pollReads) }, nil)
 	waitCycles(t, svc3, 2)
 	leaderReads.take()
-	standbyReads.take()
+	pollReads.take()
 	relists := func() float64 { return metric(t, svc2.Registry(), "gpushare_view_relists_total", nil) }
 	from2, from3, fromRelists := completedCycles(t, svc2), completedCycles(t, svc3), relists()
 	waitCycles(t, svc3, 5)
 	n2, n3 := completedCycles(t, svc2)-from2, completedCycles(t, svc3)-from3
 	lr, lb, ls := leaderReads.take()
-	sr, sb, _ := standbyReads.take()
-	t.Logf("reads per cycle: leader on the event stream %.1f requests, %.0f bytes (+ %d bytes of events; %v full listings) over %d cycles; standby listing in full %.1f requests, %.0f bytes over %d cycles",
+	sr, sb, _ := pollReads.take()
+	t.Logf("reads per cycle: leader on the event stream %.1f requests, %.0f bytes (+ %d bytes of events; %v full listings) over %d cycles; standby refused the stream, listing in full %.1f requests, %.0f bytes over %d cycles",
 		float64(lr)/float64(max(n2, 1)), float64(lb)/float64(max(n2, 1)), ls, relists()-fromRelists, n2, float64(sr)/float64(max(n3, 1)), float64(sb)/float64(max(n3, 1)), n3)
+	if n := metric(t, svc3.Registry(), "gpushare_view_relists_total", map[string]string{"reason": "poll"}); n == 0 {
+		t.Errorf("the instance refused the stream (403) did not poll")
+	}
 	testcluster.Eventually(t, 60*time.Second, func() error {
 		if got := metric(t, svc2.Registry(), "gpushare_view_relists_total", map[string]string{"reason": "resync"}); got < 2 {
 			return fmt.Errorf("%v periodic resyncs, waiting for 2", got)
