@@ -35,7 +35,7 @@ func TestServiceReadsTheStandIn(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			v, err := nomadwatch.NewBuilder(client, hclog.NewNullLogger()).Build(ctx, nil, nil, nil)
+			v, err := nomadwatch.NewBuilder(client, hclog.NewNullLogger(), nomadwatch.Options{}).Build(ctx, nil, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -121,7 +121,7 @@ func BenchmarkCycleParts(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	builder := nomadwatch.NewBuilder(client, hclog.NewNullLogger())
+	builder := nomadwatch.NewBuilder(client, hclog.NewNullLogger(), nomadwatch.Options{})
 	ctx := context.Background()
 	if _, err := builder.Build(ctx, nil, nil, nil); err != nil { // warm the caches
 		b.Fatal(err)

@@ -29,14 +29,17 @@ namespace "*" {
   capabilities = [
     # GET /v1/jobs?namespace=*&meta=true (jobs, their meta and summaries)
     "list-jobs",
-    # GET /v1/job/:id (specs of running, pending and suspended jobs),
+    # GET /v1/job/:id and /v1/job/:id/summary (specs of running, pending
+    # and suspended jobs; system jobs' queued instances),
     # GET /v1/allocations?namespace=*&resources=true (who holds which GPU),
-    # GET /v1/event/stream topics Job, Allocation, Evaluation
+    # GET /v1/event/stream topics Job, Allocation, Evaluation, Deployment:
+    # a wildcard stream needs read-job in every namespace, or Nomad refuses
+    # it (403) and the service lists Nomad in full every cycle instead
     "read-job",
   ]
 }
 
-# read: GET /v1/nodes?resources=true (each node's GPUs in both device
+# read: GET /v1/nodes and /v1/node/:id (each node's GPUs in both device
 # families), the Node topic of the event stream, GET /v1/client/metadata.
 # write: POST /v1/client/metadata, the placement ranks the service publishes
 # as dynamic node metadata gpushare.rank.<class> (-publish-ranks, on by

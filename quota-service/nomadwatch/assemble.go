@@ -1,21 +1,25 @@
-// Package nomadwatch builds the planner's model.Snapshot from Nomad and
-// tells the service when to plan again.
+// Package nomadwatch keeps the service's view of Nomad and builds the
+// planner's model.Snapshot from it.
 //
-// Build lists nodes (with their device resources, and each node's
-// attributes and meta, read once per node modify index), allocations (with
-// their allocated device IDs) and jobs (with their summaries and meta) in
-// all namespaces, and assembles a View: the snapshot plus what the actuator
-// needs to act on it (job specs, the suspension records with their
-// verdicts). Only GPU work counts (docs/design.md, Units and device
-// families): a node's GPUs are the physical GPUs named by its "nvidia/gpu"
-// and "nvidia/gpu-share" device instances (package device/ids), an
-// allocation's usage is the whole GPUs and shares it was given, wherever
-// they land, and pending demand is what Nomad will still place of each
-// task group (demand.go) times its device asks ("nvidia/gpu" count = whole
-// GPUs, "nvidia/gpu-share" count = share instances of one GPU, each of
-// 100/shares_per_gpu shares: shareUnitOf). Each suspension
-// record is read against Nomad's job (records.go; docs/design.md,
-// Suspension and resumption).
+// The view (cache.go; docs/design.md, The service's view of Nomad) holds
+// every node (its attributes, meta and device inventory, decoded once per
+// node modify index), every allocation desired to run (with its allocated
+// device IDs, without task states) and every job (with its summary and
+// meta) in all namespaces. Follow keeps it from Nomad's event stream
+// (follow.go); Build lists Nomad in full without the stream, once per
+// stream connection, when Nomad's indexes show changes the stream did not
+// deliver, and every ResyncInterval (refresh.go, listing.go). Build then
+// assembles a View: the snapshot plus what the actuator needs to act on it
+// (job specs, the suspension records with their verdicts). Only GPU work
+// counts (docs/design.md, Units and device families): a node's GPUs are the
+// physical GPUs named by its "nvidia/gpu" and "nvidia/gpu-share" device
+// instances (package device/ids), an allocation's usage is the whole GPUs
+// and shares it was given, wherever they land, and pending demand is what
+// Nomad will still place of each task group (demand.go) times its device
+// asks ("nvidia/gpu" count = whole GPUs, "nvidia/gpu-share" count = share
+// instances of one GPU, each of 100/shares_per_gpu shares: shareUnitOf).
+// Each suspension record is read against Nomad's job
+// (records.go; docs/design.md, Suspension and resumption).
 //
 // The snapshot plans on what Nomad will really do. A node that is not
 // ready, ineligible or draining, and a node holding an allocation the
@@ -33,9 +37,8 @@
 // that lacks CPU or memory. CPU is in Nomad's units (MHz) throughout; the
 // model's CPUMilli only needs one unit.
 //
-// Watch follows Nomad's event stream (Job, Allocation, Evaluation and Node
-// topics) and signals a re-plan on every change and after every reconnect,
-// since the stream's buffer may have dropped events in the gap.
+// Follow signals a re-plan after every batch of events and every
+// (re)connect or break of the stream.
 package nomadwatch
 
 import (

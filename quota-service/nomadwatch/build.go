@@ -14,61 +14,93 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
-// Builder lists Nomad and assembles Views. Job specs are cached by the
-// job's modify index (which moves with every change, version tags
-// included), full nodes by node modify index.
+// DefaultResyncInterval is how often the cache kept by the event stream
+// is checked against a full listing by default.
+const DefaultResyncInterval = 5 * time.Minute
+
+// Options tune a Builder. A zero duration takes its default.
+type Options struct {
+	// ResyncInterval is how often Build lists Nomad in full while it
+	// follows the event stream, as a safety net (default
+	// DefaultResyncInterval).
+	ResyncInterval time.Duration
+	// CatchUp bounds how long Build waits for the stream to deliver the
+	// events Nomad's indexes show before it lists Nomad instead (default
+	// 2 s).
+	CatchUp time.Duration
+	// OnRelist, when set, is told of every listing the cache adopted: why
+	// (start, gap, poll, index, resync) and, for a resync, what it
+	// corrected in the cache (each count should be zero).
+	OnRelist func(reason string, corrected []Change)
+	// EventHook, when set, sees every batch of events before it is
+	// applied; false drops the batch. A test hook (events lost without a
+	// break in the stream); nil in production.
+	EventHook func(*nomadapi.Events) bool
+}
+
+// Builder keeps the service's view of Nomad and assembles Views from it.
+// While Follow holds the event stream, the view is the cache the events
+// keep (listed in full once per connection, checked against Nomad's
+// indexes every Build, and listed in full again every ResyncInterval);
+// without the stream, every Build lists Nomad in full. Job specs are
+// cached by the job's modify index (which moves with every change,
+// version tags included), full nodes by node modify index.
 type Builder struct {
 	nomad *nomadapi.Client
 	log   hclog.Logger
+	opts  Options
 
 	mu    sync.Mutex
 	specs map[string]*nomadapi.Job
-	nodes map[string]cachedNode
+	cache *cache
+	// streaming: Follow holds a connected stream (gen counts its
+	// connections); synced: the cache was listed in full since it
+	// connected. applied is the index of the last batch applied.
+	streaming, synced, everSynced bool
+	gen, applied                  uint64
+	lastFull                      time.Time
+	// streamNS are the namespaces the stream's subscription covers;
+	// reconnect asks Follow to subscribe again.
+	streamNS  string
+	reconnect chan struct{}
 }
 
 // NewBuilder returns a builder over the Nomad client.
-func NewBuilder(client *nomadapi.Client, log hclog.Logger) *Builder {
-	return &Builder{nomad: client, log: log.Named("nomadwatch"), specs: map[string]*nomadapi.Job{}, nodes: map[string]cachedNode{}}
+func NewBuilder(client *nomadapi.Client, log hclog.Logger, opts Options) *Builder {
+	if opts.ResyncInterval <= 0 {
+		opts.ResyncInterval = DefaultResyncInterval
+	}
+	if opts.CatchUp <= 0 {
+		opts.CatchUp = 2 * time.Second
+	}
+	return &Builder{nomad: client, log: log.Named("nomadwatch"), opts: opts, specs: map[string]*nomadapi.Job{}, cache: newCache(),
+		reconnect: make(chan struct{}, 1)}
 }
 
-// Build lists nodes, allocations and jobs in all namespaces and assembles
-// a View with the given quota settings and suspension records (recErrs:
-// those that did not decode). Any listing error fails the whole build: the
-// service never plans on partial data.
+// Build assembles a View of nodes, allocations and jobs in all namespaces
+// with the given quota settings and suspension records (recErrs: those
+// that did not decode). Any read error fails the whole build: the service
+// never plans on partial data.
 func (b *Builder) Build(ctx context.Context, settings []quota.Settings, suspensions []state.Suspension, recErrs []state.RecordError) (*View, error) {
-	q := func(params map[string]string) *nomadapi.QueryOptions {
-		return (&nomadapi.QueryOptions{Namespace: "*", Params: params, AllowStale: false}).WithContext(ctx)
-	}
-	nodes, _, err := b.nomad.Nodes().List(q(map[string]string{"resources": "true"}))
-	if err != nil {
-		return nil, fmt.Errorf("listing Nomad nodes: %w", err)
-	}
-	allocs, _, err := b.nomad.Allocations().List(q(map[string]string{"resources": "true"}))
-	if err != nil {
-		return nil, fmt.Errorf("listing Nomad allocations: %w", err)
-	}
-	// Meta only comes with meta=true: the non-preemptible flag and the
-	// projects' job_meta_key mapping read it.
-	jobs, _, err := b.nomad.Jobs().ListOptions(&nomadapi.JobListOptions{Fields: &nomadapi.JobListFields{Meta: true}}, q(nil))
-	if err != nil {
-		return nil, fmt.Errorf("listing Nomad jobs: %w", err)
-	}
-	info, err := b.nodeInfo(ctx, nodes)
-	if err != nil {
-		return nil, err
-	}
 	now := time.Now()
-	specs, err := b.readSpecs(ctx, jobs, suspensions)
+	if err := b.refresh(ctx, now); err != nil {
+		return nil, err
+	}
+	in, err := b.inputs(ctx)
 	if err != nil {
 		return nil, err
 	}
-	unlisted, err := b.readUnlisted(ctx, jobs, suspensions, specs)
+	specs, err := b.readSpecs(ctx, in.Jobs, suspensions)
 	if err != nil {
 		return nil, err
 	}
-	b.prune(jobs)
-	return Assemble(Inputs{Nodes: nodes, NodeInfo: info, Allocations: allocs, Jobs: jobs, Specs: specs,
-		Settings: settings, Suspensions: suspensions, RecordErrors: recErrs, Unlisted: unlisted, Now: now}), nil
+	unlisted, err := b.readUnlisted(ctx, in.Jobs, suspensions, specs)
+	if err != nil {
+		return nil, err
+	}
+	b.prune(in.Jobs)
+	in.Specs, in.Unlisted, in.Settings, in.Suspensions, in.RecordErrors, in.Now = specs, unlisted, settings, suspensions, recErrs, now
+	return Assemble(in), nil
 }
 
 // readSpecs reads the full spec of every job that may have pending work
@@ -140,14 +172,30 @@ func (b *Builder) spec(ctx context.Context, j *nomadapi.JobListStub) (*nomadapi.
 	if cached != nil && cached.ModifyIndex != nil && *cached.ModifyIndex == j.ModifyIndex {
 		return cached, nil
 	}
-	spec, _, err := b.nomad.Jobs().Info(j.ID, (&nomadapi.QueryOptions{Namespace: j.Namespace}).WithContext(ctx))
+	spec, err := b.readSpec(ctx, j)
 	if err != nil {
-		return nil, fmt.Errorf("reading Nomad job %s: %w", key, err)
+		return nil, err
 	}
 	b.mu.Lock()
 	b.specs[key] = spec
 	b.mu.Unlock()
 	return spec, nil
+}
+
+// readSpec reads a job at least as new as its stub: stale first, from the
+// leader when the stale answer is older.
+func (b *Builder) readSpec(ctx context.Context, j *nomadapi.JobListStub) (*nomadapi.Job, error) {
+	key := Key(j.Namespace, j.ID)
+	for _, stale := range []bool{true, false} {
+		spec, _, err := b.nomad.Jobs().Info(j.ID, (&nomadapi.QueryOptions{Namespace: j.Namespace, AllowStale: stale}).WithContext(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("reading Nomad job %s: %w", key, err)
+		}
+		if spec.ModifyIndex != nil && *spec.ModifyIndex >= j.ModifyIndex {
+			return spec, nil
+		}
+	}
+	return nil, fmt.Errorf("reading Nomad job %s: the leader answered a version older than index %d", key, j.ModifyIndex)
 }
 
 func (b *Builder) prune(jobs []*nomadapi.JobListStub) {
@@ -164,56 +212,7 @@ func (b *Builder) prune(jobs []*nomadapi.JobListStub) {
 	}
 }
 
-// Watch follows the event stream until ctx ends and calls changed after
-// every batch of events and after every (re)connect, when events may have
-// been missed. Connection errors are logged and retried with a back-off.
-func Watch(ctx context.Context, client *nomadapi.Client, log hclog.Logger, changed func()) {
-	log = log.Named("events")
-	topics := map[nomadapi.Topic][]string{
-		nomadapi.TopicJob: {"*"}, nomadapi.TopicAllocation: {"*"},
-		nomadapi.TopicEvaluation: {"*"}, nomadapi.TopicNode: {"*"},
-	}
-	backoff := 500 * time.Millisecond
-	for ctx.Err() == nil {
-		sctx, cancel := context.WithCancel(ctx)
-		ch, err := client.EventStream().Stream(sctx, topics, 0, &nomadapi.QueryOptions{Namespace: "*"})
-		if err != nil {
-			cancel()
-			log.Warn("event stream unavailable; relying on periodic re-lists", "error", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 10*time.Second)
-			continue
-		}
-		changed() // (re)connected: whatever happened in the gap needs a re-list
-		for evs := range ch {
-			if evs.Err != nil {
-				if ctx.Err() != nil {
-					break
-				}
-				log.Warn("event stream broke; reconnecting", "error", evs.Err)
-				break
-			}
-			backoff = 500 * time.Millisecond
-			if len(evs.Events) > 0 {
-				changed()
-			}
-		}
-		cancel()
-		if ctx.Err() == nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(backoff):
-			}
-			changed()
-		}
-	}
-}
-
-// Queue returns a function to pass to Watch that wakes the receiver of
+// Queue returns a function to pass to Follow that wakes the receiver of
 // the returned channel at most once per pending signal.
 func Queue() (func(), <-chan struct{}) {
 	ch := make(chan struct{}, 1)

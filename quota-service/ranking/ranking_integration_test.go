@@ -78,7 +78,7 @@ func runSequence(t *testing.T, ranked bool) outcome {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	builder := nomadwatch.NewBuilder(c.Nomad, hclog.NewNullLogger())
+	builder := nomadwatch.NewBuilder(c.Nomad, hclog.NewNullLogger(), nomadwatch.Options{})
 	pub := ranking.NewPublisher(c.Nomad, nil)
 	pub.MinInterval = 0
 	view := func() (*nomadwatch.View, error) { return builder.Build(ctx, nil, nil, nil) }

@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -100,7 +101,7 @@ func TestReclaimWithACLs(t *testing.T) {
 		t.Fatal(err)
 	}
 	svcNomad, svcConsul := nomadWithToken(t, c, nomadToken), consulWithToken(t, c, consulToken)
-	svc, _ := s.startQuotaService("q1", func(cfg *service.Config) {
+	svc, stopSvc := s.startQuotaService("q1", func(cfg *service.Config) {
 		cfg.Nomad, cfg.Consul, cfg.PublishRanks = svcNomad, svcConsul, true
 	})
 	waitLeader(t, svc)
@@ -140,6 +141,44 @@ func TestReclaimWithACLs(t *testing.T) {
 		return nil
 	})
 	checkServiceTokensDenied(t, s, svcNomad, svcConsul)
+	// The shipped policy lets the service follow the event stream.
+	if n := metric(t, svc.Registry(), "gpushare_view_relists_total", map[string]string{"reason": "start"}); n == 0 {
+		t.Errorf("the leader never listed Nomad for a connected event stream: the shipped policy should allow the stream")
+	}
+	stopSvc()
+	checkStreamRefusedPolls(t, s, rules, svcConsul)
+}
+
+// checkStreamRefusedPolls: a token without read-job in every namespace
+// is refused the event stream (403); the service warns and lists Nomad in
+// full every cycle instead, and still works.
+func checkStreamRefusedPolls(t *testing.T, s *scenario, rules string, consul *consulapi.Client) {
+	t.Helper()
+	narrow := strings.Replace(rules, `namespace "*" {`, `namespace "team-*" {`, 1)
+	token, err := s.c.CreateNomadToken("gpushare-quota-narrow", narrow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	svc, _ := s.startQuotaService("q2", func(cfg *service.Config) {
+		cfg.Nomad, cfg.Consul, cfg.Log = nomadWithToken(t, s.c, token), consul, teeLogger(t, "q2", &logs)
+		cfg.PlanInterval = time.Second
+	})
+	waitLeader(t, svc)
+	testcluster.Eventually(t, 60*time.Second, func() error {
+		if !strings.Contains(logs.String(), "Nomad refused or closed the event stream at once: polling instead") {
+			return errors.New("no warning that the event stream was refused")
+		}
+		return nil
+	})
+	polls := metric(t, svc.Registry(), "gpushare_view_relists_total", map[string]string{"reason": "poll"})
+	waitCycles(t, svc, 3)
+	if n := metric(t, svc.Registry(), "gpushare_view_relists_total", map[string]string{"reason": "poll"}); n < polls+3 {
+		t.Errorf("%v listings in 3 cycles without the stream, want one a cycle", n-polls)
+	}
+	if h := svc.Health(); !h.OK {
+		t.Errorf("health without the event stream = %+v, want OK", h)
+	}
 }
 
 // checkServiceTokensDenied shows what the service's tokens may not do:

@@ -112,7 +112,7 @@ func TestActuatorSuspendsAndResumesARealJob(t *testing.T) {
 	j := gpuJob{ns: "team-a", id: "trainer", whole: 1}
 	s.submit(j)
 	s.wait(90*time.Second, "running", isRunning, j)
-	b := nomadwatch.NewBuilder(c.Nomad, log)
+	b := nomadwatch.NewBuilder(c.Nomad, log, nomadwatch.Options{})
 	act := actuator.New(c.Nomad, s.store, log, "test", actuator.Options{SuspendHold: time.Millisecond})
 	key := nomadwatch.Key(j.ns, j.id)
 	original, err := s.nomadJob(j.ns, j.id)
@@ -212,7 +212,7 @@ func TestActuatorRefusesStaleView(t *testing.T) {
 	ctx := context.Background()
 	store := state.New(c.Consul, kvlayout.New("stale-test"))
 	runSleeper(t, c, "team-s", "busy")
-	v, err := nomadwatch.NewBuilder(c.Nomad, logger(t)).Build(ctx, nil, nil, nil)
+	v, err := nomadwatch.NewBuilder(c.Nomad, logger(t), nomadwatch.Options{}).Build(ctx, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

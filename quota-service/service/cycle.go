@@ -12,7 +12,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 )
 
-// cycle re-lists, plans and acts once; held reports that an action was
+// cycle reads Nomad (package nomadwatch), plans and acts once; held reports that an action was
 // held back or failed, so that the leader retries soon.
 func (s *Service) cycle(ctx context.Context) (held bool) { return s.run(ctx, true) }
 
@@ -62,8 +62,8 @@ func (s *Service) run(ctx context.Context, mayAct bool) (held bool) {
 	return len(c.rep.Skipped) > 0 || len(c.rep.Errors) > 0
 }
 
-// read takes the quota settings in force, the suspension records and a
-// full listing of Nomad, and keeps the planner off jobs the service could
+// read takes the quota settings in force, the suspension records and the
+// view of Nomad, and keeps the planner off jobs the service could
 // not bring back (actuator.Vet).
 func (s *Service) read(ctx context.Context) (*cycleData, *cycleFailure) {
 	if s.watcher.LastSync().IsZero() {

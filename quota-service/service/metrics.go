@@ -1,6 +1,7 @@
 package service
 
 import (
+	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -22,6 +23,8 @@ type metrics struct {
 	CycleErrors    *prometheus.CounterVec
 	Triggers       *prometheus.CounterVec
 	RecordErrors   prometheus.Gauge
+	Relists        *prometheus.CounterVec
+	Corrections    *prometheus.CounterVec
 }
 
 // newMetrics registers the metrics with reg.
@@ -51,8 +54,26 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Leader cycles by what started them (nomad-event, quota-change, follow-up, interval)."}, []string{"trigger"}),
 		RecordErrors: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpushare", Name: "record_errors",
 			Help: "Suspension records the service does not act on (Nomad does not corroborate them); see record_errors in /v1/status."}),
+		Relists: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpushare", Name: "view_relists_total",
+			Help: "Full listings of Nomad, by reason: start (stream connected), gap (stream broke or an event did not decode), index (Nomad's index ahead of the events), resync (periodic check), poll (no stream)."}, []string{"reason"}),
+		Corrections: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpushare", Name: "view_resync_corrections_total",
+			Help: "Objects the periodic resync found wrong in the view the event stream keeps, by kind (node, allocation, job) and change (added, removed, changed); should stay 0."}, []string{"kind", "change"}),
 	}
 	reg.MustRegister(m.Guaranteed, m.Allocated, m.Deserved, m.Pending, m.Suspended, m.Queue, m.Leader, m.LastRelist, m.CycleOK,
-		m.Reclaims, m.Resumes, m.ReclaimLatency, m.Cycle, m.CycleErrors, m.Triggers, m.RecordErrors)
+		m.Reclaims, m.Resumes, m.ReclaimLatency, m.Cycle, m.CycleErrors, m.Triggers, m.RecordErrors,
+		m.Relists, m.Corrections)
 	return m
+}
+
+// noteRelist counts a listing of Nomad and what a resync corrected.
+func (s *Service) noteRelist(reason string, corrected []nomadwatch.Change) {
+	s.metrics.Relists.WithLabelValues(reason).Inc()
+	for _, c := range corrected {
+		for change, n := range map[string]int{"added": c.Added, "removed": c.Removed, "changed": c.Changed} {
+			s.metrics.Corrections.WithLabelValues(c.Kind, change).Add(float64(n))
+			if n > 0 {
+				s.log.Warn("the periodic resync corrected the view of Nomad", "kind", c.Kind, "change", change, "count", n)
+			}
+		}
+	}
 }

@@ -4,8 +4,11 @@
 // writes per-project status to Consul KV.
 //
 // A cycle runs after every Nomad event or quota change (coalesced), and at
-// least every PlanInterval as a safety net. Every cycle re-lists Nomad in
-// full; a cycle whose listing fails, or whose Consul reads fail, takes no
+// least every PlanInterval as a safety net. Every instance keeps its view
+// of Nomad from Nomad's event stream (package nomadwatch: a full listing
+// at start, after a gap, when Nomad's indexes show changes the stream did
+// not deliver, and every ResyncInterval); an instance whose token Nomad
+// refuses the stream lists Nomad in full every cycle. A cycle whose reads fail, or whose Consul reads fail, takes no
 // action and says why in /v1/health and with gpushare_cycle_ok = 0. Before
 // every action the leader re-reads its lock (leader.Held), so an instance
 // that lost the lock while it hung never acts. A standby instance runs the
@@ -30,7 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// DefaultPlanInterval is the default safety-net re-list period.
+// DefaultPlanInterval is the default safety-net cycle period.
 const DefaultPlanInterval = 10 * time.Second
 
 // Config configures a Service. A zero duration takes its default.
@@ -40,7 +43,7 @@ type Config struct {
 	Layout   kvlayout.Layout
 	Log      hclog.Logger
 	Instance string
-	// PlanInterval is the safety-net re-list period (default
+	// PlanInterval is the safety-net cycle period (default
 	// DefaultPlanInterval).
 	PlanInterval time.Duration
 	// FollowUpWindow and FollowUpPeriod: after a Nomad event or quota
@@ -64,6 +67,15 @@ type Config struct {
 	Registry *prometheus.Registry
 	// SessionTTL and LockDelay tune the leader lock.
 	SessionTTL, LockDelay time.Duration
+	// ResyncInterval is how often the view the event stream keeps is
+	// checked against a full listing of Nomad (default
+	// nomadwatch.DefaultResyncInterval); what the check corrects is
+	// counted in gpushare_view_resync_corrections_total.
+	ResyncInterval time.Duration
+	// EventHook, when set, sees every batch of Nomad events before the
+	// view applies it; false drops the batch. A test hook (events lost
+	// without a break in the stream); nil in production.
+	EventHook func(*nomadapi.Events) bool
 	// Usage: reading what the GPU nodes' device plugins report as used
 	// (utilization.go).
 	Usage UsageConfig
@@ -102,6 +114,10 @@ type Service struct {
 
 	// ranks is nil without Config.PublishRanks.
 	ranks *ranks
+
+	// nomadChanged is Follow's signal; nomadWake wakes the leader.
+	nomadChanged func()
+	nomadWake    <-chan struct{}
 }
 
 // withDefaults returns c with the defaults applied.
@@ -142,12 +158,14 @@ func New(cfg Config) *Service {
 	s := &Service{
 		cfg: cfg, log: cfg.Log, store: store, act: act, reg: cfg.Registry,
 		watcher:    quota.NewWatcher(cfg.Consul, cfg.Layout, cfg.Log),
-		builder:    nomadwatch.NewBuilder(cfg.Nomad, cfg.Log),
 		metrics:    newMetrics(cfg.Registry),
 		written:    map[string]state.ProjectStatus{},
 		reclaimFor: map[string]time.Time{},
 		status:     Status{Instance: cfg.Instance},
 	}
+	s.nomadChanged, s.nomadWake = nomadwatch.Queue()
+	s.builder = nomadwatch.NewBuilder(cfg.Nomad, cfg.Log, nomadwatch.Options{
+		ResyncInterval: cfg.ResyncInterval, EventHook: cfg.EventHook, OnRelist: s.noteRelist})
 	s.initUtilization()
 	if cfg.PublishRanks {
 		s.ranks = newRanks(s)
@@ -158,16 +176,18 @@ func New(cfg Config) *Service {
 // Registry is where the metrics live.
 func (s *Service) Registry() *prometheus.Registry { return s.reg }
 
-// Run runs until ctx ends: the quota watcher, the history follower (the
-// status's recent actions), the leader election, and the cycles (acting
-// only while leader). A standby instance cycles every
+// Run runs until ctx ends: the quota watcher, Nomad's event stream (the
+// view of Nomad, kept by standby and leader alike), the history follower
+// (the status's recent actions), the leader election, and the cycles
+// (acting only while leader). A standby instance cycles every
 // PlanInterval without acting, so that its /v1/status shows the same
 // read-only view as the leader's and its health says whether it can read
 // Nomad and Consul.
 func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(5)
+	wg.Add(6)
 	go func() { defer wg.Done(); s.watcher.Run(ctx) }()
+	go func() { defer wg.Done(); s.builder.Follow(ctx, s.nomadChanged) }()
 	go func() { defer wg.Done(); s.followHistory(ctx) }()
 	go func() { defer wg.Done(); s.runUtilization(ctx) }()
 	go func() { defer wg.Done(); s.standby(ctx) }()
@@ -198,8 +218,6 @@ func (s *Service) lead(ctx context.Context) {
 		// Another instance may have published since this one last led.
 		s.ranks.pub.Forget()
 	}
-	signal, wake := nomadwatch.Queue()
-	go nomadwatch.Watch(ctx, s.cfg.Nomad, s.log, signal)
 	tick := time.NewTicker(s.cfg.PlanInterval)
 	defer tick.Stop()
 	follow := time.NewTimer(s.cfg.FollowUpPeriod)
@@ -211,7 +229,7 @@ func (s *Service) lead(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-wake:
+		case <-s.nomadWake:
 			trigger = "nomad-event"
 			followUntil = time.Now().Add(s.cfg.FollowUpWindow)
 		case <-s.watcher.Changed():

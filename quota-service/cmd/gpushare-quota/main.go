@@ -13,7 +13,8 @@
 //	-listen             GPUSHARE_LISTEN            HTTP API address (127.0.0.1:9646: this host only)
 //	-tls-cert           GPUSHARE_TLS_CERT          PEM certificate (chain) to serve the API over HTTPS
 //	-tls-key            GPUSHARE_TLS_KEY           PEM private key of -tls-cert
-//	-plan-interval      GPUSHARE_PLAN_INTERVAL     safety-net re-list period (10s)
+//	-plan-interval      GPUSHARE_PLAN_INTERVAL     safety-net plan period; without the event stream, re-list period (10s)
+//	-resync-interval    GPUSHARE_RESYNC_INTERVAL   full listing that checks the view the event stream keeps (5m)
 //	-max-staleness      GPUSHARE_MAX_STALENESS     no action on older data (15s)
 //	-policy             GPUSHARE_POLICY            placement policy for idle capacity (gpushare)
 //	-max-record-bytes   GPUSHARE_MAX_RECORD_BYTES  largest suspension record (524288, Consul's kv_max_value_size)
@@ -72,7 +73,7 @@ func run(args []string) error {
 		return err
 	}
 	svc := service.New(service.Config{Nomad: nomad, Consul: consul, Layout: opts.layout, Log: log,
-		Instance: opts.instance, PlanInterval: opts.interval, MaxStaleness: opts.staleness, PolicyName: opts.policy, MaxRecordBytes: opts.maxRecordBytes,
+		Instance: opts.instance, PlanInterval: opts.interval, ResyncInterval: opts.resync, MaxStaleness: opts.staleness, PolicyName: opts.policy, MaxRecordBytes: opts.maxRecordBytes,
 		Usage: service.UsageConfig{Port: opts.usagePort, Period: opts.usagePeriod}, PublishRanks: opts.publishRanks})
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

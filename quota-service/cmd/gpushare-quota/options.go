@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/quota-service/actuator"
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
+	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/gpushare/nomad-gpushare/quota-service/utilization"
@@ -28,7 +29,7 @@ type options struct {
 	layout                          kvlayout.Layout
 	listen                          string
 	tlsCert, tlsKey                 string
-	interval, staleness             time.Duration
+	interval, staleness, resync     time.Duration
 	policy, instance, logLevel      string
 	// maxRecordBytes bounds a suspension record (it holds the job spec).
 	maxRecordBytes int
@@ -75,7 +76,8 @@ func parseOptions(args []string) (*options, error) {
 		envErrs = append(envErrs, err)
 		return d
 	}
-	fs.DurationVar(&o.interval, "plan-interval", durEnv("GPUSHARE_PLAN_INTERVAL", service.DefaultPlanInterval), "safety-net full re-list and plan period")
+	fs.DurationVar(&o.interval, "plan-interval", durEnv("GPUSHARE_PLAN_INTERVAL", service.DefaultPlanInterval), "safety-net plan period (without the event stream: full re-list period)")
+	fs.DurationVar(&o.resync, "resync-interval", durEnv("GPUSHARE_RESYNC_INTERVAL", nomadwatch.DefaultResyncInterval), "how often the view the event stream keeps is checked against a full listing of Nomad")
 	fs.DurationVar(&o.staleness, "max-staleness", durEnv("GPUSHARE_MAX_STALENESS", actuator.DefaultMaxStaleness), "take no action on data listed longer ago")
 	fs.StringVar(&o.policy, "policy", env("GPUSHARE_POLICY", "gpushare"), "placement policy for idle capacity")
 	maxRecord, err := intEnv("GPUSHARE_MAX_RECORD_BYTES", state.DefaultMaxRecordBytes)
@@ -101,8 +103,8 @@ func parseOptions(args []string) (*options, error) {
 }
 
 func (o *options) validate() error {
-	if o.interval <= 0 || o.staleness <= 0 || o.usagePeriod <= 0 {
-		return errors.New("-plan-interval, -max-staleness and -usage-period must be positive durations such as 10s")
+	if o.interval <= 0 || o.staleness <= 0 || o.usagePeriod <= 0 || o.resync <= 0 {
+		return errors.New("-plan-interval, -max-staleness, -usage-period and -resync-interval must be positive durations such as 10s")
 	}
 	if o.usagePort < 0 || o.usagePort > 65535 {
 		return fmt.Errorf("-usage-port %d: give the device plugins' usage_listen port (1-65535), or 0 to read no GPU usage", o.usagePort)

@@ -1,0 +1,341 @@
+package nomadwatch
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gpushare/nomad-gpushare/device/ids"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+// kind is one kind of object the cache keeps.
+type kind int
+
+const (
+	kindNode kind = iota
+	kindAlloc
+	kindJob
+	numKinds
+)
+
+// String names the kind as the resync metric labels it.
+func (k kind) String() string { return [...]string{"node", "allocation", "job"}[k] }
+
+// nodeEntry is a node as the cache keeps it: the full node (attributes,
+// meta, device inventory), decoded once per modify index, and the stub
+// Assemble reads, derived from it.
+type nodeEntry struct {
+	stub *nomadapi.NodeListStub
+	full *nomadapi.Node
+}
+
+// allocEntry is a live (desired to run) allocation. versionKnown is false
+// for an allocation that came from the event stream and was placed or
+// updated in place since the service last listed it: Nomad's allocation
+// events leave the job out, and with it the version the allocation runs.
+type allocEntry struct {
+	stub         *nomadapi.AllocationListStub
+	versionKnown bool
+	// placed is the allocation's AllocModifyIndex (placement or in-place
+	// update) when it came from an event; 0 from a listing.
+	placed uint64
+}
+
+// cache is the service's view of Nomad: every node, every allocation
+// desired to run and every job, each at the modify index Nomad last showed
+// for it, kept by one listing and then by the event stream.
+type cache struct {
+	nodes  map[string]nodeEntry
+	allocs map[string]allocEntry
+	jobs   map[string]*nomadapi.JobListStub
+	// index is, by kind, the Nomad index the cache is current at: the
+	// listing's, then every event's applied.
+	index [numKinds]uint64
+	// latest is the index of the newest event applied, of any topic.
+	latest uint64
+	// listedAt is, by kind, the index of the last listing adopted.
+	listedAt [numKinds]uint64
+	// deleted holds, by kind, the objects events deleted since the last
+	// listing, at the index of their deletion, so that a listing read
+	// before the deletion does not bring them back.
+	deleted [numKinds]map[string]uint64
+	// dirtySummary are the system and sysbatch jobs whose summary (their
+	// queued instances, which no event carries) must be read again.
+	dirtySummary map[string]bool
+}
+
+func newCache() *cache {
+	c := &cache{nodes: map[string]nodeEntry{}, allocs: map[string]allocEntry{}, jobs: map[string]*nomadapi.JobListStub{},
+		dirtySummary: map[string]bool{}}
+	for k := range c.deleted {
+		c.deleted[k] = map[string]uint64{}
+	}
+	return c
+}
+
+// apply applies one event. An event older than what the cache holds of
+// its object is ignored, so that events replayed after a listing change
+// nothing. It fails only on a payload that does not decode, which the
+// caller must treat as a gap.
+func (c *cache) apply(ev *nomadapi.Event) error {
+	c.latest = max(c.latest, ev.Index)
+	var err error
+	switch ev.Topic {
+	case nomadapi.TopicNode:
+		err = c.applyNode(ev)
+	case nomadapi.TopicAllocation:
+		err = c.applyAlloc(ev)
+	case nomadapi.TopicJob:
+		err = c.applyJob(ev)
+	case nomadapi.TopicEvaluation:
+		var e *nomadapi.Evaluation
+		if e, err = ev.Evaluation(); err == nil && e != nil {
+			c.touchSummary(Key(e.Namespace, e.JobID))
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("decoding Nomad %s event at index %d: %w", ev.Topic, ev.Index, err)
+	}
+	return nil
+}
+
+// payloadIndex is the ModifyIndex of the payload's object, read without
+// decoding it, or 0.
+func payloadIndex(ev *nomadapi.Event, field string) uint64 {
+	obj, _ := ev.Payload[field].(map[string]any)
+	f, _ := obj["ModifyIndex"].(float64)
+	return uint64(f)
+}
+
+func (c *cache) applyNode(ev *nomadapi.Event) error {
+	c.index[kindNode] = max(c.index[kindNode], ev.Index)
+	if ev.Type == "NodeDeregistration" {
+		c.remove(kindNode, ev.Key, ev.Index)
+		return nil
+	}
+	// A node's device inventory is large: decode it only when it moved.
+	if old, ok := c.nodes[ev.Key]; ok && older(payloadIndex(ev, "Node"), old.full.ModifyIndex, ev.Index) {
+		return nil
+	}
+	n, err := ev.Node()
+	if err != nil || n == nil {
+		return fmt.Errorf("node %s: %w", ev.Key, orMissing(err))
+	}
+	c.putNode(n, ev.Index)
+	return nil
+}
+
+// putNode stores a full node unless the cache holds a newer one or it was
+// deleted since.
+func (c *cache) putNode(n *nomadapi.Node, at uint64) bool {
+	old, had := c.nodes[n.ID]
+	if (had && older(n.ModifyIndex, old.full.ModifyIndex, at)) || !c.fresh(kindNode, n.ID, had, n.ModifyIndex) {
+		return false
+	}
+	c.nodes[n.ID] = nodeEntry{stub: nodeStub(n), full: n}
+	return true
+}
+
+func (c *cache) applyAlloc(ev *nomadapi.Event) error {
+	c.index[kindAlloc] = max(c.index[kindAlloc], ev.Index)
+	if old, ok := c.allocs[ev.Key]; ok && older(payloadIndex(ev, "Allocation"), old.stub.ModifyIndex, ev.Index) {
+		return nil
+	}
+	a, err := ev.Allocation()
+	if err != nil || a == nil {
+		return fmt.Errorf("allocation %s: %w", ev.Key, orMissing(err))
+	}
+	old, had := c.allocs[a.ID]
+	if !c.fresh(kindAlloc, a.ID, had, a.ModifyIndex) {
+		return nil
+	}
+	if a.DesiredStatus != nomadapi.AllocDesiredStatusRun {
+		c.remove(kindAlloc, a.ID, ev.Index)
+		return nil
+	}
+	stub := a.Stub()
+	stub.AllocatedResources = a.AllocatedResources
+	stub.TaskStates = nil
+	e := allocEntry{stub: stub, placed: a.AllocModifyIndex}
+	if had && (old.placed == a.AllocModifyIndex || (old.placed == 0 && a.AllocModifyIndex <= c.listedAt[kindAlloc])) {
+		// Same placement (a client update): same job version.
+		e.stub.JobVersion, e.stub.JobType, e.versionKnown = old.stub.JobVersion, old.stub.JobType, old.versionKnown
+	}
+	c.allocs[a.ID] = e
+	c.touchSummary(Key(a.Namespace, a.JobID))
+	return nil
+}
+
+// older says an event's object (modify index got, in an event at index
+// at) is no news next to the cache's (modify index have). One Nomad
+// transaction may change an object twice (a job registered, then its
+// status set by its evaluation), each change an event at the same index:
+// a change made at the cached index is applied again, in order, so the
+// last one wins; an event that only carries the object along (a node in a
+// plan result) is not.
+func older(got, have, at uint64) bool {
+	return got < have || (got == have && at != got)
+}
+
+// fresh says a change of an object (at its modify index) is news to the
+// cache: newer than the listing that did not have it, and than its
+// deletion.
+func (c *cache) fresh(k kind, key string, had bool, modifyIndex uint64) bool {
+	if !had && modifyIndex <= c.listedAt[k] {
+		return false // the newer listing no longer had it
+	}
+	if del, ok := c.deleted[k][key]; ok && del >= modifyIndex {
+		return false
+	}
+	return true
+}
+
+func (c *cache) applyJob(ev *nomadapi.Event) error {
+	c.index[kindJob] = max(c.index[kindJob], ev.Index)
+	j, deleted, err := ev.DeregisteredJob()
+	if err != nil || j == nil || j.ID == nil {
+		return fmt.Errorf("job %s: %w", ev.Key, orMissing(err))
+	}
+	key := Key(str(j.Namespace), *j.ID)
+	if deleted {
+		c.remove(kindJob, key, ev.Index)
+		for id, a := range c.allocs {
+			if Key(a.stub.Namespace, a.stub.JobID) == key {
+				c.remove(kindAlloc, id, ev.Index)
+			}
+		}
+		return nil
+	}
+	c.putJob(stubOfJob(j, c.jobs[key]), ev.Index)
+	c.touchSummary(key)
+	return nil
+}
+
+// putJob stores a job stub unless the cache holds a newer one or the job
+// was purged since.
+func (c *cache) putJob(s *nomadapi.JobListStub, at uint64) bool {
+	key := Key(s.Namespace, s.ID)
+	old, had := c.jobs[key]
+	if (had && older(s.ModifyIndex, old.ModifyIndex, at)) || !c.fresh(kindJob, key, had, s.ModifyIndex) {
+		return false
+	}
+	c.jobs[key] = s
+	return true
+}
+
+// touchSummary marks a system or sysbatch job's summary for a re-read.
+func (c *cache) touchSummary(key string) {
+	if j := c.jobs[key]; j != nil && (j.Type == "system" || j.Type == "sysbatch") {
+		c.dirtySummary[key] = true
+	}
+}
+
+// remove deletes an object at the index of its deletion, unless the
+// cache holds it at that index or newer (a deletion replayed after the
+// object came back).
+func (c *cache) remove(k kind, key string, index uint64) {
+	switch k {
+	case kindNode:
+		if n, ok := c.nodes[key]; ok && n.full.ModifyIndex >= index {
+			return
+		}
+		delete(c.nodes, key)
+	case kindAlloc:
+		if a, ok := c.allocs[key]; ok && a.stub.ModifyIndex >= index {
+			return
+		}
+		delete(c.allocs, key)
+	case kindJob:
+		if j, ok := c.jobs[key]; ok && j.ModifyIndex >= index {
+			return
+		}
+		delete(c.jobs, key)
+		delete(c.dirtySummary, key)
+	}
+	c.deleted[k][key] = max(c.deleted[k][key], index)
+}
+
+func orMissing(err error) error {
+	if err == nil {
+		return fmt.Errorf("payload missing")
+	}
+	return err
+}
+
+func str(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// nodeStub is the listing's stub of a full node, with its resources: the
+// fields Assemble reads.
+func nodeStub(n *nomadapi.Node) *nomadapi.NodeListStub {
+	return &nomadapi.NodeListStub{ID: n.ID, Datacenter: n.Datacenter, Name: n.Name, NodeClass: n.NodeClass,
+		NodePool: n.NodePool, Version: n.Attributes["nomad.version"], Drain: n.Drain,
+		SchedulingEligibility: n.SchedulingEligibility, Status: n.Status, StatusDescription: n.StatusDescription,
+		NodeResources: n.NodeResources, ReservedResources: n.ReservedResources, LastDrain: n.LastDrain,
+		CreateIndex: n.CreateIndex, ModifyIndex: n.ModifyIndex}
+}
+
+// stubOfJob is the listing's stub of a job from an event; the summary, which
+// events do not carry, is the previous stub's until it is read again.
+func stubOfJob(j *nomadapi.Job, prev *nomadapi.JobListStub) *nomadapi.JobListStub {
+	s := &nomadapi.JobListStub{ID: *j.ID, ParentID: str(j.ParentID), Name: str(j.Name), Namespace: str(j.Namespace),
+		Datacenters: j.Datacenters, Type: str(j.Type), Status: str(j.Status), StatusDescription: str(j.StatusDescription),
+		Periodic: j.Periodic != nil, ParameterizedJob: j.ParameterizedJob != nil && !j.Dispatched, Meta: j.Meta}
+	if j.Priority != nil {
+		s.Priority = *j.Priority
+	}
+	if j.Stop != nil {
+		s.Stop = *j.Stop
+	}
+	for _, p := range []struct {
+		dst *uint64
+		src *uint64
+	}{{&s.CreateIndex, j.CreateIndex}, {&s.ModifyIndex, j.ModifyIndex}, {&s.JobModifyIndex, j.JobModifyIndex}} {
+		if p.src != nil {
+			*p.dst = *p.src
+		}
+	}
+	if j.SubmitTime != nil {
+		s.SubmitTime = *j.SubmitTime
+	}
+	if prev != nil {
+		s.JobSummary = prev.JobSummary
+	}
+	return s
+}
+
+// fingerprint is what the resync compares of an object: what Assemble
+// reads of it, so that a difference is one the plan could see.
+func (e nodeEntry) fingerprint() string {
+	var b strings.Builder
+	s := e.stub
+	fmt.Fprintf(&b, "%d|%s|%t|%s|%s", s.ModifyIndex, s.Status, s.Drain, s.SchedulingEligibility, s.NodePool)
+	if s.NodeResources != nil {
+		for _, g := range s.NodeResources.Devices {
+			if g == nil || g.Vendor != ids.Vendor {
+				continue
+			}
+			for _, inst := range g.Instances {
+				fmt.Fprintf(&b, "|%s:%t", inst.ID, inst.Healthy)
+			}
+		}
+	}
+	return b.String()
+}
+
+func (e allocEntry) fingerprint() string {
+	s := e.stub
+	held := ""
+	if s.AllocatedResources != nil {
+		held = fmt.Sprint(ids.HeldDevices(s.AllocatedResources))
+	}
+	return fmt.Sprintf("%d|%s|%s|%s|%s|%s", s.ModifyIndex, s.NodeID, s.DesiredStatus, s.ClientStatus, s.NextAllocation, held)
+}
+
+func jobFingerprint(s *nomadapi.JobListStub) string {
+	return fmt.Sprintf("%d|%d|%s|%t|%d", s.ModifyIndex, s.JobModifyIndex, s.Status, s.Stop, s.Priority)
+}
