@@ -1,0 +1,76 @@
+package nomadstandin
+
+import (
+	"context"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
+	"github.com/gpushare/nomad-gpushare/scheduler/plan"
+	"github.com/hashicorp/go-hclog"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+// BenchmarkStreamCycleParts is one service cycle's reading (Build on the
+// event-stream view) and planning, in process, while the stand-in
+// publishes 50 events per second: where a cycle's time goes once Nomad is
+// no longer listed every cycle. GPUSHARE_SCALE_NODES sets the cluster's
+// size (default 1,000 nodes; 20 allocations and 0.1 projects per node,
+// as in make bench-scale); listings/op counts the full listings the
+// cycles fell back to (0 when the stream keeps up). Run it with
+// -cpuprofile to see what dominates.
+func BenchmarkStreamCycleParts(b *testing.B) {
+	nodes := 1000
+	if v, err := strconv.Atoi(os.Getenv("GPUSHARE_SCALE_NODES")); err == nil && v > 0 {
+		nodes = v
+	}
+	s, err := New(Config{Nodes: nodes, Allocations: 20 * nodes, Projects: max(nodes/10, 1), Pending: nodes / 5})
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := httptest.NewServer(s)
+	defer hs.Close()
+	client, err := nomadapi.NewClient(&nomadapi.Config{Address: hs.URL})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var relists atomic.Int64
+	builder := nomadwatch.NewBuilder(client, hclog.NewNullLogger(), nomadwatch.Options{ResyncInterval: time.Hour,
+		OnRelist: func(string, []nomadwatch.Change) { relists.Add(1) }})
+	go builder.Follow(ctx, func() {})
+	go s.Run(ctx, 50)
+	// The first Builds list Nomad in full (start) until the stream is
+	// connected; measure the cycles after.
+	for i := 0; i < 3; i++ {
+		if _, err := builder.Build(ctx, nil, nil, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var build, planning time.Duration
+	relists.Store(0)
+	for b.Loop() {
+		t0 := time.Now()
+		v, err := builder.Build(ctx, nil, nil, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		pol, err := plan.PolicyByName("gpushare", 1, v.Snapshot)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := plan.Plan(v.Snapshot, plan.Options{Policy: pol}); err != nil {
+			b.Fatal(err)
+		}
+		build, planning = build+t1.Sub(t0), planning+time.Since(t1)
+	}
+	b.ReportMetric(float64(build.Milliseconds())/float64(b.N), "build-ms/op")
+	b.ReportMetric(float64(planning.Milliseconds())/float64(b.N), "plan-ms/op")
+	b.ReportMetric(float64(relists.Load())/float64(b.N), "listings/op")
+}
