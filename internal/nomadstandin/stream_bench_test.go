@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
-	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	"github.com/hashicorp/go-hclog"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -52,25 +51,7 @@ func BenchmarkStreamCycleParts(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	var build, planning time.Duration
 	relists.Store(0)
-	for b.Loop() {
-		t0 := time.Now()
-		v, err := builder.Build(ctx, nil, nil, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		t1 := time.Now()
-		pol, err := plan.PolicyByName("gpushare", 1, v.Snapshot)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := plan.Plan(v.Snapshot, plan.Options{Policy: pol}); err != nil {
-			b.Fatal(err)
-		}
-		build, planning = build+t1.Sub(t0), planning+time.Since(t1)
-	}
-	b.ReportMetric(float64(build.Milliseconds())/float64(b.N), "build-ms/op")
-	b.ReportMetric(float64(planning.Milliseconds())/float64(b.N), "plan-ms/op")
+	measureCycles(b, builder)
 	b.ReportMetric(float64(relists.Load())/float64(b.N), "listings/op")
 }

@@ -170,9 +170,9 @@ func TestGroupAsk(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.device, func(t *testing.T) {
 			tg := spec("ns", "j", tt.device, tt.count).TaskGroups[0]
-			got, ok, _ := groupAsk(tg, 1)
+			got, ok, _ := GroupAsk(tg, 1)
 			if ok != tt.ok || got.WholeGPUs != tt.want.WholeGPUs || got.Shares != tt.want.Shares || len(got.Models) != len(tt.want.Models) {
-				t.Fatalf("groupAsk(%s count %d) = %+v, %v; want %+v, %v", tt.device, tt.count, got, ok, tt.want, tt.ok)
+				t.Fatalf("GroupAsk(%s count %d) = %+v, %v; want %+v, %v", tt.device, tt.count, got, ok, tt.want, tt.ok)
 			}
 		})
 	}

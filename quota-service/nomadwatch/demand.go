@@ -182,7 +182,7 @@ func (a *assembler) addPendingGroup(key string, tg *nomadapi.TaskGroup, count in
 		return
 	}
 	info := a.v.Jobs[key]
-	ask, ok, err := groupAsk(tg, a.shareUnit)
+	ask, ok, err := GroupAsk(tg, a.shareUnit)
 	if err != nil {
 		a.warn("job %s: %v", key, err)
 		return

@@ -54,13 +54,14 @@ func (r *projectResolver) Project(namespace string, meta map[string]string) stri
 	return namespace
 }
 
-// groupAsk is the GPU ask of one instance of a task group, with its CPU
-// and memory, summed over its tasks; ok is false for CPU-only groups. A
-// share request's count is in instances of unit shares each
-// (assembler.shareUnitOf).
-func groupAsk(tg *nomadapi.TaskGroup, unit int) (ask model.Ask, ok bool, err error) {
+// GroupAsk is the GPU ask of one instance of a task group, with its CPU
+// and memory, summed over its tasks; ok is false for CPU-only groups
+// (whose ask still holds their CPU and memory). A share request's count is
+// in instances of unit shares each (assembler.shareUnitOf; 1 for a plugin
+// with shares_per_gpu 100).
+func GroupAsk(tg *nomadapi.TaskGroup, unit int) (ask model.Ask, ok bool, err error) {
 	for _, task := range tg.Tasks {
-		if task.Resources == nil {
+		if task == nil || task.Resources == nil {
 			continue
 		}
 		if task.Resources.CPU != nil {
@@ -90,10 +91,18 @@ func groupAsk(tg *nomadapi.TaskGroup, unit int) (ask model.Ask, ok bool, err err
 	}
 	if ok {
 		if verr := ask.Validate(); verr != nil {
-			return model.Ask{}, false, fmt.Errorf("group %q: %w", *tg.Name, verr)
+			return model.Ask{}, false, fmt.Errorf("group %q: %w", groupName(tg), verr)
 		}
 	}
 	return ask, ok, nil
+}
+
+// groupName is tg's name, "" for a group Nomad has not canonicalized.
+func groupName(tg *nomadapi.TaskGroup) string {
+	if tg.Name == nil {
+		return ""
+	}
+	return *tg.Name
 }
 
 func jobPreemptible(meta map[string]string) bool {

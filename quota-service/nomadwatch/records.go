@@ -241,7 +241,7 @@ func (a *assembler) addVanishedJob(r *Record) {
 // usesGPUs says some task group of job asks for GPUs of either family.
 func usesGPUs(job *nomadapi.Job) bool {
 	for _, tg := range job.TaskGroups {
-		if _, ok, _ := groupAsk(tg, 1); ok {
+		if _, ok, _ := GroupAsk(tg, 1); ok {
 			return true
 		}
 	}

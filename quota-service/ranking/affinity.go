@@ -1,10 +1,7 @@
 package ranking
 
 import (
-	"fmt"
-
-	"github.com/gpushare/nomad-gpushare/device/ids"
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -18,46 +15,14 @@ const AffinityWeight = 100
 // published metadata names it ("s25-c1": 25 shares and at most 1000 MHz;
 // "w1-c4": one whole GPU and at most 4000 MHz; "cpu-c2": no GPU and at
 // most 2000 MHz), from the group's device requests and CPU summed over its
-// tasks.
+// tasks. A share count is read in shares of the plugin's default
+// shares_per_gpu (100).
 func Class(tg *nomadapi.TaskGroup) (string, error) {
-	ask, _, err := groupAsk(tg)
+	ask, _, err := nomadwatch.GroupAsk(tg, 1)
 	if err != nil {
 		return "", err
 	}
-	return placement.ClassKey(task(ask)), nil
-}
-
-// groupAsk is what one instance of tg asks for; gpu reports a gpushare
-// GPU request.
-func groupAsk(tg *nomadapi.TaskGroup) (ask model.Ask, gpu bool, err error) {
-	for _, task := range tg.Tasks {
-		if task == nil || task.Resources == nil {
-			continue
-		}
-		if task.Resources.CPU != nil {
-			ask.CPUMilli += int64(*task.Resources.CPU)
-		}
-		if task.Resources.MemoryMB != nil {
-			ask.MemoryMiB += int64(*task.Resources.MemoryMB)
-		}
-		for _, d := range task.Resources.Devices {
-			if d == nil {
-				continue
-			}
-			switch req := ids.ParseRequest(d); {
-			case req.Whole():
-				ask.WholeGPUs += req.Count
-				gpu = true
-			case req.Share():
-				ask.Shares += model.Shares(req.Count)
-				gpu = true
-			}
-		}
-	}
-	if err := ask.Validate(); err != nil {
-		return model.Ask{}, false, fmt.Errorf("group %q: %w", name(tg), err)
-	}
-	return ask, gpu, nil
+	return placement.ClassKey(placement.TaskOf(ask)), nil
 }
 
 // Affinity is the ranking affinity of task group tg: its class's key
@@ -69,11 +34,4 @@ func Affinity(tg *nomadapi.TaskGroup) (*nomadapi.Affinity, error) {
 	}
 	w := int8(AffinityWeight)
 	return &nomadapi.Affinity{LTarget: "${meta." + Prefix + class + "}", Operand: "=", RTarget: "1", Weight: &w}, nil
-}
-
-func name(tg *nomadapi.TaskGroup) string {
-	if tg.Name == nil {
-		return ""
-	}
-	return *tg.Name
 }

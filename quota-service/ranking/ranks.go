@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -31,7 +32,7 @@ func Compute(snap *model.Snapshot, specs map[string]*nomadapi.Job) (Ranks, error
 	if err != nil {
 		return Ranks{}, fmt.Errorf("ranking: indexing the snapshot: %w", err)
 	}
-	w := placement.NewWorkload(append(tasks(snap), CPUTasks(specs)...), placement.DefaultCoverage)
+	w := placement.NewWorkload(append(placement.SnapshotTasks(snap), CPUTasks(specs)...), placement.DefaultCoverage)
 	r := placement.NewRanking(w)
 	out := Ranks{Nodes: map[string]map[string]string{}}
 	probes := map[string]placement.Task{}
@@ -57,22 +58,6 @@ func Compute(snap *model.Snapshot, specs map[string]*nomadapi.Job) (Ranks, error
 	return out, nil
 }
 
-// tasks is the snapshot's work as placement tasks: one per allocation and
-// one per waiting instance, without model restrictions.
-func tasks(snap *model.Snapshot) []placement.Task {
-	out := make([]placement.Task, 0, len(snap.Allocations)+len(snap.Pending))
-	for _, a := range snap.Allocations {
-		out = append(out, task(a.Ask))
-	}
-	for _, p := range snap.Pending {
-		t := task(p.Ask)
-		for range p.Count {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
 // CPUTasks is the CPU-only work of specs (the snapshot holds GPU work
 // only): one task per instance of each group that asks for no gpushare
 // GPU, of every job that is not stopped, not dead, and not a system or
@@ -85,28 +70,16 @@ func CPUTasks(specs map[string]*nomadapi.Job) []placement.Task {
 			continue
 		}
 		for _, tg := range job.TaskGroups {
-			ask, gpu, err := groupAsk(tg)
+			ask, gpu, err := nomadwatch.GroupAsk(tg, 1)
 			if err != nil || gpu || tg.Count == nil {
 				continue
 			}
 			for range *tg.Count {
-				out = append(out, task(ask))
+				out = append(out, placement.TaskOf(ask))
 			}
 		}
 	}
 	return out
-}
-
-// task converts an ask to a placement task.
-func task(a model.Ask) placement.Task {
-	t := placement.Task{CPUMilli: a.CPUMilli, MemoryMiB: a.MemoryMiB}
-	switch {
-	case a.WholeGPUs > 0:
-		t.GPUCount, t.Shares = a.WholeGPUs, model.SharesPerGPU
-	case a.Shares > 0:
-		t.GPUCount, t.Shares = 1, a.Shares
-	}
-	return t
 }
 
 // placementNode is node i of the snapshot with what is free on it.

@@ -65,3 +65,34 @@ type Policy interface {
 	Name() string
 	Place(c *Cluster, t Task) (Choice, bool)
 }
+
+// TaskOf is the placement task of one instance of ask, without its model
+// restrictions: whole GPUs take all of each GPU's shares, a fraction its
+// shares of one GPU.
+func TaskOf(a model.Ask) Task {
+	t := Task{CPUMilli: a.CPUMilli, MemoryMiB: a.MemoryMiB}
+	switch {
+	case a.WholeGPUs > 0:
+		t.GPUCount, t.Shares = a.WholeGPUs, model.SharesPerGPU
+	case a.Shares > 0:
+		t.GPUCount, t.Shares = 1, a.Shares
+	}
+	return t
+}
+
+// SnapshotTasks is snap's work as placement tasks (TaskOf): one per
+// allocation and one per waiting instance, the workload that policies
+// built from a task mix (NewWorkload) learn from.
+func SnapshotTasks(snap *model.Snapshot) []Task {
+	out := make([]Task, 0, len(snap.Allocations)+len(snap.Pending))
+	for _, a := range snap.Allocations {
+		out = append(out, TaskOf(a.Ask))
+	}
+	for _, w := range snap.Pending {
+		t := TaskOf(w.Ask)
+		for range w.Count {
+			out = append(out, t)
+		}
+	}
+	return out
+}

@@ -16,18 +16,6 @@ func perGPU(a *model.Ask) model.Shares {
 	return a.Shares
 }
 
-// baseTask converts an ask to a placement task without model restrictions.
-func baseTask(a model.Ask) placement.Task {
-	t := placement.Task{CPUMilli: a.CPUMilli, MemoryMiB: a.MemoryMiB}
-	switch {
-	case a.WholeGPUs > 0:
-		t.GPUCount, t.Shares = a.WholeGPUs, model.SharesPerGPU
-	case a.Shares > 0:
-		t.GPUCount, t.Shares = 1, a.Shares
-	}
-	return t
-}
-
 // clusterState is the cluster being placed on: its free capacity as the
 // plan so far leaves it, in package placement's terms, and what makes the
 // search for idle room fast.
@@ -92,7 +80,7 @@ func newClusterState(snap *model.Snapshot, x *model.Index, policy placement.Poli
 // task converts an ask to a placement task, with the models (and GPU modes)
 // it may use.
 func (c *clusterState) task(a model.Ask) placement.Task {
-	t := baseTask(a)
+	t := placement.TaskOf(a)
 	if t.GPUCount == 0 {
 		return t
 	}

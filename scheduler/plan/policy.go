@@ -16,18 +16,8 @@ func PolicyByName(name string, seed int64, snap *model.Snapshot) (placement.Poli
 	if !placement.NeedsWorkload(name) {
 		return placement.ByName(name, seed)
 	}
-	tasks := make([]placement.Task, 0, len(snap.Allocations)+len(snap.Pending))
-	for _, a := range snap.Allocations {
-		tasks = append(tasks, baseTask(a.Ask))
-	}
-	for _, w := range snap.Pending {
-		t := baseTask(w.Ask)
-		for range w.Count {
-			tasks = append(tasks, t)
-		}
-	}
 	p, err := placement.ByName(name, seed,
-		placement.WithWorkload(placement.NewWorkload(tasks, placement.DefaultCoverage)))
+		placement.WithWorkload(placement.NewWorkload(placement.SnapshotTasks(snap), placement.DefaultCoverage)))
 	if err != nil {
 		return nil, fmt.Errorf("placement policy for the snapshot: %w", err)
 	}
