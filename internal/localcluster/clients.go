@@ -65,47 +65,7 @@ func (c *Cluster) clientAgent(i int, name, bin string, p []int) (*agent, error) 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating %s data dir: %w", name, err)
 	}
-	cfg := fmt.Sprintf(`
-name = %q
-datacenter = "dc1"
-data_dir = %q
-bind_addr = "127.0.0.1"
-log_level = "DEBUG"
-disable_update_check = true
-%s
-ports {
-  http = %d
-  rpc = %d
-  serf = %d
-}
-advertise {
-  http = "127.0.0.1"
-  rpc = "127.0.0.1"
-  serf = "127.0.0.1"
-}
-client {
-  enabled = true
-  servers = ["127.0.0.1:%d"]
-  network_interface = "lo"
-  options = {
-    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
-  }
-}
-consul {
-  address = "127.0.0.1:%s"
-  token = %q
-}
-acl {
-  enabled = %t
-}
-plugin "raw_exec" {
-  config {
-    enabled = true
-  }
-}
-%s
-`, name, filepath.Join(dir, "data"), c.pluginDir(), p[0], p[1], p[2], c.nomadPorts[1],
-		strings.TrimPrefix(c.ConsulAddr, "http://127.0.0.1:"), c.acl.nomadConsul, c.opts.ACL, c.pluginConfig(i))
+	cfg := c.nomadConfig(fmt.Sprintf("name = %q\n", name), filepath.Join(dir, "data"), p, "", c.nomadPorts[1], i)
 	path := filepath.Join(dir, "nomad.hcl")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, fmt.Errorf("writing %s config: %w", name, err)

@@ -292,8 +292,27 @@ func (c *Cluster) nomadAgent(bin string, p []int) (*agent, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating nomad data dir: %w", err)
 	}
-	cfg := fmt.Sprintf(`
-datacenter = "dc1"
+	server := fmt.Sprintf("server {\n  enabled = true\n  bootstrap_expect = 1\n%s}\n", c.serverGC())
+	cfg := c.nomadConfig("", filepath.Join(dir, "data"), p, server, p[1], 0)
+	path := filepath.Join(dir, "nomad.hcl")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		return nil, fmt.Errorf("writing nomad config: %w", err)
+	}
+	c.NomadAddr = fmt.Sprintf("http://127.0.0.1:%d", p[0])
+	// Plugins and tasks the agent starts inherit NOMAD_ADDR, as on a
+	// client host whose environment points at its local agent.
+	return &agent{name: "nomad", bin: bin, args: []string{"agent", "-config", path},
+		env:     []string{"NOMAD_ADDR=" + c.NomadAddr},
+		logPath: filepath.Join(c.Dir, "nomad.log")}, nil
+}
+
+// nomadConfig is the configuration of one Nomad agent of the cluster: a
+// client with raw_exec and the device plugin (the settings of client
+// index plugin) that joins the server at serverRPC, with server (a server
+// block, or "" for a client-only agent) and header (e.g. its name) added.
+func (c *Cluster) nomadConfig(header, dataDir string, p []int, server string, serverRPC, plugin int) string {
+	return fmt.Sprintf(`
+%sdatacenter = "dc1"
 data_dir = %q
 bind_addr = "127.0.0.1"
 log_level = "DEBUG"
@@ -309,11 +328,7 @@ advertise {
   rpc = "127.0.0.1"
   serf = "127.0.0.1"
 }
-server {
-  enabled = true
-  bootstrap_expect = 1
-%s}
-client {
+%sclient {
   enabled = true
   servers = ["127.0.0.1:%d"]
   network_interface = "lo"
@@ -334,18 +349,8 @@ plugin "raw_exec" {
   }
 }
 %s
-`, filepath.Join(dir, "data"), c.pluginDir(), p[0], p[1], p[2], c.serverGC(), p[1],
-		strings.TrimPrefix(c.ConsulAddr, "http://127.0.0.1:"), c.acl.nomadConsul, c.opts.ACL, c.pluginConfig(0))
-	path := filepath.Join(dir, "nomad.hcl")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		return nil, fmt.Errorf("writing nomad config: %w", err)
-	}
-	c.NomadAddr = fmt.Sprintf("http://127.0.0.1:%d", p[0])
-	// Plugins and tasks the agent starts inherit NOMAD_ADDR, as on a
-	// client host whose environment points at its local agent.
-	return &agent{name: "nomad", bin: bin, args: []string{"agent", "-config", path},
-		env:     []string{"NOMAD_ADDR=" + c.NomadAddr},
-		logPath: filepath.Join(c.Dir, "nomad.log")}, nil
+`, header, dataDir, c.pluginDir(), p[0], p[1], p[2], server, serverRPC,
+		strings.TrimPrefix(c.ConsulAddr, "http://127.0.0.1:"), c.acl.nomadConsul, c.opts.ACL, c.pluginConfig(plugin))
 }
 
 // serverGC is the server block's garbage collection settings.
