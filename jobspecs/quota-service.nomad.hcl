@@ -69,6 +69,12 @@ variable "cpu_mhz" {
   default     = 1000
 }
 
+variable "publish_ranks" {
+  description = "Publish placement ranks as Nomad dynamic node metadata gpushare.rank.<class> (docs/design.md, Placement ranking); needs node write in the service's Nomad policy."
+  type        = bool
+  default     = true
+}
+
 variable "tokens_from_variable" {
   description = "With ACLs on: read NOMAD_TOKEN and CONSUL_HTTP_TOKEN from the Nomad Variable nomad/jobs/gpushare-quota (items nomad_token and consul_token), which only this job's tasks can read."
   type        = bool
@@ -130,12 +136,13 @@ job "gpushare-quota" {
       # Nomad and Consul clients are read here too: add them to this block
       # when the agents serve HTTPS.
       env {
-        NOMAD_ADDR          = var.nomad_addr
-        CONSUL_HTTP_ADDR    = var.consul_addr
-        GPUSHARE_KV_PREFIX  = var.kv_prefix
-        GPUSHARE_TLS_CERT   = var.tls_cert
-        GPUSHARE_TLS_KEY    = var.tls_key
-        GPUSHARE_USAGE_PORT = var.usage_port
+        NOMAD_ADDR             = var.nomad_addr
+        CONSUL_HTTP_ADDR       = var.consul_addr
+        GPUSHARE_KV_PREFIX     = var.kv_prefix
+        GPUSHARE_TLS_CERT      = var.tls_cert
+        GPUSHARE_TLS_KEY       = var.tls_key
+        GPUSHARE_USAGE_PORT    = var.usage_port
+        GPUSHARE_PUBLISH_RANKS = var.publish_ranks ? "true" : "false"
       }
 
       # The service reads NOMAD_TOKEN and CONSUL_HTTP_TOKEN from its

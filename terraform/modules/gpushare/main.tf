@@ -124,6 +124,9 @@ resource "nomad_job" "quota_service" {
       consul_addr          = var.quota_service.consul_addr
       tls_cert             = var.quota_service.tls_cert
       tls_key              = var.quota_service.tls_key
+      memory_mb            = tostring(var.quota_service.memory_mb)
+      cpu_mhz              = tostring(var.quota_service.cpu_mhz)
+      publish_ranks        = tostring(var.quota_service.publish_ranks)
       kv_prefix            = var.kv_prefix
       tokens_from_variable = tostring(var.acl)
     }

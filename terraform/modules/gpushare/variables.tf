@@ -35,13 +35,19 @@ variable "kv_prefix" {
 }
 
 variable "quota_service" {
-  description = "The quota service job: path of the gpushare-quota binary on the clients, the Nomad and Consul HTTP addresses it uses from there, and (both or neither) the paths on the clients of a PEM certificate and key to serve its API over HTTPS."
+  description = "The quota service job: path of the gpushare-quota binary on the clients, the Nomad and Consul HTTP addresses it uses from there, (both or neither) the paths on the clients of a PEM certificate and key to serve its API over HTTPS, each instance's memory and CPU, and whether it publishes placement ranks."
   type = object({
     binary      = optional(string, "/usr/local/bin/gpushare-quota")
     nomad_addr  = optional(string, "http://127.0.0.1:4646")
     consul_addr = optional(string, "127.0.0.1:8500")
     tls_cert    = optional(string, "")
     tls_key     = optional(string, "")
+    # Resources of each instance: the defaults fit about 1,000 GPU nodes;
+    # 6144 MiB and 3000 MHz at 5,000 (docs/scale.md).
+    memory_mb = optional(number, 1024)
+    cpu_mhz   = optional(number, 1000)
+    # Placement ranks as node metadata (docs/design.md, Placement ranking).
+    publish_ranks = optional(bool, true)
   })
   validation {
     condition     = (var.quota_service.tls_cert == "") == (var.quota_service.tls_key == "")
