@@ -3,7 +3,7 @@ driver API (libcuda.so.1, present wherever the NVIDIA driver is), in 256 MiB
 chunks up to a target or until CUDA refuses, keep a kernel-free context busy
 with memsets, hold, and exit.
 
-usage: python3 cuda_alloc.py TARGET_MIB HOLD_SECONDS
+usage: python3 cuda_alloc.py TARGET_MIB HOLD_SECONDS [SECONDS_PER_CHUNK]
 
 Prints "pid <pid> allocated <MiB> MiB (<why it stopped>)" once allocation
 ends, then "done" when it exits. Run under the environment a gpushare
@@ -19,6 +19,7 @@ CHUNK = 256 << 20
 
 def main():
     target_mib, hold = int(sys.argv[1]), float(sys.argv[2])
+    pace = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
     cuda = ctypes.CDLL("libcuda.so.1")
 
     def check(ret, what):
@@ -44,6 +45,7 @@ def main():
         check(cuda.cuMemsetD8_v2(p, ctypes.c_ubyte(1), ctypes.c_size_t(CHUNK)), "cuMemsetD8")
         ptrs.append(p)
         total += CHUNK
+        time.sleep(pace)
     print("pid %d allocated %d MiB (%s)" % (os.getpid(), total >> 20, why), flush=True)
     end = time.time() + hold
     while time.time() < end:

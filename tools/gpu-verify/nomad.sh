@@ -66,7 +66,9 @@ ds=[d for d in (n.get("NodeResources") or {}).get("Devices") or [] if d["Type"]=
 sys.exit(0 if any(i["Healthy"] for d in ds for i in d["Instances"]) else 1)'; }
 poll 60 has_shares && "$NOMAD" node status -self -verbose | sed -n '/Device Group Attributes/,/^$/p' | head -40
 
-job() { # job NAME SHARES MIB HOLD
+job() { # job NAME SHARES MIB HOLD [LIMIT [SECONDS_PER_CHUNK]]
+local meta=""
+[ -n "${5:-}" ] && meta="meta { gpushare_limit = \"$5\" }"
 cat > "$dir/$1.nomad.hcl" <<HCL
 job "$1" {
   group "g" {
@@ -82,8 +84,9 @@ job "$1" {
       driver = "raw_exec"
       config {
         command = "python3"
-        args    = ["$here/cuda_alloc.py", "$3", "$4"]
+        args    = ["$here/cuda_alloc.py", "$3", "$4", "${6:-0}"]
       }
+      $meta
       resources {
         cpu = 100
         memory = 256
@@ -119,3 +122,14 @@ galloc=$("$NOMAD" job allocs -json greedy | python3 -c 'import json,sys; print(j
 usage | python3 -c 'import json,sys; u=json.load(sys.stdin); print(json.dumps({k: u.get(k) for k in ("recent_kills", "gpus", "errors")}, indent=1))'
 "$NOMAD" job status quarter | tail -3
 grep -iE 'kill|reclaim' "$OUT/nomad.log" | grep -v DEBUG | tail -10
+
+step "reclaim: a borrower above its request is killed when the owner of the memory grows"
+"$NOMAD" job stop -purge quarter > /dev/null
+job borrower 40 90000 600 1.0
+poll 60 tenant_uses borrower 90000; echo "borrower at 90000 MiB: rc=$?"
+job owner 40 50000 600 "" 0.05
+failed() { "$NOMAD" job allocs -json "$1" | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)[0]["ClientStatus"] == "failed" else 1)'; }
+poll 60 failed borrower; echo "borrower failed: rc=$?"
+poll 60 tenant_uses owner 50000; echo "owner at 50000 MiB: rc=$?"
+usage | python3 -c 'import json,sys; u=json.load(sys.stdin); print(json.dumps(u.get("recent_kills"), indent=1)); print([(t["job"], t["used_mib"], t["request_mib"], t["limit_mib"]) for t in u.get("tenants") or []])'
+"$NOMAD" job status owner | tail -2
