@@ -111,22 +111,30 @@ func BenchmarkNodeJSONSize(b *testing.B) {
 // (the listings and the job and node reads; cached after the first) and
 // Assemble, then the plan with the default policy.
 func BenchmarkCycleParts(b *testing.B) {
-	s, err := New(Config{Nodes: 1000, Allocations: 20000, Projects: 100, Pending: 200})
-	if err != nil {
-		b.Fatal(err)
-	}
-	hs := httptest.NewServer(s)
-	defer hs.Close()
-	client, err := nomadapi.NewClient(&nomadapi.Config{Address: hs.URL})
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, client := serveStandIn(b, Config{Nodes: 1000, Allocations: 20000, Projects: 100, Pending: 200})
 	builder := nomadwatch.NewBuilder(client, hclog.NewNullLogger(), nomadwatch.Options{})
 	ctx := context.Background()
 	if _, err := builder.Build(ctx, nil, nil, nil); err != nil { // warm the caches
 		b.Fatal(err)
 	}
 	measureCycles(b, builder)
+}
+
+// serveStandIn serves a stand-in of cluster c over HTTP for the rest of
+// the test and returns it with a Nomad API client of it.
+func serveStandIn(tb testing.TB, c Config) (*Server, *nomadapi.Client) {
+	tb.Helper()
+	s, err := New(c)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	hs := httptest.NewServer(s)
+	tb.Cleanup(hs.Close)
+	client, err := nomadapi.NewClient(&nomadapi.Config{Address: hs.URL})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s, client
 }
 
 // measureCycles times Build and plan of each benchmark iteration and

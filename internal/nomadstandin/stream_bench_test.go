@@ -2,7 +2,6 @@ package nomadstandin
 
 import (
 	"context"
-	"net/http/httptest"
 	"os"
 	"strconv"
 	"sync/atomic"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/hashicorp/go-hclog"
-	nomadapi "github.com/hashicorp/nomad/api"
 )
 
 // BenchmarkStreamCycleParts is one service cycle's reading (Build on the
@@ -27,16 +25,7 @@ func BenchmarkStreamCycleParts(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("GPUSHARE_SCALE_NODES")); err == nil && v > 0 {
 		nodes = v
 	}
-	s, err := New(Config{Nodes: nodes, Allocations: 20 * nodes, Projects: max(nodes/10, 1), Pending: nodes / 5})
-	if err != nil {
-		b.Fatal(err)
-	}
-	hs := httptest.NewServer(s)
-	defer hs.Close()
-	client, err := nomadapi.NewClient(&nomadapi.Config{Address: hs.URL})
-	if err != nil {
-		b.Fatal(err)
-	}
+	s, client := serveStandIn(b, Config{Nodes: nodes, Allocations: 20 * nodes, Projects: max(nodes/10, 1), Pending: nodes / 5})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var relists atomic.Int64
