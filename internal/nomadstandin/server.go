@@ -24,8 +24,9 @@ type Server struct {
 	// last write, which its reads answer with, as Nomad's do.
 	index  uint64
 	tables map[string]uint64
-	// nodeJSON: each node's list stub with resources; nodeFull: /v1/node/:id.
-	nodeJSON [][]byte
+	// nodeJSON and nodeLean: each node's list stub with resources
+	// (?resources=true) and without; nodeFull: /v1/node/:id.
+	nodeJSON, nodeLean [][]byte
 	nodeFull map[string][]byte
 	// allocJSON and allocLean: each allocation's list stub with resources,
 	// with and without task states.
@@ -47,7 +48,10 @@ func New(c Config) (*Server, error) {
 	s := &Server{w: w, index: 1_000_000, tables: map[string]uint64{"nodes": 1_000_000, "allocs": 1_000_000, "jobs": 1_000_000}, nodeFull: map[string][]byte{}, jobs: map[string]*api.Job{},
 		rng: rand.New(rand.NewPCG(7, 7)), subs: map[chan []byte]struct{}{}, requests: map[string]int{}}
 	for _, n := range w.nodes {
-		s.nodeJSON = append(s.nodeJSON, mustJSON(nodeStub(n)))
+		stub := nodeStub(n)
+		s.nodeJSON = append(s.nodeJSON, mustJSON(stub))
+		stub.NodeResources, stub.ReservedResources = nil, nil
+		s.nodeLean = append(s.nodeLean, mustJSON(stub))
 		s.nodeFull[n.ID] = mustJSON(n)
 	}
 	s.allocJSON = make([][]byte, len(w.allocs))
@@ -129,8 +133,13 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	case p == "event/stream":
 		s.stream(rw, r)
 	case p == "nodes":
+		// Nomad adds a node's resources to its stub only when asked.
+		stubs := s.nodeLean
+		if r.URL.Query().Get("resources") == "true" {
+			stubs = s.nodeJSON
+		}
 		s.list(rw, r, "nodes", func(yield func([]byte) bool) {
-			for _, b := range s.nodeJSON {
+			for _, b := range stubs {
 				if !yield(b) {
 					return
 				}

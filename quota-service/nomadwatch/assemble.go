@@ -116,9 +116,16 @@ type Inputs struct {
 	Nodes []*nomadapi.NodeListStub
 	// NodeInfo are the full nodes by ID (attributes and meta, for
 	// constraints); a node missing here is judged by its stub.
-	NodeInfo    map[string]*nomadapi.Node
+	NodeInfo map[string]*nomadapi.Node
+	// Devices are the nodes' device inventories as the cache read them
+	// (by node ID); a node missing here is read from its stub.
+	Devices     map[string]*nodeDevices
 	Allocations []*nomadapi.AllocationListStub
-	Jobs        []*nomadapi.JobListStub
+	// AllocResources are the allocations' resources as the cache read
+	// them (by allocation ID); an allocation missing here is read from
+	// its stub.
+	AllocResources map[string]*allocResources
+	Jobs           []*nomadapi.JobListStub
 	// Specs are full job specs by Key: of every registered job that is
 	// not stopped and not finished, and of every suspension record's job.
 	Specs    map[string]*nomadapi.Job
@@ -161,6 +168,8 @@ type assembler struct {
 	// nodes are the nodes with GPUs, by ID and in snapshot order.
 	nodes     map[string]*nodeGPUs
 	nodeOrder []*nodeGPUs
+	// readDevs are the device inventories read from stubs (devicesOf).
+	readDevs map[string]*nodeDevices
 	// shareUnit is the shares one instance of a share request stands for
 	// (shareUnitOf).
 	shareUnit int
@@ -169,7 +178,7 @@ type assembler struct {
 func newAssembler(in Inputs) *assembler {
 	v := &View{Snapshot: &model.Snapshot{}, Jobs: map[string]*JobInfo{}, Records: map[string]*Record{}, Specs: in.Specs, ListedAt: in.Now}
 	a := &assembler{in: in, v: v, snap: v.Snapshot, resolver: newResolver(in.Settings),
-		projects: map[string]bool{}, nodes: map[string]*nodeGPUs{}}
+		projects: map[string]bool{}, nodes: map[string]*nodeGPUs{}, readDevs: map[string]*nodeDevices{}}
 	a.shareUnit = a.shareUnitOf(in.Nodes)
 	for _, s := range in.Settings {
 		a.snap.Projects = append(a.snap.Projects, s.Model())

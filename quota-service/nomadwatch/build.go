@@ -103,24 +103,51 @@ func (b *Builder) Build(ctx context.Context, settings []quota.Settings, suspensi
 	return Assemble(in), nil
 }
 
+// specReads bounds the job reads in flight at once: a new leader reads
+// every job once, and a cluster has thousands.
+const specReads = 8
+
 // readSpecs reads the full spec of every job that may have pending work
-// (registered, not stopped, not finished) and of every recorded job.
+// (registered, not stopped, not finished) and of every recorded job; a
+// spec cached at the job's modify index is not read again.
 func (b *Builder) readSpecs(ctx context.Context, jobs []*nomadapi.JobListStub, suspensions []state.Suspension) (map[string]*nomadapi.Job, error) {
 	recorded := map[string]bool{}
 	for _, r := range suspensions {
 		recorded[r.Key()] = true
 	}
-	specs := map[string]*nomadapi.Job{}
+	var (
+		mu    sync.Mutex
+		wg    sync.WaitGroup
+		errs  []error
+		slot  = make(chan struct{}, specReads)
+		specs = map[string]*nomadapi.Job{}
+	)
 	for _, j := range jobs {
 		key := Key(j.Namespace, j.ID)
 		if (j.Stop || j.Status == "dead" || j.ParameterizedJob || j.Periodic) && !recorded[key] {
 			continue
 		}
-		spec, err := b.spec(ctx, j)
-		if err != nil {
-			return nil, err
+		if spec := b.cachedSpec(j); spec != nil {
+			specs[key] = spec
+			continue
 		}
-		specs[key] = spec
+		wg.Add(1)
+		slot <- struct{}{}
+		go func() {
+			defer func() { <-slot; wg.Done() }()
+			spec, err := b.spec(ctx, j)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			specs[key] = spec
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return specs, nil
 }
@@ -164,20 +191,25 @@ func StatusCode(err error) int {
 	return 0
 }
 
-func (b *Builder) spec(ctx context.Context, j *nomadapi.JobListStub) (*nomadapi.Job, error) {
-	key := Key(j.Namespace, j.ID)
+// cachedSpec is the spec of job j cached at its modify index, or nil.
+func (b *Builder) cachedSpec(j *nomadapi.JobListStub) *nomadapi.Job {
 	b.mu.Lock()
-	cached := b.specs[key]
-	b.mu.Unlock()
+	defer b.mu.Unlock()
+	cached := b.specs[Key(j.Namespace, j.ID)]
 	if cached != nil && cached.ModifyIndex != nil && *cached.ModifyIndex == j.ModifyIndex {
-		return cached, nil
+		return cached
 	}
+	return nil
+}
+
+// spec reads the spec of job j and caches it.
+func (b *Builder) spec(ctx context.Context, j *nomadapi.JobListStub) (*nomadapi.Job, error) {
 	spec, err := b.readSpec(ctx, j)
 	if err != nil {
 		return nil, err
 	}
 	b.mu.Lock()
-	b.specs[key] = spec
+	b.specs[Key(j.Namespace, j.ID)] = spec
 	b.mu.Unlock()
 	return spec, nil
 }

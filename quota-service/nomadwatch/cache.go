@@ -2,7 +2,6 @@ package nomadwatch
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/gpushare/nomad-gpushare/device/ids"
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -21,12 +20,20 @@ const (
 // String names the kind as the resync metric labels it.
 func (k kind) String() string { return [...]string{"node", "allocation", "job"}[k] }
 
-// nodeEntry is a node as the cache keeps it: the full node (attributes,
-// meta, device inventory), decoded once per modify index, and the stub
-// Assemble reads, derived from it.
+// nodeEntry is a node as the cache keeps it, decoded once per modify
+// index: the full node (attributes, meta, device groups without their
+// instance lists), what its device inventory holds, and the stub Assemble
+// reads, derived from it.
 type nodeEntry struct {
 	stub *nomadapi.NodeListStub
 	full *nomadapi.Node
+	dev  *nodeDevices
+}
+
+// newNodeEntry is the cache's entry of a node read in full.
+func newNodeEntry(n *nomadapi.Node) nodeEntry {
+	full, dev := compactNode(n)
+	return nodeEntry{stub: nodeStub(full), full: full, dev: dev}
 }
 
 // allocEntry is a live (desired to run) allocation. versionKnown is false
@@ -34,11 +41,37 @@ type nodeEntry struct {
 // updated in place since the service last listed it: Nomad's allocation
 // events leave the job out, and with it the version the allocation runs.
 type allocEntry struct {
+	// stub is the allocation without its AllocatedResources, which res
+	// holds as Assemble reads them.
 	stub         *nomadapi.AllocationListStub
+	res          *allocResources
 	versionKnown bool
 	// placed is the allocation's AllocModifyIndex (placement or in-place
 	// update) when it came from an event; 0 from a listing.
 	placed uint64
+}
+
+// newAllocEntry is the cache's entry of an allocation stub with resources
+// r (which the entry keeps as Assemble reads them).
+func newAllocEntry(stub *nomadapi.AllocationListStub, r *nomadapi.AllocatedResources) allocEntry {
+	stub.AllocatedResources = nil
+	return allocEntry{stub: stub, res: readAllocResources(r)}
+}
+
+// allocResources is what Assemble reads of an allocation's resources: its
+// tasks' CPU and memory, and the GPUs it holds.
+type allocResources struct {
+	cpu, mem int64
+	held     ids.Held
+}
+
+// readAllocResources reads r; nil when the allocation has none.
+func readAllocResources(r *nomadapi.AllocatedResources) *allocResources {
+	if r == nil {
+		return nil
+	}
+	cpu, mem := allocatedCPUMemory(r)
+	return &allocResources{cpu: cpu, mem: mem, held: ids.HeldDevices(r)}
 }
 
 // cache is the service's view of Nomad: every node, every allocation
@@ -132,7 +165,7 @@ func (c *cache) putNode(n *nomadapi.Node, at uint64) bool {
 	if (had && older(n.ModifyIndex, old.full.ModifyIndex, at)) || !c.fresh(kindNode, n.ID, had, n.ModifyIndex) {
 		return false
 	}
-	c.nodes[n.ID] = nodeEntry{stub: nodeStub(n), full: n}
+	c.nodes[n.ID] = newNodeEntry(n)
 	return true
 }
 
@@ -154,9 +187,9 @@ func (c *cache) applyAlloc(ev *nomadapi.Event) error {
 		return nil
 	}
 	stub := a.Stub()
-	stub.AllocatedResources = a.AllocatedResources
 	stub.TaskStates = nil
-	e := allocEntry{stub: stub, placed: a.AllocModifyIndex}
+	e := newAllocEntry(stub, a.AllocatedResources)
+	e.placed = a.AllocModifyIndex
 	if had && (old.placed == a.AllocModifyIndex || (old.placed == 0 && a.AllocModifyIndex <= c.listedAt[kindAlloc])) {
 		// Same placement (a client update): same job version.
 		e.stub.JobVersion, e.stub.JobType, e.versionKnown = old.stub.JobVersion, old.stub.JobType, old.versionKnown
@@ -311,27 +344,15 @@ func stubOfJob(j *nomadapi.Job, prev *nomadapi.JobListStub) *nomadapi.JobListStu
 // fingerprint is what the resync compares of an object: what Assemble
 // reads of it, so that a difference is one the plan could see.
 func (e nodeEntry) fingerprint() string {
-	var b strings.Builder
 	s := e.stub
-	fmt.Fprintf(&b, "%d|%s|%t|%s|%s", s.ModifyIndex, s.Status, s.Drain, s.SchedulingEligibility, s.NodePool)
-	if s.NodeResources != nil {
-		for _, g := range s.NodeResources.Devices {
-			if g == nil || g.Vendor != ids.Vendor {
-				continue
-			}
-			for _, inst := range g.Instances {
-				fmt.Fprintf(&b, "|%s:%t", inst.ID, inst.Healthy)
-			}
-		}
-	}
-	return b.String()
+	return fmt.Sprintf("%d|%s|%t|%s|%s", s.ModifyIndex, s.Status, s.Drain, s.SchedulingEligibility, s.NodePool) + e.dev.fingerprint()
 }
 
 func (e allocEntry) fingerprint() string {
 	s := e.stub
 	held := ""
-	if s.AllocatedResources != nil {
-		held = fmt.Sprint(ids.HeldDevices(s.AllocatedResources))
+	if e.res != nil {
+		held = fmt.Sprint(e.res.held)
 	}
 	return fmt.Sprintf("%d|%s|%s|%s|%s|%s", s.ModifyIndex, s.NodeID, s.DesiredStatus, s.ClientStatus, s.NextAllocation, held)
 }

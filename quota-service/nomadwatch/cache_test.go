@@ -67,7 +67,7 @@ func listed(at uint64, nodes map[string]uint64, allocs map[string]uint64, jobs m
 		nodes: map[string]nodeEntry{}, allocs: map[string]allocEntry{}, jobs: map[string]*nomadapi.JobListStub{}}
 	for id, i := range nodes {
 		n := &nomadapi.Node{ID: id, ModifyIndex: i, Status: "ready"}
-		l.nodes[id] = nodeEntry{stub: nodeStub(n), full: n}
+		l.nodes[id] = newNodeEntry(n)
 	}
 	for id, i := range allocs {
 		l.allocs[id] = allocEntry{stub: &nomadapi.AllocationListStub{ID: id, Namespace: "default", JobID: "j1", TaskGroup: "g",

@@ -70,7 +70,7 @@ func groupOf(spec *nomadapi.Job, name string) *nomadapi.TaskGroup {
 type nodeFacts struct {
 	id, name, datacenter, class, pool string
 	attrs, meta                       map[string]string
-	devices                           []*nomadapi.NodeDeviceResource
+	devices                           []deviceGroup
 }
 
 // nodeFacts returns the facts of the snapshot's nodes, in snapshot order:
@@ -83,16 +83,14 @@ func (a *assembler) nodeFacts() []nodeFacts {
 	facts := make([]nodeFacts, 0, len(a.nodeOrder))
 	for _, ng := range a.nodeOrder {
 		f := nodeFacts{id: ng.id}
+		stub := stubs[ng.id]
 		if n := a.in.NodeInfo[ng.id]; n != nil {
 			f.name, f.datacenter, f.class, f.pool, f.attrs, f.meta = n.Name, n.Datacenter, n.NodeClass, n.NodePool, n.Attributes, n.Meta
-			if n.NodeResources != nil {
-				f.devices = n.NodeResources.Devices
-			}
-		} else if n := stubs[ng.id]; n != nil {
-			f.name, f.datacenter, f.class, f.pool, f.attrs = n.Name, n.Datacenter, n.NodeClass, n.NodePool, n.Attributes
-			if n.NodeResources != nil {
-				f.devices = n.NodeResources.Devices
-			}
+		} else if stub != nil {
+			f.name, f.datacenter, f.class, f.pool, f.attrs = stub.Name, stub.Datacenter, stub.NodeClass, stub.NodePool, stub.Attributes
+		}
+		if stub != nil && stub.NodeResources != nil {
+			f.devices = a.devicesOf(stub).groups
 		}
 		if f.pool == "" {
 			f.pool = "default"

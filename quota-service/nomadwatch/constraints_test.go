@@ -21,7 +21,7 @@ func constrainedCluster() ([]*nomadapi.NodeListStub, map[string]*nomadapi.Node) 
 			g.Name = strings.Replace(g.Name, "A100", model, 1)
 			g.Attributes = map[string]*nomadapi.Attribute{"memory": {IntVal: ptr(mem), Unit: "MiB"}, "model": {StringVal: ptr(model)}}
 		}
-		full := &nomadapi.Node{ID: id, Name: id + "-name", Datacenter: dc, NodePool: pool, Attributes: attrs, Meta: meta, NodeResources: stub.NodeResources}
+		full := &nomadapi.Node{ID: id, Name: id + "-name", Status: "ready", Datacenter: dc, NodePool: pool, Attributes: attrs, Meta: meta, NodeResources: stub.NodeResources}
 		return stub, full
 	}
 	var stubs []*nomadapi.NodeListStub
@@ -82,40 +82,74 @@ func TestConstrainPending(t *testing.T) {
 			d := j.TaskGroups[0].Tasks[0].Resources.Devices[0]
 			d.Constraints = append(d.Constraints, nomadapi.NewConstraint("${device.model}", "=", "H100"))
 		}, want: []string{"n3"}, models: []string{"H100"}},
+		{name: "device ids of a share group", tweak: func(j *nomadapi.Job) {
+			d := j.TaskGroups[0].Tasks[0].Resources.Devices[0]
+			d.Name, d.Count = "nvidia/gpu-share", ptr(uint64(10))
+			d.Constraints = append(d.Constraints, nomadapi.NewConstraint("${device.ids}", "set_contains", "GPU-d-s42"))
+		}, models: []string{"A100", "H100"}},
+		{name: "device ids that no group has", tweak: func(j *nomadapi.Job) {
+			d := j.TaskGroups[0].Tasks[0].Resources.Devices[0]
+			d.Constraints = append(d.Constraints, nomadapi.NewConstraint("${device.ids}", "set_contains", "GPU-a,GPU-c"))
+		}, want: []string{}, reason: `device "nvidia/gpu" filtered 3`},
 		{name: "nothing admits", tweak: func(j *nomadapi.Job) { j.Constrain(nomadapi.NewConstraint("${meta.rack}", "=", "r9")) }, want: []string{}, reason: "filtered 3"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			stubs, info := constrainedCluster()
-			sp := spec("a", "queued", "nvidia/gpu", 1)
-			tt.tweak(sp)
-			v := Assemble(Inputs{Nodes: stubs, NodeInfo: info, Jobs: []*nomadapi.JobListStub{jobStub("a", "queued", 1, false, nil)},
-				Specs: map[string]*nomadapi.Job{"a/queued": sp}, Now: time.Unix(100, 0)})
-			if len(v.Snapshot.Pending) != 1 {
-				t.Fatalf("pending %+v, want one group", v.Snapshot.Pending)
-			}
-			w := v.Snapshot.Pending[0]
-			if (w.Nodes == nil) != (tt.want == nil) || !slices.Equal(w.Nodes, tt.want) {
-				t.Errorf("nodes %q, want %q (reason %q)", w.Nodes, tt.want, w.NodesReason)
-			}
-			if !strings.Contains(w.NodesReason, tt.reason) {
-				t.Errorf("reason %q, want it to say %q", w.NodesReason, tt.reason)
-			}
-			if !slices.Equal(w.Ask.Models, tt.models) {
-				t.Errorf("models %q, want %q", w.Ask.Models, tt.models)
-			}
-			res, err := plan.Plan(v.Snapshot, plan.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if unplaceable := len(res.Unplaceable) == 1; unplaceable != (tt.want != nil && len(tt.want) == 0) {
-				t.Errorf("unplaceable %+v", res.Unplaceable)
-			}
-			for _, a := range res.Actions {
-				if a.Kind == plan.Place && tt.want != nil && !slices.Contains(tt.want, a.Node) {
-					t.Errorf("placed on %s, which its constraints refuse", a.Node)
-				}
-			}
-		})
+		for _, reading := range []string{"listed", "cached"} {
+			t.Run(tt.name+"/"+reading, func(t *testing.T) {
+				sp := spec("a", "queued", "nvidia/gpu", 1)
+				tt.tweak(sp)
+				in := constrainedInputs(reading == "cached")
+				in.Jobs, in.Specs = []*nomadapi.JobListStub{jobStub("a", "queued", 1, false, nil)}, map[string]*nomadapi.Job{"a/queued": sp}
+				checkAdmission(t, Assemble(in), tt.want, tt.reason, tt.models)
+			})
+		}
+	}
+}
+
+// constrainedInputs are constrainedCluster's nodes as a listing gives
+// them, or as the cache keeps them (device groups without their
+// instances, read once).
+func constrainedInputs(cached bool) Inputs {
+	stubs, info := constrainedCluster()
+	in := Inputs{Nodes: stubs, NodeInfo: info, Now: time.Unix(100, 0)}
+	if !cached {
+		return in
+	}
+	in = Inputs{NodeInfo: map[string]*nomadapi.Node{}, Devices: map[string]*nodeDevices{}, Now: in.Now}
+	for _, s := range stubs {
+		e := newNodeEntry(info[s.ID])
+		in.Nodes, in.NodeInfo[s.ID], in.Devices[s.ID] = append(in.Nodes, e.stub), e.full, e.dev
+	}
+	return in
+}
+
+// checkAdmission checks where the view's one pending group may run and
+// that the plan keeps it there.
+func checkAdmission(t *testing.T, v *View, want []string, reason string, models []string) {
+	t.Helper()
+	if len(v.Snapshot.Pending) != 1 {
+		t.Fatalf("pending %+v, want one group", v.Snapshot.Pending)
+	}
+	w := v.Snapshot.Pending[0]
+	if (w.Nodes == nil) != (want == nil) || !slices.Equal(w.Nodes, want) {
+		t.Errorf("nodes %q, want %q (reason %q)", w.Nodes, want, w.NodesReason)
+	}
+	if !strings.Contains(w.NodesReason, reason) {
+		t.Errorf("reason %q, want it to say %q", w.NodesReason, reason)
+	}
+	if !slices.Equal(w.Ask.Models, models) {
+		t.Errorf("models %q, want %q", w.Ask.Models, models)
+	}
+	res, err := plan.Plan(v.Snapshot, plan.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unplaceable := len(res.Unplaceable) == 1; unplaceable != (want != nil && len(want) == 0) {
+		t.Errorf("unplaceable %+v", res.Unplaceable)
+	}
+	for _, a := range res.Actions {
+		if a.Kind == plan.Place && want != nil && !slices.Contains(want, a.Node) {
+			t.Errorf("placed on %s, which its constraints refuse", a.Node)
+		}
 	}
 }

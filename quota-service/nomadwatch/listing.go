@@ -64,7 +64,9 @@ func (b *Builder) list(ctx context.Context, kinds [numKinds]bool, cached map[str
 		l.index[kindAlloc] = meta.LastIndex
 		l.allocs = make(map[string]allocEntry, len(allocs))
 		for _, a := range allocs {
-			l.allocs[a.ID] = allocEntry{stub: a, versionKnown: true}
+			e := newAllocEntry(a, a.AllocatedResources)
+			e.versionKnown = true
+			l.allocs[a.ID] = e
 		}
 	}
 	if kinds[kindJob] {
@@ -112,7 +114,7 @@ func (b *Builder) fullNodes(ctx context.Context, stubs []*nomadapi.NodeListStub,
 				errs = append(errs, err)
 				return
 			}
-			out[n.ID] = nodeEntry{stub: nodeStub(full), full: full}
+			out[n.ID] = newNodeEntry(full)
 		}()
 	}
 	wg.Wait()

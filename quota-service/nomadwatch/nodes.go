@@ -41,30 +41,42 @@ func (a *assembler) addNodes() {
 		if n.NodeResources == nil {
 			continue
 		}
-		gpus := a.gpus(n)
-		if len(gpus) == 0 {
+		dev := a.devicesOf(n)
+		for _, w := range dev.warnings {
+			a.warn("node %s: %s", n.ID, w)
+		}
+		if len(dev.gpus) == 0 {
 			continue
 		}
-		uuids := make([]string, 0, len(gpus))
-		for u := range gpus {
-			uuids = append(uuids, u)
-		}
-		sort.Strings(uuids)
 		ng := a.newNode(n.ID, nodeUnavailable(n))
 		node := &a.snap.Nodes[ng.snap]
 		node.CPUMilli, node.MemoryMiB = nodeCapacity(n)
-		for i, u := range uuids {
-			h := gpus[u]
+		for i, gpu := range dev.gpus {
+			h := gpu.health
 			g := model.GPU{Model: h.model, Unavailable: h.unavailable()}
 			if h.mig > 0 {
 				g.Mode, g.Shares = model.ModeMIG, h.mig
-				ng.mig[u] = h.mig
+				ng.mig[gpu.uuid] = h.mig
 			}
-			ng.index[u] = i
+			ng.index[gpu.uuid] = i
 			ng.free = append(ng.free, g.Capacity())
 			node.GPUs = append(node.GPUs, g)
 		}
 	}
+}
+
+// devicesOf is what node n's device inventory holds: as the cache read it
+// (Inputs.Devices), or read from the stub.
+func (a *assembler) devicesOf(n *nomadapi.NodeListStub) *nodeDevices {
+	if d := a.in.Devices[n.ID]; d != nil {
+		return d
+	}
+	if d := a.readDevs[n.ID]; d != nil {
+		return d
+	}
+	d := readDevices(n.NodeResources.Devices)
+	a.readDevs[n.ID] = d
+	return d
 }
 
 // newNode adds a node without GPUs to the snapshot and the tables.
@@ -87,43 +99,6 @@ func nodeUnavailable(n *nomadapi.NodeListStub) string {
 		return "node is ineligible for scheduling"
 	}
 	return ""
-}
-
-// gpus maps the UUID of every GPU the node publishes, in either device
-// family, and of every MIG device, to its model name (the whole-GPU
-// family's name wins), health and, for a MIG device, the part of its GPU
-// it is.
-func (a *assembler) gpus(n *nomadapi.NodeListStub) map[string]*gpuHealth {
-	gpus := map[string]*gpuHealth{}
-	for _, g := range n.NodeResources.Devices {
-		if g == nil || g.Vendor != ids.Vendor || (g.Type != ids.TypeWhole && g.Type != ids.TypeShare) {
-			continue
-		}
-		mig, migWarning := migShares(g)
-		if migWarning != "" {
-			a.warn("node %s: %s", n.ID, migWarning)
-		}
-		for _, inst := range g.Instances {
-			id, err := ids.Parse(inst.ID)
-			if err != nil {
-				a.warn("node %s: %v", n.ID, err)
-				continue
-			}
-			h := gpus[id.UUID]
-			if h == nil {
-				h = &gpuHealth{}
-				gpus[id.UUID] = h
-			}
-			if h.model == "" || g.Type == ids.TypeWhole {
-				h.model = g.Name
-			}
-			if g.Type == ids.TypeWhole {
-				h.mig = mig
-			}
-			h.add(inst)
-		}
-	}
-	return gpus
 }
 
 // gpuSlicesAssumed is the number of compute slices assumed of a MIG-enabled
@@ -210,19 +185,20 @@ func (a *assembler) addAllocation(al *nomadapi.AllocationListStub) {
 			info.Running++
 		}
 	}
-	if al.AllocatedResources == nil || (info != nil && info.Stop) {
+	res := a.resourcesOf(al)
+	if res == nil || (info != nil && info.Stop) {
 		// Without resources it holds nothing we count; of a stopped
 		// job, it is being stopped and Nomad frees what it holds
 		// (docs/design.md, Suspension and resumption: a stop in flight
 		// is no usage to make room from).
 		return
 	}
-	cpu, mem := allocatedCPUMemory(al.AllocatedResources)
+	cpu, mem := res.cpu, res.mem
 	ng := a.nodes[al.NodeID]
 	if ng != nil {
 		ng.otherCPU, ng.otherMem = ng.otherCPU+cpu, ng.otherMem+mem
 	}
-	held := ids.HeldDevices(al.AllocatedResources)
+	held := res.held
 	if held.Empty() {
 		return
 	}
@@ -250,6 +226,16 @@ func (a *assembler) addAllocation(al *nomadapi.AllocationListStub) {
 	}
 	ng.otherCPU, ng.otherMem = ng.otherCPU-cpu, ng.otherMem-mem
 	ng.cpu, ng.mem = ng.cpu+cpu, ng.mem+mem
+}
+
+// resourcesOf is what allocation al holds: as the cache read it
+// (Inputs.AllocResources), or read from the stub; nil when it holds
+// nothing.
+func (a *assembler) resourcesOf(al *nomadapi.AllocationListStub) *allocResources {
+	if r, ok := a.in.AllocResources[al.ID]; ok {
+		return r
+	}
+	return readAllocResources(al.AllocatedResources)
 }
 
 // outOfPlanning makes node ng unavailable because of an allocation the

@@ -147,14 +147,15 @@ func setContains(l, r string, all bool) bool {
 // request counts (Nomad takes them all from one group), and its
 // attributes satisfy the request's constraints. It returns the GPU models
 // of the groups that can.
-func deviceFits(d *nomadapi.RequestedDevice, devices []*nomadapi.NodeDeviceResource) ([]string, bool) {
+func deviceFits(d *nomadapi.RequestedDevice, devices []deviceGroup) ([]string, bool) {
 	req := ids.ParseRequest(d)
 	var models []string
-	for _, g := range devices {
-		if g == nil || g.Vendor != ids.Vendor || g.Type != req.Type || (req.Name != "" && g.Name != req.Name) || len(g.Instances) < req.Count {
+	for _, dg := range devices {
+		g := dg.res
+		if g.Vendor != ids.Vendor || g.Type != req.Type || (req.Name != "" && g.Name != req.Name) || dg.instances < req.Count {
 			continue
 		}
-		if !deviceConstraintsHold(d.Constraints, g) {
+		if !deviceConstraintsHold(d.Constraints, dg) {
 			continue
 		}
 		m := g.Name
@@ -170,7 +171,7 @@ func deviceFits(d *nomadapi.RequestedDevice, devices []*nomadapi.NodeDeviceResou
 
 // deviceConstraintsHold reports whether device group g satisfies every
 // constraint.
-func deviceConstraintsHold(cs []*nomadapi.Constraint, g *nomadapi.NodeDeviceResource) bool {
+func deviceConstraintsHold(cs []*nomadapi.Constraint, g deviceGroup) bool {
 	for _, c := range cs {
 		l, lOK := deviceTarget(c.LTarget, g)
 		r, rOK := deviceTarget(c.RTarget, g)
@@ -184,7 +185,8 @@ func deviceConstraintsHold(cs []*nomadapi.Constraint, g *nomadapi.NodeDeviceReso
 // deviceTarget reads a device constraint target: a literal (with units,
 // e.g. "40 GiB"), or one of ${device.model}, ${device.vendor},
 // ${device.type}, ${device.ids} and ${device.attr.X}.
-func deviceTarget(target string, g *nomadapi.NodeDeviceResource) (*psstructs.Attribute, bool) {
+func deviceTarget(target string, dg deviceGroup) (*psstructs.Attribute, bool) {
+	g := dg.res
 	if !strings.HasPrefix(target, "${") {
 		return psstructs.ParseAttribute(target), true
 	}
@@ -196,11 +198,7 @@ func deviceTarget(target string, g *nomadapi.NodeDeviceResource) (*psstructs.Att
 	case target == "${device.type}":
 		return psstructs.NewStringAttribute(g.Type), true
 	case target == "${device.ids}":
-		idl := make([]string, len(g.Instances))
-		for i, inst := range g.Instances {
-			idl[i] = inst.ID
-		}
-		return psstructs.NewStringAttribute(strings.Join(idl, ",")), true
+		return psstructs.NewStringAttribute(dg.joinedIDs()), true
 	case strings.HasPrefix(target, "${device.attr."):
 		a, ok := g.Attributes[strings.TrimSuffix(strings.TrimPrefix(target, "${device.attr."), "}")]
 		if !ok || a == nil {

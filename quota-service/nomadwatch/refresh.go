@@ -215,15 +215,19 @@ func (b *Builder) inputs(ctx context.Context) (Inputs, error) {
 	defer b.mu.Unlock()
 	c := b.cache
 	in := Inputs{NodeInfo: make(map[string]*nomadapi.Node, len(c.nodes)),
-		Nodes:       make([]*nomadapi.NodeListStub, 0, len(c.nodes)),
-		Allocations: make([]*nomadapi.AllocationListStub, 0, len(c.allocs)),
-		Jobs:        make([]*nomadapi.JobListStub, 0, len(c.jobs))}
+		Devices:        make(map[string]*nodeDevices, len(c.nodes)),
+		AllocResources: make(map[string]*allocResources, len(c.allocs)),
+		Nodes:          make([]*nomadapi.NodeListStub, 0, len(c.nodes)),
+		Allocations:    make([]*nomadapi.AllocationListStub, 0, len(c.allocs)),
+		Jobs:           make([]*nomadapi.JobListStub, 0, len(c.jobs))}
 	for id, n := range c.nodes {
 		in.Nodes = append(in.Nodes, n.stub)
 		in.NodeInfo[id] = n.full
+		in.Devices[id] = n.dev
 	}
 	for _, a := range c.allocs {
 		in.Allocations = append(in.Allocations, a.stub)
+		in.AllocResources[a.stub.ID] = a.res
 	}
 	for _, j := range c.jobs {
 		in.Jobs = append(in.Jobs, j)
@@ -295,7 +299,8 @@ func (b *Builder) readVersions(ctx context.Context) error {
 			if e, ok := b.cache.allocs[s.ID]; ok && !e.versionKnown && e.stub.ModifyIndex <= s.ModifyIndex {
 				st := *e.stub
 				st.JobVersion, st.JobType = s.JobVersion, s.JobType
-				b.cache.allocs[s.ID] = allocEntry{stub: &st, versionKnown: true, placed: e.placed}
+				e.stub, e.versionKnown = &st, true
+				b.cache.allocs[s.ID] = e
 			}
 		}
 		b.mu.Unlock()

@@ -1,0 +1,170 @@
+package nomadwatch
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/gpushare/nomad-gpushare/device/ids"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+// nodeDevices is what Assemble reads of one node's device inventory, read
+// once per node modify index: the plugin publishes shares_per_gpu
+// instances of every GPU (808 on an 8-GPU node at the default), and the
+// cache keeps this instead of the instance list.
+type nodeDevices struct {
+	// gpus are the node's GPUs and MIG devices, sorted by UUID.
+	gpus []nodeGPU
+	// groups are the node's device groups, every vendor's, for
+	// constraints.
+	groups []deviceGroup
+	// warnings are what did not read (instance IDs, MIG groups).
+	warnings []string
+}
+
+// nodeGPU is one GPU (or MIG device) a node publishes, in either family.
+type nodeGPU struct {
+	uuid   string
+	health gpuHealth
+}
+
+// deviceGroup is one device group without its instance list: the group's
+// name, vendor, type and attributes, how many instances it has, and their
+// IDs in a short form (for ${device.ids}).
+type deviceGroup struct {
+	res       *nomadapi.NodeDeviceResource
+	instances int
+	ids       []idRun
+}
+
+// idRun is a run of instance IDs: id, then, for a share, the next n-1
+// shares of the same GPU in order (ids.ID.Share counting up); a share
+// group's instances are one run per GPU.
+type idRun struct {
+	id ids.ID
+	n  int
+}
+
+// readDevices reads a node's device inventory. Instance IDs that do not
+// parse are left out with a warning.
+func readDevices(devs []*nomadapi.NodeDeviceResource) *nodeDevices {
+	d := &nodeDevices{}
+	gpus := map[string]*gpuHealth{}
+	for _, g := range devs {
+		if g == nil {
+			continue
+		}
+		d.groups = append(d.groups, newDeviceGroup(g))
+		if g.Vendor != ids.Vendor || (g.Type != ids.TypeWhole && g.Type != ids.TypeShare) {
+			continue
+		}
+		d.addGroupGPUs(g, gpus)
+	}
+	for u, h := range gpus {
+		d.gpus = append(d.gpus, nodeGPU{uuid: u, health: *h})
+	}
+	sort.Slice(d.gpus, func(i, j int) bool { return d.gpus[i].uuid < d.gpus[j].uuid })
+	return d
+}
+
+// addGroupGPUs adds the GPUs that the instances of one gpushare group
+// name: each GPU's model (the whole-GPU family's name wins), health and,
+// for a MIG device, the part of its GPU it is.
+func (d *nodeDevices) addGroupGPUs(g *nomadapi.NodeDeviceResource, gpus map[string]*gpuHealth) {
+	mig, migWarning := migShares(g)
+	if migWarning != "" {
+		d.warnings = append(d.warnings, migWarning)
+	}
+	for _, inst := range g.Instances {
+		id, err := ids.Parse(inst.ID)
+		if err != nil {
+			d.warnings = append(d.warnings, err.Error())
+			continue
+		}
+		h := gpus[id.UUID]
+		if h == nil {
+			h = &gpuHealth{}
+			gpus[id.UUID] = h
+		}
+		if h.model == "" || g.Type == ids.TypeWhole {
+			h.model = g.Name
+		}
+		if g.Type == ids.TypeWhole {
+			h.mig = mig
+		}
+		h.add(inst)
+	}
+}
+
+// newDeviceGroup is group g without its instance list.
+func newDeviceGroup(g *nomadapi.NodeDeviceResource) deviceGroup {
+	res := *g
+	res.Instances = nil
+	out := deviceGroup{res: &res, instances: len(g.Instances)}
+	for _, inst := range g.Instances {
+		id, err := ids.Parse(inst.ID)
+		if err != nil {
+			id = ids.ID{UUID: inst.ID} // kept as it is
+		}
+		if k := len(out.ids) - 1; k >= 0 && continues(out.ids[k], id) {
+			out.ids[k].n++
+			continue
+		}
+		out.ids = append(out.ids, idRun{id: id, n: 1})
+	}
+	return out
+}
+
+// continues reports whether id is the share that follows run r.
+func continues(r idRun, id ids.ID) bool {
+	return r.id.IsShare && id.IsShare && id.UUID == r.id.UUID && id.Units == r.id.Units && id.Share == r.id.Share+r.n
+}
+
+// joinedIDs is the group's instance IDs joined by commas, as Nomad
+// resolves ${device.ids}.
+func (g deviceGroup) joinedIDs() string {
+	var b strings.Builder
+	for _, r := range g.ids {
+		for k := range r.n {
+			if b.Len() > 0 {
+				b.WriteByte(',')
+			}
+			id := r.id
+			id.Share += k
+			b.WriteString(id.String())
+		}
+	}
+	return b.String()
+}
+
+// compactNode is node n as the cache keeps it, sharing n's attributes and
+// meta: its device groups without their instance lists, and what Assemble
+// reads of them.
+func compactNode(n *nomadapi.Node) (*nomadapi.Node, *nodeDevices) {
+	out := *n
+	if n.NodeResources == nil {
+		return &out, readDevices(nil)
+	}
+	d := readDevices(n.NodeResources.Devices)
+	res := *n.NodeResources
+	res.Devices = make([]*nomadapi.NodeDeviceResource, len(d.groups))
+	for i, g := range d.groups {
+		res.Devices[i] = g.res
+	}
+	out.NodeResources = &res
+	return &out, d
+}
+
+// fingerprint is what the resync compares of a node's devices: every
+// GPU's UUID, model and health.
+func (d *nodeDevices) fingerprint() string {
+	var b strings.Builder
+	for _, g := range d.gpus {
+		fmt.Fprintf(&b, "|%s:%s:%d:%t:%s", g.uuid, g.health.model, g.health.mig, g.health.healthy, g.health.reason)
+	}
+	for _, g := range d.groups {
+		fmt.Fprintf(&b, "|%s/%s/%s:%d", g.res.Vendor, g.res.Type, g.res.Name, g.instances)
+	}
+	return b.String()
+}
