@@ -30,8 +30,9 @@ type event struct {
 
 // stream serves /v1/event/stream: newline-delimited JSON frames of the
 // events published from now on, and a heartbeat ({}) every 10 s, as Nomad
-// does. Topics are not filtered: the stand-in publishes only Allocation
-// and Job events, which the service subscribes to.
+// does. Topics are not filtered: the stand-in publishes Allocation and
+// Job events, and Node events when a node's metadata changes, all of
+// which the service subscribes to.
 func (s *Server) stream(rw http.ResponseWriter, r *http.Request) {
 	ch := make(chan []byte, 1024)
 	s.mu.Lock()

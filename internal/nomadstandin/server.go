@@ -27,6 +27,8 @@ type Server struct {
 	// nodeJSON and nodeLean: each node's list stub with resources
 	// (?resources=true) and without; nodeFull: /v1/node/:id.
 	nodeJSON, nodeLean [][]byte
+	// dynamic is each node's dynamic metadata (/v1/client/metadata).
+	dynamic  map[string]map[string]*string
 	nodeFull map[string][]byte
 	// allocJSON and allocLean: each allocation's list stub with resources,
 	// with and without task states.
@@ -45,14 +47,11 @@ func New(c Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{w: w, index: 1_000_000, tables: map[string]uint64{"nodes": 1_000_000, "allocs": 1_000_000, "jobs": 1_000_000}, nodeFull: map[string][]byte{}, jobs: map[string]*api.Job{},
+	s := &Server{w: w, index: 1_000_000, tables: map[string]uint64{"nodes": 1_000_000, "allocs": 1_000_000, "jobs": 1_000_000}, nodeFull: map[string][]byte{}, dynamic: map[string]map[string]*string{}, jobs: map[string]*api.Job{},
 		rng: rand.New(rand.NewPCG(7, 7)), subs: map[chan []byte]struct{}{}, requests: map[string]int{}}
-	for _, n := range w.nodes {
-		stub := nodeStub(n)
-		s.nodeJSON = append(s.nodeJSON, mustJSON(stub))
-		stub.NodeResources, stub.ReservedResources = nil, nil
-		s.nodeLean = append(s.nodeLean, mustJSON(stub))
-		s.nodeFull[n.ID] = mustJSON(n)
+	s.nodeJSON, s.nodeLean = make([][]byte, len(w.nodes)), make([][]byte, len(w.nodes))
+	for i := range w.nodes {
+		s.encodeNode(i)
 	}
 	s.allocJSON = make([][]byte, len(w.allocs))
 	s.allocLean = make([][]byte, len(w.allocs))
@@ -125,6 +124,10 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.requests[r.Method+" "+route]++
 	s.mu.Unlock()
+	if p == "client/metadata" {
+		s.metadata(rw, r)
+		return
+	}
 	if r.Method != http.MethodGet {
 		s.write(rw, r)
 		return

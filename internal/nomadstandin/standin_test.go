@@ -76,6 +76,32 @@ func TestServiceReadsTheStandIn(t *testing.T) {
 	}
 }
 
+// TestNodeMetadata: a node's dynamic metadata, as the ranking publisher
+// writes and reads it, comes back from /v1/client/metadata and in the node,
+// at a new modify index.
+func TestNodeMetadata(t *testing.T) {
+	s, client := serveStandIn(t, Config{Nodes: 2, Allocations: 4, Projects: 1})
+	stubs, _, err := client.Nodes().List(nil)
+	if err != nil || len(stubs) != 2 {
+		t.Fatalf("nodes %v, %v", stubs, err)
+	}
+	id := stubs[1].ID
+	if _, err := client.Nodes().Meta().Apply(&nomadapi.NodeMetaApplyRequest{NodeID: id, Meta: map[string]*string{"gpushare.rank.x": ptr("1")}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := client.Nodes().Meta().Read(id, nil)
+	if err != nil || got.Dynamic["gpushare.rank.x"] == nil || *got.Dynamic["gpushare.rank.x"] != "1" {
+		t.Fatalf("dynamic metadata %+v, %v; want gpushare.rank.x = 1", got, err)
+	}
+	n, _, err := client.Nodes().Info(id, nil)
+	if err != nil || n.Meta["gpushare.rank.x"] != "1" || n.ModifyIndex <= stubs[1].ModifyIndex {
+		t.Fatalf("node meta %v at index %d (was %d), %v", n.Meta, n.ModifyIndex, stubs[1].ModifyIndex, err)
+	}
+	if s.Requests()["POST client/metadata"] != 1 {
+		t.Errorf("requests %v", s.Requests())
+	}
+}
+
 // BenchmarkNodeJSONSize reports the bytes of one 8 x H100 node's JSON in
 // Nomad's API (api.Node, as /v1/node/:id answers; the list stub with
 // resources is about the same) in the plugin's real layout (4 GPUs in

@@ -128,7 +128,9 @@ func (b *Builder) readSpecs(ctx context.Context, jobs []*nomadapi.JobListStub, s
 			continue
 		}
 		if spec := b.cachedSpec(j); spec != nil {
+			mu.Lock()
 			specs[key] = spec
+			mu.Unlock()
 			continue
 		}
 		wg.Add(1)
