@@ -143,6 +143,9 @@ job "gpushare-quota" {
         GPUSHARE_TLS_KEY       = var.tls_key
         GPUSHARE_USAGE_PORT    = var.usage_port
         GPUSHARE_PUBLISH_RANKS = var.publish_ranks ? "true" : "false"
+        # Go's garbage collector works to stay below 90% of the memory
+        # reserved, rather than doubling the heap before it collects.
+        GOMEMLIMIT = "${floor(var.memory_mb * 0.9)}MiB"
       }
 
       # The service reads NOMAD_TOKEN and CONSUL_HTTP_TOKEN from its

@@ -54,8 +54,19 @@ type allocEntry struct {
 // newAllocEntry is the cache's entry of an allocation stub with resources
 // r (which the entry keeps as Assemble reads them).
 func newAllocEntry(stub *nomadapi.AllocationListStub, r *nomadapi.AllocatedResources) allocEntry {
-	stub.AllocatedResources = nil
-	return allocEntry{stub: stub, res: readAllocResources(r)}
+	return allocEntry{stub: leanAllocStub(stub), res: readAllocResources(r)}
+}
+
+// leanAllocStub is the part of an allocation stub that the cache and
+// Assemble read: a cluster has a hundred thousand allocations, and the
+// rest of a stub (its resources, deployment and network status, metrics)
+// is most of its size.
+func leanAllocStub(s *nomadapi.AllocationListStub) *nomadapi.AllocationListStub {
+	return &nomadapi.AllocationListStub{ID: s.ID, Namespace: s.Namespace, JobID: s.JobID, JobType: s.JobType,
+		JobVersion: s.JobVersion, TaskGroup: s.TaskGroup, NodeID: s.NodeID, DesiredStatus: s.DesiredStatus,
+		ClientStatus: s.ClientStatus, NextAllocation: s.NextAllocation, FollowupEvalID: s.FollowupEvalID,
+		RescheduleTracker: s.RescheduleTracker, CreateIndex: s.CreateIndex, ModifyIndex: s.ModifyIndex,
+		CreateTime: s.CreateTime, ModifyTime: s.ModifyTime}
 }
 
 // allocResources is what Assemble reads of an allocation's resources: its

@@ -50,6 +50,7 @@ type options struct {
 	probeLimit time.Duration
 	keep       bool
 	logLevel   string
+	memoryMiB  int
 }
 
 func main() {
@@ -67,6 +68,7 @@ func main() {
 	flag.DurationVar(&o.probeLimit, "probe-timeout", 2*time.Minute, "how long to wait for one probe's decision")
 	flag.BoolVar(&o.keep, "keep", false, "keep the working directory (service and Consul logs)")
 	flag.StringVar(&o.logLevel, "service-log-level", "warn", "the service's -log-level (its log is service.log in the working directory)")
+	flag.IntVar(&o.memoryMiB, "memory-mib", 0, "the service's memory_mb, as the jobspec gives it (GOMEMLIMIT at 90% of it); 0: no limit")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "scalebench:", err)
@@ -116,7 +118,7 @@ func run(o options) error {
 	defer cancel()
 	go standin.Run(ctx, o.rate)
 
-	svc, err := startService(bin, dir, o.logLevel, nomadAddr, cluster.ConsulAddr)
+	svc, err := startService(bin, dir, o, nomadAddr, cluster.ConsulAddr)
 	if err != nil {
 		return err
 	}
@@ -179,7 +181,7 @@ type service struct {
 	client  *http.Client
 }
 
-func startService(bin, dir, logLevel, nomadAddr, consulAddr string) (*service, error) {
+func startService(bin, dir string, o options, nomadAddr, consulAddr string) (*service, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -190,8 +192,12 @@ func startService(bin, dir, logLevel, nomadAddr, consulAddr string) (*service, e
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "-listen", addr, "-log-level", logLevel)
+	cmd := exec.Command(bin, "-listen", addr, "-log-level", o.logLevel)
 	cmd.Env = append(os.Environ(), "NOMAD_ADDR="+nomadAddr, "CONSUL_HTTP_ADDR="+strings.TrimPrefix(consulAddr, "http://"))
+	if o.memoryMiB > 0 {
+		// As jobspecs/quota-service.nomad.hcl sets it.
+		cmd.Env = append(cmd.Env, fmt.Sprintf("GOMEMLIMIT=%dMiB", o.memoryMiB*9/10))
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	s := &service{cmd: cmd, addr: addr, started: time.Now(), client: &http.Client{Timeout: 10 * time.Second}}
 	if err := cmd.Start(); err != nil {
