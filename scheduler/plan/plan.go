@@ -65,6 +65,15 @@ type Options struct {
 	// the lowest-numbered node that fits, and on it the lowest-numbered
 	// GPUs (placement.Cluster.Fits).
 	Policy placement.Policy
+	// PlacementCandidates bounds the nodes the policy scores for one
+	// placement on idle capacity, as Nomad scores only a limited number of
+	// feasible nodes: the first PlacementCandidates nodes, in cluster
+	// order, that the workload may use and fits on. 0 means
+	// DefaultPlacementCandidates; a negative value scores every node.
+	// When no more nodes than the bound admit the workload, the policy
+	// scores them all, as without a bound. Policies that sample nodes
+	// themselves ("random" and the "deployed" models) are not bounded.
+	PlacementCandidates int
 }
 
 // Kind is what an action does.
