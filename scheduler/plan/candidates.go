@@ -62,6 +62,11 @@ func (c *clusterState) initPools() {
 	p := &c.pools
 	index := map[string]int32{}
 	p.start = make([]int32, len(c.Nodes)+1)
+	total := 0
+	for n := range c.Nodes {
+		total += len(c.Nodes[n].GPUs)
+	}
+	p.modelOf, p.seen = make([]int32, 0, total), make([]model.Shares, 0, total)
 	for n := range c.Nodes {
 		p.start[n] = int32(len(p.modelOf))
 		for _, g := range c.Nodes[n].GPUs {
@@ -185,6 +190,9 @@ func (c *clusterState) restNode() placement.Node {
 			p.candGPUs[m]++
 			p.candFree[m] += c.Nodes[n].GPUs[g].Free
 		}
+	}
+	if !p.exact {
+		c.restGPUs = make([]placement.GPU, 0, len(p.modelOf))
 	}
 	rest := placement.Node{Name: "(rest of the cluster)", FreeCPUMilli: -1, FreeMemoryMiB: -1, GPUs: c.restGPUs[:0]}
 	for m, name := range p.models {
