@@ -14,7 +14,10 @@
 //
 //  1. idle capacity: as long as jobs wait no GPU stays idle, so a workload
 //     that fits on free GPUs is placed even above its project's guarantee (up
-//     to its limit), as over-quota, preemptible work;
+//     to its limit), as over-quota, preemptible work; the placement policy
+//     chooses among a bounded number of the nodes with room, as Nomad
+//     scores a bounded number of feasible nodes (Options.PlacementCandidates,
+//     placeCandidates);
 //  2. reclaim: when the project stays within its guarantee after placement,
 //     running jobs of projects above their guarantee are suspended, never
 //     pushing such a project below its guarantee; when the project is above
