@@ -58,6 +58,8 @@ type poolTally struct {
 	candFree []model.Shares
 }
 
+// initPools counts every GPU of the cluster into the pool tally, once per
+// cycle; countPools keeps it up to date from then on.
 func (c *clusterState) initPools() {
 	p := &c.pools
 	index := map[string]int32{}
