@@ -33,7 +33,15 @@ type clusterState struct {
 	// capacity (see placeIdle).
 	releases int
 	failed   map[shapeKey]int
-	// sub and subNodes are placeAmong's scratch space.
+	// bound is the number of candidate nodes the policy scores for one
+	// placement (0: every node; see candidateBound); pools, admittedBy
+	// and restGPUs serve the bounded search (placeCandidates).
+	bound      int
+	pools      poolTally
+	admittedBy map[*bool]int
+	restGPUs   []placement.GPU
+	// sub and subNodes are the scratch space of placeAmong and
+	// placeCandidates.
 	sub      placement.Cluster
 	subNodes []int
 }
@@ -42,11 +50,13 @@ type clusterState struct {
 // placement cluster. An unavailable node shows no room at all (free CPU
 // and memory -1, below any ask, and no free GPU), so that neither a policy
 // nor first fit puts anything there.
-func newClusterState(snap *model.Snapshot, x *model.Index, policy placement.Policy) clusterState {
+func newClusterState(snap *model.Snapshot, x *model.Index, opts Options) clusterState {
 	c := clusterState{
-		policy: policy,
-		modes:  modeEncoding{encoded: map[string]string{}, allowed: map[string][]string{}},
-		failed: map[shapeKey]int{},
+		policy:     opts.Policy,
+		bound:      candidateBound(opts.PlacementCandidates, opts.Policy),
+		modes:      modeEncoding{encoded: map[string]string{}, allowed: map[string][]string{}},
+		failed:     map[shapeKey]int{},
+		admittedBy: map[*bool]int{},
 	}
 	c.Nodes = make([]placement.Node, len(snap.Nodes))
 	seen := map[string]bool{}

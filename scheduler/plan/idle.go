@@ -33,6 +33,9 @@ func (c *clusterState) initSummaries() {
 	for n := range c.Nodes {
 		c.summarize(n)
 	}
+	if c.bound > 0 && len(c.Nodes) > c.bound {
+		c.initPools()
+	}
 }
 
 // summarize refreshes node n's summary after its free capacity changed.
@@ -53,6 +56,7 @@ func (c *clusterState) summarize(n int) {
 	c.tally.byIdle[sum.idle]++
 	c.tally.byFree[sum.maxFree]++
 	c.summaries[n] = sum
+	c.countPools(n)
 }
 
 // mayFit reports whether some node's summary admits t: a node with
@@ -96,8 +100,10 @@ func shapeOf(t placement.Task, nodes []bool) shapeKey {
 }
 
 // placeIdle finds room for t on free capacity of the nodes it may use
-// (nil: all), with the policy or by first fit. A shape that failed is not
-// searched again until capacity is given back.
+// (nil: all), by first fit or with the policy: among a bounded number of
+// candidates on a cluster larger than the bound (placeCandidates), else
+// among every node it may use. A shape that failed is not searched again
+// until capacity is given back.
 func (c *clusterState) placeIdle(t placement.Task, nodes []bool) (placement.Choice, bool) {
 	if !c.mayFit(t) {
 		return placement.Choice{}, false
@@ -111,6 +117,8 @@ func (c *clusterState) placeIdle(t placement.Task, nodes []bool) (placement.Choi
 	switch {
 	case c.policy == nil:
 		ch, ok = c.firstFit(t, nodes)
+	case c.bounded(nodes):
+		ch, ok = c.placeCandidates(t, nodes)
 	case nodes == nil:
 		ch, ok = c.policy.Place(&c.Cluster, t)
 	default:
@@ -144,12 +152,7 @@ func (c *clusterState) firstFit(t placement.Task, nodes []bool) (placement.Choic
 		if nodes != nil && !nodes[n] {
 			continue
 		}
-		node := &c.Nodes[n]
-		if node.FreeCPUMilli < t.CPUMilli || node.FreeMemoryMiB < t.MemoryMiB {
-			continue
-		}
-		sum := c.summaries[n]
-		if t.GPUCount > 0 && (sum.maxFree < t.Shares || (t.Shares >= model.SharesPerGPU && sum.idle < t.GPUCount)) {
+		if !c.hasRoom(n, t) {
 			continue
 		}
 		if gpus, ok := c.Fits(n, t); ok {

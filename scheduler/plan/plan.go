@@ -14,7 +14,10 @@
 //
 //  1. idle capacity: as long as jobs wait no GPU stays idle, so a workload
 //     that fits on free GPUs is placed even above its project's guarantee (up
-//     to its limit), as over-quota, preemptible work;
+//     to its limit), as over-quota, preemptible work; the placement policy
+//     chooses among a bounded number of the nodes with room, as Nomad
+//     scores a bounded number of feasible nodes (Options.PlacementCandidates,
+//     placeCandidates);
 //  2. reclaim: when the project stays within its guarantee after placement,
 //     running jobs of projects above their guarantee are suspended, never
 //     pushing such a project below its guarantee; when the project is above
@@ -65,6 +68,15 @@ type Options struct {
 	// the lowest-numbered node that fits, and on it the lowest-numbered
 	// GPUs (placement.Cluster.Fits).
 	Policy placement.Policy
+	// PlacementCandidates bounds the nodes the policy scores for one
+	// placement on idle capacity, as Nomad scores only a limited number of
+	// feasible nodes: the first PlacementCandidates nodes, in cluster
+	// order, that the workload may use and fits on. 0 means
+	// DefaultPlacementCandidates; a negative value scores every node.
+	// When no more nodes than the bound admit the workload, the policy
+	// scores them all, as without a bound. Policies that sample nodes
+	// themselves ("random" and the "deployed" models) are not bounded.
+	PlacementCandidates int
 }
 
 // Kind is what an action does.

@@ -250,7 +250,7 @@ func newState(snap *model.Snapshot, opts Options) (*state, error) {
 	s := &state{
 		snap:     snap,
 		index:    x,
-		cluster:  newClusterState(snap, x, opts.Policy),
+		cluster:  newClusterState(snap, x, opts),
 		jobByKey: make(map[string]int32, len(snap.Allocations)/2+1),
 		units:    newUnits(snap),
 		plan:     newPlanProgress(len(snap.Pending)),
