@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"unique"
 
 	"github.com/gpushare/nomad-gpushare/device/ids"
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -138,22 +139,38 @@ func (g deviceGroup) joinedIDs() string {
 	return b.String()
 }
 
-// compactNode is node n as the cache keeps it, sharing n's attributes and
-// meta: its device groups without their instance lists, and what Assemble
-// reads of them.
+// compactNode is node n as the cache keeps it: the fields the service
+// reads (its identity, status, attributes and meta, CPU, memory and device
+// groups without their instance lists), with the attribute and meta
+// strings shared between nodes, and what Assemble reads of its devices.
 func compactNode(n *nomadapi.Node) (*nomadapi.Node, *nodeDevices) {
-	out := *n
+	out := &nomadapi.Node{ID: n.ID, Datacenter: n.Datacenter, Name: n.Name, NodeClass: n.NodeClass, NodePool: n.NodePool,
+		Drain: n.Drain, SchedulingEligibility: n.SchedulingEligibility, Status: n.Status, StatusDescription: n.StatusDescription,
+		Attributes: shared(n.Attributes), Meta: shared(n.Meta), ReservedResources: n.ReservedResources, LastDrain: n.LastDrain,
+		CreateIndex: n.CreateIndex, ModifyIndex: n.ModifyIndex}
 	if n.NodeResources == nil {
-		return &out, readDevices(nil)
+		return out, readDevices(nil)
 	}
 	d := readDevices(n.NodeResources.Devices)
-	res := *n.NodeResources
-	res.Devices = make([]*nomadapi.NodeDeviceResource, len(d.groups))
+	out.NodeResources = &nomadapi.NodeResources{Cpu: n.NodeResources.Cpu, Memory: n.NodeResources.Memory,
+		Devices: make([]*nomadapi.NodeDeviceResource, len(d.groups))}
 	for i, g := range d.groups {
-		res.Devices[i] = g.res
+		out.NodeResources.Devices[i] = g.res
 	}
-	out.NodeResources = &res
-	return &out, d
+	return out, d
+}
+
+// shared is m with its keys and values interned: thousands of nodes
+// carry the same attribute names and mostly the same values.
+func shared(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[unique.Make(k).Value()] = unique.Make(v).Value()
+	}
+	return out
 }
 
 // fingerprint is what the resync compares of a node's devices: every
