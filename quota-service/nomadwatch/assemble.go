@@ -168,6 +168,8 @@ type assembler struct {
 	// nodes are the nodes with GPUs, by ID and in snapshot order.
 	nodes     map[string]*nodeGPUs
 	nodeOrder []*nodeGPUs
+	// jobKeys are the job Keys made, by namespace and job ID (jobKey).
+	jobKeys map[[2]string]string
 	// readDevs are the device inventories read from stubs (devicesOf).
 	readDevs map[string]*nodeDevices
 	// shareUnit is the shares one instance of a share request stands for
@@ -178,7 +180,7 @@ type assembler struct {
 func newAssembler(in Inputs) *assembler {
 	v := &View{Snapshot: &model.Snapshot{}, Jobs: map[string]*JobInfo{}, Records: map[string]*Record{}, Specs: in.Specs, ListedAt: in.Now}
 	a := &assembler{in: in, v: v, snap: v.Snapshot, resolver: newResolver(in.Settings),
-		projects: map[string]bool{}, nodes: map[string]*nodeGPUs{}, readDevs: map[string]*nodeDevices{}}
+		projects: map[string]bool{}, nodes: map[string]*nodeGPUs{}, readDevs: map[string]*nodeDevices{}, jobKeys: map[[2]string]string{}}
 	a.shareUnit = a.shareUnitOf(in.Nodes)
 	for _, s := range in.Settings {
 		a.snap.Projects = append(a.snap.Projects, s.Model())
@@ -215,6 +217,18 @@ func (a *assembler) shareUnitOf(nodes []*nomadapi.NodeListStub) int {
 		a.warn("GPU nodes publish different shares_per_gpu (shares per instance: %v); pending share requests are read at %d shares per instance: set one shares_per_gpu on every node", seen, unit)
 	}
 	return unit
+}
+
+// jobKey is Key(namespace, id), made once per job: a cycle looks up the
+// job of every allocation twice.
+func (a *assembler) jobKey(namespace, id string) string {
+	ref := [2]string{namespace, id}
+	if k, ok := a.jobKeys[ref]; ok {
+		return k
+	}
+	k := Key(namespace, id)
+	a.jobKeys[ref] = k
+	return k
 }
 
 // addProject adds a project that has work but no quota settings.

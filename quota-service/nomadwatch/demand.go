@@ -28,7 +28,7 @@ type slotCounts struct {
 func (a *assembler) countSlots() map[string]map[string]*slotCounts {
 	out := map[string]map[string]*slotCounts{}
 	for _, al := range a.in.Allocations {
-		key := Key(al.Namespace, al.JobID)
+		key := a.jobKey(al.Namespace, al.JobID)
 		spec := a.in.Specs[key]
 		if spec == nil {
 			continue

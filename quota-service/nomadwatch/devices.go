@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"unique"
 
 	"github.com/gpushare/nomad-gpushare/device/ids"
@@ -98,10 +99,12 @@ func (d *nodeDevices) addGroupGPUs(g *nomadapi.NodeDeviceResource, gpus map[stri
 	}
 }
 
-// newDeviceGroup is group g without its instance list.
+// newDeviceGroup is group g without its instance list, its attributes
+// shared with other groups' (sharedAttributes).
 func newDeviceGroup(g *nomadapi.NodeDeviceResource) deviceGroup {
 	res := *g
 	res.Instances = nil
+	res.Attributes = sharedAttributes(g.Attributes)
 	out := deviceGroup{res: &res, instances: len(g.Instances)}
 	for _, inst := range g.Instances {
 		id, err := ids.Parse(inst.ID)
@@ -158,6 +161,72 @@ func compactNode(n *nomadapi.Node) (*nomadapi.Node, *nodeDevices) {
 		out.NodeResources.Devices[i] = g.res
 	}
 	return out, d
+}
+
+// attrValue is a device attribute's value as a comparable key.
+type attrValue struct {
+	set  uint8 // which of the pointers were set, a bit each
+	f    float64
+	i    int64
+	s    string
+	b    bool
+	unit string
+}
+
+// attrTable holds one *nomadapi.Attribute per distinct value:
+// every GPU group of a node carries about twenty attributes, mostly the
+// same on every GPU of a model. It is emptied when it grows past
+// attrTableMax (entries already shared stay valid).
+var attrTable = struct {
+	sync.Mutex
+	m map[attrValue]*nomadapi.Attribute
+}{m: map[attrValue]*nomadapi.Attribute{}}
+
+const attrTableMax = 1 << 16
+
+// sharedAttributes is m with equal attributes shared between groups.
+func sharedAttributes(m map[string]*nomadapi.Attribute) map[string]*nomadapi.Attribute {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]*nomadapi.Attribute, len(m))
+	attrTable.Lock()
+	defer attrTable.Unlock()
+	if len(attrTable.m) > attrTableMax {
+		clear(attrTable.m)
+	}
+	for k, a := range m {
+		if a == nil {
+			out[k] = nil
+			continue
+		}
+		key := keyOf(a)
+		c, ok := attrTable.m[key]
+		if !ok {
+			c = a
+			attrTable.m[key] = c
+		}
+		out[unique.Make(k).Value()] = c
+	}
+	return out
+}
+
+// keyOf is attribute a's value as a key.
+func keyOf(a *nomadapi.Attribute) attrValue {
+	k := attrValue{unit: a.Unit}
+	if a.FloatVal != nil {
+		k.set, k.f = k.set|1, *a.FloatVal
+	}
+	if a.IntVal != nil {
+		k.set, k.i = k.set|2, *a.IntVal
+	}
+	if a.StringVal != nil {
+		k.set, k.s = k.set|4, *a.StringVal
+	}
+	if a.BoolVal != nil {
+		k.set, k.b = k.set|8, *a.BoolVal
+	}
+	return k
 }
 
 // shared is m with its keys and values interned: thousands of nodes
