@@ -40,37 +40,41 @@ func (s *Server) metadata(rw http.ResponseWriter, r *http.Request) {
 }
 
 // applyMeta changes node i's dynamic metadata and publishes the node;
-// s.mu is held.
+// s.mu is held. The generated nodes keep no resources (New), so the node
+// is read back from its encoding.
 func (s *Server) applyMeta(i int, change map[string]*string) {
-	n := s.w.nodes[i]
-	if s.dynamic[n.ID] == nil {
-		s.dynamic[n.ID] = map[string]*string{}
+	id := s.w.nodes[i].ID
+	var n api.Node
+	if err := json.Unmarshal(s.nodeFull[id], &n); err != nil {
+		panic(err) // the stand-in's own encoding
 	}
-	meta := make(map[string]string, len(n.Meta)+len(change))
-	for k, v := range n.Meta {
-		meta[k] = v
+	if s.dynamic[id] == nil {
+		s.dynamic[id] = map[string]*string{}
+	}
+	if n.Meta == nil {
+		n.Meta = map[string]string{}
 	}
 	for k, v := range change {
-		s.dynamic[n.ID][k] = v
+		s.dynamic[id][k] = v
 		if v == nil {
-			delete(meta, k)
+			delete(n.Meta, k)
 		} else {
-			meta[k] = *v
+			n.Meta[k] = *v
 		}
 	}
 	s.index++
 	s.tables["nodes"] = s.index
-	updated := *n
-	updated.Meta, updated.ModifyIndex = meta, s.index
-	s.w.nodes[i] = &updated
-	s.encodeNode(i)
-	s.publish(event{Topic: api.TopicNode, Type: "NodeRegistration", Key: n.ID, FilterKeys: []string{}, Payload: map[string]any{"Node": &updated}})
+	n.ModifyIndex = s.index
+	s.encodeNode(i, &n)
+	kept := *s.w.nodes[i]
+	kept.Meta, kept.ModifyIndex = n.Meta, n.ModifyIndex
+	s.w.nodes[i] = &kept
+	s.publish(event{Topic: api.TopicNode, Type: "NodeRegistration", Key: id, FilterKeys: []string{}, Payload: map[string]any{"Node": &n}})
 }
 
-// encodeNode encodes node i's answers: its stub with and without
+// encodeNode encodes node i's answers from n: its stub with and without
 // resources, and the node in full.
-func (s *Server) encodeNode(i int) {
-	n := s.w.nodes[i]
+func (s *Server) encodeNode(i int, n *api.Node) {
 	stub := nodeStub(n)
 	s.nodeJSON[i] = mustJSON(stub)
 	stub.NodeResources, stub.ReservedResources = nil, nil

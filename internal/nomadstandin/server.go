@@ -50,8 +50,8 @@ func New(c Config) (*Server, error) {
 	s := &Server{w: w, index: 1_000_000, tables: map[string]uint64{"nodes": 1_000_000, "allocs": 1_000_000, "jobs": 1_000_000}, nodeFull: map[string][]byte{}, dynamic: map[string]map[string]*string{}, jobs: map[string]*api.Job{},
 		rng: rand.New(rand.NewPCG(7, 7)), subs: map[chan []byte]struct{}{}, requests: map[string]int{}}
 	s.nodeJSON, s.nodeLean = make([][]byte, len(w.nodes)), make([][]byte, len(w.nodes))
-	for i := range w.nodes {
-		s.encodeNode(i)
+	for i, n := range w.nodes {
+		s.encodeNode(i, n)
 	}
 	s.allocJSON = make([][]byte, len(w.allocs))
 	s.allocLean = make([][]byte, len(w.allocs))

@@ -97,6 +97,9 @@ func TestNodeMetadata(t *testing.T) {
 	if err != nil || n.Meta["gpushare.rank.x"] != "1" || n.ModifyIndex <= stubs[1].ModifyIndex {
 		t.Fatalf("node meta %v at index %d (was %d), %v", n.Meta, n.ModifyIndex, stubs[1].ModifyIndex, err)
 	}
+	if n.NodeResources == nil || len(n.NodeResources.Devices) == 0 {
+		t.Fatal("the node lost its devices with the metadata change")
+	}
 	if s.Requests()["POST client/metadata"] != 1 {
 		t.Errorf("requests %v", s.Requests())
 	}
