@@ -50,15 +50,15 @@ variable "tls_key" {
   default     = ""
 }
 
-# Sized from the scale benchmark (make bench-scale, tools/scalebench): the
-# service's peak memory grows with the cluster, about 0.7-1 MiB per 8-GPU
-# node with the event-stream view and 1.2 MiB with per-cycle listings
-# (5,000 nodes and 100,000 allocations: 3.6-4.8 GiB and 5.7 GiB; 200
-# nodes: 140-240 MiB), and a busy cluster (50 events/s) keeps it at 65-90%
-# of one core (docs/scale.md). The defaults fit about 1,000 GPU nodes; at
-# 5,000 set memory_mb = 6144 and cpu_mhz = 3000.
+# Sized from the scale benchmark (make bench-scale, tools/scalebench;
+# docs/scale.md): with GOMEMLIMIT at 90% of memory_mb (set below), the
+# service at 5,000 GPU nodes and 100,000 allocations peaks at 478-484 MiB
+# with memory_mb = 512 (1,053 MiB without a memory limit), and a busy
+# cluster (50 events/s) keeps it at 116-138% of one core there. The
+# defaults fit 5,000 nodes with room for the garbage collector; give such a
+# cluster cpu_mhz = 3000.
 variable "memory_mb" {
-  description = "Memory reserved for each instance, in MiB (about 150 plus 1 per GPU node; see above)."
+  description = "Memory reserved for each instance, in MiB (512 fits 5,000 GPU nodes; see above)."
   type        = number
   default     = 1024
 }

