@@ -1,7 +1,9 @@
 package nomadwatch
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -161,11 +163,8 @@ func nodeCapacity(n *nomadapi.NodeListStub) (cpu, mem int64) {
 // and adds those that hold GPUs to the snapshot, bound to the node's GPUs.
 func (a *assembler) addAllocations() {
 	allocs := append([]*nomadapi.AllocationListStub(nil), a.in.Allocations...)
-	sort.Slice(allocs, func(i, j int) bool {
-		if allocs[i].NodeID != allocs[j].NodeID {
-			return allocs[i].NodeID < allocs[j].NodeID
-		}
-		return allocs[i].ID < allocs[j].ID
+	slices.SortFunc(allocs, func(x, y *nomadapi.AllocationListStub) int {
+		return cmp.Or(strings.Compare(x.NodeID, y.NodeID), strings.Compare(x.ID, y.ID))
 	})
 	// Most allocations hold one part (parts: bindGPUs); growing a slice
 	// of a hundred thousand allocations is most of what a cycle allocates.
