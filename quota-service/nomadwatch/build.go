@@ -103,10 +103,6 @@ func (b *Builder) Build(ctx context.Context, settings []quota.Settings, suspensi
 	return Assemble(in), nil
 }
 
-// specReads bounds the job reads in flight at once: a new leader reads
-// every job once, and a cluster has thousands.
-const specReads = 8
-
 // readSpecs reads the full spec of every job that may have pending work
 // (registered, not stopped, not finished) and of every recorded job; a
 // spec cached at the job's modify index is not read again.
@@ -115,40 +111,24 @@ func (b *Builder) readSpecs(ctx context.Context, jobs []*nomadapi.JobListStub, s
 	for _, r := range suspensions {
 		recorded[r.Key()] = true
 	}
-	var (
-		mu    sync.Mutex
-		wg    sync.WaitGroup
-		errs  []error
-		slot  = make(chan struct{}, specReads)
-		specs = map[string]*nomadapi.Job{}
-	)
+	specs := map[string]*nomadapi.Job{}
+	var moved []*nomadapi.JobListStub
 	for _, j := range jobs {
 		key := Key(j.Namespace, j.ID)
 		if (j.Stop || j.Status == "dead" || j.ParameterizedJob || j.Periodic) && !recorded[key] {
 			continue
 		}
 		if spec := b.cachedSpec(j); spec != nil {
-			mu.Lock()
 			specs[key] = spec
-			mu.Unlock()
-			continue
+		} else {
+			moved = append(moved, j)
 		}
-		wg.Add(1)
-		slot <- struct{}{}
-		go func() {
-			defer func() { <-slot; wg.Done() }()
-			spec, err := b.spec(ctx, j)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, err)
-				return
-			}
-			specs[key] = spec
-		}()
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err := readEach(moved, specs, func(j *nomadapi.JobListStub) (string, *nomadapi.Job, error) {
+		spec, err := b.spec(ctx, j)
+		return Key(j.Namespace, j.ID), spec, err
+	})
+	if err != nil {
 		return nil, err
 	}
 	return specs, nil

@@ -2,16 +2,10 @@ package nomadwatch
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 
 	nomadapi "github.com/hashicorp/nomad/api"
 )
-
-// nodeReads bounds the node reads in flight at once: a new leader reads
-// every node once, and a cluster has thousands.
-const nodeReads = 8
 
 // listing is one full reading of some kinds of objects, each kind at the
 // index Nomad answered it at.
@@ -90,35 +84,22 @@ func (b *Builder) list(ctx context.Context, kinds [numKinds]bool, cached map[str
 // stale: one older than the listing is read again from the leader.
 func (b *Builder) fullNodes(ctx context.Context, stubs []*nomadapi.NodeListStub, cached map[string]nodeEntry) (map[string]nodeEntry, error) {
 	out := make(map[string]nodeEntry, len(stubs))
-	var (
-		mu   sync.Mutex
-		wg   sync.WaitGroup
-		errs []error
-		slot = make(chan struct{}, nodeReads)
-	)
+	var moved []*nomadapi.NodeListStub
 	for _, n := range stubs {
 		if c, ok := cached[n.ID]; ok && c.full.ModifyIndex >= n.ModifyIndex {
-			mu.Lock()
 			out[n.ID] = c
-			mu.Unlock()
-			continue
+		} else {
+			moved = append(moved, n)
 		}
-		wg.Add(1)
-		slot <- struct{}{}
-		go func() {
-			defer func() { <-slot; wg.Done() }()
-			full, err := b.readNode(ctx, n.ID, n.ModifyIndex)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, err)
-				return
-			}
-			out[n.ID] = newNodeEntry(full)
-		}()
 	}
-	wg.Wait()
-	return out, errors.Join(errs...)
+	err := readEach(moved, out, func(n *nomadapi.NodeListStub) (string, nodeEntry, error) {
+		full, err := b.readNode(ctx, n.ID, n.ModifyIndex)
+		if err != nil {
+			return "", nodeEntry{}, err
+		}
+		return n.ID, newNodeEntry(full), nil
+	})
+	return out, err
 }
 
 // readNode reads a node at least as new as index: stale first, from the
