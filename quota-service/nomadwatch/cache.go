@@ -1,7 +1,10 @@
 package nomadwatch
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/gpushare/nomad-gpushare/device/ids"
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -91,6 +94,10 @@ func readAllocResources(r *nomadapi.AllocatedResources) *allocResources {
 type cache struct {
 	nodes  map[string]nodeEntry
 	allocs map[string]allocEntry
+	// order is every cached allocation, sorted by node and ID, the order
+	// Assemble adds them in, kept as allocations come and go so that a
+	// cycle does not sort a hundred thousand of them.
+	order []allocRef
 	jobs   map[string]*nomadapi.JobListStub
 	// index is, by kind, the Nomad index the cache is current at: the
 	// listing's, then every event's applied.
@@ -205,9 +212,51 @@ func (c *cache) applyAlloc(ev *nomadapi.Event) error {
 		// Same placement (a client update): same job version.
 		e.stub.JobVersion, e.stub.JobType, e.versionKnown = old.stub.JobVersion, old.stub.JobType, old.versionKnown
 	}
-	c.allocs[a.ID] = e
+	c.putAlloc(e)
 	c.touchSummary(Key(a.Namespace, a.JobID))
 	return nil
+}
+
+// allocRef places an allocation in cache.order.
+type allocRef struct{ node, id string }
+
+func compareAllocRefs(x, y allocRef) int {
+	return cmp.Or(strings.Compare(x.node, y.node), strings.Compare(x.id, y.id))
+}
+
+func refOf(s *nomadapi.AllocationListStub) allocRef { return allocRef{node: s.NodeID, id: s.ID} }
+
+// putAlloc stores an allocation entry; a new allocation takes its place
+// in the order.
+func (c *cache) putAlloc(e allocEntry) {
+	if _, had := c.allocs[e.stub.ID]; !had {
+		ref := refOf(e.stub)
+		i, _ := slices.BinarySearchFunc(c.order, ref, compareAllocRefs)
+		c.order = slices.Insert(c.order, i, ref)
+	}
+	c.allocs[e.stub.ID] = e
+}
+
+// dropAlloc deletes an allocation entry and its place in the order.
+func (c *cache) dropAlloc(id string) {
+	e, ok := c.allocs[id]
+	if !ok {
+		return
+	}
+	if i, found := slices.BinarySearchFunc(c.order, refOf(e.stub), compareAllocRefs); found {
+		c.order = slices.Delete(c.order, i, i+1)
+	}
+	delete(c.allocs, id)
+}
+
+// reorder sorts every cached allocation again (after a listing replaced
+// them).
+func (c *cache) reorder() {
+	c.order = c.order[:0]
+	for _, e := range c.allocs {
+		c.order = append(c.order, refOf(e.stub))
+	}
+	slices.SortFunc(c.order, compareAllocRefs)
 }
 
 // older says an event's object (modify index got, in an event at index
@@ -288,7 +337,7 @@ func (c *cache) remove(k kind, key string, index uint64) {
 		if a, ok := c.allocs[key]; ok && a.stub.ModifyIndex >= index {
 			return
 		}
-		delete(c.allocs, key)
+		c.dropAlloc(key)
 	case kindJob:
 		if j, ok := c.jobs[key]; ok && j.ModifyIndex >= index {
 			return

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"testing"
 
@@ -161,7 +162,45 @@ func TestCacheApply(t *testing.T) {
 			if got := contents(c); !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("cache = %q, want %q", got, tt.want)
 			}
+			checkOrder(t, c)
 		})
+	}
+}
+
+// checkOrder checks that the cache's allocation order holds every cached
+// allocation once, sorted by node and ID.
+func checkOrder(t *testing.T, c *cache) {
+	t.Helper()
+	var want []allocRef
+	for _, e := range c.allocs {
+		want = append(want, refOf(e.stub))
+	}
+	slices.SortFunc(want, compareAllocRefs)
+	if !slices.Equal(c.order, want) {
+		t.Errorf("allocation order %v, want %v", c.order, want)
+	}
+}
+
+// TestCacheKeepsAllocationOrder: allocations that come and go through
+// events, on several nodes, keep the order Assemble reads them in.
+func TestCacheKeepsAllocationOrder(t *testing.T) {
+	c := newCache()
+	c.adopt(listed(10, nil, map[string]uint64{"a5": 5}, nil))
+	index := uint64(10)
+	for _, a := range []struct {
+		id, node, desired string
+	}{{"a3", "n2", "run"}, {"a1", "n9", "run"}, {"a4", "n1", "run"}, {"a2", "n2", "run"}, {"a1", "n9", "stop"}, {"a0", "n2", "run"}, {"a5", "n1", "stop"}} {
+		index++
+		al := &nomadapi.Allocation{ID: a.id, Namespace: "default", JobID: "j", TaskGroup: "g", NodeID: a.node, DesiredStatus: a.desired,
+			ClientStatus: "running", CreateIndex: index, ModifyIndex: index, AllocModifyIndex: index}
+		if err := c.apply(&nomadapi.Event{Topic: nomadapi.TopicAllocation, Type: "AllocationUpdated", Key: a.id, Index: index, Payload: wire(t, "Allocation", al)}); err != nil {
+			t.Fatal(err)
+		}
+		checkOrder(t, c)
+	}
+	want := []allocRef{{"n1", "a4"}, {"n2", "a0"}, {"n2", "a2"}, {"n2", "a3"}}
+	if !slices.Equal(c.order, want) {
+		t.Errorf("order %v, want %v", c.order, want)
 	}
 }
 

@@ -134,6 +134,7 @@ func (c *cache) adopt(l *listing) []Change {
 		var ch Change
 		c.allocs, ch = merge(c.allocs, l.allocs, c.deleted[kindAlloc], l.index[kindAlloc],
 			func(e allocEntry) uint64 { return e.stub.ModifyIndex }, allocEntry.fingerprint)
+		c.reorder()
 		out = append(out, withKind(ch, kindAlloc))
 	}
 	if l.kinds[kindJob] {

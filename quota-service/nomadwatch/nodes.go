@@ -1,7 +1,6 @@
 package nomadwatch
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -163,9 +162,10 @@ func nodeCapacity(n *nomadapi.NodeListStub) (cpu, mem int64) {
 // and adds those that hold GPUs to the snapshot, bound to the node's GPUs.
 func (a *assembler) addAllocations() {
 	allocs := append([]*nomadapi.AllocationListStub(nil), a.in.Allocations...)
-	slices.SortFunc(allocs, func(x, y *nomadapi.AllocationListStub) int {
-		return cmp.Or(strings.Compare(x.NodeID, y.NodeID), strings.Compare(x.ID, y.ID))
-	})
+	byNode := func(x, y *nomadapi.AllocationListStub) int { return compareAllocRefs(refOf(x), refOf(y)) }
+	if !slices.IsSortedFunc(allocs, byNode) { // the cache gives them in order
+		slices.SortFunc(allocs, byNode)
+	}
 	// Most allocations hold one part (parts: bindGPUs); growing a slice
 	// of a hundred thousand allocations is most of what a cycle allocates.
 	a.snap.Allocations = make([]model.Allocation, 0, len(allocs)+len(allocs)/8)

@@ -225,7 +225,8 @@ func (b *Builder) inputs(ctx context.Context) (Inputs, error) {
 		in.NodeInfo[id] = n.full
 		in.Devices[id] = n.dev
 	}
-	for _, a := range c.allocs {
+	for _, ref := range c.order {
+		a := c.allocs[ref.id]
 		in.Allocations = append(in.Allocations, a.stub)
 		in.AllocResources[a.stub.ID] = a.res
 	}
