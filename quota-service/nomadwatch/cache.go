@@ -98,7 +98,7 @@ type cache struct {
 	// Assemble adds them in, kept as allocations come and go so that a
 	// cycle does not sort a hundred thousand of them.
 	order []allocRef
-	jobs   map[string]*nomadapi.JobListStub
+	jobs  map[string]*nomadapi.JobListStub
 	// index is, by kind, the Nomad index the cache is current at: the
 	// listing's, then every event's applied.
 	index [numKinds]uint64
