@@ -293,7 +293,7 @@ func (c *cache) applyJob(ev *nomadapi.Event) error {
 	if deleted {
 		c.remove(kindJob, key, ev.Index)
 		for id, a := range c.allocs {
-			if Key(a.stub.Namespace, a.stub.JobID) == key {
+			if a.stub.Namespace == str(j.Namespace) && a.stub.JobID == *j.ID {
 				c.remove(kindAlloc, id, ev.Index)
 			}
 		}
