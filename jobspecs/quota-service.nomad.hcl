@@ -52,9 +52,9 @@ variable "tls_key" {
 
 # Sized from the scale benchmark (make bench-scale, tools/scalebench;
 # docs/scale.md): with GOMEMLIMIT at 90% of memory_mb (set below), the
-# service at 5,000 GPU nodes and 100,000 allocations peaks at 478-484 MiB
+# service at 5,000 GPU nodes and 100,000 allocations peaks at 478-487 MiB
 # with memory_mb = 512 (1,053 MiB without a memory limit), and a busy
-# cluster (50 events/s) keeps it at 116-138% of one core there. The
+# cluster (50 events/s) keeps it at 135-138% of one core there. The
 # defaults fit 5,000 nodes with room for the garbage collector; give such a
 # cluster cpu_mhz = 3000.
 variable "memory_mb" {
