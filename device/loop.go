@@ -110,6 +110,7 @@ func (p *Plugin) stopLoopLocked() error {
 // marks a GPU.
 func (p *Plugin) run(ctx context.Context, st *loopState) {
 	go p.monitor(ctx)
+	go st.tracker.Watch(ctx, alloctrack.WatchOptions{MinInterval: st.cfg.pollPeriod})
 	p.refreshHardware(st)
 	p.observe(ctx, st)
 	fp := time.NewTicker(st.cfg.fingerprintPeriod)
@@ -123,6 +124,8 @@ func (p *Plugin) run(ctx context.Context, st *loopState) {
 		case <-fp.C:
 			p.refreshHardware(st)
 		case <-poll.C:
+			p.observe(ctx, st)
+		case <-st.tracker.Changed():
 			p.observe(ctx, st)
 		case <-p.hw.changed:
 			p.publish(st)
@@ -161,9 +164,12 @@ func (p *Plugin) checkMPS(st *loopState) {
 // republishes. While Nomad cannot be read the machine is told so (blind)
 // and switches nothing; while the read may leave allocations out it is
 // told so too (Incomplete). The read is consistent while reservations wait
-// to be accounted for (see usage.update).
+// to be accounted for (see usage.update), and fresh while a switch waits
+// on the time of the observations (partition.Machine.Settling); otherwise
+// the tracker answers from its blocking queries, which report every
+// change at once, without a request.
 func (p *Plugin) observe(ctx context.Context, st *loopState) {
-	snap, err := st.tracker.Read(ctx, alloctrack.ReadOptions{Consistent: p.usage.hasPending()})
+	snap, err := st.tracker.Read(ctx, alloctrack.ReadOptions{Consistent: p.usage.hasPending(), Fresh: st.machine.Settling()})
 	if err != nil && ctx.Err() != nil {
 		return
 	}
@@ -176,7 +182,7 @@ func (p *Plugin) observe(ctx context.Context, st *loopState) {
 		p.noteRead(st, snap)
 		p.usage.update(snap)
 		p.tenancy.update(snap.NodeID, snap.Tenants, snap.Started)
-		o.At, o.Demand, o.Incomplete = snap.Started, snap.Demand, snap.Hidden
+		o.At, o.Demand, o.Incomplete = snap.Current, snap.Demand, snap.Hidden
 	}
 	o.GPUs = gpuObservations(p.hw.view(), p.usage.current())
 	p.tenancy.markGuests(o.GPUs)

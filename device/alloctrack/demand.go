@@ -41,17 +41,50 @@ type jobCache map[string]*api.Job
 
 func jobKey(ns, id string) string { return ns + "/" + id }
 
-// readDemand lists the blocked evaluations (one request) and reads the
+// blockedDeviceEvals is the filter (a go-bexpr expression, applied by the
+// servers) of the evaluation listings: the blocked evaluations with a task
+// group that failed for devices (see deviceFailure), so that a node reads
+// only what it may serve, not every blocked evaluation of the cluster.
+const blockedDeviceEvals = `Status == "blocked" and (any FailedTGAllocs as _, m { "missing devices" in m.ConstraintFiltered or any m.DimensionExhausted as d, _ { d matches "^devices" } })`
+
+// listBlocked lists the blocked evaluations that failed for devices, in
+// every namespace; wait, when set, makes it a blocking query.
+func (t *Tracker) listBlocked(ctx context.Context, wait *api.QueryOptions) ([]*api.Evaluation, *api.QueryMeta, error) {
+	q := wait
+	if q == nil {
+		var cancel context.CancelFunc
+		q, cancel = t.q(ctx)
+		defer cancel()
+	}
+	q.Namespace = "*"
+	q.Filter = blockedDeviceEvals
+	evals, meta, err := t.client.Evaluations().List(q)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list blocked evaluations at %s: %w", t.client.Address(), err)
+	}
+	return evals, meta, nil
+}
+
+// blocked returns the blocked evaluations: the last answer of Watch's
+// blocking query while it follows them, else a listing now.
+func (t *Tracker) blocked(ctx context.Context) ([]*api.Evaluation, error) {
+	t.mu.Lock()
+	live, evals := t.view.evalsLive, t.view.evals
+	t.mu.Unlock()
+	if live {
+		return evals, nil
+	}
+	evals, _, err := t.listBlocked(ctx, nil)
+	return evals, err
+}
+
+// readDemand takes the blocked evaluations (see blocked) and reads the
 // specifications of jobs not in the cache. The cache is trimmed to the
 // jobs that wait.
 func (t *Tracker) readDemand(ctx context.Context, node *api.Node) ([]Demand, error) {
-	q, cancel := t.q(ctx)
-	defer cancel()
-	q.Namespace = "*"
-	q.Params = map[string]string{"status": "blocked"}
-	evals, _, err := t.client.Evaluations().List(q)
+	evals, err := t.blocked(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list blocked evaluations at %s: %w", t.client.Address(), err)
+		return nil, err
 	}
 	// One blocked evaluation per job is the rule; keep the newest.
 	latest := map[string]*api.Evaluation{}

@@ -1,0 +1,288 @@
+package alloctrack
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// MaxWait is the longest a Nomad server holds a blocking query
+// (MaxBlockingRPCQueryTime); it adds up to 1/16 of the wait as jitter.
+const MaxWait = 5 * time.Minute
+
+// WatchOptions tune Watch.
+type WatchOptions struct {
+	// Wait is how long each blocking query waits for a change (default and
+	// at most MaxWait): an idle node sends one request per Wait and watch.
+	Wait time.Duration
+	// MinInterval spaces the requests of each watch: the first change
+	// after a quiet period is reported at once, the next ones at most once
+	// per MinInterval (a busy cluster changes its evaluations many times a
+	// second). Default 1s.
+	MinInterval time.Duration
+}
+
+func (o WatchOptions) withDefaults() WatchOptions {
+	if o.Wait <= 0 || o.Wait > MaxWait {
+		o.Wait = MaxWait
+	}
+	if o.MinInterval <= 0 {
+		o.MinInterval = time.Second
+	}
+	return o
+}
+
+// Watch follows the node, its allocations and (Config.Demand) the blocked
+// evaluations with Nomad's blocking queries until ctx ends: each request
+// names the index of the last answer and returns when the servers' index
+// moves past it, or after o.Wait. Read answers from what they returned
+// while all of them keep answering (and the allocation list was complete);
+// a change signals Changed. Answers are stale reads, checked like Read's:
+// one below an index already accepted is refused and the node read again
+// from the leader. A request that fails, or hangs past its wait and
+// Config.Timeout, stops Read from answering from the watches until one
+// succeeds again.
+func (t *Tracker) Watch(ctx context.Context, o WatchOptions) {
+	o = o.withDefaults()
+	t.mu.Lock()
+	t.watchCtx = ctx
+	t.round, t.endRound = context.WithCancel(ctx)
+	t.mu.Unlock()
+	var wg sync.WaitGroup
+	run := func(name string, step func(context.Context, string, WatchOptions) error, down func(*view)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.follow(ctx, name, o, step, down)
+		}()
+	}
+	run("node", t.watchNode, func(v *view) { v.nodeLive = false })
+	run("allocations", t.watchAllocs, func(v *view) { v.allocsLive = false })
+	if t.cfg.Demand {
+		run("blocked evaluations", t.watchEvals, func(v *view) { v.evalsLive = false })
+	}
+	wg.Wait()
+	t.mu.Lock()
+	t.view.nodeLive, t.view.allocsLive, t.view.evalsLive = false, false, false
+	t.endRound()
+	t.watchCtx, t.round, t.endRound = nil, nil, nil
+	t.mu.Unlock()
+}
+
+// restartWatches makes the blocking queries in flight start again: Nomad
+// resolved their token when they began, and the token's policies now grant
+// more (a read went from incomplete to complete). t.mu must be held.
+func (t *Tracker) restartWatchesLocked() {
+	if t.watchCtx == nil {
+		return
+	}
+	t.endRound()
+	t.round, t.endRound = context.WithCancel(t.watchCtx)
+}
+
+// currentRound is the context of the blocking queries to send now.
+func (t *Tracker) currentRound() context.Context {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.round
+}
+
+// Changed receives a value when a blocking query of Watch returned a
+// change.
+func (t *Tracker) Changed() <-chan struct{} { return t.changed }
+
+func (t *Tracker) signal() {
+	select {
+	case t.changed <- struct{}{}:
+	default:
+	}
+}
+
+// follow runs one watch: step sends one blocking query and takes its
+// answer; down marks the watch as not answering. Requests are at least
+// o.MinInterval apart; after a failure the next waits longer, up to a
+// minute, with jitter.
+func (t *Tracker) follow(ctx context.Context, name string, o WatchOptions, step func(context.Context, string, WatchOptions) error, down func(*view)) {
+	backoff := o.MinInterval
+	for {
+		round := t.currentRound()
+		nodeID, err := t.NodeID(round)
+		sent := t.now()
+		if err == nil {
+			err = step(round, nodeID, o)
+		}
+		switch {
+		case ctx.Err() != nil:
+			return
+		case round.Err() != nil: // restarted: ask again at once
+			continue
+		}
+		wait := o.MinInterval - t.now().Sub(sent)
+		if err != nil {
+			t.setLive(down)
+			t.debug("blocking query failed; Read reads the node itself until it answers", "watch", name, "error", err)
+			wait = backoff/2 + rand.N(backoff/2+1)
+			backoff = min(2*backoff, time.Minute)
+		} else {
+			backoff = o.MinInterval
+		}
+		if wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+	}
+}
+
+// blockingQuery returns options for a blocking query from index: a stale
+// read bounded by its wait, the servers' jitter and Config.Timeout.
+func (t *Tracker) blockingQuery(ctx context.Context, index uint64, o WatchOptions) (*api.QueryOptions, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, o.Wait+o.Wait/16+t.cfg.Timeout)
+	return (&api.QueryOptions{AllowStale: true, WaitIndex: index, WaitTime: o.Wait}).WithContext(ctx), cancel
+}
+
+// watchNode waits for the servers' view of the node to change.
+func (t *Tracker) watchNode(ctx context.Context, nodeID string, o WatchOptions) error {
+	t.mu.Lock()
+	index := t.view.seen.node
+	t.mu.Unlock()
+	sent := t.now()
+	q, cancel := t.blockingQuery(ctx, index, o)
+	defer cancel()
+	node, meta, err := t.client.Nodes().Info(nodeID, q)
+	if err != nil {
+		return fmt.Errorf("read node %s at %s: %w", nodeID, t.client.Address(), err)
+	}
+	t.mu.Lock()
+	v := &t.view
+	switch {
+	case meta.LastIndex < v.seen.node:
+		t.mu.Unlock()
+		return t.fromLeader(ctx, nodeID)
+	case meta.LastIndex == v.seen.node && v.node != nil:
+		v.nodeAt, v.nodeLive = later(v.nodeAt, sent), true
+		t.mu.Unlock()
+		return nil
+	}
+	v.node, v.seen.node, v.nodeAt, v.nodeLive = node, meta.LastIndex, sent, true
+	t.mu.Unlock()
+	t.signal()
+	return nil
+}
+
+// watchAllocs waits for the node's allocation list to change; a changed
+// list is checked like Read's (combine).
+func (t *Tracker) watchAllocs(ctx context.Context, nodeID string, o WatchOptions) error {
+	t.mu.Lock()
+	index := t.view.seen.allocs
+	t.mu.Unlock()
+	sent := t.now()
+	before := t.lastVerdict(ctx)
+	q, cancel := t.blockingQuery(ctx, index, o)
+	defer cancel()
+	allocs, meta, err := t.client.Nodes().Allocations(nodeID, q)
+	if err != nil {
+		return fmt.Errorf("list allocations of node %s at %s: %w", nodeID, t.client.Address(), err)
+	}
+	t.mu.Lock()
+	v := &t.view
+	switch {
+	case meta.LastIndex < v.seen.allocs:
+		t.mu.Unlock()
+		return t.fromLeader(ctx, nodeID)
+	case meta.LastIndex == v.seen.allocs && v.allocs != nil:
+		v.allocsAt, v.allocsLive = later(v.allocsAt, sent), true
+		t.mu.Unlock()
+		return nil
+	}
+	t.mu.Unlock()
+	hidden := combine(before, t.checkVerdict(ctx))
+	t.mu.Lock()
+	if meta.LastIndex >= v.seen.allocs { // else Read took a newer answer meanwhile
+		v.allocs, v.seen.allocs, v.allocsAt, v.hidden = allocs, meta.LastIndex, sent, hidden
+		if v.allocs == nil {
+			v.allocs = []*api.Allocation{}
+		}
+	}
+	v.allocsLive = true
+	t.mu.Unlock()
+	t.signal()
+	return nil
+}
+
+// fromLeader takes the node and its allocations from the leader when a
+// blocking query answered below an index already accepted.
+func (t *Tracker) fromLeader(ctx context.Context, nodeID string) error {
+	t.debug("stale answer of a blocking query refused; reading from the leader")
+	if _, _, err := t.readActive(ctx, nodeID, true); err != nil {
+		return err
+	}
+	t.signal()
+	return nil
+}
+
+// watchEvals waits for the evaluations to change and keeps the blocked
+// ones that failed for devices; Changed is signalled only when that list
+// changed.
+func (t *Tracker) watchEvals(ctx context.Context, _ string, o WatchOptions) error {
+	t.mu.Lock()
+	index := t.view.evalsIndex
+	t.mu.Unlock()
+	q, cancel := t.blockingQuery(ctx, index, o)
+	defer cancel()
+	evals, meta, err := t.listBlocked(ctx, q)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	v := &t.view
+	same := v.evalsLive && sameEvals(v.evals, evals)
+	v.evals, v.evalsIndex, v.evalsLive = evals, meta.LastIndex, true
+	t.mu.Unlock()
+	if !same {
+		t.signal()
+	}
+	return nil
+}
+
+// sameEvals reports whether two listings hold the same evaluations at the
+// same modify indexes.
+func sameEvals(a, b []*api.Evaluation) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	m := make(map[string]uint64, len(a))
+	for _, e := range a {
+		if e != nil {
+			m[e.ID] = e.ModifyIndex
+		}
+	}
+	for _, e := range b {
+		if e == nil {
+			continue
+		}
+		if i, ok := m[e.ID]; !ok || i != e.ModifyIndex {
+			return false
+		}
+	}
+	return true
+}
+
+func (t *Tracker) setLive(f func(*view)) {
+	t.mu.Lock()
+	f(&t.view)
+	t.mu.Unlock()
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
