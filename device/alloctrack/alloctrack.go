@@ -122,10 +122,6 @@ type Tracker struct {
 
 	mu   sync.Mutex
 	view view
-	// watchCtx is Watch's context while it runs; round is the context of
-	// its blocking queries in flight, ended by endRound to restart them.
-	watchCtx, round context.Context
-	endRound        context.CancelFunc
 }
 
 // view is the last accepted read of the node, its allocations and the
@@ -340,9 +336,6 @@ func (t *Tracker) readActive(ctx context.Context, nodeID string, consistent bool
 	defer t.mu.Unlock()
 	v := &t.view
 	if consistent || !idx.behind(v.seen) {
-		if v.hidden != "" && hidden == "" {
-			t.restartWatchesLocked()
-		}
 		v.node, v.allocs, v.hidden = node, allocs, hidden
 		v.nodeAt, v.allocsAt = started, started
 		v.seen = idx.after(v.seen, consistent)

@@ -48,10 +48,6 @@ func (o WatchOptions) withDefaults() WatchOptions {
 // succeeds again.
 func (t *Tracker) Watch(ctx context.Context, o WatchOptions) {
 	o = o.withDefaults()
-	t.mu.Lock()
-	t.watchCtx = ctx
-	t.round, t.endRound = context.WithCancel(ctx)
-	t.mu.Unlock()
 	var wg sync.WaitGroup
 	run := func(name string, step func(context.Context, string, WatchOptions) error, down func(*view)) {
 		wg.Add(1)
@@ -66,29 +62,7 @@ func (t *Tracker) Watch(ctx context.Context, o WatchOptions) {
 		run("blocked evaluations", t.watchEvals, func(v *view) { v.evalsLive = false })
 	}
 	wg.Wait()
-	t.mu.Lock()
-	t.view.nodeLive, t.view.allocsLive, t.view.evalsLive = false, false, false
-	t.endRound()
-	t.watchCtx, t.round, t.endRound = nil, nil, nil
-	t.mu.Unlock()
-}
-
-// restartWatches makes the blocking queries in flight start again: Nomad
-// resolved their token when they began, and the token's policies now grant
-// more (a read went from incomplete to complete). t.mu must be held.
-func (t *Tracker) restartWatchesLocked() {
-	if t.watchCtx == nil {
-		return
-	}
-	t.endRound()
-	t.round, t.endRound = context.WithCancel(t.watchCtx)
-}
-
-// currentRound is the context of the blocking queries to send now.
-func (t *Tracker) currentRound() context.Context {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.round
+	t.setLive(func(v *view) { v.nodeLive, v.allocsLive, v.evalsLive = false, false, false })
 }
 
 // Changed receives a value when a blocking query of Watch returned a
@@ -109,17 +83,13 @@ func (t *Tracker) signal() {
 func (t *Tracker) follow(ctx context.Context, name string, o WatchOptions, step func(context.Context, string, WatchOptions) error, down func(*view)) {
 	backoff := o.MinInterval
 	for {
-		round := t.currentRound()
-		nodeID, err := t.NodeID(round)
+		nodeID, err := t.NodeID(ctx)
 		sent := t.now()
 		if err == nil {
-			err = step(round, nodeID, o)
+			err = step(ctx, nodeID, o)
 		}
-		switch {
-		case ctx.Err() != nil:
+		if ctx.Err() != nil {
 			return
-		case round.Err() != nil: // restarted: ask again at once
-			continue
 		}
 		wait := o.MinInterval - t.now().Sub(sent)
 		if err != nil {
@@ -159,6 +129,7 @@ func (t *Tracker) watchNode(ctx context.Context, nodeID string, o WatchOptions) 
 	if err != nil {
 		return fmt.Errorf("read node %s at %s: %w", nodeID, t.client.Address(), err)
 	}
+	t.debug("blocking query answered", "watch", "node", "wait_index", index, "index", meta.LastIndex)
 	t.mu.Lock()
 	v := &t.view
 	switch {
@@ -190,6 +161,7 @@ func (t *Tracker) watchAllocs(ctx context.Context, nodeID string, o WatchOptions
 	if err != nil {
 		return fmt.Errorf("list allocations of node %s at %s: %w", nodeID, t.client.Address(), err)
 	}
+	t.debug("blocking query answered", "watch", "allocations", "wait_index", index, "index", meta.LastIndex, "allocations", len(allocs))
 	t.mu.Lock()
 	v := &t.view
 	switch {
@@ -233,6 +205,11 @@ func (t *Tracker) fromLeader(ctx context.Context, nodeID string) error {
 func (t *Tracker) watchEvals(ctx context.Context, _ string, o WatchOptions) error {
 	t.mu.Lock()
 	index := t.view.evalsIndex
+	if t.view.evalsLive {
+		// A cluster without evaluations answers index 0, which would
+		// make the next query return at once.
+		index = max(index, 1)
+	}
 	t.mu.Unlock()
 	q, cancel := t.blockingQuery(ctx, index, o)
 	defer cancel()

@@ -151,6 +151,25 @@ func TestWatchOnRealNomad(t *testing.T) {
 		t.Errorf("the placement was seen after %d plain reads of the node; want none (%s)", n, rc)
 	}
 
+	// The job stops: seen through the blocking query too.
+	if _, _, err := c.Nomad.Jobs().Deregister("sleeper", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	testcluster.Eventually(t, liveWindow, func() error {
+		t.Helper()
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		for _, a := range tr.view.allocs {
+			if a.JobID == "sleeper" && a.DesiredStatus == api.AllocDesiredStatusRun {
+				return fmt.Errorf("the tracker's view still has sleeper's allocation %s to run", a.ID)
+			}
+		}
+		return nil
+	})
+	if n := rc.plainReads("/v1/node/"+nodeID) - nodeReads; n != 0 {
+		t.Errorf("the stop was seen after %d plain reads of the node; want none (%s)", n, rc)
+	}
+
 	// Blocked evaluations: one for devices (the node has none), one for
 	// memory; only the first is listed.
 	blockedJob(t, c, "wants-gpu", &api.Resources{CPU: ptr(20), MemoryMB: ptr(16),
