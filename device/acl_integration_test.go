@@ -90,12 +90,11 @@ func TestPluginUnderACLs(t *testing.T) {
 }
 
 // neverSwitched checks that the GPU stays offered whole, and the waiting
-// share job unplaced, for switchBound after the plugin has read the node
-// twice with the token (the second read is complete if the token reads
-// every namespace): a plugin that would switch the GPU withdraws it at the
-// first complete read that sees the demand, or at once on a change (its
-// blocking queries), and the servers show the withdrawal within a client
-// update, well inside switchBound.
+// share job unplaced, for switchBound after the plugin first read the node
+// with the token: a plugin that would switch the GPU withdraws it at the
+// first complete read that sees the demand (each poll reads the node while
+// the last read was incomplete), and the servers show the withdrawal
+// within a client update, well inside switchBound.
 func neverSwitched(t *testing.T, c *localcluster.Cluster, gate *nomadGate, token, gpu string) {
 	t.Helper()
 	from := gate.allocReads(token)
@@ -111,8 +110,8 @@ func neverSwitched(t *testing.T, c *localcluster.Cluster, gate *nomadGate, token
 		if a, _, err := runningAllocation(c, "s60"); err != nil || a != nil {
 			t.Fatalf("s60 placed while GPU %s is held whole: %v", gpu, err)
 		}
-		if n := gate.allocReads(token) - from; n < 2 {
-			return fmt.Errorf("the plugin read the node %d times with the token, want 2", n)
+		if gate.allocReads(token) == from {
+			return fmt.Errorf("the plugin has not read the node with the token yet")
 		}
 		if readAt.IsZero() {
 			readAt = time.Now()

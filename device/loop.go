@@ -110,7 +110,12 @@ func (p *Plugin) stopLoopLocked() error {
 // marks a GPU.
 func (p *Plugin) run(ctx context.Context, st *loopState) {
 	go p.monitor(ctx)
-	go st.tracker.Watch(ctx, alloctrack.WatchOptions{MinInterval: st.cfg.pollPeriod})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		st.tracker.Watch(ctx, alloctrack.WatchOptions{MinInterval: st.cfg.pollPeriod})
+	}()
+	defer func() { <-watched }() // a loop started again on this state watches anew
 	p.refreshHardware(st)
 	p.observe(ctx, st)
 	fp := time.NewTicker(st.cfg.fingerprintPeriod)

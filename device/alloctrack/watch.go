@@ -49,7 +49,7 @@ func (o WatchOptions) withDefaults() WatchOptions {
 func (t *Tracker) Watch(ctx context.Context, o WatchOptions) {
 	o = o.withDefaults()
 	var wg sync.WaitGroup
-	run := func(name string, step func(context.Context, string, WatchOptions) error, down func(*view)) {
+	run := func(name string, step func(ctx context.Context, nodeID string, blocking bool, o WatchOptions) error, down func(*view)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -76,17 +76,22 @@ func (t *Tracker) signal() {
 	}
 }
 
-// follow runs one watch: step sends one blocking query and takes its
-// answer; down marks the watch as not answering. Requests are at least
+// follow runs one watch: step sends one query, a blocking one from the
+// index of the last answer accepted if blocking, and takes its answer;
+// down marks the watch as not answering. Requests are at least
 // o.MinInterval apart; after a failure the next waits longer, up to a
 // minute, with jitter.
-func (t *Tracker) follow(ctx context.Context, name string, o WatchOptions, step func(context.Context, string, WatchOptions) error, down func(*view)) {
+func (t *Tracker) follow(ctx context.Context, name string, o WatchOptions, step func(ctx context.Context, nodeID string, blocking bool, o WatchOptions) error, down func(*view)) {
 	backoff := o.MinInterval
+	// The first request of a watch, and the first after a failure, does
+	// not block: it answers at once, and Read can rely on the watch again
+	// from then on.
+	blocking := false
 	for {
 		nodeID, err := t.NodeID(ctx)
 		sent := t.now()
 		if err == nil {
-			err = step(ctx, nodeID, o)
+			err = step(ctx, nodeID, blocking, o)
 		}
 		if ctx.Err() != nil {
 			return
@@ -96,9 +101,9 @@ func (t *Tracker) follow(ctx context.Context, name string, o WatchOptions, step 
 			t.setLive(down)
 			t.debug("blocking query failed; Read reads the node itself until it answers", "watch", name, "error", err)
 			wait = backoff/2 + rand.N(backoff/2+1)
-			backoff = min(2*backoff, time.Minute)
+			backoff, blocking = min(2*backoff, time.Minute), false
 		} else {
-			backoff = o.MinInterval
+			backoff, blocking = o.MinInterval, true
 		}
 		if wait > 0 {
 			select {
@@ -118,9 +123,12 @@ func (t *Tracker) blockingQuery(ctx context.Context, index uint64, o WatchOption
 }
 
 // watchNode waits for the servers' view of the node to change.
-func (t *Tracker) watchNode(ctx context.Context, nodeID string, o WatchOptions) error {
+func (t *Tracker) watchNode(ctx context.Context, nodeID string, blocking bool, o WatchOptions) error {
 	t.mu.Lock()
-	index := t.view.seen.node
+	index := uint64(0)
+	if blocking {
+		index = t.view.seen.node
+	}
 	t.mu.Unlock()
 	sent := t.now()
 	q, cancel := t.blockingQuery(ctx, index, o)
@@ -149,12 +157,21 @@ func (t *Tracker) watchNode(ctx context.Context, nodeID string, o WatchOptions) 
 
 // watchAllocs waits for the node's allocation list to change; a changed
 // list is checked like Read's (combine).
-func (t *Tracker) watchAllocs(ctx context.Context, nodeID string, o WatchOptions) error {
+func (t *Tracker) watchAllocs(ctx context.Context, nodeID string, blocking bool, o WatchOptions) error {
 	t.mu.Lock()
-	index := t.view.seen.allocs
+	index := uint64(0)
+	if blocking {
+		index = t.view.seen.allocs
+	}
 	t.mu.Unlock()
 	sent := t.now()
 	before := t.lastVerdict(ctx)
+	if !before.Complete {
+		// Nomad keeps the token's rights of now for the whole wait:
+		// Read reads the node itself until a query sent with a
+		// complete token answers.
+		t.setLive(func(v *view) { v.allocsLive = false })
+	}
 	q, cancel := t.blockingQuery(ctx, index, o)
 	defer cancel()
 	allocs, meta, err := t.client.Nodes().Allocations(nodeID, q)
@@ -202,10 +219,12 @@ func (t *Tracker) fromLeader(ctx context.Context, nodeID string) error {
 // watchEvals waits for the evaluations to change and keeps the blocked
 // ones that failed for devices; Changed is signalled only when that list
 // changed.
-func (t *Tracker) watchEvals(ctx context.Context, _ string, o WatchOptions) error {
+func (t *Tracker) watchEvals(ctx context.Context, _ string, blocking bool, o WatchOptions) error {
 	t.mu.Lock()
 	index := t.view.evalsIndex
-	if t.view.evalsLive {
+	if !blocking {
+		index = 0
+	} else if t.view.evalsLive {
 		// A cluster without evaluations answers index 0, which would
 		// make the next query return at once.
 		index = max(index, 1)
