@@ -3,7 +3,6 @@ package device_test
 import (
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -31,11 +30,7 @@ func TestPluginUnderACLs(t *testing.T) {
 	c, gate := startGatedCluster(t, localcluster.Options{ACL: true})
 	defer func() {
 		if t.Failed() {
-			for _, l := range strings.Split(c.NomadLogTail(1000000), "\n") {
-				if strings.Contains(l, "gpushare") && !strings.Contains(l, "request complete") {
-					t.Log(l)
-				}
-			}
+			logPluginLines(t, c)
 		}
 	}()
 	shipped := aclToken(t, c, "gpushare-plugin", readFile(t, "../jobspecs/acl/nomad-gpushare-plugin.policy.hcl"))

@@ -172,9 +172,11 @@ func (p *Plugin) checkMPS(st *loopState) {
 // to be accounted for (see usage.update), and fresh while a switch waits
 // on the time of the observations (partition.Machine.Settling); otherwise
 // the tracker answers from its blocking queries, which report every
-// change at once, without a request.
+// change at once, without a request, unless their view is older than
+// watchedMaxAge.
 func (p *Plugin) observe(ctx context.Context, st *loopState) {
-	snap, err := st.tracker.Read(ctx, alloctrack.ReadOptions{Consistent: p.usage.hasPending(), Fresh: st.machine.Settling()})
+	snap, err := st.tracker.Read(ctx, alloctrack.ReadOptions{Consistent: p.usage.hasPending(), Fresh: st.machine.Settling(),
+		MaxAge: watchedMaxAge(st.cfg.pollPeriod)})
 	if err != nil && ctx.Err() != nil {
 		return
 	}
@@ -196,6 +198,11 @@ func (p *Plugin) observe(ctx context.Context, st *loopState) {
 	}
 	p.publish(st)
 }
+
+// watchedMaxAge bounds how old the view the blocking queries keep may be
+// before the loop reads the node itself: a query that does not answer a
+// change (seen on real agents, cause unknown) hides it at most that long.
+func watchedMaxAge(poll time.Duration) time.Duration { return 15 * poll }
 
 // noteBlind logs a failed Nomad read (once, then at debug level).
 func (p *Plugin) noteBlind(st *loopState, err error) {

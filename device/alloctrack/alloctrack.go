@@ -261,6 +261,10 @@ type ReadOptions struct {
 	// instead of answering from the blocking queries of Watch, so that
 	// Started is the time of this Read.
 	Fresh bool
+	// MaxAge, when set, reads the node and its allocations now when what
+	// the blocking queries last returned (or confirmed) is older: a bound
+	// on how long a query that does not answer can hide a change.
+	MaxAge time.Duration
 }
 
 // Read takes one snapshot of the node: whether the token sees every
@@ -280,7 +284,7 @@ func (t *Tracker) Read(ctx context.Context, o ReadOptions) (Snapshot, error) {
 	var node *api.Node
 	if o.Consistent || o.Fresh {
 		snap, node, err = t.readActive(ctx, nodeID, o.Consistent)
-	} else if snap, node = t.watched(nodeID, now); node == nil {
+	} else if snap, node = t.watched(nodeID, now, o.MaxAge); node == nil {
 		snap, node, err = t.readActive(ctx, nodeID, false)
 	}
 	if err != nil {
@@ -293,9 +297,9 @@ func (t *Tracker) Read(ctx context.Context, o ReadOptions) (Snapshot, error) {
 }
 
 // watched answers from the view when the blocking queries follow the node
-// and its allocations and the last allocation list was complete; node is
-// nil otherwise.
-func (t *Tracker) watched(nodeID string, now time.Time) (Snapshot, *api.Node) {
+// and its allocations, the last allocation list was complete and what they
+// returned is at most maxAge old (0: any age); node is nil otherwise.
+func (t *Tracker) watched(nodeID string, now time.Time, maxAge time.Duration) (Snapshot, *api.Node) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	v := &t.view
@@ -305,6 +309,9 @@ func (t *Tracker) watched(nodeID string, now time.Time) (Snapshot, *api.Node) {
 	started := v.nodeAt
 	if v.allocsAt.Before(started) {
 		started = v.allocsAt
+	}
+	if maxAge > 0 && now.Sub(started) > maxAge {
+		return Snapshot{}, nil
 	}
 	snap := t.snapshotLocked(nodeID, started, false)
 	snap.Current, snap.Watched = now, true
