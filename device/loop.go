@@ -130,8 +130,6 @@ func (p *Plugin) run(ctx context.Context, st *loopState) {
 			p.refreshHardware(st)
 		case <-poll.C:
 			p.observe(ctx, st)
-		case <-st.tracker.Changed():
-			p.observe(ctx, st)
 		case <-p.hw.changed:
 			p.publish(st)
 		}
@@ -171,9 +169,11 @@ func (p *Plugin) checkMPS(st *loopState) {
 // told so too (Incomplete). The read is consistent while reservations wait
 // to be accounted for (see usage.update), and fresh while a switch waits
 // on the time of the observations (partition.Machine.Settling); otherwise
-// the tracker answers from its blocking queries, which report every
-// change at once, without a request, unless their view is older than
-// watchedMaxAge.
+// the tracker answers, without a request, from its blocking queries, which
+// learn of every change at once, unless their view is older than
+// watchedMaxAge. Observations stay once per poll period: reacting to each
+// change at once would change which of two rules wins a race (a share
+// tenant's guest placement at Reserve against the landing-place switch).
 func (p *Plugin) observe(ctx context.Context, st *loopState) {
 	snap, err := st.tracker.Read(ctx, alloctrack.ReadOptions{Consistent: p.usage.hasPending(), Fresh: st.machine.Settling(),
 		MaxAge: watchedMaxAge(st.cfg.pollPeriod)})

@@ -109,8 +109,6 @@ type Tracker struct {
 	client *api.Client
 	now    func() time.Time
 	jobs   jobCache // used by Read only
-	// changed gets a value when a blocking query returns a change.
-	changed chan struct{}
 
 	idMu   sync.Mutex
 	nodeID string
@@ -164,7 +162,7 @@ func New(cfg Config) (*Tracker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nomad API client for %s: %w", ac.Address, err)
 	}
-	return &Tracker{cfg: cfg, client: c, nodeID: cfg.NodeID, now: time.Now, acl: aclview.NewChecker(c), changed: make(chan struct{}, 1)}, nil
+	return &Tracker{cfg: cfg, client: c, nodeID: cfg.NodeID, now: time.Now, acl: aclview.NewChecker(c)}, nil
 }
 
 // Address is the Nomad address in use.

@@ -40,8 +40,8 @@ func (o WatchOptions) withDefaults() WatchOptions {
 // evaluations with Nomad's blocking queries until ctx ends: each request
 // names the index of the last answer and returns when the servers' index
 // moves past it, or after o.Wait. Read answers from what they returned
-// while all of them keep answering (and the allocation list was complete);
-// a change signals Changed. Answers are stale reads, checked like Read's:
+// while all of them keep answering (and the allocation list was complete).
+// Answers are stale reads, checked like Read's:
 // one below an index already accepted is refused and the node read again
 // from the leader. A request that fails, or hangs past its wait and
 // Config.Timeout, stops Read from answering from the watches until one
@@ -63,17 +63,6 @@ func (t *Tracker) Watch(ctx context.Context, o WatchOptions) {
 	}
 	wg.Wait()
 	t.setLive(func(v *view) { v.nodeLive, v.allocsLive, v.evalsLive = false, false, false })
-}
-
-// Changed receives a value when a blocking query of Watch returned a
-// change.
-func (t *Tracker) Changed() <-chan struct{} { return t.changed }
-
-func (t *Tracker) signal() {
-	select {
-	case t.changed <- struct{}{}:
-	default:
-	}
 }
 
 // follow runs one watch: step sends one query, a blocking one from the
@@ -151,7 +140,6 @@ func (t *Tracker) watchNode(ctx context.Context, nodeID string, blocking bool, o
 	}
 	v.node, v.seen.node, v.nodeAt, v.nodeLive = node, meta.LastIndex, sent, true
 	t.mu.Unlock()
-	t.signal()
 	return nil
 }
 
@@ -201,7 +189,6 @@ func (t *Tracker) watchAllocs(ctx context.Context, nodeID string, blocking bool,
 	}
 	v.allocsLive = true
 	t.mu.Unlock()
-	t.signal()
 	return nil
 }
 
@@ -209,16 +196,12 @@ func (t *Tracker) watchAllocs(ctx context.Context, nodeID string, blocking bool,
 // blocking query answered below an index already accepted.
 func (t *Tracker) fromLeader(ctx context.Context, nodeID string) error {
 	t.debug("stale answer of a blocking query refused; reading from the leader")
-	if _, _, err := t.readActive(ctx, nodeID, true); err != nil {
-		return err
-	}
-	t.signal()
-	return nil
+	_, _, err := t.readActive(ctx, nodeID, true)
+	return err
 }
 
 // watchEvals waits for the evaluations to change and keeps the blocked
-// ones that failed for devices; Changed is signalled only when that list
-// changed.
+// ones that failed for devices.
 func (t *Tracker) watchEvals(ctx context.Context, _ string, blocking bool, o WatchOptions) error {
 	t.mu.Lock()
 	index := t.view.evalsIndex
@@ -237,37 +220,9 @@ func (t *Tracker) watchEvals(ctx context.Context, _ string, blocking bool, o Wat
 		return err
 	}
 	t.mu.Lock()
-	v := &t.view
-	same := v.evalsLive && sameEvals(v.evals, evals)
-	v.evals, v.evalsIndex, v.evalsLive = evals, meta.LastIndex, true
+	t.view.evals, t.view.evalsIndex, t.view.evalsLive = evals, meta.LastIndex, true
 	t.mu.Unlock()
-	if !same {
-		t.signal()
-	}
 	return nil
-}
-
-// sameEvals reports whether two listings hold the same evaluations at the
-// same modify indexes.
-func sameEvals(a, b []*api.Evaluation) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	m := make(map[string]uint64, len(a))
-	for _, e := range a {
-		if e != nil {
-			m[e.ID] = e.ModifyIndex
-		}
-	}
-	for _, e := range b {
-		if e == nil {
-			continue
-		}
-		if i, ok := m[e.ID]; !ok || i != e.ModifyIndex {
-			return false
-		}
-	}
-	return true
 }
 
 func (t *Tracker) setLive(f func(*view)) {
