@@ -138,8 +138,14 @@ type view struct {
 	// query of the node / the allocations / the blocked evaluations
 	// succeeded, so a change since is reported at once.
 	nodeLive, allocsLive, evalsLive bool
-	evals                           []*api.Evaluation
-	evalsIndex                      uint64
+	// allocsChanged: the request that brought the last change of allocs
+	// (its index moved) was sent then.
+	allocsChanged time.Time
+	// evals are the blocked evaluations, evalsIndex their index, evalsAt
+	// when the request that returned them was sent.
+	evals      []*api.Evaluation
+	evalsIndex uint64
+	evalsAt    time.Time
 }
 
 // indexes are the X-Nomad-Index values of one read of the node and of its
@@ -341,6 +347,9 @@ func (t *Tracker) readActive(ctx context.Context, nodeID string, consistent bool
 	defer t.mu.Unlock()
 	v := &t.view
 	if consistent || !idx.behind(v.seen) {
+		if idx.allocs != v.seen.allocs {
+			v.allocsChanged = started
+		}
 		v.node, v.allocs, v.hidden = node, allocs, hidden
 		v.nodeAt, v.allocsAt = started, started
 		v.seen = idx.after(v.seen, consistent)

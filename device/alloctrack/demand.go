@@ -66,16 +66,36 @@ func (t *Tracker) listBlocked(ctx context.Context, wait *api.QueryOptions) ([]*a
 }
 
 // blocked returns the blocked evaluations: the last answer of Watch's
-// blocking query while it follows them, else a listing now.
+// blocking query while it follows them and that answer's request was sent
+// after the last change of the allocation list (demand is compared with
+// that usage: an evaluation placed since must not still count as
+// waiting), else a listing now, which the view then keeps.
 func (t *Tracker) blocked(ctx context.Context) ([]*api.Evaluation, error) {
 	t.mu.Lock()
-	live, evals := t.view.evalsLive, t.view.evals
+	v := &t.view
+	fresh, evals := v.evalsLive && !v.evalsAt.Before(v.allocsChanged), v.evals
 	t.mu.Unlock()
-	if live {
+	if fresh {
 		return evals, nil
 	}
-	evals, _, err := t.listBlocked(ctx, nil)
-	return evals, err
+	sent := t.now()
+	evals, meta, err := t.listBlocked(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	t.keepEvals(evals, meta.LastIndex, sent)
+	return evals, nil
+}
+
+// keepEvals makes a listing of the blocked evaluations, whose request was
+// sent at sent, the view's unless a newer one is there.
+func (t *Tracker) keepEvals(evals []*api.Evaluation, index uint64, sent time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v := &t.view
+	if index >= v.evalsIndex || sent.After(v.evalsAt) {
+		v.evals, v.evalsIndex, v.evalsAt = evals, index, later(v.evalsAt, sent)
+	}
 }
 
 // readDemand takes the blocked evaluations (see blocked) and reads the

@@ -183,6 +183,7 @@ func (t *Tracker) watchAllocs(ctx context.Context, nodeID string, blocking bool,
 	t.mu.Lock()
 	if meta.LastIndex >= v.seen.allocs { // else Read took a newer answer meanwhile
 		v.allocs, v.seen.allocs, v.allocsAt, v.hidden = allocs, meta.LastIndex, sent, hidden
+		v.allocsChanged = sent
 		if v.allocs == nil {
 			v.allocs = []*api.Allocation{}
 		}
@@ -213,15 +214,15 @@ func (t *Tracker) watchEvals(ctx context.Context, _ string, blocking bool, o Wat
 		index = max(index, 1)
 	}
 	t.mu.Unlock()
+	sent := t.now()
 	q, cancel := t.blockingQuery(ctx, index, o)
 	defer cancel()
 	evals, meta, err := t.listBlocked(ctx, q)
 	if err != nil {
 		return err
 	}
-	t.mu.Lock()
-	t.view.evals, t.view.evalsIndex, t.view.evalsLive = evals, meta.LastIndex, true
-	t.mu.Unlock()
+	t.keepEvals(evals, meta.LastIndex, sent)
+	t.setLive(func(v *view) { v.evalsLive = true })
 	return nil
 }
 
