@@ -30,7 +30,7 @@ func TestPluginUnderACLs(t *testing.T) {
 	c, gate := startGatedCluster(t, localcluster.Options{ACL: true})
 	defer func() {
 		if t.Failed() {
-			t.Logf("nomad log tail:\n%s", c.NomadLogTail(80))
+			logPluginLines(t, c)
 		}
 	}()
 	shipped := aclToken(t, c, "gpushare-plugin", readFile(t, "../jobspecs/acl/nomad-gpushare-plugin.policy.hcl"))
@@ -84,20 +84,16 @@ func TestPluginUnderACLs(t *testing.T) {
 	}
 }
 
-// switchReads is how many of the plugin's reads of the node a whole switch
-// takes on an idle machine (switchBound at the test node's poll period): a
-// plugin that would switch the GPU withdraws it at the first read that
-// sees the demand, and the servers show the withdrawal within a client
-// update, well inside this window.
-const switchReads = int(switchBound / pollPeriod)
-
-// neverSwitched checks, over switchReads reads of the plugin with the
-// token, that the GPU stays offered whole and that the waiting share job
-// is not placed.
+// neverSwitched checks that the GPU stays offered whole, and the waiting
+// share job unplaced, for switchBound after the plugin first read the node
+// with the token: a plugin that would switch the GPU withdraws it at the
+// first complete read that sees the demand (each poll reads the node while
+// the last read was incomplete), and the servers show the withdrawal
+// within a client update, well inside switchBound.
 func neverSwitched(t *testing.T, c *localcluster.Cluster, gate *nomadGate, token, gpu string) {
 	t.Helper()
 	from := gate.allocReads(token)
-	start := time.Now()
+	var readAt time.Time
 	testcluster.Eventually(t, 3*liveWindow, func() error {
 		fam, err := familyOf(c, gpu)
 		if err != nil {
@@ -109,12 +105,18 @@ func neverSwitched(t *testing.T, c *localcluster.Cluster, gate *nomadGate, token
 		if a, _, err := runningAllocation(c, "s60"); err != nil || a != nil {
 			t.Fatalf("s60 placed while GPU %s is held whole: %v", gpu, err)
 		}
-		if n := gate.allocReads(token) - from; n < switchReads {
-			return fmt.Errorf("the plugin read the node %d times with the token, watching for %d", n, switchReads)
+		if gate.allocReads(token) == from {
+			return fmt.Errorf("the plugin has not read the node with the token yet")
+		}
+		if readAt.IsZero() {
+			readAt = time.Now()
+		}
+		if watched := time.Since(readAt); watched < switchBound {
+			return fmt.Errorf("watched for %s of %s", watched.Round(time.Second), switchBound)
 		}
 		return nil
 	})
-	t.Logf("GPU %s stayed whole for %d reads of the plugin (%s)", gpu, switchReads, time.Since(start).Round(time.Second))
+	t.Logf("GPU %s stayed whole for %s after the plugin read the node with the token", gpu, switchBound)
 }
 
 // waitBlocked waits until the job has a blocked evaluation and no

@@ -64,7 +64,10 @@ type Config struct {
 	// plugin inherits from the Nomad client.
 	NomadAddress string `codec:"nomad_address"`
 	NomadToken   string `codec:"nomad_token"`
-	// NomadPollPeriod: how often the node's allocations are read. Default
+	// NomadPollPeriod: how often the loop steps the partition machine
+	// with the last view of the node, read fresh only when a decision
+	// needs it (docs/design.md, "The plugin's reads of Nomad"); also the
+	// least interval between two requests of one blocking query. Default
 	// "2s".
 	NomadPollPeriod string `codec:"nomad_poll_period"`
 	// NodeID or NodeName pick this plugin's node; empty: the local agent's

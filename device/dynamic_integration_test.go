@@ -203,7 +203,7 @@ func TestDynamicFractionsOnRealNomad(t *testing.T) {
 	n := startDynamicNode(t)
 	defer func() {
 		if t.Failed() {
-			t.Logf("nomad log tail:\n%s", n.c.NomadLogTail(80))
+			logPluginLines(t, n.c)
 		}
 	}()
 	t.Run("two bursting tenants, a whole-GPU job arrives, one tenant moves back", func(t *testing.T) { twoGPUStory(t, n) })

@@ -110,6 +110,12 @@ func (p *Plugin) stopLoopLocked() error {
 // marks a GPU.
 func (p *Plugin) run(ctx context.Context, st *loopState) {
 	go p.monitor(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		st.tracker.Watch(ctx, alloctrack.WatchOptions{MinInterval: st.cfg.pollPeriod})
+	}()
+	defer func() { <-watched }() // a loop started again on this state watches anew
 	p.refreshHardware(st)
 	p.observe(ctx, st)
 	fp := time.NewTicker(st.cfg.fingerprintPeriod)
@@ -161,9 +167,16 @@ func (p *Plugin) checkMPS(st *loopState) {
 // republishes. While Nomad cannot be read the machine is told so (blind)
 // and switches nothing; while the read may leave allocations out it is
 // told so too (Incomplete). The read is consistent while reservations wait
-// to be accounted for (see usage.update).
+// to be accounted for (see usage.update), and fresh while a switch waits
+// on the time of the observations (partition.Machine.Settling); otherwise
+// the tracker answers, without a request, from its blocking queries, which
+// learn of every change at once, unless their view is older than
+// watchedMaxAge. Observations stay once per poll period: reacting to each
+// change at once would change which of two rules wins a race (a share
+// tenant's guest placement at Reserve against the landing-place switch).
 func (p *Plugin) observe(ctx context.Context, st *loopState) {
-	snap, err := st.tracker.Read(ctx, alloctrack.ReadOptions{Consistent: p.usage.hasPending()})
+	snap, err := st.tracker.Read(ctx, alloctrack.ReadOptions{Consistent: p.usage.hasPending(), Fresh: st.machine.Settling(),
+		MaxAge: watchedMaxAge(st.cfg.pollPeriod)})
 	if err != nil && ctx.Err() != nil {
 		return
 	}
@@ -176,7 +189,7 @@ func (p *Plugin) observe(ctx context.Context, st *loopState) {
 		p.noteRead(st, snap)
 		p.usage.update(snap)
 		p.tenancy.update(snap.NodeID, snap.Tenants, snap.Started)
-		o.At, o.Demand, o.Incomplete = snap.Started, snap.Demand, snap.Hidden
+		o.At, o.Demand, o.Incomplete = snap.Current, snap.Demand, snap.Hidden
 	}
 	o.GPUs = gpuObservations(p.hw.view(), p.usage.current())
 	p.tenancy.markGuests(o.GPUs)
@@ -185,6 +198,11 @@ func (p *Plugin) observe(ctx context.Context, st *loopState) {
 	}
 	p.publish(st)
 }
+
+// watchedMaxAge bounds how old the view the blocking queries keep may be
+// before the loop reads the node itself: a query that does not answer a
+// change (seen on real agents, cause unknown) hides it at most that long.
+func watchedMaxAge(poll time.Duration) time.Duration { return 15 * poll }
 
 // noteBlind logs a failed Nomad read (once, then at debug level).
 func (p *Plugin) noteBlind(st *loopState, err error) {

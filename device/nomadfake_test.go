@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -39,6 +40,15 @@ type fakeNomad struct {
 	// jobReads counts /v1/job/:id requests; refused those answered while
 	// down.
 	jobReads, refused int
+	// index is the last X-Nomad-Index; bodies the last answer of each
+	// path, with its index (serveIndexed).
+	index  uint64
+	bodies map[string]indexedBody
+}
+
+type indexedBody struct {
+	body  string
+	index uint64
 }
 
 const fakeNodeID = "11111111-2222-3333-4444-555555555555"
@@ -53,21 +63,20 @@ func newFakeNomad(t testing.TB) *fakeNomad {
 			http.Error(w, "down", http.StatusServiceUnavailable)
 			return
 		}
-		w.Header().Set("X-Nomad-Index", "1")
 		switch r.URL.Path {
 		case "/v1/node/" + fakeNodeID:
 			devices := append(append([]*api.NodeDeviceResource{}, f.view...), f.foreign...)
-			json.NewEncoder(w).Encode(&api.Node{ID: fakeNodeID, Datacenter: "dc1", NodePool: "default", NodeResources: &api.NodeResources{Devices: devices}})
+			f.serveIndexed(w, r, &api.Node{ID: fakeNodeID, Datacenter: "dc1", NodePool: "default", NodeResources: &api.NodeResources{Devices: devices}})
 		case "/v1/node/" + fakeNodeID + "/allocations":
-			json.NewEncoder(w).Encode(f.allocs)
+			f.serveIndexed(w, r, f.allocs)
 		case "/v1/acl/token/self", "/v1/acl/policy/self", "/v1/acl/policy/plugin":
 			f.serveACL(w, r)
 		case "/v1/evaluations":
-			if r.URL.Query().Get("status") != "blocked" || r.URL.Query().Get("namespace") != "*" {
-				http.Error(w, "fake: want status=blocked&namespace=*", http.StatusBadRequest)
+			if !strings.Contains(r.URL.Query().Get("filter"), `Status == "blocked"`) || r.URL.Query().Get("namespace") != "*" {
+				http.Error(w, `fake: want filter Status == "blocked" and namespace=*`, http.StatusBadRequest)
 				return
 			}
-			json.NewEncoder(w).Encode(append([]*api.Evaluation{}, f.evals...))
+			f.serveIndexed(w, r, append([]*api.Evaluation{}, f.evals...))
 		default:
 			if id, ok := strings.CutPrefix(r.URL.Path, "/v1/allocation/"); ok && (r.Method == http.MethodPut || r.Method == http.MethodPost) && strings.HasSuffix(id, "/stop") {
 				f.stopAlloc(strings.TrimSuffix(id, "/stop"))
@@ -84,6 +93,29 @@ func newFakeNomad(t testing.TB) *fakeNomad {
 	}))
 	t.Cleanup(f.Close)
 	return f
+}
+
+// serveIndexed answers v in JSON with an X-Nomad-Index that moves when
+// the answer of the path changes, as Nomad's does when what it lists
+// changes. Blocking queries are answered at once: a fake change makes no
+// event to wait for, so a watch re-asks every MinInterval.
+func (f *fakeNomad) serveIndexed(w http.ResponseWriter, r *http.Request, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	if f.bodies == nil {
+		f.bodies = map[string]indexedBody{}
+	}
+	last := f.bodies[r.URL.Path]
+	if last.index == 0 || last.body != string(b) {
+		f.index++
+		last = indexedBody{body: string(b), index: f.index}
+		f.bodies[r.URL.Path] = last
+	}
+	w.Header().Set("X-Nomad-Index", strconv.FormatUint(last.index, 10))
+	w.Write(b)
 }
 
 // serveACL answers the ACL endpoints for a token with one policy,

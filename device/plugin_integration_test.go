@@ -50,6 +50,16 @@ func startClusterWith(t testing.TB, pluginConfig string) (*localcluster.Cluster,
 	return testcluster.Start(t, localcluster.Options{PluginDir: dir, PluginConfig: pluginConfig, WaitForDevices: []string{"nvidia/gpu", "nvidia/gpu-share"}}), dir
 }
 
+// logPluginLines logs the plugin's lines of the Nomad agent's log, but
+// its HTTP requests: what it decided, and why, when a test fails.
+func logPluginLines(t testing.TB, c *localcluster.Cluster) {
+	for _, l := range strings.Split(c.NomadLogTail(1000000), "\n") {
+		if strings.Contains(l, "gpushare") && !strings.Contains(l, "request complete") || strings.Contains(l, "allocations?index") {
+			t.Log(l)
+		}
+	}
+}
+
 // pluginPIDs lists the running processes of the plugin binary in dir (the
 // ones this test's Nomad agent started).
 func pluginPIDs(dir string) []int {
@@ -235,7 +245,7 @@ func TestPluginOnRealNomad(t *testing.T) {
 	c, pluginDir := startCluster(t)
 	defer func() {
 		if t.Failed() {
-			t.Logf("nomad log tail:\n%s", c.NomadLogTail(60))
+			logPluginLines(t, c)
 		}
 	}()
 

@@ -2,6 +2,7 @@ package device_test
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -54,10 +55,13 @@ type nomadGate struct {
 	token  atomic.Pointer[string]
 	mu     sync.Mutex
 	reads  map[string]int // allocation list reads by token
+	// byPath counts every request by method and path (IDs as :id), with
+	// " (blocking)" for blocking queries.
+	byPath map[string]int
 }
 
 func newNomadGate(t testing.TB) *nomadGate {
-	g := &nomadGate{reads: map[string]int{}}
+	g := &nomadGate{reads: map[string]int{}, byPath: map[string]int{}}
 	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(g.target.Load()) }}
 	g.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if g.target.Load() == nil {
@@ -69,15 +73,38 @@ func newNomadGate(t testing.TB) *nomadGate {
 			tok = *p
 			r.Header.Set("X-Nomad-Token", tok)
 		}
+		g.mu.Lock()
 		if strings.HasSuffix(r.URL.Path, "/allocations") {
-			g.mu.Lock()
 			g.reads[tok]++
-			g.mu.Unlock()
 		}
+		g.byPath[requestKind(r)]++
+		g.mu.Unlock()
 		proxy.ServeHTTP(w, r)
 	}))
 	t.Cleanup(g.Close)
 	return g
+}
+
+// requestKind names a request for nomadGate.byPath.
+func requestKind(r *http.Request) string {
+	parts := strings.Split(r.URL.Path, "/")
+	for i, p := range parts {
+		if len(p) == 36 && strings.Count(p, "-") == 4 {
+			parts[i] = ":id"
+		}
+	}
+	k := r.Method + " " + strings.Join(parts, "/")
+	if idx := r.URL.Query().Get("index"); idx != "" && idx != "0" {
+		k += " (blocking)"
+	}
+	return k
+}
+
+// requests returns the count of every request so far, by kind.
+func (g *nomadGate) requests() map[string]int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return maps.Clone(g.byPath)
 }
 
 // useToken makes the plugin's requests carry the token's secret.
@@ -110,6 +137,13 @@ func startBareCluster(t testing.TB) (*localcluster.Cluster, *nomadGate) {
 
 // startGatedCluster is startBareCluster with more options (ACL).
 func startGatedCluster(t testing.TB, opts localcluster.Options) (*localcluster.Cluster, *nomadGate) {
+	t.Helper()
+	return startGatedClusterWith(t, opts, pluginConfig)
+}
+
+// startGatedClusterWith is startGatedCluster with another plugin
+// configuration.
+func startGatedClusterWith(t testing.TB, opts localcluster.Options, pluginConfig string) (*localcluster.Cluster, *nomadGate) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs real agents; run without -short")

@@ -11,6 +11,12 @@
 // backwards: reads are stale (any server answers) unless asked otherwise,
 // and an answer older than one already seen is refused and read again from
 // the leader.
+//
+// While Watch runs, the node, its allocations and the blocked evaluations
+// are followed with Nomad's blocking queries (watch.go), and Read answers
+// from what they last returned unless asked for a fresh read: an idle node
+// then costs a few requests per blocking-query wait instead of a full read
+// per poll.
 package alloctrack
 
 import (
@@ -20,6 +26,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/aclview"
@@ -64,8 +71,17 @@ type GPUUsage struct {
 type Snapshot struct {
 	// Started is taken before anything is read, so every placement applied
 	// before Started is in the snapshot (for a Consistent one; a stale read
-	// may lag).
+	// may lag). For a Watched snapshot it is when the request was sent
+	// whose answer the snapshot holds (or that confirmed it unchanged).
 	Started time.Time
+	// Current is when the snapshot was last known to be current: Started
+	// for a read made for it; for a Watched one, the time of the Read (the
+	// blocking queries had reported no change by then; like a stale read,
+	// a change applied a moment before may still be on its way).
+	Current time.Time
+	// Watched: answered from the blocking queries of Watch, without a
+	// request.
+	Watched bool
 	NodeID  string
 	GPUs    map[string]*GPUUsage
 	// Tenants are the tasks of the live allocations that hold gpushare
@@ -86,17 +102,50 @@ type Snapshot struct {
 	DemandErr error
 }
 
-// Tracker reads snapshots. It is not safe for concurrent Read calls.
+// Tracker reads snapshots. Read is not safe for concurrent Read calls;
+// Watch runs beside it.
 type Tracker struct {
 	cfg    Config
 	client *api.Client
-	nodeID string
 	now    func() time.Time
-	jobs   jobCache
-	acl    *aclview.Checker
-	// seen are the highest indexes of the node and its allocation list
-	// accepted so far: a stale answer below them is refused.
+	jobs   jobCache // used by Read only
+
+	idMu   sync.Mutex
+	nodeID string
+
+	aclMu sync.Mutex
+	acl   *aclview.Checker
+	// verdict is the last check of the token, nil before the first.
+	verdict *aclview.Verdict
+
+	mu   sync.Mutex
+	view view
+}
+
+// view is the last accepted read of the node, its allocations and the
+// blocked evaluations, whether by Read or by Watch.
+type view struct {
+	node   *api.Node
+	allocs []*api.Allocation
+	// seen are the indexes of node and allocs: an answer below them is
+	// refused.
 	seen indexes
+	// nodeAt / allocsAt: node / allocs hold every change applied before.
+	nodeAt, allocsAt time.Time
+	// hidden is the token check of the read that gave allocs (Snapshot.Hidden).
+	hidden string
+	// nodeLive / allocsLive / evalsLive: Watch runs and the last blocking
+	// query of the node / the allocations / the blocked evaluations
+	// succeeded, so a change since is reported at once.
+	nodeLive, allocsLive, evalsLive bool
+	// allocsChanged: the request that brought the last change of allocs
+	// (its index moved) was sent then.
+	allocsChanged time.Time
+	// evals are the blocked evaluations, evalsIndex their index, evalsAt
+	// when the request that returned them was sent.
+	evals      []*api.Evaluation
+	evalsIndex uint64
+	evalsAt    time.Time
 }
 
 // indexes are the X-Nomad-Index values of one read of the node and of its
@@ -142,6 +191,8 @@ var ErrNodeNotFound = errors.New("nomad node of this plugin not found")
 // cannot tell and the hostname lookup fails too, the error carries both
 // reasons (an ACL denial on the agent reads as one, not as a missing node).
 func (t *Tracker) NodeID(ctx context.Context) (string, error) {
+	t.idMu.Lock()
+	defer t.idMu.Unlock()
 	if t.nodeID != "" {
 		return t.nodeID, nil
 	}
@@ -210,47 +261,160 @@ type ReadOptions struct {
 	// instead of any server: the answer then includes every allocation
 	// placed before the read began.
 	Consistent bool
+	// Fresh reads the node and its allocations now (from any server)
+	// instead of answering from the blocking queries of Watch, so that
+	// Started is the time of this Read.
+	Fresh bool
+	// MaxAge, when set, reads the node and its allocations now when what
+	// the blocking queries last returned (or confirmed) is older: a bound
+	// on how long a query that does not answer can hide a change.
+	MaxAge time.Duration
 }
 
 // Read takes one snapshot of the node: whether the token sees every
 // allocation, the servers' view of the node's devices, the allocations, and
-// (Config.Demand) the waiting demand. Indexes never go backwards: a stale
-// answer older than one already accepted (a lagging server) is refused and
-// the node read again from the leader, whose answer stands.
+// (Config.Demand) the waiting demand. While Watch follows the node and its
+// allocations, and the last answer was complete, it answers from them
+// (Snapshot.Watched) unless o asks for a read. Indexes never go backwards:
+// a stale answer older than one already accepted (a lagging server) is
+// refused and the node read again from the leader, whose answer stands.
 func (t *Tracker) Read(ctx context.Context, o ReadOptions) (Snapshot, error) {
-	started := t.now()
+	now := t.now()
 	nodeID, err := t.NodeID(ctx)
 	if err != nil {
 		return Snapshot{}, err
 	}
-	snap := Snapshot{Started: started, NodeID: nodeID, GPUs: map[string]*GPUUsage{}, Consistent: o.Consistent}
-	q, cancel := t.q(ctx)
-	v := t.acl.Check(q)
-	cancel()
-	if !v.Complete {
-		snap.Hidden = v.Reason
-	}
-	node, allocs, idx, err := t.readNode(ctx, nodeID, o.Consistent)
-	if err == nil && !o.Consistent && idx.behind(t.seen) {
-		t.debug("stale answer refused; reading from the leader", "node_index", idx.node, "allocs_index", idx.allocs,
-			"seen_node_index", t.seen.node, "seen_allocs_index", t.seen.allocs)
-		snap.Consistent = true
-		node, allocs, idx, err = t.readNode(ctx, nodeID, true)
+	var snap Snapshot
+	var node *api.Node
+	if o.Consistent || o.Fresh {
+		snap, node, err = t.readActive(ctx, nodeID, o.Consistent)
+	} else if snap, node = t.watched(nodeID, now, o.MaxAge); node == nil {
+		snap, node, err = t.readActive(ctx, nodeID, false)
 	}
 	if err != nil {
 		return Snapshot{}, err
 	}
-	t.seen = idx.after(t.seen, snap.Consistent)
-	if node.NodeResources != nil {
-		addServerView(snap.GPUs, node.NodeResources.Devices)
-		snap.Foreign = foreignGroups(node.NodeResources.Devices)
-	}
-	addAllocations(snap.GPUs, allocs)
-	snap.Tenants = tenantsOf(allocs)
 	if t.cfg.Demand {
 		snap.Demand, snap.DemandErr = t.readDemand(ctx, node)
 	}
 	return snap, nil
+}
+
+// watched answers from the view when the blocking queries follow the node
+// and its allocations, the last allocation list was complete and what they
+// returned is at most maxAge old (0: any age); node is nil otherwise.
+func (t *Tracker) watched(nodeID string, now time.Time, maxAge time.Duration) (Snapshot, *api.Node) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v := &t.view
+	if !v.nodeLive || !v.allocsLive || v.node == nil || v.node.ID != nodeID || v.hidden != "" {
+		return Snapshot{}, nil
+	}
+	started := v.nodeAt
+	if v.allocsAt.Before(started) {
+		started = v.allocsAt
+	}
+	if maxAge > 0 && now.Sub(started) > maxAge {
+		return Snapshot{}, nil
+	}
+	snap := t.snapshotLocked(nodeID, started, false)
+	snap.Current, snap.Watched = now, true
+	return snap, v.node
+}
+
+// readActive checks the token, reads the node and its allocations now,
+// and makes that the view unless a newer answer (of Watch) got there
+// first; the snapshot is then the view's.
+func (t *Tracker) readActive(ctx context.Context, nodeID string, consistent bool) (Snapshot, *api.Node, error) {
+	started := t.now()
+	hidden := ""
+	if v := t.checkVerdict(ctx); !v.Complete {
+		hidden = v.Reason
+	}
+	node, allocs, idx, err := t.readNode(ctx, nodeID, consistent)
+	if err == nil && !consistent && idx.behind(t.seen()) {
+		t.debug("stale answer refused; reading from the leader", "node_index", idx.node, "allocs_index", idx.allocs)
+		consistent = true
+		node, allocs, idx, err = t.readNode(ctx, nodeID, true)
+	}
+	if err != nil {
+		return Snapshot{}, nil, err
+	}
+	if allocs == nil {
+		allocs = []*api.Allocation{}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v := &t.view
+	if consistent || !idx.behind(v.seen) {
+		if idx.allocs != v.seen.allocs {
+			v.allocsChanged = started
+		}
+		v.node, v.allocs, v.hidden = node, allocs, hidden
+		v.nodeAt, v.allocsAt = started, started
+		v.seen = idx.after(v.seen, consistent)
+	}
+	snap := t.snapshotLocked(nodeID, started, consistent)
+	snap.Current = started
+	return snap, v.node, nil
+}
+
+// snapshotLocked builds a snapshot from the view; t.mu must be held.
+func (t *Tracker) snapshotLocked(nodeID string, started time.Time, consistent bool) Snapshot {
+	v := &t.view
+	snap := Snapshot{Started: started, NodeID: nodeID, GPUs: map[string]*GPUUsage{}, Consistent: consistent, Hidden: v.hidden}
+	if v.node.NodeResources != nil {
+		addServerView(snap.GPUs, v.node.NodeResources.Devices)
+		snap.Foreign = foreignGroups(v.node.NodeResources.Devices)
+	}
+	addAllocations(snap.GPUs, v.allocs)
+	snap.Tenants = tenantsOf(v.allocs)
+	return snap
+}
+
+// seen returns the indexes accepted so far.
+func (t *Tracker) seen() indexes {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.view.seen
+}
+
+// lastVerdict is the token's last check, made now if there was none.
+func (t *Tracker) lastVerdict(ctx context.Context) aclview.Verdict {
+	t.aclMu.Lock()
+	v := t.verdict
+	t.aclMu.Unlock()
+	if v != nil {
+		return *v
+	}
+	return t.checkVerdict(ctx)
+}
+
+// checkVerdict checks the token now and remembers the verdict.
+func (t *Tracker) checkVerdict(ctx context.Context) aclview.Verdict {
+	q, cancel := t.q(ctx)
+	defer cancel()
+	t.aclMu.Lock()
+	defer t.aclMu.Unlock()
+	v := t.acl.Check(q)
+	t.verdict = &v
+	return v
+}
+
+// combine is the Hidden of a blocking query's answer from the checks of
+// the token before the request was sent and after its answer came: Nomad
+// resolves a request's token once, when it begins, and a blocking query
+// keeps it for its whole wait, so the answer is complete only when both
+// checks are (barring a policy narrowed and widened again between them).
+// An active read checks once, just before its request.
+func combine(before, after aclview.Verdict) string {
+	switch {
+	case !after.Complete:
+		return after.Reason
+	case !before.Complete:
+		return "the token's policies changed while a blocking query waited, which may have left allocations out (" + before.Reason + "); reading again"
+	}
+	return ""
 }
 
 // readNode reads the servers' view of the node first, then its

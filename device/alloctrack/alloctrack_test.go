@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gpushare/nomad-gpushare/device/aclview"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -278,5 +279,27 @@ func TestReadRefusesStaleAnswers(t *testing.T) {
 	}
 	if consistentReads != 3 {
 		t.Errorf("%d consistent reads, want 3", consistentReads)
+	}
+}
+
+// TestCombine: a blocking query's answer is complete only when the token
+// was complete before it was sent and after it came back.
+func TestCombine(t *testing.T) {
+	full, narrow := aclview.Verdict{Complete: true}, aclview.Verdict{Reason: "no namespace \"*\" rule"}
+	tests := []struct {
+		name          string
+		before, after aclview.Verdict
+		want          string // a substring; "" for complete
+	}{
+		{"complete throughout", full, full, ""},
+		{"narrowed while waiting", full, narrow, "no namespace"},
+		{"widened while waiting: the answer may lack allocations", narrow, full, "changed while a blocking query waited"},
+		{"narrow throughout", narrow, narrow, "no namespace"},
+	}
+	for _, tt := range tests {
+		got := combine(tt.before, tt.after)
+		if tt.want == "" && got != "" || tt.want != "" && !strings.Contains(got, tt.want) {
+			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
+		}
 	}
 }

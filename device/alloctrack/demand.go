@@ -41,17 +41,70 @@ type jobCache map[string]*api.Job
 
 func jobKey(ns, id string) string { return ns + "/" + id }
 
-// readDemand lists the blocked evaluations (one request) and reads the
+// blockedDeviceEvals is the filter (a go-bexpr expression, applied by the
+// servers) of the evaluation listings: the blocked evaluations with a task
+// group that failed for devices (see deviceFailure), so that a node reads
+// only what it may serve, not every blocked evaluation of the cluster.
+const blockedDeviceEvals = `Status == "blocked" and (any FailedTGAllocs as _, m { "missing devices" in m.ConstraintFiltered or any m.DimensionExhausted as d, _ { d matches "^devices" } })`
+
+// listBlocked lists the blocked evaluations that failed for devices, in
+// every namespace; wait, when set, makes it a blocking query.
+func (t *Tracker) listBlocked(ctx context.Context, wait *api.QueryOptions) ([]*api.Evaluation, *api.QueryMeta, error) {
+	q := wait
+	if q == nil {
+		var cancel context.CancelFunc
+		q, cancel = t.q(ctx)
+		defer cancel()
+	}
+	q.Namespace = "*"
+	q.Filter = blockedDeviceEvals
+	evals, meta, err := t.client.Evaluations().List(q)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list blocked evaluations at %s: %w", t.client.Address(), err)
+	}
+	return evals, meta, nil
+}
+
+// blocked returns the blocked evaluations: the last answer of Watch's
+// blocking query while it follows them and that answer's request was sent
+// after the last change of the allocation list (demand is compared with
+// that usage: an evaluation placed since must not still count as
+// waiting), else a listing now, which the view then keeps.
+func (t *Tracker) blocked(ctx context.Context) ([]*api.Evaluation, error) {
+	t.mu.Lock()
+	v := &t.view
+	fresh, evals := v.evalsLive && !v.evalsAt.Before(v.allocsChanged), v.evals
+	t.mu.Unlock()
+	if fresh {
+		return evals, nil
+	}
+	sent := t.now()
+	evals, meta, err := t.listBlocked(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	t.keepEvals(evals, meta.LastIndex, sent)
+	return evals, nil
+}
+
+// keepEvals makes a listing of the blocked evaluations, whose request was
+// sent at sent, the view's unless a newer one is there.
+func (t *Tracker) keepEvals(evals []*api.Evaluation, index uint64, sent time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v := &t.view
+	if index >= v.evalsIndex || sent.After(v.evalsAt) {
+		v.evals, v.evalsIndex, v.evalsAt = evals, index, later(v.evalsAt, sent)
+	}
+}
+
+// readDemand takes the blocked evaluations (see blocked) and reads the
 // specifications of jobs not in the cache. The cache is trimmed to the
 // jobs that wait.
 func (t *Tracker) readDemand(ctx context.Context, node *api.Node) ([]Demand, error) {
-	q, cancel := t.q(ctx)
-	defer cancel()
-	q.Namespace = "*"
-	q.Params = map[string]string{"status": "blocked"}
-	evals, _, err := t.client.Evaluations().List(q)
+	evals, err := t.blocked(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list blocked evaluations at %s: %w", t.client.Address(), err)
+		return nil, err
 	}
 	// One blocked evaluation per job is the rule; keep the newest.
 	latest := map[string]*api.Evaluation{}

@@ -286,6 +286,22 @@ func (m *Machine) publication(s *gpuState) Publication {
 	return Publication{Family: s.Mode}
 }
 
+// Settling reports whether a decision waits on the time of the next
+// observations: a GPU is withdrawn or settling on its way to a family, or published
+// in none yet, or nothing was observed yet. Such observations must be
+// fresh reads: Observation.At is what the settle period is measured with.
+func (m *Machine) Settling() bool {
+	if !m.seen {
+		return true
+	}
+	for _, s := range m.gpus {
+		if s.Phase != phasePublished || s.Mode == Unknown {
+			return true
+		}
+	}
+	return false
+}
+
 // Step feeds one observation and returns what changed. The steps run in
 // this order: observed usage wins; GPUs never decided adopt what the servers
 // publish; switches in progress advance; the policy splits the idle GPUs.

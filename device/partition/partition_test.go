@@ -563,3 +563,28 @@ func TestLeavingWholeMarksAGPUWhoseGuestsMustGo(t *testing.T) {
 		t.Errorf("a GPU not published yet after a start is not leaving: %+v", pub)
 	}
 }
+
+// TestSettlingAsksForFreshReads: the machine says it needs fresh
+// observations from the start until every GPU is published in a family,
+// again while a switch is under way, and not once it is done.
+func TestSettlingAsksForFreshReads(t *testing.T) {
+	m := New(pol)
+	if !m.Settling() {
+		t.Fatal("nothing observed yet: want Settling")
+	}
+	idle := map[string]GPUObs{"a": gpu(0), "b": gpu(1)}
+	m.Step(Observation{At: t0, GPUs: idle})
+	if !m.Settling() {
+		t.Fatal("first publication settling: want Settling")
+	}
+	m.Step(Observation{At: t0.Add(pol.SettlePeriod), GPUs: idle})
+	if m.Settling() {
+		t.Fatalf("every GPU published (%v): want not Settling", m.Publications())
+	}
+	// A whole request takes the share landing place: it is withdrawn.
+	m.Step(Observation{At: t0.Add(2 * pol.SettlePeriod), GPUs: map[string]GPUObs{"a": gpu(0, "W", "pw"), "b": gpu(1, "ps")},
+		Demand: []Demand{{Key: "w", Since: t0, Whole: 1}}})
+	if !m.Settling() {
+		t.Fatalf("a switch under way (%v): want Settling", m.Publications())
+	}
+}
