@@ -240,3 +240,18 @@ func procState(pid int) (string, bool) {
 	}
 	return fields[0], true
 }
+
+// StopProcess ends a started process that nothing else waits for:
+// SIGINT, then SIGKILL after the grace period. It returns once the
+// process has exited.
+func StopProcess(cmd *exec.Cmd, grace time.Duration) {
+	_ = cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}

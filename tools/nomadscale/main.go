@@ -221,14 +221,7 @@ func (s *server) stop() {
 	if s.rpc != nil {
 		s.rpc.Close()
 	}
-	_ = s.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		_ = s.cmd.Process.Kill()
-	}
+	localcluster.StopProcess(s.cmd, 15*time.Second)
 	os.RemoveAll(s.dir)
 }
 
