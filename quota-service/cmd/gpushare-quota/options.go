@@ -12,11 +12,13 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/actuator"
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
+	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/gpushare/nomad-gpushare/quota-service/utilization"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
+	nomadapi "github.com/hashicorp/nomad/api"
 )
 
 // options are the daemon's settings from flags and the environment.
@@ -39,6 +41,9 @@ type options struct {
 	usagePeriod time.Duration
 	// publishRanks: write the placement ranks as node metadata.
 	publishRanks bool
+	// recordKeyFile, else the Nomad Variable recordKeyVar in
+	// recordKeyNamespace, holds the keys that sign suspension records.
+	recordKeyFile, recordKeyVar, recordKeyNamespace string
 }
 
 // removedFlags took tokens on the command line.
@@ -90,6 +95,9 @@ func parseOptions(args []string) (*options, error) {
 	publish, err := boolEnv("GPUSHARE_PUBLISH_RANKS", true)
 	envErrs = append(envErrs, err)
 	fs.BoolVar(&o.publishRanks, "publish-ranks", publish, "write placement ranks as Nomad dynamic node metadata gpushare.rank.<class> (the token needs node:write); GPU jobs with the ranking affinity then land where they fragment no GPU")
+	fs.StringVar(&o.recordKeyFile, "record-key-file", env("GPUSHARE_RECORD_KEY_FILE", ""), "file holding the keys that sign suspension records (base64, current key first, then previous ones); default: the Nomad Variable -record-key-var")
+	fs.StringVar(&o.recordKeyVar, "record-key-var", env("GPUSHARE_RECORD_KEY_VAR", service.DefaultRecordKeyPath), "Nomad Variable holding the record keys (items key and previous), created with a new key when absent")
+	fs.StringVar(&o.recordKeyNamespace, "record-key-namespace", env("GPUSHARE_RECORD_KEY_NAMESPACE", "default"), "namespace of -record-key-var: one only operators may read")
 	fs.StringVar(&o.instance, "instance", env("GPUSHARE_INSTANCE", fmt.Sprintf("%s-%d", host, os.Getpid())), "name of this instance")
 	fs.StringVar(&o.logLevel, "log-level", env("GPUSHARE_LOG_LEVEL", "info"), "log level")
 	if err := errors.Join(envErrs...); err != nil {
@@ -119,6 +127,15 @@ func (o *options) validate() error {
 		return errors.New("-tls-cert and -tls-key (GPUSHARE_TLS_CERT, GPUSHARE_TLS_KEY) go together: set both to serve HTTPS, or neither")
 	}
 	return nil
+}
+
+// recordKeys is where the record keys live: the key file, else the Nomad
+// Variable.
+func (o *options) recordKeys(nomad *nomadapi.Client) recordkey.Source {
+	if o.recordKeyFile != "" {
+		return &recordkey.File{Path: o.recordKeyFile}
+	}
+	return &recordkey.Variable{Client: nomad, Namespace: o.recordKeyNamespace, Path: o.recordKeyVar}
 }
 
 // refuseTokenFlags explains why the token flags are gone.
