@@ -170,6 +170,17 @@ func (a *assembler) adoptTagged() {
 	}
 }
 
+// tagForProject reads the project the GPUs went to from a tag TagName
+// made ("for-<project>-<time>"); "" for another tag. Projects with
+// characters TagName replaces read as it wrote them.
+func tagForProject(tag string) string {
+	rest, ok := strings.CutPrefix(tag, TagPrefix+"for-")
+	if i := strings.LastIndex(rest, "-"); ok && i > 0 {
+		return rest[:i]
+	}
+	return ""
+}
+
 // ownTagName says the job's current version carries a tag named like the
 // service's.
 func ownTagName(job *nomadapi.Job) bool {
@@ -204,6 +215,7 @@ func (a *assembler) rebuild(r *Record, job *nomadapi.Job, modifyIndex uint64, re
 	if v := jobVersion(job); v > 0 {
 		rec.Version = v - 1
 	}
+	rec.ForProject = tagForProject(rec.Tag)
 	for _, tg := range job.TaskGroups {
 		if tg.Name != nil && tg.Count != nil {
 			rec.Groups[*tg.Name] = *tg.Count

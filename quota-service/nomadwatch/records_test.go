@@ -210,6 +210,9 @@ func TestRecordsTheServiceCannotProve(t *testing.T) {
 				if got.Tag != tag || got.StopJobModifyIndex != 20 || got.Phase != state.PhaseSuspended || !got.Tagged || r.Retag != tt.retag {
 					t.Fatalf("rebuilt %+v (retag %v); want the stop Nomad shows under %s (retag %v)", got, r.Retag, tag, tt.retag)
 				}
+				if got.ForProject != "b" {
+					t.Fatalf("rebuilt record made room for %q, want b (from the tag's name)", got.ForProject)
+				}
 				if tt.unverified != nil && got.ModifyIndex != tt.unverified.ModifyIndex {
 					t.Fatalf("rebuilt record replaces index %d, want %d", got.ModifyIndex, tt.unverified.ModifyIndex)
 				}
