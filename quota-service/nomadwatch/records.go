@@ -109,6 +109,15 @@ func (a *assembler) classifyRecords() {
 	for _, u := range a.in.Unverified {
 		a.classifyUnverified(u)
 	}
+	for _, e := range a.in.RecordErrors {
+		// A key that does not decode is not the service's record either:
+		// it holds nothing back.
+		if key := Key(e.Namespace, e.Job); e.Namespace != "" && e.Job != "" && a.v.Records[key] == nil {
+			if _, seen := a.v.Unverified[key]; !seen {
+				a.v.Unverified[key] = e.ModifyIndex
+			}
+		}
+	}
 	a.adoptTagged()
 	sort.Slice(a.v.RecordErrors, func(i, j int) bool { return a.v.RecordErrors[i].Key < a.v.RecordErrors[j].Key })
 }
@@ -155,17 +164,24 @@ func (a *assembler) adoptTagged() {
 		if _, named := a.v.Records[key]; named {
 			continue
 		}
-		if _, named := a.v.Unverified[key]; named {
-			continue
-		}
+		// A key holding what the service cannot use (it does not verify
+		// or does not decode) was reported already; it is replaced.
+		index, reported := a.v.Unverified[key]
 		job := a.in.Tagged[key]
 		rec := state.Suspension{Namespace: deref(job.Namespace), Job: deref(job.ID), Tag: job.VersionTag.Name}
 		if !a.tagProven(job) {
-			a.reportRecord(rec, fmt.Sprintf("Nomad's job %s is stopped under a tag named like the service's (%s), but the service holds no record of it and cannot prove the tag is its own, so it does not resume it: `nomad job start` runs it, or remove the tag (`nomad job tag unset`)", key, rec.Tag))
+			if !reported {
+				a.reportRecord(rec, fmt.Sprintf("Nomad's job %s is stopped under a tag named like the service's (%s), but the service holds no record of it and cannot prove the tag is its own, so it does not resume it: `nomad job start` runs it, or remove the tag (`nomad job tag unset`)", key, rec.Tag))
+			}
 			continue
 		}
+		delete(a.v.Unverified, key)
 		r := &Record{Suspension: rec, Current: job}
-		a.rebuild(r, job, 0, false, "no record at its key")
+		why := "no record at its key"
+		if reported {
+			why = "the record at its key cannot be used"
+		}
+		a.rebuild(r, job, index, false, why)
 		a.v.Records[key] = r
 	}
 }

@@ -127,7 +127,8 @@ func (w *fuzzWorld) mutate(kv map[string][]byte, rng *rand.Rand) string {
 			kv[key] = data[:rng.IntN(len(data))]
 			return "truncated " + key
 		}
-		what = "nothing"
+		kv[key] = []byte("not a record")
+		return "garbage at " + key
 	default:
 		rec.Project, rec.ForProject, rec.Reason = "x", "y", "z"
 		what = "project"
@@ -141,11 +142,13 @@ func (w *fuzzWorld) store(kv map[string][]byte, key string, rec state.Suspension
 }
 
 // read is what Store.Suspensions makes of the stored records.
-func read(kv map[string][]byte) (recs []state.Suspension, unverified []state.Unverified) {
+func read(kv map[string][]byte) (recs []state.Suspension, unverified []state.Unverified, bad []state.RecordError) {
 	for key, data := range kv {
 		var rec state.Suspension
 		if json.Unmarshal(data, &rec) != nil || rec.Key() != key || rec.Namespace == "" || rec.Phase == "" {
-			continue // a decode error: reported, never read further
+			ns, job, _ := strings.Cut(key, "/")
+			bad = append(bad, state.RecordError{Key: key, Namespace: ns, Job: job, Reason: "does not decode", ModifyIndex: 1})
+			continue
 		}
 		rec.ModifyIndex = 1
 		if err := rec.Verify(testKeys); err != nil {
@@ -154,7 +157,7 @@ func read(kv map[string][]byte) (recs []state.Suspension, unverified []state.Unv
 		}
 		recs = append(recs, rec)
 	}
-	return recs, unverified
+	return recs, unverified, bad
 }
 
 // FuzzRecordMutations: whatever a KV writer does to the records (change
@@ -179,8 +182,8 @@ func FuzzRecordMutations(f *testing.F) {
 		for range int(n%8) + 1 {
 			done = append(done, w.mutate(kv, rng))
 		}
-		recs, unverified := read(kv)
-		in := Inputs{Suspensions: recs, Unverified: unverified, Specs: map[string]*nomadapi.Job{}, Unlisted: map[string]error{},
+		recs, unverified, bad := read(kv)
+		in := Inputs{Suspensions: recs, Unverified: unverified, RecordErrors: bad, Specs: map[string]*nomadapi.Job{}, Unlisted: map[string]error{},
 			Tagged: map[string]*nomadapi.Job{}, Now: recordTime.Add(time.Minute), Keys: testKeys}
 		named := map[string]bool{}
 		for _, r := range recs {
@@ -188,6 +191,9 @@ func FuzzRecordMutations(f *testing.F) {
 		}
 		for _, r := range unverified {
 			named[r.Key()] = true
+		}
+		for _, r := range bad {
+			named[r.Namespace+"/"+r.Job] = true
 		}
 		for key := range named {
 			if job := w.jobs[key]; job != nil {

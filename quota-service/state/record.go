@@ -246,6 +246,10 @@ type RecordError struct {
 	Namespace string `json:"namespace"`
 	Job       string `json:"job"`
 	Reason    string `json:"reason"`
+	// ModifyIndex is the Consul index of the key, for a record that did
+	// not decode (so that a suspension of its job may replace it). Not
+	// stored.
+	ModifyIndex uint64 `json:"-"`
 }
 
 // Error makes a RecordError an error.

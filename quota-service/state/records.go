@@ -180,7 +180,7 @@ func (s *Store) Suspensions(ctx context.Context) (Records, error) {
 func (s *Store) decodeSuspension(p *consulapi.KVPair) (Suspension, *RecordError) {
 	ns, job, _ := strings.Cut(strings.TrimPrefix(p.Key, s.layout.Suspended()), "/")
 	bad := func(format string, args ...any) *RecordError {
-		return &RecordError{Key: p.Key, Namespace: ns, Job: job, Reason: fmt.Sprintf(format, args...) +
+		return &RecordError{Key: p.Key, Namespace: ns, Job: job, ModifyIndex: p.ModifyIndex, Reason: fmt.Sprintf(format, args...) +
 			"; the service does not act on it: check the job in Nomad, then delete the key"}
 	}
 	var rec Suspension
