@@ -180,6 +180,10 @@ func (ap *applying) tag(ctx context.Context, job *nomadapi.Job, rec *state.Suspe
 		ap.log.Warn("not tagging", "job", rec.Key(), "error", err)
 		return
 	}
+	if ap.v.Keys == nil {
+		ap.log.Warn("not tagging: no record key is loaded to prove the tag", "job", rec.Key())
+		return
+	}
 	desc := ap.v.Keys.ProveTag(tagDescription(*rec), rec.Namespace, rec.Job, *job.Version, rec.Tag)
 	_, err := ap.nomad.Jobs().TagVersion(rec.Job, *job.Version, rec.Tag, desc,
 		(&nomadapi.WriteOptions{Namespace: rec.Namespace}).WithContext(ctx))

@@ -111,6 +111,9 @@ func (s Suspension) specContext() []byte { return []byte("spec\x00" + s.Namespac
 // EncodeSpec stores job as the record's spec, gzipped and sealed with the
 // current key of keys.
 func (s *Suspension) EncodeSpec(job *nomadapi.Job, keys *recordkey.Keyring) error {
+	if keys == nil {
+		return fmt.Errorf("sealing the spec of %s: %w", s.Key(), ErrNoKeys)
+	}
 	data, err := json.Marshal(job)
 	if err != nil {
 		return fmt.Errorf("encoding the spec of %s: %w", s.Key(), err)
@@ -129,6 +132,9 @@ func (s *Suspension) EncodeSpec(job *nomadapi.Job, keys *recordkey.Keyring) erro
 	return nil
 }
 
+// ErrNoKeys is returned when no record key is loaded.
+var ErrNoKeys = errors.New("no record key is loaded")
+
 // ErrNoSpec is returned by DecodeSpec for a record without a spec.
 var ErrNoSpec = errors.New("the record holds no job spec")
 
@@ -140,6 +146,9 @@ const maxSpecBytes = 64 << 20
 func (s Suspension) DecodeSpec(keys *recordkey.Keyring) (*nomadapi.Job, error) {
 	if s.SpecSealed == "" {
 		return nil, ErrNoSpec
+	}
+	if keys == nil {
+		return nil, fmt.Errorf("opening the spec of %s: %w", s.Key(), ErrNoKeys)
 	}
 	raw, err := keys.Open(s.SpecSealed, s.specContext())
 	if err != nil {
@@ -176,6 +185,9 @@ func (s Suspension) signedBytes() ([]byte, error) {
 
 // Sign sets the record's MAC with the current key of keys.
 func (s *Suspension) Sign(keys *recordkey.Keyring) error {
+	if keys == nil {
+		return ErrNoKeys
+	}
 	data, err := s.signedBytes()
 	if err != nil {
 		return err
@@ -187,6 +199,9 @@ func (s *Suspension) Sign(keys *recordkey.Keyring) error {
 // Verify checks the record's MAC against keys and sets
 // SignedWithPrevious.
 func (s *Suspension) Verify(keys *recordkey.Keyring) error {
+	if keys == nil {
+		return ErrNoKeys
+	}
 	data, err := s.signedBytes()
 	if err != nil {
 		return err
