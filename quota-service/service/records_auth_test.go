@@ -179,10 +179,13 @@ func TestDeletedRecordLosesNothing(t *testing.T) {
 			t.Errorf("history of %s/%s: %v, want suspend then record-rebuilt", j.ns, j.id, got)
 		}
 	}
-	if st := svc.Status(); len(st.Suspended) != 2 {
-		t.Errorf("status lists %d suspended jobs, want 2", len(st.Suspended))
-	}
-	comeBackIntact(s, b, suspended, before)
+	testcluster.Eventually(t, 30*time.Second, func() error {
+		if st := svc.Status(); len(st.Suspended) != 2 {
+			return fmt.Errorf("status lists %d suspended jobs, want 2", len(st.Suspended))
+		}
+		return nil
+	})
+	comeBackIntact(s, b, suspended, before, state.EventRecordRebuilt)
 }
 
 // TestRecordKeyRotationAndLoss: after a rotation (a new key, the old one
@@ -251,5 +254,5 @@ func TestRecordKeyRotationAndLoss(t *testing.T) {
 		}
 		return fmt.Errorf("tags %+v carry no proof by the new key", tags)
 	})
-	comeBackIntact(s, b, suspended, before)
+	comeBackIntact(s, b, suspended, before, state.EventRecordRebuilt)
 }
