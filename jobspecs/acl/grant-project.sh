@@ -16,8 +16,11 @@ set -euo pipefail
 command -v nomad >/dev/null 2>&1 || { echo "grant-project: the nomad CLI is not on PATH" >&2; exit 1; }
 policy=${GPUSHARE_QUOTA_POLICY:-gpushare-quota}
 dir=$(cd "$(dirname "$0")" && pwd)
-rules=$(nomad acl policy info -t '{{.Rules}}' "$policy") ||
+info=$(nomad acl policy info -no-color "$policy") ||
   { echo "grant-project: cannot read the Nomad ACL policy $policy (set GPUSHARE_QUOTA_POLICY, and NOMAD_TOKEN to a token that may manage policies)" >&2; exit 1; }
+# The CLI prints the rules last, after a "Rules" line and a blank line.
+rules=$(awk 'part==2{print; next} part==1{part=2; next} /^Rules$/{part=1}' <<<"$info")
+[ -n "$rules" ] || { echo "grant-project: no rules found in the output of 'nomad acl policy info $policy'" >&2; exit 1; }
 for ns in "$@"; do
   if [[ ! $ns =~ ^[a-zA-Z0-9-]{1,128}$ ]]; then
     echo "grant-project: $ns is not a Nomad namespace name" >&2
