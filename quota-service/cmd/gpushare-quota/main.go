@@ -22,6 +22,7 @@
 //	-usage-period       GPUSHARE_USAGE_PERIOD      how often the GPU nodes' usage is read (15s)
 //	-instance           GPUSHARE_INSTANCE          name of this instance (hostname-pid)
 //	-log-level          GPUSHARE_LOG_LEVEL         trace, debug, info, warn, error (info)
+//	-version                                       print the version and exit
 //
 // Tokens come from the environment or from files, never from the command
 // line, which every user of the host can read (ps). The Nomad and Consul
@@ -46,6 +47,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/internal/version"
 	"github.com/gpushare/nomad-gpushare/quota-service/httpapi"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
 	"github.com/hashicorp/go-hclog"
@@ -62,6 +64,10 @@ func run(args []string) error {
 	opts, err := parseOptions(args)
 	if err != nil {
 		return err
+	}
+	if opts.version {
+		fmt.Println(version.String("gpushare-quota"))
+		return nil
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "gpushare-quota", Level: hclog.LevelFromString(opts.logLevel)})
 	nomad, err := newNomadClient(opts)
