@@ -45,7 +45,7 @@ func TestModuleProvisionsACLCluster(t *testing.T) {
 		"team-b": map[string]any{"guaranteed": 2, "limit": 4},
 	}
 	vars := map[string]any{"nomad_addr": c.NomadAddr, "consul_addr": strings.TrimPrefix(c.ConsulAddr, "http://"),
-		"nomad_token": c.NomadToken, "consul_token": c.ConsulToken, "quota_binary": bin, "projects": projects}
+		"nomad_token": c.NomadToken, "consul_token": c.ConsulToken, "quota_binary": bin, "quota_driver": "raw_exec", "projects": projects}
 	w.vars(vars)
 
 	w.must(0, "init")

@@ -35,9 +35,28 @@ variable "consul_token" {
   sensitive = true
 }
 
+# Where the quota service's binary comes from: the release archive
+# (make dist) at quota_artifact_url with its sha256:<hex> checksum from
+# SHA256SUMS, else quota_binary on the clients.
+variable "quota_artifact_url" {
+  type    = string
+  default = ""
+}
+
+variable "quota_artifact_checksum" {
+  type    = string
+  default = ""
+}
+
 variable "quota_binary" {
   type    = string
   default = "/usr/local/bin/gpushare-quota"
+}
+
+# exec (the Nomad clients run as root) or raw_exec (enabled on the clients).
+variable "quota_driver" {
+  type    = string
+  default = "exec"
 }
 
 variable "projects" {
@@ -72,9 +91,12 @@ module "gpushare" {
 
   projects = var.projects
   quota_service = {
-    binary      = var.quota_binary
-    nomad_addr  = var.nomad_addr
-    consul_addr = var.consul_addr
+    driver            = var.quota_driver
+    artifact_url      = var.quota_artifact_url
+    artifact_checksum = var.quota_artifact_checksum
+    binary            = var.quota_binary
+    nomad_addr        = var.nomad_addr
+    consul_addr       = var.consul_addr
   }
 }
 

@@ -119,6 +119,9 @@ resource "nomad_job" "quota_service" {
   hcl2 {
     enabled = true
     vars = {
+      driver               = var.quota_service.driver
+      artifact_url         = var.quota_service.artifact_url
+      artifact_checksum    = var.quota_service.artifact_checksum
       binary               = var.quota_service.binary
       nomad_addr           = var.quota_service.nomad_addr
       consul_addr          = var.quota_service.consul_addr
