@@ -24,8 +24,10 @@
 #     cgroups Nomad needs for isolation; exec is enabled by default. The task runs in a chroot built from the client's
 #     chroot_env (by default /bin, /etc, /lib, /lib64, /sbin, /usr, ...):
 #     a host binary must lie there (/usr/local/bin is), and so must the
-#     tls_cert and tls_key files (e.g. under /etc). The binary is static
-#     (CGO_ENABLED=0), so the chroot needs no libraries for it.
+#     tls_cert and tls_key files (e.g. under /etc), readable by the user
+#     exec runs the task as (nobody by default). The binary is static (CGO_ENABLED=0),
+#     so the chroot needs no libraries for it. The first task on a client
+#     waits while Nomad builds the chroot (tens of seconds).
 #   raw_exec: no isolation; Nomad disables it by default
 #     (plugin "raw_exec" { config { enabled = true } } turns it on), and
 #     many clusters forbid it. Any host path works. The demo
