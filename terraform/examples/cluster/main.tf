@@ -13,6 +13,14 @@ terraform {
   }
 }
 
+# Name of this install: empty for the plain names; another name installs
+# beside an existing gpushare (its own job, policies, tokens and Consul
+# keys under <name>-gpushare/).
+variable "name" {
+  type    = string
+  default = ""
+}
+
 variable "nomad_addr" {
   type    = string
   default = "http://127.0.0.1:4646"
@@ -84,11 +92,15 @@ provider "gpushare" {
   consul_token   = var.consul_token
   nomad_address  = var.nomad_addr
   nomad_token    = var.nomad_token
+  # The module's kv_prefix: the quotas go where this install's service
+  # reads them.
+  kv_prefix = var.name == "" ? "gpushare" : "${var.name}-gpushare"
 }
 
 module "gpushare" {
   source = "../../modules/gpushare"
 
+  name     = var.name
   projects = var.projects
   quota_service = {
     driver            = var.quota_driver

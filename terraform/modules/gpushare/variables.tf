@@ -1,3 +1,13 @@
+variable "name" {
+  description = "Name of this install, prefixed to everything the module names (\"blue\": the job, its Consul service and its Nomad Variable blue-gpushare-quota, the policies and tokens blue-gpushare-plugin and blue-gpushare-quota, the Consul keys under blue-gpushare/), so that it lives beside another install. Empty: the plain names."
+  type        = string
+  default     = ""
+  validation {
+    condition     = can(regex("^([a-z0-9][a-z0-9-]{0,30})?$", var.name))
+    error_message = "The name must be empty or up to 31 lowercase letters, digits and dashes, starting with a letter or digit."
+  }
+}
+
 variable "projects" {
   description = "Projects by name: their quota (guaranteed GPUs, optional limit, priority, over_quota_weight) and where their jobs are (namespace, default the project name; job_meta_key). A namespace is created for each project unless it is \"default\" or create_namespaces is false."
   type = map(object({
@@ -23,15 +33,15 @@ variable "acl" {
 }
 
 variable "manage_scheduler_config" {
-  description = "Set Nomad's scheduler configuration to what the quota service expects (Nomad's own preemption off for batch and service jobs). This resource owns the cluster-wide setting."
+  description = "Set Nomad's scheduler configuration to what the quota service expects (Nomad's own preemption off for batch and service jobs). This resource owns the cluster-wide setting, so one install should hold it. Default: true for the install without a name, false for a named one."
   type        = bool
-  default     = true
+  default     = null
 }
 
 variable "kv_prefix" {
-  description = "Root of the quota service's Consul keys (the gpushare provider's kv_prefix must be the same)."
+  description = "Root of the quota service's Consul keys (the gpushare provider's kv_prefix must be the same). Default: gpushare, or <name>-gpushare for a named install."
   type        = string
-  default     = "gpushare"
+  default     = null
 }
 
 variable "quota_service" {
