@@ -5,6 +5,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"sort"
@@ -18,9 +19,9 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the generated option reference in docs/operator.md")
 
-// configSource holds the plugin's Config and Dynamic structs, whose field
-// comments describe the options.
-const configSource = "../../config.go"
+// configSource is the directory of the package of device.Config, whose
+// struct fields' comments describe the options.
+var configSource = filepath.Join("../../..", strings.TrimPrefix(reflect.TypeOf(device.Config{}).PkgPath(), "github.com/gpushare/nomad-gpushare/"))
 
 // TestOperatorGuideListsEveryOption: the option reference in
 // docs/operator.md is the plugin's config schema (names, types,
@@ -68,25 +69,54 @@ func TestOperatorGuideListsEveryOption(t *testing.T) {
 	}
 }
 
-// fieldDocs reads the comments of the codec-tagged fields of the structs
-// in configSource, by codec name, with the Go field names in them
-// replaced by the option names. A field without a comment shares the
-// comment above it (as NomadToken shares NomadAddress's).
+// fieldDocs reads the comments of the codec-tagged fields of
+// device.Config and the structs it embeds, from configSource, by codec
+// name, with the Go field names in them replaced by the option names. A
+// field without a comment shares the comment above it (as NomadToken
+// shares NomadAddress's).
 func fieldDocs(t *testing.T) map[string]string {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), configSource, nil, parser.ParseComments)
-	if err != nil {
-		t.Fatal(err)
+	files, err := filepath.Glob(filepath.Join(configSource, "*.go"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Go files in %s: %v", configSource, err)
+	}
+	structs := map[string]*ast.StructType{}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), name, nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			if g, ok := d.(*ast.GenDecl); ok {
+				for _, spec := range g.Specs {
+					if ts, ok := spec.(*ast.TypeSpec); ok {
+						if st, ok := ts.Type.(*ast.StructType); ok {
+							structs[ts.Name.Name] = st
+						}
+					}
+				}
+			}
+		}
 	}
 	docs, goNames := map[string]string{}, map[string]string{}
-	ast.Inspect(f, func(n ast.Node) bool {
-		st, ok := n.(*ast.StructType)
+	var collect func(typeName string)
+	collect = func(typeName string) {
+		st, ok := structs[typeName]
 		if !ok {
-			return true
+			t.Fatalf("no struct %s in %s", typeName, configSource)
 		}
 		last := ""
 		for _, field := range st.Fields.List {
-			if field.Tag == nil || len(field.Names) == 0 {
+			if len(field.Names) == 0 {
+				if id, ok := field.Type.(*ast.Ident); ok {
+					collect(id.Name)
+				}
+				continue
+			}
+			if field.Tag == nil {
 				continue
 			}
 			codec := reflect.StructTag(strings.Trim(field.Tag.Value, "`")).Get("codec")
@@ -99,8 +129,8 @@ func fieldDocs(t *testing.T) map[string]string {
 			docs[codec] = last
 			goNames[field.Names[0].Name] = codec
 		}
-		return true
-	})
+	}
+	collect(reflect.TypeOf(device.Config{}).Name())
 	word := regexp.MustCompile(`\b[A-Z][A-Za-z]+\b`)
 	for codec, doc := range docs {
 		docs[codec] = word.ReplaceAllStringFunc(strings.Join(strings.Fields(doc), " "), func(w string) string {
