@@ -126,6 +126,9 @@ func runDemo(t *testing.T, acl bool) {
 		}
 		return nil
 	})
+	if acl {
+		quotaWalkthrough(t, cluster, root, dir)
+	}
 
 	cancel()
 	select {

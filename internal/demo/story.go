@@ -14,6 +14,8 @@ import (
 	"github.com/gpushare/nomad-gpushare/internal/browser"
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
+	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
+	"github.com/gpushare/nomad-gpushare/quota-service/service"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -145,14 +147,15 @@ func reclaim(ctx context.Context, c *localcluster.Cluster, root string) ([]state
 		return nil, err
 	}
 	store := state.New(c.Consul, kvlayout.New(kvlayout.DefaultRoot))
+	store.Keys = &recordkey.Variable{Client: c.Nomad, Namespace: "default", Path: service.DefaultRecordKeyPath}
 	var recs []state.Suspension
 	err := submitAndWait(ctx, c, root, storyReclaim, func() error {
-		all, _, err := store.Suspensions(ctx)
+		all, err := store.Suspensions(ctx)
 		if err != nil {
 			return err
 		}
 		recs = nil
-		for _, r := range all {
+		for _, r := range all.Verified {
 			if r.Phase == state.PhaseSuspended && r.ForProject == "research" {
 				recs = append(recs, r)
 			}

@@ -39,6 +39,24 @@ namespace "*" {
   ]
 }
 
+# The keys that sign the service's suspension records and prove its
+# version tags (docs/design.md, Who may steer the service): the Nomad
+# Variable gpushare/record-key, which the service creates with a new key
+# when it is absent. A namespace block that names "default" replaces the
+# "*" block there, so it repeats the read capabilities. Keep the
+# variable where only operators may read it: a token with write on the
+# default namespace reads every variable there. To keep the keys
+# elsewhere, run the service with -record-key-namespace and
+# -record-key-var (and move this block), or give it -record-key-file.
+namespace "default" {
+  capabilities = ["list-jobs", "read-job"]
+  variables {
+    path "gpushare/record-key" {
+      capabilities = ["read", "write"]
+    }
+  }
+}
+
 # read: GET /v1/nodes and /v1/node/:id (each node's GPUs in both device
 # families), the Node topic of the event stream, GET /v1/client/metadata.
 # write: POST /v1/client/metadata, the placement ranks the service publishes

@@ -27,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -159,6 +160,12 @@ func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Resul
 	for key, r := range v.Records {
 		rec := r.Suspension
 		ap.records[key] = &rec
+	}
+	for key, index := range v.Unverified {
+		// Not the service's record: only its key's index is kept, so
+		// that a suspension of the job may replace it.
+		ns, job, _ := strings.Cut(key, "/")
+		ap.records[key] = &state.Suspension{Namespace: ns, Job: job, ModifyIndex: index}
 	}
 	ap.settleRecords(ctx)
 	ap.carryOut(ctx, res)

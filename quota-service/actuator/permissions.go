@@ -177,10 +177,7 @@ const recordMargin = 8 << 10
 // register it again.
 func (a *Actuator) mayComeBack(ctx context.Context, job *nomadapi.Job) string {
 	probe := state.Suspension{Namespace: *job.Namespace, Job: *job.ID, Phase: state.PhaseStopping}
-	if err := probe.EncodeSpec(job); err != nil {
-		return err.Error()
-	}
-	size, err := state.RecordSize(probe)
+	size, err := state.RecordSize(probe, job)
 	if err != nil {
 		return err.Error()
 	}

@@ -33,11 +33,60 @@ func (ap *applying) settleRecords(ctx context.Context) {
 			err = ap.endResumed(ctx, ap.records[key])
 		case nomadwatch.Closed:
 			err = ap.close(ctx, key, r.Event, r.Why)
+		case nomadwatch.Rebuild:
+			err = ap.rebuild(ctx, r)
+		}
+		if err == nil {
+			err = ap.resign(ctx, key)
 		}
 		if err != nil {
 			ap.fail(err)
 		}
 	}
+}
+
+// resign writes the record of key again when a previous key signed it,
+// so that it still verifies once that key is retired.
+func (ap *applying) resign(ctx context.Context, key string) error {
+	rec := ap.records[key]
+	if rec == nil || !rec.SignedWithPrevious {
+		return nil
+	}
+	next := *rec
+	if err := ap.put(ctx, &next, "signing with the current key"); err != nil {
+		return err
+	}
+	ap.log.Info("signed a suspension record with the current record key", "job", key)
+	return nil
+}
+
+// rebuild writes the record of a job Nomad shows stopped under the
+// service's tag from Nomad's state (nomadwatch.Rebuild), replacing what
+// is at its key (nothing, or a record the service cannot verify or that
+// names an older suspension). A tag whose proof the current keys cannot
+// check (a lost key) is put again with one.
+func (ap *applying) rebuild(ctx context.Context, r *nomadwatch.Record) error {
+	key := r.Key()
+	rec := *r.Rebuilt
+	if err := rec.EncodeSpec(r.Current, ap.v.Keys); err != nil {
+		return err
+	}
+	if r.Retag {
+		if err := ap.guard(ctx, "tagging "+key+" again"); err != nil {
+			return err
+		}
+		if err := ap.untag(ctx, rec); err != nil {
+			return err
+		}
+		rec.Tagged = false
+		ap.tag(ctx, r.Current, &rec)
+	}
+	if err := ap.put(ctx, &rec, "rebuilding the record of"); err != nil {
+		return err
+	}
+	ap.log.Warn("suspension record rebuilt from Nomad's tagged version", "job", key, "tag", rec.Tag, "why", r.Why)
+	ap.done(ctx, rec, state.EventRecordRebuilt, r.Why)
+	return nil
 }
 
 // abandonUnfinished drops the unfinished suspensions (recorded, never
@@ -131,7 +180,12 @@ func (ap *applying) tag(ctx context.Context, job *nomadapi.Job, rec *state.Suspe
 		ap.log.Warn("not tagging", "job", rec.Key(), "error", err)
 		return
 	}
-	_, err := ap.nomad.Jobs().TagVersion(rec.Job, *job.Version, rec.Tag, tagDescription(*rec),
+	if ap.v.Keys == nil {
+		ap.log.Warn("not tagging: no record key is loaded to prove the tag", "job", rec.Key())
+		return
+	}
+	desc := ap.v.Keys.ProveTag(tagDescription(*rec), rec.Namespace, rec.Job, *job.Version, rec.Tag)
+	_, err := ap.nomad.Jobs().TagVersion(rec.Job, *job.Version, rec.Tag, desc,
 		(&nomadapi.WriteOptions{Namespace: rec.Namespace}).WithContext(ctx))
 	if err != nil {
 		ap.log.Warn("tagging the suspended version failed; the record's spec keeps the job", "job", rec.Key(), "tag", rec.Tag, "error", err)
@@ -147,13 +201,12 @@ func tagDescription(rec state.Suspension) string {
 	if rec.ForWorkload == "" {
 		who = "to hold project " + rec.Project + " to its limit"
 	}
-	d := fmt.Sprintf("Suspended by gpushare at %s %s: %s. It resumes by itself when GPUs free up. "+
-		"`nomad job start` or a new version runs it now under the normal rules; `nomad job stop` keeps it stopped.",
-		rec.Time.UTC().Format("2006-01-02T15:04:05Z"), who, rec.Reason)
-	if len(d) > 1000 {
-		d = d[:997] + "..."
+	if strings.HasPrefix(rec.Reason, "rebuilt from") {
+		who = "for project " + rec.Project
 	}
-	return d
+	return fmt.Sprintf("Suspended by gpushare at %s %s: %s. It resumes by itself when GPUs free up. "+
+		"`nomad job start` or a new version runs it under the normal rules: now if GPUs are free, else it waits in Nomad's queue; `nomad job stop` keeps it stopped.",
+		rec.Time.UTC().Format("2006-01-02T15:04:05Z"), who, rec.Reason)
 }
 
 // untag removes rec's tag from every version of the job that carries it

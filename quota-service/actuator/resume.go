@@ -69,7 +69,9 @@ func (ap *applying) resumeSpec(ctx context.Context, r *nomadwatch.Record) (*noma
 		return nil, "", fmt.Errorf("resuming %s: listing its versions: %w", r.Key(), err)
 	}
 	for _, v := range versions {
-		if v.Version != nil && *v.Version == r.Version && jobModifyIndex(v) == r.JobModifyIndex {
+		// A record rebuilt from Nomad's tag knows the version, not its
+		// index (0).
+		if v.Version != nil && *v.Version == r.Version && (r.JobModifyIndex == 0 || jobModifyIndex(v) == r.JobModifyIndex) {
 			return v, fmt.Sprintf("version %d", r.Version), nil
 		}
 	}

@@ -79,7 +79,7 @@ func (ap *applying) newRecord(ctx context.Context, act plan.Action, forWorkload,
 			rec.Groups[*tg.Name] = *tg.Count
 		}
 	}
-	if err := rec.EncodeSpec(spec); err != nil {
+	if err := rec.EncodeSpec(spec, ap.v.Keys); err != nil {
 		return nil, "", err
 	}
 	event := state.EventSuspend

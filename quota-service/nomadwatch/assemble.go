@@ -48,6 +48,7 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
+	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -103,6 +104,13 @@ type View struct {
 	Records map[string]*Record
 	// RecordErrors are the records the service does not act on, and why.
 	RecordErrors []state.RecordError
+	// Unverified are the records the service cannot prove it wrote and
+	// that Nomad does not let it rebuild: Consul's modify index by job
+	// Key, so that a suspension of the job may replace the key. They
+	// carry no verdict and no hold.
+	Unverified map[string]uint64
+	// Keys are the record keys of the cycle (Inputs.Keys).
+	Keys *recordkey.Keyring
 	// Specs are the full job specs read (Inputs.Specs).
 	Specs map[string]*nomadapi.Job
 	// Warnings are things left out of the snapshot or out of planning,
@@ -130,10 +138,18 @@ type Inputs struct {
 	// not stopped and not finished, and of every suspension record's job.
 	Specs    map[string]*nomadapi.Job
 	Settings []quota.Settings
-	// Suspensions are the suspension records that decoded;
-	// RecordErrors those that did not.
+	// Suspensions are the suspension records the service proved it
+	// wrote; Unverified those that decoded but did not verify;
+	// RecordErrors those that did not decode. Keys verified them and
+	// check the proofs on version tags (nil: no tag is proven).
 	Suspensions  []state.Suspension
+	Unverified   []state.Unverified
 	RecordErrors []state.RecordError
+	Keys         *recordkey.Keyring
+	// Tagged are the stopped jobs, by Key, whose current version carries
+	// a tag named like the service's (TagPrefix) and that no record
+	// names: a record lost, or one the service cannot verify.
+	Tagged map[string]*nomadapi.Job
 	// Unlisted holds, for a record whose job the listing left out, what
 	// reading the job directly gave: nil when Nomad does not know it
 	// (404), else the error (an ACL refusal is no proof of absence). A
@@ -178,7 +194,8 @@ type assembler struct {
 }
 
 func newAssembler(in Inputs) *assembler {
-	v := &View{Snapshot: &model.Snapshot{}, Jobs: map[string]*JobInfo{}, Records: map[string]*Record{}, Specs: in.Specs, ListedAt: in.Now}
+	v := &View{Snapshot: &model.Snapshot{}, Jobs: map[string]*JobInfo{}, Records: map[string]*Record{}, Specs: in.Specs, ListedAt: in.Now,
+		Unverified: map[string]uint64{}, Keys: in.Keys}
 	a := &assembler{in: in, v: v, snap: v.Snapshot, resolver: newResolver(in.Settings),
 		projects: map[string]bool{}, nodes: map[string]*nodeGPUs{}, readDevs: map[string]*nodeDevices{}, jobKeys: map[[2]string]string{}}
 	a.shareUnit = a.shareUnitOf(in.Nodes)

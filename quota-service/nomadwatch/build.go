@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,7 +53,10 @@ type Builder struct {
 
 	mu    sync.Mutex
 	specs map[string]*nomadapi.Job
-	cache *cache
+	// untagged are the stopped jobs read and found without the
+	// service's tag, at their modify index (readTagged).
+	untagged map[string]uint64
+	cache    *cache
 	// streaming: Follow holds a connected stream (gen counts its
 	// connections); synced: the cache was listed in full since it
 	// connected. applied is the index of the last batch applied.
@@ -73,15 +77,14 @@ func NewBuilder(client *nomadapi.Client, log hclog.Logger, opts Options) *Builde
 	if opts.CatchUp <= 0 {
 		opts.CatchUp = 2 * time.Second
 	}
-	return &Builder{nomad: client, log: log.Named("nomadwatch"), opts: opts, specs: map[string]*nomadapi.Job{}, cache: newCache(),
+	return &Builder{nomad: client, log: log.Named("nomadwatch"), opts: opts, specs: map[string]*nomadapi.Job{}, untagged: map[string]uint64{}, cache: newCache(),
 		reconnect: make(chan struct{}, 1)}
 }
 
 // Build assembles a View of nodes, allocations and jobs in all namespaces
-// with the given quota settings and suspension records (recErrs: those
-// that did not decode). Any read error fails the whole build: the service
-// never plans on partial data.
-func (b *Builder) Build(ctx context.Context, settings []quota.Settings, suspensions []state.Suspension, recErrs []state.RecordError) (*View, error) {
+// with the given quota settings and suspension records. Any read error
+// fails the whole build: the service never plans on partial data.
+func (b *Builder) Build(ctx context.Context, settings []quota.Settings, recs state.Records) (*View, error) {
 	now := time.Now()
 	if err := b.refresh(ctx, now); err != nil {
 		return nil, err
@@ -90,26 +93,45 @@ func (b *Builder) Build(ctx context.Context, settings []quota.Settings, suspensi
 	if err != nil {
 		return nil, err
 	}
-	specs, err := b.readSpecs(ctx, in.Jobs, suspensions)
+	recorded := recordedKeys(recs)
+	specs, err := b.readSpecs(ctx, in.Jobs, recorded)
 	if err != nil {
 		return nil, err
 	}
-	unlisted, err := b.readUnlisted(ctx, in.Jobs, suspensions, specs)
+	unlisted, err := b.readUnlisted(ctx, in.Jobs, recorded, specs)
+	if err != nil {
+		return nil, err
+	}
+	tagged, err := b.readTagged(ctx, in.Jobs, recs.Verified)
 	if err != nil {
 		return nil, err
 	}
 	b.prune(in.Jobs)
-	in.Specs, in.Unlisted, in.Settings, in.Suspensions, in.RecordErrors, in.Now = specs, unlisted, settings, suspensions, recErrs, now
+	in.Specs, in.Unlisted, in.Tagged, in.Settings, in.Now = specs, unlisted, tagged, settings, now
+	in.Suspensions, in.Unverified, in.RecordErrors, in.Keys = recs.Verified, recs.Unverified, recs.Errors, recs.Keys
 	return Assemble(in), nil
+}
+
+// recordedKeys are the job Keys some record names (verified or not), in
+// record order.
+func recordedKeys(recs state.Records) []string {
+	var keys []string
+	for _, r := range recs.Verified {
+		keys = append(keys, r.Key())
+	}
+	for _, r := range recs.Unverified {
+		keys = append(keys, r.Key())
+	}
+	return keys
 }
 
 // readSpecs reads the full spec of every job that may have pending work
 // (registered, not stopped, not finished) and of every recorded job; a
 // spec cached at the job's modify index is not read again.
-func (b *Builder) readSpecs(ctx context.Context, jobs []*nomadapi.JobListStub, suspensions []state.Suspension) (map[string]*nomadapi.Job, error) {
+func (b *Builder) readSpecs(ctx context.Context, jobs []*nomadapi.JobListStub, recordedKeys []string) (map[string]*nomadapi.Job, error) {
 	recorded := map[string]bool{}
-	for _, r := range suspensions {
-		recorded[r.Key()] = true
+	for _, k := range recordedKeys {
+		recorded[k] = true
 	}
 	specs := map[string]*nomadapi.Job{}
 	var moved []*nomadapi.JobListStub
@@ -137,18 +159,18 @@ func (b *Builder) readSpecs(ctx context.Context, jobs []*nomadapi.JobListStub, s
 // readUnlisted reads the job of every record the listing left out, one by
 // one: a listing under ACLs leaves out what the token may not see, so only
 // Nomad's 404 says the job is gone.
-func (b *Builder) readUnlisted(ctx context.Context, jobs []*nomadapi.JobListStub, suspensions []state.Suspension, specs map[string]*nomadapi.Job) (map[string]error, error) {
+func (b *Builder) readUnlisted(ctx context.Context, jobs []*nomadapi.JobListStub, recorded []string, specs map[string]*nomadapi.Job) (map[string]error, error) {
 	listed := map[string]bool{}
 	for _, j := range jobs {
 		listed[Key(j.Namespace, j.ID)] = true
 	}
 	unlisted := map[string]error{}
-	for _, r := range suspensions {
-		key := r.Key()
+	for _, key := range recorded {
 		if listed[key] {
 			continue
 		}
-		job, _, err := b.nomad.Jobs().Info(r.Job, (&nomadapi.QueryOptions{Namespace: r.Namespace}).WithContext(ctx))
+		ns, id, _ := strings.Cut(key, "/")
+		job, _, err := b.nomad.Jobs().Info(id, (&nomadapi.QueryOptions{Namespace: ns}).WithContext(ctx))
 		switch code := StatusCode(err); {
 		case err == nil:
 			specs[key] = job
@@ -161,6 +183,61 @@ func (b *Builder) readUnlisted(ctx context.Context, jobs []*nomadapi.JobListStub
 		}
 	}
 	return unlisted, nil
+}
+
+// readTagged returns the stopped jobs that carry a tag named like the
+// service's on their current version and that no verified record names.
+// Tags do not show in listings, so each stopped job is read once per
+// modify index (tagging moves it); only the tagged ones' specs are kept.
+func (b *Builder) readTagged(ctx context.Context, jobs []*nomadapi.JobListStub, verified []state.Suspension) (map[string]*nomadapi.Job, error) {
+	named := map[string]bool{}
+	for _, r := range verified {
+		named[r.Key()] = true
+	}
+	tagged := map[string]*nomadapi.Job{}
+	var moved []*nomadapi.JobListStub
+	b.mu.Lock()
+	for _, j := range jobs {
+		key := Key(j.Namespace, j.ID)
+		if !j.Stop || named[key] {
+			continue
+		}
+		if at, seen := b.untagged[key]; seen && at == j.ModifyIndex {
+			continue
+		}
+		if spec := b.specs[key]; spec != nil && spec.ModifyIndex != nil && *spec.ModifyIndex == j.ModifyIndex {
+			tagged[key] = spec
+			continue
+		}
+		moved = append(moved, j)
+	}
+	b.mu.Unlock()
+	read := map[string]*nomadapi.Job{}
+	err := readEach(moved, read, func(j *nomadapi.JobListStub) (string, *nomadapi.Job, error) {
+		spec, err := b.readSpec(ctx, j)
+		if StatusCode(err) == http.StatusNotFound {
+			return Key(j.Namespace, j.ID), nil, nil // purged since the listing
+		}
+		return Key(j.Namespace, j.ID), spec, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for key, spec := range read {
+		if spec == nil {
+			continue
+		}
+		if ownTagName(spec) && stopped(spec) {
+			b.specs[key] = spec
+			tagged[key] = spec
+			delete(b.untagged, key)
+		} else if spec.ModifyIndex != nil {
+			b.untagged[key] = *spec.ModifyIndex
+		}
+	}
+	return tagged, nil
 }
 
 // StatusCode is the HTTP status of a Nomad API error (0 when err is not
@@ -222,6 +299,11 @@ func (b *Builder) prune(jobs []*nomadapi.JobListStub) {
 	for k := range b.specs {
 		if !live[k] {
 			delete(b.specs, k)
+		}
+	}
+	for k := range b.untagged {
+		if !live[k] {
+			delete(b.untagged, k)
 		}
 	}
 }

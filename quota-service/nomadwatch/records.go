@@ -2,10 +2,13 @@ package nomadwatch
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -41,6 +44,11 @@ const (
 	// Rejected: Nomad's state does not corroborate the record; it is
 	// reported and never acted on.
 	Rejected
+	// Rebuild: Nomad shows the job stopped under the service's tag, and
+	// the record at its key is missing, cannot be verified, or is older
+	// than that stop: the record is written again from Nomad's state
+	// (Rebuilt), and the job resumes in its turn.
+	Rebuild
 )
 
 // StopAdoptWindow bounds how long after a record was written a stop that
@@ -65,6 +73,12 @@ type Record struct {
 	Current *nomadapi.Job
 	// Spec, for Vanished, is the record's spec, to register.
 	Spec *nomadapi.Job
+	// Rebuilt, for Rebuild, is the record to write (its ModifyIndex the
+	// key's, for the compare-and-set); Retag says the tag on the stopped
+	// version carries no proof the current keys verify, so it is put
+	// again with one.
+	Rebuilt *state.Suspension
+	Retag   bool
 }
 
 // Resumable says the record's job waits to be resumed.
@@ -85,15 +99,146 @@ func (a *assembler) classifyRecords() {
 			continue
 		}
 		if r.Verdict == Rejected {
-			a.v.RecordErrors = append(a.v.RecordErrors, state.RecordError{Key: "", Namespace: rec.Namespace, Job: rec.Job,
-				Reason: r.Why + "; the service does not act on it: check the job in Nomad, then delete the key"})
+			a.reportRecord(rec, r.Why+"; the service does not act on it: check the job in Nomad, then delete the key")
 		}
 		if r.Verdict == Vanished {
 			a.addVanishedJob(r)
 		}
 		a.v.Records[key] = r
 	}
+	for _, u := range a.in.Unverified {
+		a.classifyUnverified(u)
+	}
+	for _, e := range a.in.RecordErrors {
+		// A key that does not decode is not the service's record either:
+		// it holds nothing back.
+		if key := Key(e.Namespace, e.Job); e.Namespace != "" && e.Job != "" && a.v.Records[key] == nil {
+			if _, seen := a.v.Unverified[key]; !seen {
+				a.v.Unverified[key] = e.ModifyIndex
+			}
+		}
+	}
+	a.adoptTagged()
 	sort.Slice(a.v.RecordErrors, func(i, j int) bool { return a.v.RecordErrors[i].Key < a.v.RecordErrors[j].Key })
+}
+
+// reportRecord lists rec's key among the records not acted on.
+func (a *assembler) reportRecord(rec state.Suspension, reason string) {
+	a.v.RecordErrors = append(a.v.RecordErrors, state.RecordError{Key: "", Namespace: rec.Namespace, Job: rec.Job, Reason: reason})
+}
+
+// classifyUnverified reports a record the service cannot prove it wrote
+// and never acts on it as written. Only Nomad's state replaces it: when
+// Nomad shows the job stopped under the service's proven tag, or under
+// the very tag and stop the record names (a lost key, or a record from
+// before records were signed), the record is rebuilt from Nomad.
+func (a *assembler) classifyUnverified(u state.Unverified) {
+	key := u.Key()
+	job := a.in.Specs[key]
+	if job == nil {
+		job = a.in.Tagged[key]
+	}
+	proven := job != nil && a.tagProven(job)
+	corroborated := job != nil && stopped(job) && ownTagName(job) && job.VersionTag.Name == u.Tag &&
+		jobModifyIndex(job) == u.StopJobModifyIndex && (u.Phase == state.PhaseSuspended || u.Phase == state.PhaseResuming)
+	if !proven && !corroborated {
+		// Not a record of the service's: no hold, no verdict; a
+		// suspension of the job may overwrite the key.
+		a.v.Unverified[key] = u.ModifyIndex
+		a.reportRecord(u.Suspension, "the service cannot prove it wrote this record: "+u.Reason+
+			"; it does not act on it. If the service suspended the job, Nomad shows it stopped under a tag named "+TagPrefix+"...: `nomad job start` runs it; then delete the key")
+		return
+	}
+	r := &Record{Suspension: state.Suspension{Namespace: u.Namespace, Job: u.Job, ModifyIndex: u.ModifyIndex}, Current: job}
+	a.v.Records[key] = r
+	a.rebuild(r, job, u.ModifyIndex, !proven, "the record at its key could not be verified: "+u.Reason)
+	a.reportRecord(u.Suspension, "the service cannot prove it wrote this record: "+u.Reason+
+		"; Nomad shows the job stopped under the service's tag "+job.VersionTag.Name+", so the record is written again from Nomad's state")
+}
+
+// adoptTagged rebuilds the record of every stopped job that carries the
+// service's proven tag and that no record names (a deleted record), and
+// reports by name those whose tag it cannot prove.
+func (a *assembler) adoptTagged() {
+	for _, key := range slices.Sorted(maps.Keys(a.in.Tagged)) {
+		if _, named := a.v.Records[key]; named {
+			continue
+		}
+		// A key holding what the service cannot use (it does not verify
+		// or does not decode) was reported already; it is replaced.
+		index, reported := a.v.Unverified[key]
+		job := a.in.Tagged[key]
+		rec := state.Suspension{Namespace: deref(job.Namespace), Job: deref(job.ID), Tag: job.VersionTag.Name}
+		if !a.tagProven(job) {
+			if !reported {
+				a.reportRecord(rec, fmt.Sprintf("Nomad's job %s is stopped under a tag named like the service's (%s), but the service holds no record of it and cannot prove the tag is its own, so it does not resume it: `nomad job start` runs it, or remove the tag (`nomad job tag unset`)", key, rec.Tag))
+			}
+			continue
+		}
+		delete(a.v.Unverified, key)
+		r := &Record{Suspension: rec, Current: job}
+		why := "no record at its key"
+		if reported {
+			why = "the record at its key cannot be used"
+		}
+		a.rebuild(r, job, index, false, why)
+		a.v.Records[key] = r
+	}
+}
+
+// tagForProject reads the project the GPUs went to from a tag TagName
+// made ("for-<project>-<time>"); "" for another tag. Projects with
+// characters TagName replaces read as it wrote them.
+func tagForProject(tag string) string {
+	rest, ok := strings.CutPrefix(tag, TagPrefix+"for-")
+	if i := strings.LastIndex(rest, "-"); ok && i > 0 {
+		return rest[:i]
+	}
+	return ""
+}
+
+// ownTagName says the job's current version carries a tag named like the
+// service's.
+func ownTagName(job *nomadapi.Job) bool {
+	return job.VersionTag != nil && strings.HasPrefix(job.VersionTag.Name, TagPrefix)
+}
+
+// tagProven says the job is stopped and its current version carries a
+// tag the service can prove it put there (recordkey.TagProven: the proof
+// in the description names this job, this version and this tag).
+func (a *assembler) tagProven(job *nomadapi.Job) bool {
+	return a.in.Keys != nil && stopped(job) && ownTagName(job) &&
+		a.in.Keys.TagProven(job.VersionTag.Description, deref(job.Namespace), deref(job.ID), jobVersion(job), job.VersionTag.Name)
+}
+
+// rebuild makes r a Rebuild of its job's suspension from what Nomad
+// shows: the stopped version and its tag. The version before the stop is
+// the one resumed.
+func (a *assembler) rebuild(r *Record, job *nomadapi.Job, modifyIndex uint64, retag bool, why string) {
+	if !usesGPUs(job) {
+		r.reject("Nomad's job %s asks for no GPUs: the service never suspends such a job", r.Key())
+		return
+	}
+	stoppedAt := a.in.Now
+	if job.SubmitTime != nil {
+		stoppedAt = time.Unix(0, *job.SubmitTime)
+	}
+	rec := &state.Suspension{Namespace: deref(job.Namespace), Job: deref(job.ID),
+		Project: a.resolver.Project(deref(job.Namespace), job.Meta), Phase: state.PhaseSuspended,
+		Reason: "rebuilt from Nomad's tagged version " + job.VersionTag.Name + " (" + why + ")",
+		Time:   stoppedAt, Groups: map[string]int{}, Tag: job.VersionTag.Name, Tagged: true,
+		StopVersion: jobVersion(job), StopJobModifyIndex: jobModifyIndex(job), StoppedAt: stoppedAt, ModifyIndex: modifyIndex}
+	if v := jobVersion(job); v > 0 {
+		rec.Version = v - 1
+	}
+	rec.ForProject = tagForProject(rec.Tag)
+	for _, tg := range job.TaskGroups {
+		if tg.Name != nil && tg.Count != nil {
+			rec.Groups[*tg.Name] = *tg.Count
+		}
+	}
+	r.Rebuilt, r.Retag, r.Current = rec, retag, job
+	r.set(Rebuild, "Nomad shows the job stopped under the service's tag %s, and %s: the record is written again from Nomad's state", rec.Tag, why)
 }
 
 // classify reads one record against Nomad's job. Nil means the job cannot
@@ -110,6 +255,12 @@ func (a *assembler) classify(rec state.Suspension) *Record {
 	if r.Current != nil && rec.Phase != state.PhaseResumed && !usesGPUs(r.Current) {
 		return r.reject("Nomad's job %s asks for no GPUs: the service never suspends such a job", key)
 	}
+	if job := r.Current; job != nil && a.tagProven(job) && job.VersionTag.Name != rec.Tag {
+		// The record is older than the stop Nomad shows (replayed, or
+		// left behind): Nomad's proven tag is the evidence.
+		a.rebuild(r, job, rec.ModifyIndex, false, fmt.Sprintf("the record at its key names an older suspension (tag %s)", rec.Tag))
+		return r
+	}
 	switch rec.Phase {
 	case state.PhaseStopping:
 		r.stopping()
@@ -119,6 +270,9 @@ func (a *assembler) classify(rec state.Suspension) *Record {
 		r.suspended(true)
 	case state.PhaseResumed:
 		r.resumed()
+	}
+	if r.Verdict == Vanished {
+		r.vanished(a.in.Keys)
 	}
 	return r
 }
@@ -164,7 +318,8 @@ func (r *Record) suspended(resuming bool) {
 	case job == nil && r.Tagged:
 		r.close(state.EventOwnerPurged, "the job was purged (Nomad's garbage collector keeps tagged jobs, so its owner did it); suspension cancelled")
 	case job == nil:
-		r.vanished()
+		// The spec is read by classify (vanished).
+		r.set(Vanished, "")
 	case !stopped(job) && resuming:
 		r.set(ResumeLanded, "registered again by the service's resume")
 	case !stopped(job):
@@ -180,8 +335,12 @@ func (r *Record) suspended(resuming bool) {
 
 // vanished: an untagged suspended job Nomad no longer knows (collected by
 // its garbage collector) comes back from the record's spec.
-func (r *Record) vanished() {
-	spec, err := r.DecodeSpec()
+func (r *Record) vanished(keys *recordkey.Keyring) {
+	if keys == nil {
+		r.reject("the job is gone from Nomad and no record key is loaded to open the record's spec")
+		return
+	}
+	spec, err := r.DecodeSpec(keys)
 	switch {
 	case err != nil:
 		r.reject("the job is gone from Nomad and the record cannot bring it back: %v", err)
@@ -249,6 +408,13 @@ func usesGPUs(job *nomadapi.Job) bool {
 }
 
 func stopped(job *nomadapi.Job) bool { return job.Stop != nil && *job.Stop }
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
 
 func jobVersion(job *nomadapi.Job) uint64 {
 	if job.Version == nil {

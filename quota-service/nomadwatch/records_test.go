@@ -1,17 +1,37 @@
 package nomadwatch
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
 // recordTime is when the records of TestClassifyRecords were written.
 var recordTime = time.Unix(1000, 0)
+
+// testKeys are the service's record keys in these tests; otherKeys a key
+// the service does not hold.
+var testKeys, otherKeys = mustKeys(1), mustKeys(2)
+
+func mustKeys(b byte) *recordkey.Keyring {
+	k, err := recordkey.New(bytes.Repeat([]byte{b}, recordkey.MinKeyBytes))
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// proven puts a tag on j's current version with the proof keys make.
+func proven(j *nomadapi.Job, keys *recordkey.Keyring, tag string) *nomadapi.Job {
+	j.VersionTag = &nomadapi.JobVersionTag{Name: tag, Description: keys.ProveTag("Suspended by gpushare", *j.Namespace, *j.ID, *j.Version, tag)}
+	return j
+}
 
 // current is Nomad's job "a/j" now: version, job modify index, stopped,
 // the current version's tag, and its submit time (a stop sets it).
@@ -53,7 +73,7 @@ func TestClassifyRecords(t *testing.T) {
 	suspended := func(r *state.Suspension) { r.StopVersion, r.StopJobModifyIndex, r.Tagged = 4, 20, true }
 	untagged := func(r *state.Suspension) {
 		r.StopVersion, r.StopJobModifyIndex = 4, 20
-		if err := r.EncodeSpec(spec("a", "j", "nvidia/gpu", 1)); err != nil {
+		if err := r.EncodeSpec(spec("a", "j", "nvidia/gpu", 1), testKeys); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -95,7 +115,7 @@ func TestClassifyRecords(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			in := Inputs{Suspensions: []state.Suspension{tt.rec}, Specs: map[string]*nomadapi.Job{}, Unlisted: map[string]error{}, Now: recordTime}
+			in := Inputs{Suspensions: []state.Suspension{tt.rec}, Specs: map[string]*nomadapi.Job{}, Unlisted: map[string]error{}, Now: recordTime, Keys: testKeys}
 			if tt.job != nil {
 				in.Specs["a/j"] = tt.job
 			}
@@ -119,6 +139,92 @@ func TestClassifyRecords(t *testing.T) {
 				if info := v.Jobs["a/j"]; info == nil || len(v.Snapshot.Pending) != 1 || !v.Snapshot.Pending[0].Suspended {
 					t.Fatalf("vanished job: info %+v, pending %+v; want it pending as suspended", info, v.Snapshot.Pending)
 				}
+			}
+		})
+	}
+}
+
+// TestRecordsTheServiceCannotProve: a record that fails verification is
+// never acted on as written; only Nomad's state replaces it, and a
+// stopped job under the service's proven tag gets its record back
+// whatever is (or is not) at its key.
+func TestRecordsTheServiceCannotProve(t *testing.T) {
+	const tag, older = TagPrefix + "for-b-19700101T001640Z", TagPrefix + "for-b-19700101T000000Z"
+	forged := state.Suspension{Namespace: "a", Job: "j", Project: "a", Phase: state.PhaseSuspended, Version: 3, Tag: tag, Tagged: true,
+		StopVersion: 4, StopJobModifyIndex: 20, Time: recordTime, ModifyIndex: 77}
+	soon := recordTime.Add(time.Second)
+	tests := []struct {
+		name       string
+		verified   *state.Suspension
+		unverified *state.Suspension
+		job        *nomadapi.Job // Nomad's job a/j; stopped and tagged ones are listed in Tagged too
+		want       Verdict       // 0: no verdict (not the service's record)
+		retag      bool
+		errWant    string
+	}{
+		{name: "hand-written record of a running job", unverified: &forged, job: current(3, 10, false, "", recordTime), errWant: "cannot prove it wrote"},
+		{name: "hand-written record of a job Nomad never had", unverified: &forged, errWant: "cannot prove it wrote"},
+		{name: "hand-written record of a job its owner stopped", unverified: &forged, job: current(4, 20, true, "", soon), errWant: "cannot prove it wrote"},
+		{name: "lost key: Nomad corroborates the stop and its tag", unverified: &forged, job: current(4, 20, true, tag, soon), want: Rebuild, retag: true, errWant: "written again from Nomad"},
+		{name: "lost key: the stop moved since", unverified: &forged, job: current(5, 25, true, tag, soon), errWant: "cannot prove it wrote"},
+		{name: "forged over a proven suspension", unverified: &forged, job: proven(current(4, 20, true, "", soon), testKeys, tag), want: Rebuild, errWant: "written again from Nomad"},
+		{name: "record deleted, proven tag", job: proven(current(4, 20, true, "", soon), testKeys, tag), want: Rebuild},
+		{name: "record deleted, tag proven by a key the service lost", job: proven(current(4, 20, true, "", soon), otherKeys, tag), errWant: "cannot prove the tag is its own"},
+		{name: "record deleted, a tag named like the service's without proof", job: current(4, 20, true, tag, soon), errWant: "cannot prove the tag is its own"},
+		{name: "replayed older record of a job suspended again", verified: &state.Suspension{Namespace: "a", Job: "j", Project: "a", Phase: state.PhaseSuspended, Tag: older, Tagged: true, StopVersion: 2, StopJobModifyIndex: 8, Time: recordTime},
+			job: proven(current(4, 20, true, "", soon), testKeys, tag), want: Rebuild},
+		{name: "proven tag copied to the owner's later stop", verified: &state.Suspension{Namespace: "a", Job: "j", Project: "a", Phase: state.PhaseSuspended, Tag: tag, Tagged: true, StopVersion: 4, StopJobModifyIndex: 20, Time: recordTime},
+			job: func() *nomadapi.Job {
+				j := proven(current(4, 20, true, "", soon), testKeys, tag)
+				j.Version, j.JobModifyIndex = ptr(uint64(5)), ptr(uint64(25))
+				return j
+			}(), want: Closed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := Inputs{Specs: map[string]*nomadapi.Job{}, Unlisted: map[string]error{}, Tagged: map[string]*nomadapi.Job{}, Now: recordTime, Keys: testKeys}
+			if tt.verified != nil {
+				in.Suspensions = []state.Suspension{*tt.verified}
+			}
+			if tt.unverified != nil {
+				in.Unverified = []state.Unverified{{Suspension: *tt.unverified, Reason: recordkey.ErrUnsigned.Error()}}
+			}
+			switch {
+			case tt.job == nil:
+				in.Unlisted["a/j"] = nil
+			case tt.verified != nil || tt.unverified != nil:
+				in.Specs["a/j"] = tt.job
+			case stopped(tt.job) && ownTagName(tt.job):
+				in.Tagged["a/j"] = tt.job
+			}
+			v := Assemble(in)
+			r := v.Records["a/j"]
+			switch {
+			case tt.want == 0 && r != nil:
+				t.Fatalf("verdict %d (%s) for a record the service cannot prove", r.Verdict, r.Why)
+			case tt.want != 0 && (r == nil || r.Verdict != tt.want):
+				t.Fatalf("record %+v; want verdict %d", r, tt.want)
+			}
+			if tt.want == Rebuild {
+				got := r.Rebuilt
+				if got.Tag != tag || got.StopJobModifyIndex != 20 || got.Phase != state.PhaseSuspended || !got.Tagged || r.Retag != tt.retag {
+					t.Fatalf("rebuilt %+v (retag %v); want the stop Nomad shows under %s (retag %v)", got, r.Retag, tag, tt.retag)
+				}
+				if got.ForProject != "b" {
+					t.Fatalf("rebuilt record made room for %q, want b (from the tag's name)", got.ForProject)
+				}
+				if tt.unverified != nil && got.ModifyIndex != tt.unverified.ModifyIndex {
+					t.Fatalf("rebuilt record replaces index %d, want %d", got.ModifyIndex, tt.unverified.ModifyIndex)
+				}
+			}
+			if tt.unverified != nil && tt.want == 0 {
+				if _, ok := v.Unverified["a/j"]; !ok {
+					t.Fatal("an unverified record's key is not kept for a suspension to replace")
+				}
+			}
+			reported := len(v.RecordErrors) == 1 && strings.Contains(v.RecordErrors[0].Reason, tt.errWant)
+			if (tt.errWant == "") != (len(v.RecordErrors) == 0) || (tt.errWant != "" && !reported) {
+				t.Fatalf("record errors %+v; want one containing %q", v.RecordErrors, tt.errWant)
 			}
 		})
 	}

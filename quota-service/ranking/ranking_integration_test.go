@@ -13,6 +13,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/ranking"
+	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/hashicorp/go-hclog"
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -81,7 +82,7 @@ func runSequence(t *testing.T, ranked bool) outcome {
 	builder := nomadwatch.NewBuilder(c.Nomad, hclog.NewNullLogger(), nomadwatch.Options{})
 	pub := ranking.NewPublisher(c.Nomad, nil)
 	pub.MinInterval = 0
-	view := func() (*nomadwatch.View, error) { return builder.Build(ctx, nil, nil, nil) }
+	view := func() (*nomadwatch.View, error) { return builder.Build(ctx, nil, state.Records{}) }
 	for _, s := range sequence {
 		// Each plugin publishes a GPU in share mode (its open share
 		// GPU or its idle landing place) before the next job comes.

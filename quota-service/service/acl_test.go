@@ -115,6 +115,17 @@ func TestReclaimWithACLs(t *testing.T) {
 	stop := s.watchNothingLost(append(append([]gpuJob(nil), a...), b...))
 	latency, suspended := s.reclaim(a, b, 2)
 	t.Logf("reclaim with ACLs: team-b's 2 jobs run %.2fs after submission", latency.Seconds())
+	// People who edit quotas read the status, not the records (which name
+	// every suspended job and hold its sealed spec).
+	for _, j := range suspended {
+		key := s.layout.Suspension(j.ns, j.id)
+		if pair, _, err := consulWithToken(t, c, people).KV().Get(key, nil); err == nil && pair != nil {
+			t.Errorf("the quota admins' token reads the suspension record %s", key)
+		}
+	}
+	if pair, _, err := consulWithToken(t, c, people).KV().Get(s.layout.ProjectStatus("team-a"), nil); err != nil || pair == nil {
+		t.Errorf("the quota admins' token cannot read team-a's status: %v", err)
+	}
 	checkPrettyJSON(t, c, s.layout.Root+"/")
 	checkStatusByToken(t, c, svc, svcNomad, suspended)
 

@@ -70,11 +70,11 @@ func waitJob(t *testing.T, c *localcluster.Cluster, ns, id string, stopped bool)
 
 func suspension(t *testing.T, store *state.Store, ns, id string) *state.Suspension {
 	t.Helper()
-	recs, _, err := store.Suspensions(context.Background())
+	recs, err := store.Suspensions(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range recs {
+	for _, r := range recs.Verified {
 		if r.Namespace == ns && r.Job == id {
 			return &r
 		}
@@ -122,11 +122,11 @@ func TestActuatorSuspendsAndResumesARealJob(t *testing.T) {
 
 	view := func() *nomadwatch.View {
 		t.Helper()
-		recs, bad, err := s.store.Suspensions(ctx)
+		recs, err := s.store.Suspensions(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := b.Build(ctx, nil, recs, bad)
+		v, err := b.Build(ctx, nil, recs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +145,11 @@ func TestActuatorSuspendsAndResumesARealJob(t *testing.T) {
 	if rec == nil || rec.Phase != state.PhaseSuspended || !rec.Tagged || rec.ForWorkload != "team-b/big/g" || rec.Groups["main"] != 1 || rec.Reason == "" {
 		t.Fatalf("suspension record %+v: want suspended, tagged, for team-b/big/g, group main=1, a reason", rec)
 	}
-	if spec, err := rec.DecodeSpec(); err != nil || sameContents(original, spec) != nil {
+	keys, err := s.store.Keys.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec, err := rec.DecodeSpec(keys); err != nil || sameContents(original, spec) != nil {
 		t.Fatalf("record's spec: %v %v", err, sameContents(original, spec))
 	}
 	s.wait(30*time.Second, "stopped", func(st jobState) bool { return st.stopped && st.running == 0 }, j)
@@ -211,8 +215,9 @@ func TestActuatorRefusesStaleView(t *testing.T) {
 	c := needCluster(t)
 	ctx := context.Background()
 	store := state.New(c.Consul, kvlayout.New("stale-test"))
+	store.Keys = recordKeys(c)
 	runSleeper(t, c, "team-s", "busy")
-	v, err := nomadwatch.NewBuilder(c.Nomad, logger(t), nomadwatch.Options{}).Build(ctx, nil, nil, nil)
+	v, err := nomadwatch.NewBuilder(c.Nomad, logger(t), nomadwatch.Options{}).Build(ctx, nil, state.Records{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,12 +69,12 @@ func (s *Service) read(ctx context.Context) (*cycleData, *cycleFailure) {
 	if s.watcher.LastSync().IsZero() {
 		return nil, &cycleFailure{cause: "quotas-unread", err: errors.New("quota documents not read from Consul yet")}
 	}
-	recs, bad, err := s.store.Suspensions(ctx)
+	recs, err := s.store.Suspensions(ctx)
 	if err != nil {
 		return nil, &cycleFailure{cause: "consul", err: err}
 	}
 	c := &cycleData{settings: s.watcher.Settings()}
-	if c.view, err = s.builder.Build(ctx, c.settings, recs, bad); err != nil {
+	if c.view, err = s.builder.Build(ctx, c.settings, recs); err != nil {
 		return nil, &cycleFailure{cause: "nomad", err: err}
 	}
 	for i := range c.view.RecordErrors {

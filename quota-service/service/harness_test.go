@@ -18,6 +18,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
+	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	consulapi "github.com/hashicorp/consul/api"
@@ -55,6 +56,12 @@ type scenario struct {
 	jobs    []gpuJob
 }
 
+// recordKeys are the keys the service signs records with on c: the
+// default Nomad Variable, which the first instance creates.
+func recordKeys(c *localcluster.Cluster) recordkey.Source {
+	return &recordkey.Variable{Client: c.Nomad, Namespace: "default", Path: service.DefaultRecordKeyPath}
+}
+
 func newScenario(t testing.TB, c *localcluster.Cluster, root string) *scenario {
 	t.Helper()
 	control, err := os.MkdirTemp("", "gpushare-control-")
@@ -64,6 +71,7 @@ func newScenario(t testing.TB, c *localcluster.Cluster, root string) *scenario {
 	os.Chmod(control, 0o777)
 	s := &scenario{t: t, c: c, layout: kvlayout.New(root), control: control}
 	s.store = state.New(c.Consul, s.layout)
+	s.store.Keys = recordKeys(c)
 	t.Cleanup(func() {
 		s.purgeAll()
 		os.RemoveAll(control)
@@ -225,12 +233,12 @@ func isComplete(st jobState) bool { return st.complete }
 
 // records returns the suspension records by "namespace/job".
 func (s *scenario) records() (map[string]state.Suspension, error) {
-	recs, _, err := s.store.Suspensions(context.Background())
+	recs, err := s.store.Suspensions(context.Background())
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]state.Suspension{}
-	for _, r := range recs {
+	for _, r := range recs.Verified {
 		out[r.Namespace+"/"+r.Job] = r
 	}
 	return out, nil

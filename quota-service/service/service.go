@@ -26,6 +26,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/leader"
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
+	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
@@ -82,7 +83,16 @@ type Config struct {
 	// PublishRanks: while leading, write the placement ranks as Nomad
 	// dynamic node metadata (package ranking, ranks.go).
 	PublishRanks bool
+	// RecordKeys sign the suspension records and prove the service's
+	// version tags (package recordkey). Nil: the Nomad Variable
+	// DefaultRecordKeyPath in namespace "default", created with a new
+	// key when absent.
+	RecordKeys recordkey.Source
 }
+
+// DefaultRecordKeyPath is the Nomad Variable that holds the record keys
+// unless Config.RecordKeys says otherwise.
+const DefaultRecordKeyPath = "gpushare/record-key"
 
 // Service is the control loop.
 type Service struct {
@@ -149,6 +159,10 @@ func New(cfg Config) *Service {
 	cfg = cfg.withDefaults()
 	store := state.New(cfg.Consul, cfg.Layout)
 	store.MaxRecordBytes = cfg.MaxRecordBytes
+	store.Keys = cfg.RecordKeys
+	if store.Keys == nil {
+		store.Keys = &recordkey.Variable{Client: cfg.Nomad, Namespace: "default", Path: DefaultRecordKeyPath}
+	}
 	act := actuator.New(cfg.Nomad, store, cfg.Log, cfg.Instance, actuator.Options{
 		MaxStaleness: cfg.MaxStaleness, ResumeHold: cfg.ResumeHold, SuspendHold: cfg.SuspendHold,
 		Guard: func(ctx context.Context) error {

@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -47,8 +48,9 @@ func suspendSome(s *scenario, svc *service.Service, n int) (a, b, suspended []gp
 }
 
 // comeBackIntact finishes team-b's jobs and waits until the suspended
-// jobs run again with the contents they had before.
-func comeBackIntact(s *scenario, b, suspended []gpuJob, before map[string]*nomadapi.Job) {
+// jobs run again with the contents they had before; their history is
+// suspend, then the events of between (if any), then resume.
+func comeBackIntact(s *scenario, b, suspended []gpuJob, before map[string]*nomadapi.Job, between ...state.Event) {
 	s.t.Helper()
 	for _, j := range b {
 		s.finish(j.ns, j.id)
@@ -62,8 +64,9 @@ func comeBackIntact(s *scenario, b, suspended []gpuJob, before map[string]*nomad
 		if err := sameContents(before[j.ns+"/"+j.id], job); err != nil {
 			s.t.Errorf("%s/%s came back changed: %v", j.ns, j.id, err)
 		}
-		if got := s.historyOf(j); len(got) < 2 || got[0] != state.EventSuspend || got[1] != state.EventResume {
-			s.t.Errorf("history of %s/%s: %v, want suspend then resume", j.ns, j.id, got)
+		want := append(append([]state.Event{state.EventSuspend}, between...), state.EventResume)
+		if got := s.historyOf(j); len(got) < len(want) || !slices.Equal(got[:len(want)], want) {
+			s.t.Errorf("history of %s/%s: %v, want %v first", j.ns, j.id, got, want)
 		}
 	}
 	testcluster.Eventually(s.t, 30*time.Second, func() error {

@@ -3,13 +3,13 @@ package state
 import (
 	"bytes"
 	"compress/gzip"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -81,34 +81,42 @@ type Suspension struct {
 	ResumedAt            time.Time `json:"resumed_at,omitzero"`
 	ResumeJobModifyIndex uint64    `json:"resume_job_modify_index,omitempty"`
 
-	// Spec is the suspended version's job spec as JSON, or SpecGzip the
-	// same gzipped and base64-encoded when it is large (see EncodeSpec).
-	Spec     json.RawMessage `json:"spec,omitempty"`
-	SpecGzip string          `json:"spec_gzip,omitempty"`
+	// SpecSealed is the suspended version's job spec: JSON, gzipped,
+	// sealed with the record key (AES-256-GCM bound to the record's
+	// namespace and job; package recordkey), so that whoever reads
+	// Consul KV does not read the job's environment and templates.
+	SpecSealed string `json:"spec_sealed,omitempty"`
+
+	// MAC signs the record with the service's record key (recordkey
+	// Sign over the record as JSON with MAC empty): the service acts only
+	// on records it can prove it wrote.
+	MAC string `json:"mac,omitempty"`
 
 	// ModifyIndex is the Consul index the record was read at; writes of a
 	// read record check it (compare-and-set). Not stored.
 	ModifyIndex uint64 `json:"-"`
+	// SignedWithPrevious says the record verified with a previous key
+	// of the ring: the service signs it again with the current one. Not
+	// stored.
+	SignedWithPrevious bool `json:"-"`
 }
 
 // Key is "namespace/job".
 func (s Suspension) Key() string { return s.Namespace + "/" + s.Job }
 
-// gzipAbove is the size of a spec's JSON above which it is stored
-// compressed.
-const gzipAbove = 16 << 10
+// specContext binds a sealed spec to its record's key: a spec copied
+// into another job's record does not open.
+func (s Suspension) specContext() []byte { return []byte("spec\x00" + s.Namespace + "\x00" + s.Job) }
 
-// EncodeSpec stores job as the record's spec: JSON, compressed when
-// larger than 16 KiB.
-func (s *Suspension) EncodeSpec(job *nomadapi.Job) error {
+// EncodeSpec stores job as the record's spec, gzipped and sealed with the
+// current key of keys.
+func (s *Suspension) EncodeSpec(job *nomadapi.Job, keys *recordkey.Keyring) error {
+	if keys == nil {
+		return fmt.Errorf("sealing the spec of %s: %w", s.Key(), ErrNoKeys)
+	}
 	data, err := json.Marshal(job)
 	if err != nil {
 		return fmt.Errorf("encoding the spec of %s: %w", s.Key(), err)
-	}
-	s.Spec, s.SpecGzip = nil, ""
-	if len(data) <= gzipAbove {
-		s.Spec = data
-		return nil
 	}
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
@@ -118,32 +126,41 @@ func (s *Suspension) EncodeSpec(job *nomadapi.Job) error {
 	if err := zw.Close(); err != nil {
 		return fmt.Errorf("compressing the spec of %s: %w", s.Key(), err)
 	}
-	s.SpecGzip = base64.StdEncoding.EncodeToString(buf.Bytes())
+	if s.SpecSealed, err = keys.Seal(buf.Bytes(), s.specContext()); err != nil {
+		return fmt.Errorf("sealing the spec of %s: %w", s.Key(), err)
+	}
 	return nil
 }
+
+// ErrNoKeys is returned when no record key is loaded.
+var ErrNoKeys = errors.New("no record key is loaded")
 
 // ErrNoSpec is returned by DecodeSpec for a record without a spec.
 var ErrNoSpec = errors.New("the record holds no job spec")
 
+// maxSpecBytes bounds a decompressed spec.
+const maxSpecBytes = 64 << 20
+
 // DecodeSpec returns the recorded job spec. It checks that the spec is of
 // the record's job.
-func (s Suspension) DecodeSpec() (*nomadapi.Job, error) {
-	data := []byte(s.Spec)
-	if s.SpecGzip != "" {
-		raw, err := base64.StdEncoding.DecodeString(s.SpecGzip)
-		if err != nil {
-			return nil, fmt.Errorf("spec_gzip of %s is not base64: %w", s.Key(), err)
-		}
-		zr, err := gzip.NewReader(bytes.NewReader(raw))
-		if err != nil {
-			return nil, fmt.Errorf("spec_gzip of %s is not gzip: %w", s.Key(), err)
-		}
-		if data, err = io.ReadAll(io.LimitReader(zr, 64<<20)); err != nil {
-			return nil, fmt.Errorf("spec_gzip of %s: %w", s.Key(), err)
-		}
-	}
-	if len(data) == 0 {
+func (s Suspension) DecodeSpec(keys *recordkey.Keyring) (*nomadapi.Job, error) {
+	if s.SpecSealed == "" {
 		return nil, ErrNoSpec
+	}
+	if keys == nil {
+		return nil, fmt.Errorf("opening the spec of %s: %w", s.Key(), ErrNoKeys)
+	}
+	raw, err := keys.Open(s.SpecSealed, s.specContext())
+	if err != nil {
+		return nil, fmt.Errorf("spec of %s: %w", s.Key(), err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("spec of %s is not gzip: %w", s.Key(), err)
+	}
+	data, err := io.ReadAll(io.LimitReader(zr, maxSpecBytes))
+	if err != nil {
+		return nil, fmt.Errorf("spec of %s: %w", s.Key(), err)
 	}
 	var job nomadapi.Job
 	if err := json.Unmarshal(data, &job); err != nil {
@@ -153,6 +170,48 @@ func (s Suspension) DecodeSpec() (*nomadapi.Job, error) {
 		return nil, fmt.Errorf("spec of %s is of another job (%s/%s)", s.Key(), deref(job.Namespace), deref(job.ID))
 	}
 	return &job, nil
+}
+
+// signedBytes is what the record's MAC covers: the record as JSON with
+// its MAC left out.
+func (s Suspension) signedBytes() ([]byte, error) {
+	s.MAC = ""
+	data, err := json.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the record of %s: %w", s.Key(), err)
+	}
+	return data, nil
+}
+
+// Sign sets the record's MAC with the current key of keys.
+func (s *Suspension) Sign(keys *recordkey.Keyring) error {
+	if keys == nil {
+		return ErrNoKeys
+	}
+	data, err := s.signedBytes()
+	if err != nil {
+		return err
+	}
+	s.MAC = keys.Sign(data)
+	return nil
+}
+
+// Verify checks the record's MAC against keys and sets
+// SignedWithPrevious.
+func (s *Suspension) Verify(keys *recordkey.Keyring) error {
+	if keys == nil {
+		return ErrNoKeys
+	}
+	data, err := s.signedBytes()
+	if err != nil {
+		return err
+	}
+	_, current, err := keys.Verify(data, s.MAC)
+	if err != nil {
+		return err
+	}
+	s.SignedWithPrevious = !current
+	return nil
 }
 
 func deref(p *string) string {
@@ -173,6 +232,28 @@ func (s Suspension) check() error {
 	return nil
 }
 
+// Unverified is a record that decoded but that the service cannot prove
+// it wrote (Reason says why: unsigned, signed with a key it does not
+// hold, or changed). It is never acted on as written: it is reported,
+// and only Nomad's own state can replace it (docs/design.md, Suspension
+// and resumption).
+type Unverified struct {
+	Suspension
+	Reason string
+}
+
+// Records are the suspension records read from Consul KV.
+type Records struct {
+	// Verified are the records the service proved it wrote, by time.
+	Verified []Suspension
+	// Unverified decoded but failed verification.
+	Unverified []Unverified
+	// Errors did not decode.
+	Errors []RecordError
+	// Keys verified them; nil when none were read.
+	Keys *recordkey.Keyring
+}
+
 // RecordError is a suspension record the service does not act on, and
 // why. Namespace and Job are read from the key.
 type RecordError struct {
@@ -180,6 +261,10 @@ type RecordError struct {
 	Namespace string `json:"namespace"`
 	Job       string `json:"job"`
 	Reason    string `json:"reason"`
+	// ModifyIndex is the Consul index of the key, for a record that did
+	// not decode (so that a suspension of its job may replace it). Not
+	// stored.
+	ModifyIndex uint64 `json:"-"`
 }
 
 // Error makes a RecordError an error.

@@ -3,11 +3,14 @@ package state
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 
+	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
 	consulapi "github.com/hashicorp/consul/api"
+	nomadapi "github.com/hashicorp/nomad/api"
 )
 
 // DefaultMaxRecordBytes is Consul's default limit on a KV value
@@ -23,10 +26,51 @@ func (s *Store) RecordLimit() int {
 	return DefaultMaxRecordBytes
 }
 
-// RecordSize is the size of rec as stored.
-func RecordSize(rec Suspension) (int, error) {
+// sizingKeys seal and sign records whose size alone is wanted: a record's
+// size does not depend on the key.
+var sizingKeys = func() *recordkey.Keyring {
+	k, err := recordkey.New(make([]byte, recordkey.MinKeyBytes))
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
+
+// RecordSize is the size rec would take as stored with job's spec.
+func RecordSize(rec Suspension, job *nomadapi.Job) (int, error) {
+	if err := rec.EncodeSpec(job, sizingKeys); err != nil {
+		return 0, err
+	}
+	if err := rec.Sign(sizingKeys); err != nil {
+		return 0, err
+	}
 	data, err := encodeSuspension(rec)
 	return len(data), err
+}
+
+// keys loads the record keys.
+func (s *Store) keys(ctx context.Context) (*recordkey.Keyring, error) {
+	if s.Keys == nil {
+		return nil, errors.New("no record keys configured")
+	}
+	ring, err := s.Keys.Load(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("loading the record keys (%s): %w", s.Keys.Describe(), err)
+	}
+	return ring, nil
+}
+
+// seal re-seals rec's spec with the current key when a previous key
+// sealed it, so that the spec still opens once that key is retired.
+func seal(rec *Suspension, ring *recordkey.Keyring) error {
+	if rec.SpecSealed == "" || strings.HasPrefix(rec.SpecSealed, ring.CurrentID()+":") {
+		return nil
+	}
+	job, err := rec.DecodeSpec(ring)
+	if err != nil {
+		return err
+	}
+	return rec.EncodeSpec(job, ring)
 }
 
 func encodeSuspension(rec Suspension) ([]byte, error) {
@@ -56,6 +100,17 @@ func (s *Store) EncodeSuspension(rec Suspension) ([]byte, error) {
 // index. A record changed meanwhile is not overwritten: the error says so
 // and the next cycle reads it again.
 func (s *Store) PutSuspension(ctx context.Context, rec *Suspension) error {
+	ring, err := s.keys(ctx)
+	if err != nil {
+		return err
+	}
+	if err := seal(rec, ring); err != nil {
+		return err
+	}
+	if err := rec.Sign(ring); err != nil {
+		return err
+	}
+	rec.SignedWithPrevious = false
 	data, err := s.EncodeSuspension(*rec)
 	if err != nil {
 		return err
@@ -87,35 +142,45 @@ func (s *Store) DeleteSuspension(ctx context.Context, rec Suspension) error {
 	return nil
 }
 
-// Suspensions lists all suspension records, sorted by time. A record that
-// does not decode, is incomplete, or whose key does not name the job its
-// body names is returned in bad instead.
-func (s *Store) Suspensions(ctx context.Context) (recs []Suspension, bad []RecordError, err error) {
+// Suspensions lists all suspension records. Those the service proves it
+// wrote are Verified, sorted by time; those that decode but do not verify
+// are Unverified; a record that does not decode, is incomplete, or whose
+// key does not name the job its body names is in Errors.
+func (s *Store) Suspensions(ctx context.Context) (Records, error) {
+	ring, err := s.keys(ctx)
+	if err != nil {
+		return Records{}, err
+	}
 	prefix := s.layout.Suspended()
 	pairs, _, err := s.kv.List(prefix, (&consulapi.QueryOptions{}).WithContext(ctx))
 	if err != nil {
-		return nil, nil, fmt.Errorf("listing Consul prefix %s: %w", prefix, err)
+		return Records{}, fmt.Errorf("listing Consul prefix %s: %w", prefix, err)
 	}
+	out := Records{Keys: ring}
 	for _, p := range pairs {
 		if strings.HasSuffix(p.Key, "/") {
 			continue
 		}
 		rec, rerr := s.decodeSuspension(p)
 		if rerr != nil {
-			bad = append(bad, *rerr)
+			out.Errors = append(out.Errors, *rerr)
 			continue
 		}
-		recs = append(recs, rec)
+		if err := rec.Verify(ring); err != nil {
+			out.Unverified = append(out.Unverified, Unverified{Suspension: rec, Reason: err.Error()})
+			continue
+		}
+		out.Verified = append(out.Verified, rec)
 	}
-	sort.Slice(recs, func(i, j int) bool { return recs[i].Time.Before(recs[j].Time) })
-	return recs, bad, nil
+	sort.Slice(out.Verified, func(i, j int) bool { return out.Verified[i].Time.Before(out.Verified[j].Time) })
+	return out, nil
 }
 
 // decodeSuspension reads one record and checks it against its key.
 func (s *Store) decodeSuspension(p *consulapi.KVPair) (Suspension, *RecordError) {
 	ns, job, _ := strings.Cut(strings.TrimPrefix(p.Key, s.layout.Suspended()), "/")
 	bad := func(format string, args ...any) *RecordError {
-		return &RecordError{Key: p.Key, Namespace: ns, Job: job, Reason: fmt.Sprintf(format, args...) +
+		return &RecordError{Key: p.Key, Namespace: ns, Job: job, ModifyIndex: p.ModifyIndex, Reason: fmt.Sprintf(format, args...) +
 			"; the service does not act on it: check the job in Nomad, then delete the key"}
 	}
 	var rec Suspension

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
+	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
 	consulapi "github.com/hashicorp/consul/api"
 )
 
@@ -57,6 +58,12 @@ const (
 	// vanished: Nomad's garbage collector keeps tagged jobs); the
 	// suspension is cancelled.
 	EventOwnerPurged Event = "owner-purged"
+	// EventRecordRebuilt: a stopped job carried the service's proven tag
+	// but no record the service could verify (deleted, forged, replayed,
+	// or signed with a lost key where Nomad corroborated it); the record
+	// was written again from Nomad's state, and the job resumes in its
+	// turn.
+	EventRecordRebuilt Event = "record-rebuilt"
 )
 
 // Entry is one history entry.
@@ -103,6 +110,8 @@ type Store struct {
 	// DefaultMaxRecordBytes, Consul's default kv_max_value_size); a job
 	// whose record would be larger is not suspended.
 	MaxRecordBytes int
+	// Keys sign and verify suspension records and seal their specs.
+	Keys recordkey.Source
 
 	mu      sync.Mutex
 	appends int

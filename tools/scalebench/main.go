@@ -37,6 +37,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/nomadstandin"
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
+	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
 	consulapi "github.com/hashicorp/consul/api"
 )
 
@@ -192,7 +193,17 @@ func startService(bin, dir string, o options, nomadAddr, consulAddr string) (*se
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "-listen", addr, "-log-level", o.logLevel)
+	// The stand-in serves no Nomad Variables: the record keys come from
+	// a file, as -record-key-file allows.
+	key, err := recordkey.Generate()
+	if err != nil {
+		return nil, err
+	}
+	keyFile := filepath.Join(dir, "record.key")
+	if err := os.WriteFile(keyFile, []byte(recordkey.Encode(key)+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "-listen", addr, "-log-level", o.logLevel, "-record-key-file", keyFile)
 	cmd.Env = append(os.Environ(), "NOMAD_ADDR="+nomadAddr, "CONSUL_HTTP_ADDR="+strings.TrimPrefix(consulAddr, "http://"))
 	if o.memoryMiB > 0 {
 		// As jobspecs/quota-service.nomad.hcl sets it.

@@ -80,7 +80,8 @@ func run(args []string) error {
 	}
 	svc := service.New(service.Config{Nomad: nomad, Consul: consul, Layout: opts.layout, Log: log,
 		Instance: opts.instance, PlanInterval: opts.interval, ResyncInterval: opts.resync, MaxStaleness: opts.staleness, PolicyName: opts.policy, MaxRecordBytes: opts.maxRecordBytes,
-		Usage: service.UsageConfig{Port: opts.usagePort, Period: opts.usagePeriod}, PublishRanks: opts.publishRanks})
+		Usage: service.UsageConfig{Port: opts.usagePort, Period: opts.usagePeriod}, PublishRanks: opts.publishRanks,
+		RecordKeys: opts.recordKeys(nomad)})
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

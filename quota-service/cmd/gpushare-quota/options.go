@@ -12,11 +12,13 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/actuator"
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
+	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/gpushare/nomad-gpushare/quota-service/utilization"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
+	nomadapi "github.com/hashicorp/nomad/api"
 )
 
 // options are the daemon's settings from flags and the environment.
@@ -39,6 +41,9 @@ type options struct {
 	usagePeriod time.Duration
 	// publishRanks: write the placement ranks as node metadata.
 	publishRanks bool
+	// recordKeyFile, else the Nomad Variable recordKeyVar in
+	// recordKeyNamespace, holds the keys that sign suspension records.
+	recordKeyFile, recordKeyVar, recordKeyNamespace string
 	// version: print the version and exit.
 	version bool
 }
@@ -103,6 +108,9 @@ func newFlags(o *options, instance string) (*flagDefs, *string) {
 	d.integer(&o.usagePort, "usage-port", "GPUSHARE_USAGE_PORT", 0, "the device plugins' usage_listen port (0: read no GPU usage)")
 	d.duration(&o.usagePeriod, "usage-period", "GPUSHARE_USAGE_PERIOD", utilization.DefaultPeriod, "how often the GPU nodes' usage is read")
 	d.boolean(&o.publishRanks, "publish-ranks", "GPUSHARE_PUBLISH_RANKS", true, "write placement ranks as Nomad dynamic node metadata gpushare.rank.<class> (the token needs node:write); GPU jobs with the ranking affinity then land where they fragment no GPU")
+	d.str(&o.recordKeyFile, "record-key-file", "GPUSHARE_RECORD_KEY_FILE", "", "file holding the keys that sign suspension records (base64, current key first, then previous ones); default: the Nomad Variable -record-key-var")
+	d.str(&o.recordKeyVar, "record-key-var", "GPUSHARE_RECORD_KEY_VAR", service.DefaultRecordKeyPath, "Nomad Variable holding the record keys (items key and previous), created with a new key when absent")
+	d.str(&o.recordKeyNamespace, "record-key-namespace", "GPUSHARE_RECORD_KEY_NAMESPACE", "default", "namespace of -record-key-var: one only operators may read")
 	d.str(&o.instance, "instance", "GPUSHARE_INSTANCE", instance, "name of this instance, unique among the instances")
 	d.str(&o.logLevel, "log-level", "GPUSHARE_LOG_LEVEL", "info", "log level: trace, debug, info, warn or error")
 	d.fs.BoolVar(&o.version, "version", false, "print the version and exit")
@@ -165,6 +173,15 @@ func (o *options) validate() error {
 		return errors.New("-tls-cert and -tls-key (GPUSHARE_TLS_CERT, GPUSHARE_TLS_KEY) go together: set both to serve HTTPS, or neither")
 	}
 	return nil
+}
+
+// recordKeys is where the record keys live: the key file, else the Nomad
+// Variable.
+func (o *options) recordKeys(nomad *nomadapi.Client) recordkey.Source {
+	if o.recordKeyFile != "" {
+		return &recordkey.File{Path: o.recordKeyFile}
+	}
+	return &recordkey.Variable{Client: nomad, Namespace: o.recordKeyNamespace, Path: o.recordKeyVar}
 }
 
 // refuseTokenFlags explains why the token flags are gone.
