@@ -6,10 +6,65 @@
 # dashboard ask for a Nomad token and show the namespaces it can read;
 # /v1/health and /metrics answer without one.
 #
+# The binary comes from the release archive (make dist), fetched by Nomad
+# with its checksum from SHA256SUMS:
+#
+#   nomad job run \
+#     -var artifact_url=https://example.com/gpushare-quota_0.2.0_linux_amd64.tar.gz \
+#     -var artifact_checksum=sha256:<its line in SHA256SUMS> \
+#     jobspecs/quota-service.nomad.hcl
+#
+# or from a path on the client nodes (no artifact_url):
+#
 #   nomad job run -var binary=/usr/local/bin/gpushare-quota jobspecs/quota-service.nomad.hcl
+#
+# What each driver needs on the client nodes that run it:
+#
+#   exec (the default): Linux, the Nomad client running as root, and the
+#     cgroups Nomad needs for isolation; exec is enabled by default. The task runs in a chroot built from the client's
+#     chroot_env (by default /bin, /etc, /lib, /lib64, /sbin, /usr, ...):
+#     a host binary must lie there (/usr/local/bin is), and so must the
+#     tls_cert and tls_key files (e.g. under /etc), readable by the user
+#     exec runs the task as (nobody by default). The binary is static (CGO_ENABLED=0),
+#     so the chroot needs no libraries for it. The first task on a client
+#     waits while Nomad builds the chroot (tens of seconds).
+#   raw_exec: no isolation; Nomad disables it by default
+#     (plugin "raw_exec" { config { enabled = true } } turns it on), and
+#     many clusters forbid it. Any host path works. The demo
+#     (internal/demo) uses it, since it runs the agents as a normal user.
+#
+# Both drivers run the task on the host's network, where the service
+# reaches Nomad and Consul at nomad_addr and consul_addr.
+
+variable "driver" {
+  description = "Task driver: exec (isolated; the default) or raw_exec (see above)."
+  type        = string
+  default     = "exec"
+  validation {
+    condition     = contains(["exec", "raw_exec"], var.driver)
+    error_message = "The driver must be exec or raw_exec."
+  }
+}
+
+variable "artifact_url" {
+  description = "URL of the quota service's release archive (gpushare-quota_<version>_linux_<arch>.tar.gz, from make dist), which Nomad fetches and unpacks into the task's local/ directory. Empty: run binary from the client nodes."
+  type        = string
+  default     = ""
+}
+
+variable "artifact_checksum" {
+  description = "Checksum of artifact_url, as sha256:<hex> (the archive's line in SHA256SUMS). Required with artifact_url: without it the download fails."
+  type        = string
+  default     = ""
+  validation {
+    # Nomad has regex_replace, not regex: a match leaves nothing.
+    condition     = var.artifact_checksum == "" || regex_replace(var.artifact_checksum, "^sha256:[0-9a-f]{64}$", "") == ""
+    error_message = "The artifact_checksum must be sha256:<64 hex digits>, the archive's checksum in SHA256SUMS."
+  }
+}
 
 variable "binary" {
-  description = "Path of the gpushare-quota binary on the client nodes."
+  description = "Path of the gpushare-quota binary on the client nodes, used when artifact_url is empty (with exec: inside the chroot, e.g. under /usr/local/bin)."
   type        = string
   default     = "/usr/local/bin/gpushare-quota"
 }
@@ -122,10 +177,25 @@ job "gpushare-quota" {
     }
 
     task "quota" {
-      driver = "raw_exec"
+      driver = var.driver
+
+      # The release archive, checked against its checksum before it is
+      # unpacked. A missing artifact_checksum fails the download (the
+      # all-zero checksum below never matches): the binary never runs
+      # unchecked.
+      dynamic "artifact" {
+        for_each = var.artifact_url != "" ? [var.artifact_url] : []
+        content {
+          source      = artifact.value
+          destination = "local/"
+          options {
+            checksum = var.artifact_checksum != "" ? var.artifact_checksum : "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+          }
+        }
+      }
 
       config {
-        command = var.binary
+        command = var.artifact_url != "" ? "local/gpushare-quota" : var.binary
         args = [
           "-listen", "${NOMAD_ADDR_http}",
           "-instance", "${NOMAD_ALLOC_ID}",

@@ -32,7 +32,8 @@ var layout = kvlayout.New("")
 // plan is empty; a quota edited in Consul shows as a diff; a changed quota
 // is followed by the service; a quota already in Consul is adopted by
 // import, not overwritten; a bad quota fails at plan naming the attribute
-// and the fix; destroy removes everything.
+// and the fix; a second install named "blue" lives beside the first and
+// its destroy removes only what it made; destroy removes everything.
 func TestModuleProvisionsACLCluster(t *testing.T) {
 	c := startCluster(t)
 	bin := filepath.Join(t.TempDir(), "gpushare-quota")
@@ -45,7 +46,7 @@ func TestModuleProvisionsACLCluster(t *testing.T) {
 		"team-b": map[string]any{"guaranteed": 2, "limit": 4},
 	}
 	vars := map[string]any{"nomad_addr": c.NomadAddr, "consul_addr": strings.TrimPrefix(c.ConsulAddr, "http://"),
-		"nomad_token": c.NomadToken, "consul_token": c.ConsulToken, "quota_binary": bin, "projects": projects}
+		"nomad_token": c.NomadToken, "consul_token": c.ConsulToken, "quota_binary": bin, "quota_driver": "raw_exec", "projects": projects}
 	w.vars(vars)
 
 	w.must(0, "init")
@@ -59,7 +60,7 @@ func TestModuleProvisionsACLCluster(t *testing.T) {
 		t.Fatalf("restarting the Nomad client with the module's plugin token: %v", err)
 	}
 	waitServiceFollows(t, c, "team-b", "2.00")
-	jobs := reclaimOneGPU(t, c)
+	jobs := testcluster.ReclaimOneGPU(t, c, layout)
 
 	if out := w.must(0, "plan", "-detailed-exitcode"); !strings.Contains(out, "No changes") {
 		t.Fatalf("second plan is not empty:\n%s", out)
@@ -84,8 +85,71 @@ func TestModuleProvisionsACLCluster(t *testing.T) {
 	w.vars(vars)
 	purge(t, c, jobs)
 	waitPurged(t, c, jobs)
+	installBeside(t, c, bin)
 	w.must(0, "destroy", "-auto-approve")
 	checkDestroyed(t, c)
+}
+
+// installBeside applies examples/cluster a second time, named "blue",
+// beside the first install: a policy of its names made by someone else
+// fails the plan; then it installs its own job, policies, tokens, variable
+// and quotas, creates the namespace it lacks and leaves alone team-a's,
+// which the first install made; its destroy removes only what it made.
+func installBeside(t *testing.T, c *localcluster.Cluster, bin string) {
+	t.Helper()
+	w := newWorkspace(t, "examples/cluster")
+	w.vars(map[string]any{"name": "blue", "nomad_addr": c.NomadAddr, "consul_addr": strings.TrimPrefix(c.ConsulAddr, "http://"),
+		"nomad_token": c.NomadToken, "consul_token": c.ConsulToken, "quota_binary": bin, "quota_driver": "raw_exec",
+		"projects": map[string]any{"team-c": map[string]any{"guaranteed": 1}, "shared": map[string]any{"guaranteed": 1, "namespace": "team-a"}}})
+	w.must(0, "init")
+
+	foreign := &nomadapi.ACLPolicy{Name: "blue-gpushare-plugin", Description: "someone else's", Rules: `node { policy = "read" }`}
+	if _, err := c.Nomad.ACLPolicies().Upsert(foreign, nil); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := w.tofu("plan"); code == 0 || !strings.Contains(out, "was not made by this install") {
+		t.Fatalf("plan over another owner's policy blue-gpushare-plugin: exit %d, want a refusal:\n%s", code, out)
+	}
+	if _, err := c.Nomad.ACLPolicies().Delete(foreign.Name, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	w.must(0, "apply", "-auto-approve")
+	for _, p := range []string{"blue-gpushare-plugin", "blue-gpushare-quota", "gpushare-plugin", "gpushare-quota"} {
+		if _, _, err := c.Nomad.ACLPolicies().Info(p, nil); err != nil {
+			t.Errorf("Nomad policy %s: %v", p, err)
+		}
+	}
+	for _, id := range []string{"blue-gpushare-quota", "gpushare-quota"} {
+		if job, _, err := c.Nomad.Jobs().Info(id, nil); err != nil || job.Stop != nil && *job.Stop {
+			t.Errorf("job %s is not running beside the other install: %v", id, err)
+		}
+	}
+	if v, _, err := c.Nomad.Variables().Peek("nomad/jobs/blue-gpushare-quota", nil); err != nil || v == nil {
+		t.Errorf("blue's tokens variable: %v", err)
+	}
+	for key, want := range map[string]bool{"blue-gpushare/quotas/team-c": true, "blue-gpushare/quotas/shared": true, "gpushare/quotas/team-a": true} {
+		if pair, _, err := c.Consul.KV().Get(key, nil); err != nil || (pair != nil) != want {
+			t.Errorf("Consul key %s: present %t, want %t (%v)", key, pair != nil, want, err)
+		}
+	}
+	if ns, _, err := c.Nomad.Namespaces().Info("team-c", nil); err != nil || ns == nil || ns.Description != "gpushare project namespace (blue)" {
+		t.Errorf("namespace team-c: %+v, %v", ns, err)
+	}
+	if out := w.must(0, "state", "list"); strings.Contains(out, `nomad_namespace.project["team-a"]`) {
+		t.Errorf("blue took over namespace team-a, which the first install made:\n%s", out)
+	}
+
+	w.must(0, "destroy", "-auto-approve")
+	if _, _, err := c.Nomad.Namespaces().Info("team-a", nil); err != nil {
+		t.Errorf("blue's destroy removed namespace team-a, which it did not make: %v", err)
+	}
+	if job, _, err := c.Nomad.Jobs().Info("gpushare-quota", nil); err != nil || job.Stop != nil && *job.Stop {
+		t.Errorf("blue's destroy touched the first install's job: %v", err)
+	}
+	if _, _, err := c.Nomad.Jobs().Info("blue-gpushare-quota", nil); err == nil {
+		t.Error("blue's job left after its destroy")
+	}
 }
 
 // startCluster starts Consul and Nomad with ACLs on and the demo's device
@@ -184,77 +248,6 @@ func waitServiceFollows(t *testing.T, c *localcluster.Cluster, project, want str
 		}
 		return nil
 	})
-}
-
-// reclaimOneGPU has team-a borrow all four GPUs (the fourth job gets the
-// GPU kept shared only if the plugin's token lets it read waiting
-// demand), then team-b (under its guarantee) ask for one: the service
-// suspends one of team-a's jobs for team-b. It returns the jobs by
-// namespace.
-func reclaimOneGPU(t *testing.T, c *localcluster.Cluster) map[string][]string {
-	t.Helper()
-	jobs := map[string][]string{"team-a": {"a1", "a2", "a3", "a4"}, "team-b": {"b1"}}
-	for _, id := range jobs["team-a"] {
-		submitGPUJob(t, c, "team-a", id)
-	}
-	testcluster.Eventually(t, 2*time.Minute, func() error { return running(c, "team-a", jobs["team-a"], 4) })
-	submitGPUJob(t, c, "team-b", "b1")
-	testcluster.Eventually(t, 2*time.Minute, func() error {
-		if err := running(c, "team-b", jobs["team-b"], 1); err != nil {
-			return err
-		}
-		pairs, _, err := c.Consul.KV().List(layout.Suspended()+"team-a/", nil)
-		if err != nil {
-			return err
-		}
-		if len(pairs) != 1 {
-			return fmt.Errorf("%d suspension records of team-a, want 1", len(pairs))
-		}
-		var rec state.Suspension
-		if err := json.Unmarshal(pairs[0].Value, &rec); err != nil {
-			return err
-		}
-		if rec.ForProject != "team-b" || rec.Phase != state.PhaseSuspended {
-			return fmt.Errorf("suspension record %+v, want stopped for team-b", rec)
-		}
-		return nil
-	})
-	return jobs
-}
-
-// submitGPUJob registers a batch job holding one whole GPU until purged.
-func submitGPUJob(t *testing.T, c *localcluster.Cluster, ns, id string) {
-	t.Helper()
-	job := nomadapi.NewBatchJob(id, id, "global", 50)
-	job.Namespace = &ns
-	task := nomadapi.NewTask("work", "raw_exec").SetConfig("command", "/bin/sleep").SetConfig("args", []string{"3600"})
-	task.Resources = &nomadapi.Resources{CPU: ptr(20), MemoryMB: ptr(16),
-		Devices: []*nomadapi.RequestedDevice{{Name: "nvidia/gpu", Count: ptr(uint64(1))}}}
-	task.KillTimeout = ptr(time.Second)
-	job.AddTaskGroup(nomadapi.NewTaskGroup("main", 1).AddTask(task))
-	if _, _, err := c.Nomad.Jobs().Register(job, &nomadapi.WriteOptions{Namespace: ns}); err != nil {
-		t.Fatalf("registering %s/%s: %v", ns, id, err)
-	}
-}
-
-// running says whether want of the jobs have a running allocation.
-func running(c *localcluster.Cluster, ns string, ids []string, want int) error {
-	n := 0
-	for _, id := range ids {
-		allocs, _, err := c.Nomad.Jobs().Allocations(id, false, &nomadapi.QueryOptions{Namespace: ns})
-		if err != nil {
-			return err
-		}
-		for _, a := range allocs {
-			if a.ClientStatus == "running" && a.DesiredStatus == "run" {
-				n++
-			}
-		}
-	}
-	if n != want {
-		return fmt.Errorf("%d of %s's jobs run, want %d", n, ns, want)
-	}
-	return nil
 }
 
 // checkDriftShows edits team-a's quota in Consul behind the module's back:
@@ -375,5 +368,3 @@ func checkDestroyed(t *testing.T, c *localcluster.Cluster) {
 		t.Errorf("quota service job left after destroy: status %s", *job.Status)
 	}
 }
-
-func ptr[T any](v T) *T { return &v }

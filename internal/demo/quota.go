@@ -40,8 +40,10 @@ func startQuotaService(ctx context.Context, c *localcluster.Cluster, cfg Config)
 		return "", fmt.Errorf("reading %s: %w", quotaJob, err)
 	}
 	// A one-node demo needs a fraction of the jobspec's defaults, which
-	// are sized for about 1,000 GPU nodes.
-	vars := fmt.Sprintf("binary = %q\nnomad_addr = %q\nconsul_addr = %q\ntokens_from_variable = %t\nmemory_mb = 128\ncpu_mhz = 200\n",
+	// are sized for about 1,000 GPU nodes. Its agents may run as a normal
+	// user, where Nomad's exec driver cannot isolate a task: the demo runs
+	// the service on raw_exec, which its client enables.
+	vars := fmt.Sprintf("driver = \"raw_exec\"\nbinary = %q\nnomad_addr = %q\nconsul_addr = %q\ntokens_from_variable = %t\nmemory_mb = 128\ncpu_mhz = 200\n",
 		bin, c.NomadAddr, strings.TrimPrefix(c.ConsulAddr, "http://"), cfg.ACL)
 	job, err := c.Nomad.Jobs().ParseHCLOpts(&nomadapi.JobsParseRequest{
 		JobHCL: string(src), Variables: vars, Canonicalize: true})

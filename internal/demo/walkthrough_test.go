@@ -15,10 +15,10 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
-// quotaWalkthrough plays the README's quota walkthrough (Quotas, steps 0
-// to 3) on a running demo, as a person would with the env file sourced:
-// with ACLs on, the grant-project.sh step is what lets the service suspend
-// team-a's work for team-b.
+// quotaWalkthrough plays docs/operator.md's quota walkthrough (A worked
+// example, steps 0 to 3) on a running demo, as a person would with the
+// env file sourced: with ACLs on, the grant-project.sh step is what lets
+// the service suspend team-a's work for team-b.
 func quotaWalkthrough(t *testing.T, c *localcluster.Cluster, root, dir string) {
 	t.Helper()
 	// 0. Free the node and drop the demo's quotas.

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -59,17 +60,20 @@ func (r *nomadVariableResource) Configure(_ context.Context, req resource.Config
 	configured(req.ProviderData, &r.c, resp.Diagnostics.AddError)
 }
 
+// Create writes the variable only where none is: a variable already at
+// the path is another owner's (another install's tokens, say), and
+// destroy would delete it.
 func (r *nomadVariableResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	r.put(ctx, req.Plan, &resp.State, &resp.Diagnostics)
+	r.put(ctx, req.Plan, &resp.State, &resp.Diagnostics, true)
 }
 
 func (r *nomadVariableResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	r.put(ctx, req.Plan, &resp.State, &resp.Diagnostics)
+	r.put(ctx, req.Plan, &resp.State, &resp.Diagnostics, false)
 }
 
-// put writes the planned variable (Nomad's create is an upsert) and
-// records it.
-func (r *nomadVariableResource) put(ctx context.Context, plan tfsdk.Plan, state *tfsdk.State, diags *diag.Diagnostics) {
+// put writes the planned variable (with create, only if there is none
+// at its path) and records it.
+func (r *nomadVariableResource) put(ctx context.Context, plan tfsdk.Plan, state *tfsdk.State, diags *diag.Diagnostics, create bool) {
 	var m nomadVariableModel
 	diags.Append(plan.Get(ctx, &m)...)
 	items := map[string]string{}
@@ -78,7 +82,18 @@ func (r *nomadVariableResource) put(ctx context.Context, plan tfsdk.Plan, state 
 		return
 	}
 	v := &nomadapi.Variable{Namespace: m.Namespace.ValueString(), Path: m.Path.ValueString(), Items: items}
-	if _, _, err := r.c.nomad.Variables().Create(v, (&nomadapi.WriteOptions{Namespace: v.Namespace}).WithContext(ctx)); err != nil {
+	write, opts := r.c.nomad.Variables().Create, (&nomadapi.WriteOptions{Namespace: v.Namespace}).WithContext(ctx)
+	if create {
+		write = r.c.nomad.Variables().CheckedCreate
+	}
+	if _, _, err := write(v, opts); err != nil {
+		var conflict nomadapi.ErrCASConflict
+		if errors.As(err, &conflict) {
+			diags.AddError("Nomad variable "+v.Path+" already exists",
+				fmt.Sprintf("namespace %s: it is not in this state, so another install or person made it; adopt it with %s, or install beside it under another name (the module's name variable)",
+					v.Namespace, importCommand(v.Namespace+"/"+v.Path)))
+			return
+		}
 		diags.AddError("Cannot write Nomad variable "+v.Path, fmt.Sprintf("namespace %s: %v", v.Namespace, err))
 		return
 	}

@@ -111,7 +111,7 @@ func (r *quotaResource) replaceableIndex(ctx context.Context, project, key strin
 	if _, err := quota.Parse(project, pair.Value); err != nil {
 		return pair.ModifyIndex, nil
 	}
-	return 0, fmt.Errorf("%s already holds a quota for project %q: import it (`terraform import <address> %s`) or delete the key first", key, project, project)
+	return 0, fmt.Errorf("%s already holds a quota for project %q: import it (%s) or delete the key first", key, project, importCommand(project))
 }
 
 // write puts the document at key if the key is still at index (0: absent).

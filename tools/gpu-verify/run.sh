@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The device plugin on a real GPU host, by hand (see README "Checking a GPU
-# host"): real NVML fingerprint, stats and Reserve; per-process accounting
-# of a real CUDA workload with its Nomad owner; MPS memory limits enforced
-# on a share. Needs bin/gpu-check (go build -o bin/gpu-check
-# ./device/cmd/gpu-check) and the NVIDIA driver; OUT is where the logs go.
+# The device plugin on a real GPU host, by hand (see docs/operator.md,
+# "Install the device plugin on GPU clients"): real NVML fingerprint,
+# stats and Reserve; per-process accounting of a real CUDA workload with
+# its Nomad owner; MPS memory limits enforced on a share. Needs
+# bin/gpu-check (go build -o bin/gpu-check ./device/cmd/gpu-check) and
+# the NVIDIA driver; OUT is where the logs go.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 check=${GPU_CHECK:-bin/gpu-check}

@@ -1,13 +1,17 @@
 // Command nomad-device-gpushare is the gpushare Nomad device plugin binary.
 // Put it in the Nomad client's plugin_dir and configure it with a
-// `plugin "nomad-device-gpushare" { config { ... } }` block.
+// `plugin "nomad-device-gpushare" { config { ... } }` block
+// (docs/operator.md). Nomad starts it; `nomad-device-gpushare -version`
+// prints its version.
 package main
 
 import (
+	"fmt"
 	"os"
 	"runtime/debug"
 
 	"github.com/gpushare/nomad-gpushare/device"
+	"github.com/gpushare/nomad-gpushare/internal/version"
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/plugins"
 )
@@ -22,6 +26,10 @@ import (
 const memoryLimit = 16 << 20
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		fmt.Println(version.String("nomad-device-gpushare"))
+		return
+	}
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(memoryLimit)
 	}

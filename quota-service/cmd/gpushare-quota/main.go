@@ -3,25 +3,10 @@
 // resumption of jobs. Run two instances for availability; a Consul lock
 // makes one of them act.
 //
-// Every flag has an environment variable; flags win.
-//
-//	-nomad-addr         NOMAD_ADDR                 Nomad HTTP address (http://127.0.0.1:4646)
-//	-nomad-token-file   GPUSHARE_NOMAD_TOKEN_FILE  file holding the Nomad ACL token (else NOMAD_TOKEN)
-//	-consul-addr        CONSUL_HTTP_ADDR           Consul HTTP address (127.0.0.1:8500)
-//	-consul-token-file  CONSUL_HTTP_TOKEN_FILE     file holding the Consul ACL token (else CONSUL_HTTP_TOKEN)
-//	-kv-prefix          GPUSHARE_KV_PREFIX         root of the service's Consul keys (gpushare)
-//	-listen             GPUSHARE_LISTEN            HTTP API address (127.0.0.1:9646: this host only)
-//	-tls-cert           GPUSHARE_TLS_CERT          PEM certificate (chain) to serve the API over HTTPS
-//	-tls-key            GPUSHARE_TLS_KEY           PEM private key of -tls-cert
-//	-plan-interval      GPUSHARE_PLAN_INTERVAL     safety-net plan period; without the event stream, re-list period (10s)
-//	-resync-interval    GPUSHARE_RESYNC_INTERVAL   full listing that checks the view the event stream keeps (5m)
-//	-max-staleness      GPUSHARE_MAX_STALENESS     no action on older data (15s)
-//	-policy             GPUSHARE_POLICY            placement policy for idle capacity (gpushare)
-//	-max-record-bytes   GPUSHARE_MAX_RECORD_BYTES  largest suspension record (524288, Consul's kv_max_value_size)
-//	-usage-port         GPUSHARE_USAGE_PORT        the device plugins' usage_listen port; 0 reads no GPU usage (0)
-//	-usage-period       GPUSHARE_USAGE_PERIOD      how often the GPU nodes' usage is read (15s)
-//	-instance           GPUSHARE_INSTANCE          name of this instance (hostname-pid)
-//	-log-level          GPUSHARE_LOG_LEVEL         trace, debug, info, warn, error (info)
+// Most flags have an environment variable; flags win. Their list, with
+// the variables and defaults, is in docs/operator.md (Reference), rendered
+// from the flag set (newFlags; reference_test.go fails when it drifts);
+// `gpushare-quota -h` prints it too, and -version the version.
 //
 // Tokens come from the environment or from files, never from the command
 // line, which every user of the host can read (ps). The Nomad and Consul
@@ -46,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/internal/version"
 	"github.com/gpushare/nomad-gpushare/quota-service/httpapi"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
 	"github.com/hashicorp/go-hclog"
@@ -62,6 +48,10 @@ func run(args []string) error {
 	opts, err := parseOptions(args)
 	if err != nil {
 		return err
+	}
+	if opts.version {
+		fmt.Println(version.String("gpushare-quota"))
+		return nil
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "gpushare-quota", Level: hclog.LevelFromString(opts.logLevel)})
 	nomad, err := newNomadClient(opts)

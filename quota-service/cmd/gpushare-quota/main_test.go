@@ -233,3 +233,32 @@ func TestAPIServesTLSAndPicksUpRenewedCertificates(t *testing.T) {
 		t.Error("a broken certificate at start is accepted")
 	}
 }
+
+// TestVersionNeedsNoOtherSetting: -version answers without validating the
+// rest of the settings (a half TLS setting here).
+func TestVersionNeedsNoOtherSetting(t *testing.T) {
+	t.Setenv("GPUSHARE_TLS_CERT", "/x.pem")
+	tests := []struct {
+		name        string
+		args        []string
+		wantVersion bool
+		wantErr     string
+	}{
+		{"version", []string{"-version"}, true, ""},
+		{"serve", nil, false, "-tls-key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parseOptions(tt.args)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("parseOptions(%q) = %v, want an error saying %q", tt.args, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || o.version != tt.wantVersion {
+				t.Fatalf("parseOptions(%q) = %+v, %v", tt.args, o, err)
+			}
+		})
+	}
+}

@@ -44,6 +44,8 @@ type options struct {
 	// recordKeyFile, else the Nomad Variable recordKeyVar in
 	// recordKeyNamespace, holds the keys that sign suspension records.
 	recordKeyFile, recordKeyVar, recordKeyNamespace string
+	// version: print the version and exit.
+	version bool
 }
 
 // removedFlags took tokens on the command line.
@@ -66,48 +68,92 @@ func parseOptions(args []string) (*options, error) {
 	}
 	host, _ := os.Hostname()
 	o := &options{}
-	fs := flag.NewFlagSet("gpushare-quota", flag.ContinueOnError)
-	fs.StringVar(&o.nomadAddr, "nomad-addr", "", "Nomad HTTP address (default NOMAD_ADDR, else http://127.0.0.1:4646)")
-	fs.StringVar(&o.nomadTokenFile, "nomad-token-file", env("GPUSHARE_NOMAD_TOKEN_FILE", ""), "file holding the Nomad ACL token (default: NOMAD_TOKEN)")
-	fs.StringVar(&o.consulAddr, "consul-addr", "", "Consul HTTP address (default CONSUL_HTTP_ADDR, else 127.0.0.1:8500)")
-	fs.StringVar(&o.consulTokenFile, "consul-token-file", "", "file holding the Consul ACL token (default: CONSUL_HTTP_TOKEN_FILE, else CONSUL_HTTP_TOKEN)")
-	prefix := fs.String("kv-prefix", env("GPUSHARE_KV_PREFIX", kvlayout.DefaultRoot), "root of the service's Consul KV keys")
-	fs.StringVar(&o.listen, "listen", env("GPUSHARE_LISTEN", "127.0.0.1:9646"), "HTTP API listen address (the default answers this host only)")
-	fs.StringVar(&o.tlsCert, "tls-cert", env("GPUSHARE_TLS_CERT", ""), "PEM certificate (chain) file: serve the API over HTTPS")
-	fs.StringVar(&o.tlsKey, "tls-key", env("GPUSHARE_TLS_KEY", ""), "PEM private key file of -tls-cert")
-	var envErrs []error
-	durEnv := func(name string, def time.Duration) time.Duration {
-		d, err := durationEnv(name, def)
-		envErrs = append(envErrs, err)
-		return d
-	}
-	fs.DurationVar(&o.interval, "plan-interval", durEnv("GPUSHARE_PLAN_INTERVAL", service.DefaultPlanInterval), "safety-net plan period (without the event stream: full re-list period)")
-	fs.DurationVar(&o.resync, "resync-interval", durEnv("GPUSHARE_RESYNC_INTERVAL", nomadwatch.DefaultResyncInterval), "how often the view the event stream keeps is checked against a full listing of Nomad")
-	fs.DurationVar(&o.staleness, "max-staleness", durEnv("GPUSHARE_MAX_STALENESS", actuator.DefaultMaxStaleness), "take no action on data listed longer ago")
-	fs.StringVar(&o.policy, "policy", env("GPUSHARE_POLICY", "gpushare"), "placement policy for idle capacity")
-	maxRecord, err := intEnv("GPUSHARE_MAX_RECORD_BYTES", state.DefaultMaxRecordBytes)
-	envErrs = append(envErrs, err)
-	fs.IntVar(&o.maxRecordBytes, "max-record-bytes", maxRecord, "largest suspension record written to Consul: a job whose spec would not fit is never suspended (keep it at or below Consul's kv_max_value_size)")
-	usagePort, err := intEnv("GPUSHARE_USAGE_PORT", 0)
-	envErrs = append(envErrs, err)
-	fs.IntVar(&o.usagePort, "usage-port", usagePort, "the device plugins' usage_listen port (0: read no GPU usage)")
-	fs.DurationVar(&o.usagePeriod, "usage-period", durEnv("GPUSHARE_USAGE_PERIOD", utilization.DefaultPeriod), "how often the GPU nodes' usage is read")
-	publish, err := boolEnv("GPUSHARE_PUBLISH_RANKS", true)
-	envErrs = append(envErrs, err)
-	fs.BoolVar(&o.publishRanks, "publish-ranks", publish, "write placement ranks as Nomad dynamic node metadata gpushare.rank.<class> (the token needs node:write); GPU jobs with the ranking affinity then land where they fragment no GPU")
-	fs.StringVar(&o.recordKeyFile, "record-key-file", env("GPUSHARE_RECORD_KEY_FILE", ""), "file holding the keys that sign suspension records (base64, current key first, then previous ones); default: the Nomad Variable -record-key-var")
-	fs.StringVar(&o.recordKeyVar, "record-key-var", env("GPUSHARE_RECORD_KEY_VAR", service.DefaultRecordKeyPath), "Nomad Variable holding the record keys (items key and previous), created with a new key when absent")
-	fs.StringVar(&o.recordKeyNamespace, "record-key-namespace", env("GPUSHARE_RECORD_KEY_NAMESPACE", "default"), "namespace of -record-key-var: one only operators may read")
-	fs.StringVar(&o.instance, "instance", env("GPUSHARE_INSTANCE", fmt.Sprintf("%s-%d", host, os.Getpid())), "name of this instance")
-	fs.StringVar(&o.logLevel, "log-level", env("GPUSHARE_LOG_LEVEL", "info"), "log level")
-	if err := errors.Join(envErrs...); err != nil {
+	defs, prefix := newFlags(o, fmt.Sprintf("%s-%d", host, os.Getpid()))
+	if err := errors.Join(defs.errs...); err != nil {
 		return nil, err
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := defs.fs.Parse(args); err != nil {
 		return nil, err
 	}
 	o.layout = kvlayout.New(*prefix)
+	if o.version {
+		return o, nil
+	}
 	return o, o.validate()
+}
+
+// newFlags defines the daemon's flags on a new flag set, their defaults
+// read from the environment, and returns them with the -kv-prefix value.
+// The flag reference in docs/operator.md is rendered from it
+// (reference_test.go). instance is the default of -instance.
+func newFlags(o *options, instance string) (*flagDefs, *string) {
+	d := &flagDefs{fs: flag.NewFlagSet("gpushare-quota", flag.ContinueOnError), env: map[string]string{}}
+	d.str(&o.nomadAddr, "nomad-addr", "", "", "Nomad HTTP address (default NOMAD_ADDR, else http://127.0.0.1:4646)")
+	d.env["nomad-addr"] = "NOMAD_ADDR"
+	d.str(&o.nomadTokenFile, "nomad-token-file", "GPUSHARE_NOMAD_TOKEN_FILE", "", "file holding the Nomad ACL token (default: NOMAD_TOKEN)")
+	d.str(&o.consulAddr, "consul-addr", "", "", "Consul HTTP address (default CONSUL_HTTP_ADDR, else 127.0.0.1:8500)")
+	d.env["consul-addr"] = "CONSUL_HTTP_ADDR"
+	d.str(&o.consulTokenFile, "consul-token-file", "", "", "file holding the Consul ACL token (default: CONSUL_HTTP_TOKEN_FILE, else CONSUL_HTTP_TOKEN)")
+	d.env["consul-token-file"] = "CONSUL_HTTP_TOKEN_FILE"
+	prefix := new(string)
+	d.str(prefix, "kv-prefix", "GPUSHARE_KV_PREFIX", kvlayout.DefaultRoot, "root of the service's Consul KV keys")
+	d.str(&o.listen, "listen", "GPUSHARE_LISTEN", "127.0.0.1:9646", "HTTP API listen address (the default answers this host only)")
+	d.str(&o.tlsCert, "tls-cert", "GPUSHARE_TLS_CERT", "", "PEM certificate (chain) file: serve the API over HTTPS")
+	d.str(&o.tlsKey, "tls-key", "GPUSHARE_TLS_KEY", "", "PEM private key file of -tls-cert")
+	d.duration(&o.interval, "plan-interval", "GPUSHARE_PLAN_INTERVAL", service.DefaultPlanInterval, "safety-net plan period (without the event stream: full re-list period)")
+	d.duration(&o.resync, "resync-interval", "GPUSHARE_RESYNC_INTERVAL", nomadwatch.DefaultResyncInterval, "how often the view the event stream keeps is checked against a full listing of Nomad")
+	d.duration(&o.staleness, "max-staleness", "GPUSHARE_MAX_STALENESS", actuator.DefaultMaxStaleness, "take no action on data listed longer ago")
+	d.str(&o.policy, "policy", "GPUSHARE_POLICY", "gpushare", "placement policy for idle capacity")
+	d.integer(&o.maxRecordBytes, "max-record-bytes", "GPUSHARE_MAX_RECORD_BYTES", state.DefaultMaxRecordBytes, "largest suspension record written to Consul: a job whose spec would not fit is never suspended (keep it at or below Consul's kv_max_value_size)")
+	d.integer(&o.usagePort, "usage-port", "GPUSHARE_USAGE_PORT", 0, "the device plugins' usage_listen port (0: read no GPU usage)")
+	d.duration(&o.usagePeriod, "usage-period", "GPUSHARE_USAGE_PERIOD", utilization.DefaultPeriod, "how often the GPU nodes' usage is read")
+	d.boolean(&o.publishRanks, "publish-ranks", "GPUSHARE_PUBLISH_RANKS", true, "write placement ranks as Nomad dynamic node metadata gpushare.rank.<class> (the token needs node:write); GPU jobs with the ranking affinity then land where they fragment no GPU")
+	d.str(&o.recordKeyFile, "record-key-file", "GPUSHARE_RECORD_KEY_FILE", "", "file holding the keys that sign suspension records (base64, current key first, then previous ones); default: the Nomad Variable -record-key-var")
+	d.str(&o.recordKeyVar, "record-key-var", "GPUSHARE_RECORD_KEY_VAR", service.DefaultRecordKeyPath, "Nomad Variable holding the record keys (items key and previous), created with a new key when absent")
+	d.str(&o.recordKeyNamespace, "record-key-namespace", "GPUSHARE_RECORD_KEY_NAMESPACE", "default", "namespace of -record-key-var: one only operators may read")
+	d.str(&o.instance, "instance", "GPUSHARE_INSTANCE", instance, "name of this instance, unique among the instances")
+	d.str(&o.logLevel, "log-level", "GPUSHARE_LOG_LEVEL", "info", "log level: trace, debug, info, warn or error")
+	d.fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	return d, prefix
+}
+
+// flagDefs defines flags whose defaults come from environment variables,
+// and records which variable each reads.
+type flagDefs struct {
+	fs *flag.FlagSet
+	// env: the environment variable of each flag that has one.
+	env map[string]string
+	// errs: environment values that do not parse.
+	errs []error
+}
+
+func (d *flagDefs) str(p *string, name, envName, def, usage string) {
+	if envName != "" {
+		d.env[name] = envName
+		def = env(envName, def)
+	}
+	d.fs.StringVar(p, name, def, usage)
+}
+
+func (d *flagDefs) duration(p *time.Duration, name, envName string, def time.Duration, usage string) {
+	d.env[name] = envName
+	v, err := durationEnv(envName, def)
+	d.errs = append(d.errs, err)
+	d.fs.DurationVar(p, name, v, usage)
+}
+
+func (d *flagDefs) integer(p *int, name, envName string, def int, usage string) {
+	d.env[name] = envName
+	v, err := intEnv(envName, def)
+	d.errs = append(d.errs, err)
+	d.fs.IntVar(p, name, v, usage)
+}
+
+func (d *flagDefs) boolean(p *bool, name, envName string, def bool, usage string) {
+	d.env[name] = envName
+	v, err := boolEnv(envName, def)
+	d.errs = append(d.errs, err)
+	d.fs.BoolVar(p, name, v, usage)
 }
 
 func (o *options) validate() error {

@@ -13,6 +13,14 @@ terraform {
   }
 }
 
+# Name of this install: empty for the plain names; another name installs
+# beside an existing gpushare (its own job, policies, tokens and Consul
+# keys under <name>-gpushare/).
+variable "name" {
+  type    = string
+  default = ""
+}
+
 variable "nomad_addr" {
   type    = string
   default = "http://127.0.0.1:4646"
@@ -35,9 +43,28 @@ variable "consul_token" {
   sensitive = true
 }
 
+# Where the quota service's binary comes from: the release archive
+# (make dist) at quota_artifact_url with its sha256:<hex> checksum from
+# SHA256SUMS, else quota_binary on the clients.
+variable "quota_artifact_url" {
+  type    = string
+  default = ""
+}
+
+variable "quota_artifact_checksum" {
+  type    = string
+  default = ""
+}
+
 variable "quota_binary" {
   type    = string
   default = "/usr/local/bin/gpushare-quota"
+}
+
+# exec (the Nomad clients run as root) or raw_exec (enabled on the clients).
+variable "quota_driver" {
+  type    = string
+  default = "exec"
 }
 
 variable "projects" {
@@ -65,16 +92,23 @@ provider "gpushare" {
   consul_token   = var.consul_token
   nomad_address  = var.nomad_addr
   nomad_token    = var.nomad_token
+  # The module's kv_prefix: the quotas go where this install's service
+  # reads them.
+  kv_prefix = var.name == "" ? "gpushare" : "${var.name}-gpushare"
 }
 
 module "gpushare" {
   source = "../../modules/gpushare"
 
+  name     = var.name
   projects = var.projects
   quota_service = {
-    binary      = var.quota_binary
-    nomad_addr  = var.nomad_addr
-    consul_addr = var.consul_addr
+    driver            = var.quota_driver
+    artifact_url      = var.quota_artifact_url
+    artifact_checksum = var.quota_artifact_checksum
+    binary            = var.quota_binary
+    nomad_addr        = var.nomad_addr
+    consul_addr       = var.consul_addr
   }
 }
 
