@@ -23,6 +23,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -39,6 +40,9 @@ import (
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return // -h printed the usage
+		}
 		fmt.Fprintln(os.Stderr, "gpushare-quota:", err)
 		os.Exit(1)
 	}
