@@ -124,6 +124,12 @@ variable "cpu_mhz" {
   default     = 1000
 }
 
+variable "record_key_var" {
+  description = "Nomad Variable (in the default namespace) holding the keys that sign the service's suspension records; the service creates it when absent. Its Nomad policy must grant read and write on it (jobspecs/acl/nomad-gpushare-quota.policy.hcl)."
+  type        = string
+  default     = "gpushare/record-key"
+}
+
 variable "publish_ranks" {
   description = "Publish placement ranks as Nomad dynamic node metadata gpushare.rank.<class> (docs/design.md, Placement ranking); needs node write in the service's Nomad policy."
   type        = bool
@@ -206,13 +212,14 @@ job "gpushare-quota" {
       # Nomad and Consul clients are read here too: add them to this block
       # when the agents serve HTTPS.
       env {
-        NOMAD_ADDR             = var.nomad_addr
-        CONSUL_HTTP_ADDR       = var.consul_addr
-        GPUSHARE_KV_PREFIX     = var.kv_prefix
-        GPUSHARE_TLS_CERT      = var.tls_cert
-        GPUSHARE_TLS_KEY       = var.tls_key
-        GPUSHARE_USAGE_PORT    = var.usage_port
-        GPUSHARE_PUBLISH_RANKS = var.publish_ranks ? "true" : "false"
+        NOMAD_ADDR              = var.nomad_addr
+        CONSUL_HTTP_ADDR        = var.consul_addr
+        GPUSHARE_KV_PREFIX      = var.kv_prefix
+        GPUSHARE_TLS_CERT       = var.tls_cert
+        GPUSHARE_TLS_KEY        = var.tls_key
+        GPUSHARE_USAGE_PORT     = var.usage_port
+        GPUSHARE_PUBLISH_RANKS  = var.publish_ranks ? "true" : "false"
+        GPUSHARE_RECORD_KEY_VAR = var.record_key_var
         # Go's garbage collector works to stay below 90% of the memory
         # reserved, rather than doubling the heap before it collects.
         GOMEMLIMIT = "${floor(var.memory_mb * 0.9)}MiB"

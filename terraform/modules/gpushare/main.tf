@@ -22,10 +22,13 @@ locals {
 
   namespaces = toset([for name, p in var.projects : coalesce(p.namespace, name)])
 
+  # Each install keeps its record keys in a variable of its own.
+  record_key_var = "${local.kv_root}/record-key"
+
   # The service reads everywhere and suspends and resumes work only in the
   # project namespaces.
   quota_nomad_rules = join("\n", concat(
-    [file("${local.jobspecs}/acl/nomad-gpushare-quota.policy.hcl")],
+    [replace(file("${local.jobspecs}/acl/nomad-gpushare-quota.policy.hcl"), "\"gpushare/record-key\"", "\"${local.record_key_var}\"")],
     [for ns in sort(tolist(local.namespaces)) :
     replace(file("${local.jobspecs}/acl/nomad-gpushare-quota-project.policy.hcl"), "<namespace>", ns)],
   ))
@@ -205,6 +208,7 @@ resource "nomad_job" "quota_service" {
       cpu_mhz              = tostring(var.quota_service.cpu_mhz)
       publish_ranks        = tostring(var.quota_service.publish_ranks)
       kv_prefix            = local.kv_root
+      record_key_var       = local.record_key_var
       tokens_from_variable = tostring(var.acl)
     }
   }

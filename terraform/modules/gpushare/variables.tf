@@ -55,10 +55,10 @@ variable "quota_service" {
     artifact_url      = optional(string, "")
     artifact_checksum = optional(string, "")
     binary            = optional(string, "/usr/local/bin/gpushare-quota")
-    nomad_addr  = optional(string, "http://127.0.0.1:4646")
-    consul_addr = optional(string, "127.0.0.1:8500")
-    tls_cert    = optional(string, "")
-    tls_key     = optional(string, "")
+    nomad_addr        = optional(string, "http://127.0.0.1:4646")
+    consul_addr       = optional(string, "127.0.0.1:8500")
+    tls_cert          = optional(string, "")
+    tls_key           = optional(string, "")
     # Resources of each instance: 1024 MiB fits 5,000 GPU nodes; give
     # 3000 MHz at that size (docs/scale.md).
     memory_mb = optional(number, 1024)
