@@ -63,6 +63,14 @@ func (c *Consul) Set(key string, value []byte) {
 	c.put(key, value)
 }
 
+// Lock writes key as held by session with value, as Consul's lock does
+// (session "" leaves it unheld).
+func (c *Consul) Lock(key string, value []byte, session string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.put(key, value).Session = session
+}
+
 // put writes key (c.mu held).
 func (c *Consul) put(key string, value []byte) *consulapi.KVPair {
 	c.index++

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/internal/agentfake"
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
+	"github.com/gpushare/nomad-gpushare/quota-service/leader"
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
@@ -318,5 +319,27 @@ func TestRecordsNobodyCanSteerFast(t *testing.T) {
 	}
 	if w.nomad.Job("team-b", "pwned") != nil {
 		t.Fatal("a hand-written record registered a job")
+	}
+}
+
+// TestGuardStopsALeaderThatLostItsLock: with the lock held by another
+// instance, a plan's suspension writes no record and stops nothing.
+func TestGuardStopsALeaderThatLostItsLock(t *testing.T) {
+	w := newWorld(t)
+	w.consul.Lock("gs/leader", []byte("q2"), "s2")
+	w.act.opts.Guard = func(ctx context.Context) error {
+		return leader.Held(ctx, w.consul.Client(), "gs/leader", "q1")
+	}
+	w.run("team-a", "train")
+	v := w.view(model.Pending{Project: "team-b", Job: "team-b/big", Group: "g", Count: 1, Ask: model.Ask{WholeGPUs: 1}})
+	rep, err := w.act.Apply(context.Background(), v, plan.Result{Actions: []plan.Action{{Kind: plan.Suspend, Project: "team-a", Job: "team-a/train", Workload: len(v.Snapshot.Pending) - 1}}})
+	if err != nil || len(rep.Errors) == 0 || !strings.Contains(rep.Errors[0].Error(), `held by "q2"`) {
+		t.Fatalf("Apply: %v, report %+v; want the suspension refused by the guard", err, rep)
+	}
+	if got := w.writesSince(0); len(got) > 0 {
+		t.Fatalf("Nomad writes %v by an instance that does not hold the lock", got)
+	}
+	if w.consul.Value("gs/suspended/team-a/train") != nil {
+		t.Fatal("a record was written by an instance that does not hold the lock")
 	}
 }
