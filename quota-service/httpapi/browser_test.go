@@ -133,4 +133,35 @@ func TestLoginAndRefreshInBrowser(t *testing.T) {
 	if _, err := pageText(ctx, "Log in with a Nomad token"); err != nil {
 		t.Fatal(err)
 	}
+	checkGPUMap(t, ctx, login)
+}
+
+// checkGPUMap logs in with node read: the page draws the GPU map, one box
+// per GPU with its family, the part held and its tenants, team-a's job
+// hidden from team-b's operator.
+func checkGPUMap(t *testing.T, ctx context.Context, login func(string) error) {
+	t.Helper()
+	if err := login("team-b-operator"); err != nil {
+		t.Fatal(err)
+	}
+	text, err := pageText(ctx, "GPU map")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"GPU 0 · whole", "GPU 1 · shared", "50% held", "team-b/infer (team-b) 50%", hiddenWorkload + " (team-a) 100%"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("GPU map lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "secret-train") {
+		t.Errorf("team-b's operator sees team-a's job on the GPU map:\n%s", text)
+	}
+	boxes, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`document.querySelectorAll("#gpu-map .gpu").length`))
+	if err != nil || boxes != 2 {
+		t.Errorf("GPU map draws %v boxes (%v), want 2", boxes, err)
+	}
+	width, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelectorAll("#gpu-map .gpu .fill")[1].style.width`))
+	if err != nil || width != "50%" {
+		t.Errorf("GPU 1's bar is %q wide (%v), want 50%%", width, err)
+	}
 }

@@ -18,7 +18,8 @@ const hiddenError = "hidden, as it may name jobs of any namespace: see the servi
 // visibleStatus is what a request with access a may see of st: the
 // projects whose namespace it may read; the pending, suspended, waiting
 // and recent jobs of namespaces it may read, with the workloads of others
-// hidden in their reasons; nodes out of planning only with node read; the
+// hidden in their reasons; nodes out of planning and the GPU map only with
+// node read (the map's jobs of other namespaces hidden); the
 // warnings and the last error's text (which may name any job) only with
 // access to everything.
 func visibleStatus(st service.Status, a Access) service.Status {
@@ -52,9 +53,35 @@ func visibleStatus(st service.Status, a Access) service.Status {
 	if !a.Nodes {
 		out.OutOfPlanning = nil
 	}
+	out.Nodes = visibleNodes(st.Nodes, a)
 	out.Warnings = nil
 	if out.LastError != "" {
 		out.LastError = hiddenError
+	}
+	return out
+}
+
+// visibleNodes is the GPU map for a request that may not see everything:
+// none without node read; else every GPU, with the jobs of namespaces it
+// may not read hidden (their project and shares stay).
+func visibleNodes(nodes []service.NodeView, a Access) []service.NodeView {
+	if !a.Nodes {
+		return nil
+	}
+	out := make([]service.NodeView, len(nodes))
+	for i, n := range nodes {
+		out[i] = n
+		out[i].GPUs = make([]service.GPUView, len(n.GPUs))
+		for j, g := range n.GPUs {
+			out[i].GPUs[j] = g
+			out[i].GPUs[j].Tenants = nil
+			for _, t := range g.Tenants {
+				if !a.Namespace(t.Namespace) {
+					t.Namespace, t.Job = "", hiddenWorkload
+				}
+				out[i].GPUs[j].Tenants = append(out[i].GPUs[j].Tenants, t)
+			}
+		}
 	}
 	return out
 }

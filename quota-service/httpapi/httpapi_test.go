@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -43,6 +44,12 @@ func (f fakeSource) Status() service.Status {
 		},
 		OutOfPlanning: []string{"node n2: draining"},
 		Warnings:      []string{"job team-a/secret: bad spec"},
+		Nodes: []service.NodeView{{Node: "n1", GPUs: []service.GPUView{
+			{Index: 0, Model: "H100", Family: "whole", Capacity: 100, Held: 100,
+				Tenants: []service.Tenant{{Namespace: "team-a", Job: "secret-train", Project: "team-a", Shares: 100}}},
+			{Index: 1, Model: "H100", Family: "shared", Capacity: 100, Held: 50,
+				Tenants: []service.Tenant{{Namespace: "team-b", Job: "infer", Project: "team-b", Shares: 50}}},
+		}}},
 	}
 }
 
@@ -59,6 +66,8 @@ func (fakeAccess) Access(_ context.Context, token string) (Access, error) {
 		return Access{All: true}, nil
 	case "team-b-reader":
 		return Access{Namespaces: map[string]bool{"team-b": true}}, nil
+	case "team-b-operator":
+		return Access{Namespaces: map[string]bool{"team-b": true}, Nodes: true}, nil
 	default:
 		return Access{}, ErrTokenRejected
 	}
@@ -233,6 +242,41 @@ func TestDashboardLogin(t *testing.T) {
 	for _, c := range resp.Cookies() {
 		if c.Name == tokenCookie && (c.MaxAge >= 0 || c.Value != "") {
 			t.Errorf("logout left the cookie %+v", c)
+		}
+	}
+}
+
+// TestGPUMapFollowsTheToken: the GPU map needs node read; with it, the
+// jobs of namespaces the token cannot read are hidden, their project and
+// shares kept.
+func TestGPUMapFollowsTheToken(t *testing.T) {
+	srv := newTestAPI(t)
+	for token, want := range map[string][]string{
+		"team-b-reader":   nil,
+		"team-b-operator": {"team-b/infer 50", hiddenWorkload + " 100"},
+		"mgmt":            {"team-a/secret-train 100", "team-b/infer 50"},
+	} {
+		_, body := get(t, http.DefaultClient, srv.URL+"/v1/status", map[string]string{"X-Nomad-Token": token})
+		var st service.Status
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, n := range st.Nodes {
+			for _, g := range n.GPUs {
+				for _, tn := range g.Tenants {
+					who := tn.Job
+					if tn.Namespace != "" {
+						who = tn.Namespace + "/" + tn.Job
+					}
+					got = append(got, fmt.Sprintf("%s %d", who, tn.Shares))
+				}
+			}
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s sees the GPU map's tenants %q, want %q", token, got, want)
 		}
 	}
 }

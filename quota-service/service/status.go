@@ -58,6 +58,9 @@ type Status struct {
 	// RecordErrors are the suspension records the service does not act
 	// on, and why (also under <root>/status/record-errors/ in Consul).
 	RecordErrors []state.RecordError `json:"record_errors,omitempty"`
+	// Nodes are the GPU nodes with what each GPU holds (the dashboard's
+	// map).
+	Nodes []NodeView `json:"nodes,omitempty"`
 }
 
 // SuspendedJob is a job the service stopped to make room, from its
@@ -102,6 +105,7 @@ func (s *Service) record(ctx context.Context, c *cycleData) {
 	st.Projects, st.Pending, st.Suspended, st.Unplaced, st.Warnings = views, sum.pending, sum.suspended, unplacedLines(c, c.res.Unplaced), c.view.Warnings
 	st.Unplaceable, st.OutOfPlanning = unplacedLines(c, c.res.Unplaceable), outOfPlanning(c.view.Snapshot)
 	st.RecordErrors = c.view.RecordErrors
+	st.Nodes = gpuMap(c.view.Snapshot)
 	s.mu.Unlock()
 	if c.acted {
 		s.writeProjectStatus(ctx, views, now)
@@ -296,6 +300,7 @@ func (s *Service) Status() Status {
 	st := s.status
 	st.Projects = append([]ProjectView(nil), st.Projects...)
 	st.Suspended = append([]SuspendedJob(nil), st.Suspended...)
+	st.Nodes = append([]NodeView(nil), st.Nodes...)
 	st.Recent = append([]state.Entry(nil), st.Recent...)
 	return st
 }

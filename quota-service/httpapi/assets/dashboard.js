@@ -120,6 +120,41 @@ function summary(st) {
   return parts.join(" · ");
 }
 
+// gpuBox draws one GPU: its index and family, a bar of the shares held,
+// and its tenants.
+function gpuBox(g) {
+  const box = el("div", undefined, "gpu " + (g.unavailable ? "unavailable" : g.family));
+  box.appendChild(el("div", "GPU " + g.index + " · " + (g.unavailable ? "unavailable" : g.family), "gpu-title"));
+  const bar = el("div", undefined, "bar");
+  const fill = el("div", undefined, "fill");
+  const held = g.capacity > 0 ? Math.min(100, Math.round(100 * g.held / g.capacity)) : 0;
+  fill.style.width = held + "%";
+  bar.appendChild(fill);
+  box.appendChild(bar);
+  box.appendChild(el("div", held + "% held", "gpu-held"));
+  (g.tenants || []).forEach(t => {
+    const who = t.namespace ? t.namespace + "/" + t.job : t.job;
+    box.appendChild(el("div", who + " (" + t.project + ") " + t.shares + "%", "tenant"));
+  });
+  if (g.unavailable) {
+    box.title = g.unavailable;
+  }
+  return box;
+}
+
+function fillGPUMap(nodes) {
+  document.getElementById("gpu-map-section").hidden = !nodes || nodes.length === 0;
+  const rows = (nodes || []).map(n => {
+    const row = el("div", undefined, "node");
+    row.appendChild(el("div", n.node + (n.unavailable ? " (out of planning: " + n.unavailable + ")" : ""), "node-name"));
+    const gpus = el("div", undefined, "gpus");
+    (n.gpus || []).forEach(g => gpus.appendChild(gpuBox(g)));
+    row.appendChild(gpus);
+    return row;
+  });
+  document.getElementById("gpu-map").replaceChildren(...rows);
+}
+
 function render(st) {
   document.getElementById("summary").textContent = summary(st);
   document.getElementById("logout").hidden = !(st.access && st.access.login);
@@ -127,6 +162,7 @@ function render(st) {
   error.hidden = !st.last_error;
   error.textContent = st.last_error ? "The last cycle took no action: " + st.last_error : "";
   fillTable("projects", st.projects, "No project has a quota or GPU work yet.");
+  fillGPUMap(st.nodes);
   fillTable("suspended", st.suspended, "None.");
   fillList("waiting", st.unplaced, "None.");
   fillList("unplaceable", st.unplaceable);

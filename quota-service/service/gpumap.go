@@ -1,0 +1,87 @@
+package service
+
+import (
+	"sort"
+	"strings"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
+)
+
+// NodeView is one GPU node as the dashboard's map draws it: each GPU's
+// family, what is held on it and by whom.
+type NodeView struct {
+	Node string `json:"node"`
+	// Unavailable says why the node is out of planning ("" when in).
+	Unavailable string    `json:"unavailable,omitempty"`
+	GPUs        []GPUView `json:"gpus"`
+}
+
+// GPUView is one GPU (or MIG device) of a node.
+type GPUView struct {
+	Index int    `json:"index"`
+	Model string `json:"model"`
+	// Family is "whole", "shared", "mig", or "any" (idle, either way).
+	Family string `json:"family"`
+	// Unavailable says why the GPU takes no work ("" when healthy).
+	Unavailable string `json:"unavailable,omitempty"`
+	// Capacity and Held are in shares (100 a GPU).
+	Capacity int      `json:"capacity"`
+	Held     int      `json:"held"`
+	Tenants  []Tenant `json:"tenants,omitempty"`
+}
+
+// Tenant is a job's hold on one GPU.
+type Tenant struct {
+	Namespace string `json:"namespace"`
+	Job       string `json:"job"`
+	Project   string `json:"project"`
+	Shares    int    `json:"shares"`
+}
+
+// gpuMap lays out the snapshot's GPU nodes, sorted by name, each GPU's
+// tenants by job.
+func gpuMap(snap *model.Snapshot) []NodeView {
+	byNode := map[string]*NodeView{}
+	var out []NodeView
+	for _, n := range snap.Nodes {
+		if len(n.GPUs) == 0 {
+			continue
+		}
+		v := NodeView{Node: n.Name, Unavailable: n.Unavailable}
+		for i, g := range n.GPUs {
+			v.GPUs = append(v.GPUs, GPUView{Index: i, Model: g.Model, Family: g.Mode.String(), Unavailable: g.Unavailable, Capacity: int(g.Capacity())})
+		}
+		out = append(out, v)
+	}
+	for i := range out {
+		byNode[out[i].Node] = &out[i]
+	}
+	for _, a := range snap.Allocations {
+		n := byNode[a.Node]
+		if n == nil {
+			continue
+		}
+		for _, gi := range a.GPUs {
+			if gi < 0 || gi >= len(n.GPUs) {
+				continue
+			}
+			g := &n.GPUs[gi]
+			shares := g.Capacity
+			if a.Ask.WholeGPUs == 0 && a.Ask.Shares > 0 {
+				shares = int(a.Ask.Shares)
+			}
+			ns, job, _ := strings.Cut(a.Job, "/")
+			g.Held += shares
+			g.Tenants = append(g.Tenants, Tenant{Namespace: ns, Job: job, Project: a.Project, Shares: shares})
+		}
+	}
+	for _, n := range out {
+		for _, g := range n.GPUs {
+			sort.Slice(g.Tenants, func(i, j int) bool {
+				return g.Tenants[i].Namespace+"/"+g.Tenants[i].Job < g.Tenants[j].Namespace+"/"+g.Tenants[j].Job
+			})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
