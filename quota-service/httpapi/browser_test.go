@@ -105,7 +105,7 @@ func TestLoginAndRefreshInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"team-b/infer", hiddenWorkload, "Log out", "Utilization vs allocation", "0.37"} {
+	for _, want := range []string{"team-b/infer", hiddenWorkload, "Log out", "Utilization vs allocation", "0.37", "Allocated and used, last hour", "allocated 0.50, used 0.50"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("page lacks %q:\n%s", want, text)
 		}
@@ -116,6 +116,10 @@ func TestLoginAndRefreshInBrowser(t *testing.T) {
 		if strings.Contains(text, leak) {
 			t.Errorf("team-b's reader sees %q:\n%s", leak, text)
 		}
+	}
+	lines, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`document.querySelectorAll("#trend svg polyline").length`))
+	if err != nil || lines != 2 {
+		t.Errorf("team-b's trend draws %v lines (%v), want allocated and used", lines, err)
 	}
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.mark = "no reload"`)); err != nil {
 		t.Fatal(err)

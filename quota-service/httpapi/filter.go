@@ -54,6 +54,7 @@ func visibleStatus(st service.Status, a Access) service.Status {
 		out.OutOfPlanning = nil
 	}
 	out.Nodes = visibleNodes(st.Nodes, a)
+	out.Trend = visibleTrend(st.Trend, out.Projects)
 	out.Warnings = nil
 	if out.LastError != "" {
 		out.LastError = hiddenError
@@ -82,6 +83,25 @@ func visibleNodes(nodes []service.NodeView, a Access) []service.NodeView {
 				out[i].GPUs[j].Tenants = append(out[i].GPUs[j].Tenants, t)
 			}
 		}
+	}
+	return out
+}
+
+// visibleTrend keeps, of each sample, the projects in visible.
+func visibleTrend(trend []service.TrendPoint, visible []service.ProjectView) []service.TrendPoint {
+	seen := map[string]bool{}
+	for _, p := range visible {
+		seen[p.Project] = true
+	}
+	out := make([]service.TrendPoint, 0, len(trend))
+	for _, pt := range trend {
+		keep := service.TrendPoint{At: pt.At, Projects: map[string]service.ProjectSample{}}
+		for name, sample := range pt.Projects {
+			if seen[name] {
+				keep.Projects[name] = sample
+			}
+		}
+		out = append(out, keep)
 	}
 	return out
 }

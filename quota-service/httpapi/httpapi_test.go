@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
@@ -44,6 +45,10 @@ func (f fakeSource) Status() service.Status {
 		},
 		OutOfPlanning: []string{"node n2: draining"},
 		Warnings:      []string{"job team-a/secret: bad spec"},
+		Trend: []service.TrendPoint{
+			{At: time.Unix(1000, 0), Projects: map[string]service.ProjectSample{"team-a": {Allocated: 2}, "team-b": {Allocated: 1, Used: ptr(0.25)}}},
+			{At: time.Unix(1030, 0), Projects: map[string]service.ProjectSample{"team-a": {Allocated: 3}, "team-b": {Allocated: 0.5, Used: ptr(0.5)}}},
+		},
 		Nodes: []service.NodeView{{Node: "n1", GPUs: []service.GPUView{
 			{Index: 0, Model: "H100", Family: "whole", Capacity: 100, Held: 100,
 				Tenants: []service.Tenant{{Namespace: "team-a", Job: "secret-train", Project: "team-a", Shares: 100}}},
@@ -278,6 +283,21 @@ func TestGPUMapFollowsTheToken(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("%s sees the GPU map's tenants %q, want %q", token, got, want)
 		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestTrendFollowsTheToken: a token sees the trend of the projects it sees.
+func TestTrendFollowsTheToken(t *testing.T) {
+	srv := newTestAPI(t)
+	_, body := get(t, http.DefaultClient, srv.URL+"/v1/status", map[string]string{"X-Nomad-Token": "team-b-reader"})
+	var st service.Status
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Trend) != 2 || len(st.Trend[1].Projects) != 1 || st.Trend[1].Projects["team-b"].Allocated != 0.5 {
+		t.Fatalf("team-b's reader sees the trend %+v, want team-b's two samples alone", st.Trend)
 	}
 }
 

@@ -61,6 +61,9 @@ type Status struct {
 	// Nodes are the GPU nodes with what each GPU holds (the dashboard's
 	// map).
 	Nodes []NodeView `json:"nodes,omitempty"`
+	// Trend is each project's allocated and used GPUs over the last hour,
+	// oldest first (trend.go).
+	Trend []TrendPoint `json:"trend,omitempty"`
 }
 
 // SuspendedJob is a job the service stopped to make room, from its
@@ -98,6 +101,7 @@ func (s *Service) record(ctx context.Context, c *cycleData) {
 	views := s.projectViews(c, sum)
 	s.setProjectMetrics(c, sum)
 	s.reportRecordErrors(ctx, c)
+	used := s.usedByProject()
 	s.mu.Lock()
 	s.noteActions(c.rep, sum, now)
 	st := &s.status
@@ -106,6 +110,7 @@ func (s *Service) record(ctx context.Context, c *cycleData) {
 	st.Unplaceable, st.OutOfPlanning = unplacedLines(c, c.res.Unplaceable), outOfPlanning(c.view.Snapshot)
 	st.RecordErrors = c.view.RecordErrors
 	st.Nodes = gpuMap(c.view.Snapshot)
+	st.Trend = sampleTrend(st.Trend, now, views, used)
 	s.mu.Unlock()
 	if c.acted {
 		s.writeProjectStatus(ctx, views, now)
@@ -301,6 +306,7 @@ func (s *Service) Status() Status {
 	st.Projects = append([]ProjectView(nil), st.Projects...)
 	st.Suspended = append([]SuspendedJob(nil), st.Suspended...)
 	st.Nodes = append([]NodeView(nil), st.Nodes...)
+	st.Trend = append([]TrendPoint(nil), st.Trend...)
 	st.Recent = append([]state.Entry(nil), st.Recent...)
 	return st
 }

@@ -155,6 +155,47 @@ function fillGPUMap(nodes) {
   document.getElementById("gpu-map").replaceChildren(...rows);
 }
 
+const svgNS = "http://www.w3.org/2000/svg";
+
+// sparkline draws values (oldest first) as a polyline scaled to top.
+function sparkline(values, top, cls) {
+  const w = 240, h = 40;
+  const line = document.createElementNS(svgNS, "polyline");
+  const n = values.length;
+  line.setAttribute("points", values.map((v, i) =>
+    (n > 1 ? (i * w / (n - 1)) : w).toFixed(1) + "," + (h - (top > 0 ? v / top : 0) * (h - 2) - 1).toFixed(1)).join(" "));
+  line.setAttribute("class", cls);
+  return line;
+}
+
+function fillTrend(trend) {
+  const points = trend || [];
+  const last = points.length ? points[points.length - 1].projects : {};
+  const names = Object.keys(last).sort();
+  document.getElementById("trend-section").hidden = names.length === 0;
+  const rows = names.map(name => {
+    const alloc = points.map(p => (p.projects[name] || {}).allocated || 0);
+    const used = points.map(p => (p.projects[name] || {}).used);
+    const hasUsed = used.some(u => u !== undefined && u !== null);
+    const top = Math.max(1, ...alloc, ...used.map(u => u || 0));
+    const row = el("div", undefined, "trend-row");
+    row.appendChild(el("span", name, "trend-name"));
+    const svg = document.createElementNS(svgNS, "svg");
+    svg.setAttribute("width", "240");
+    svg.setAttribute("height", "40");
+    svg.setAttribute("class", "trend");
+    svg.appendChild(sparkline(alloc, top, "allocated"));
+    if (hasUsed) {
+      svg.appendChild(sparkline(used.map(u => u || 0), top, "used"));
+    }
+    row.appendChild(svg);
+    const now = last[name];
+    row.appendChild(el("span", "allocated " + now.allocated.toFixed(2) + (now.used !== undefined && now.used !== null ? ", used " + now.used.toFixed(2) : "") + " (scale 0 to " + top.toFixed(2) + ")", "trend-now"));
+    return row;
+  });
+  document.getElementById("trend").replaceChildren(...rows);
+}
+
 function render(st) {
   document.getElementById("summary").textContent = summary(st);
   document.getElementById("logout").hidden = !(st.access && st.access.login);
@@ -163,6 +204,7 @@ function render(st) {
   error.textContent = st.last_error ? "The last cycle took no action: " + st.last_error : "";
   fillTable("projects", st.projects, "No project has a quota or GPU work yet.");
   fillGPUMap(st.nodes);
+  fillTrend(st.trend);
   fillTable("suspended", st.suspended, "None.");
   fillList("waiting", st.unplaced, "None.");
   fillList("unplaceable", st.unplaceable);
