@@ -20,7 +20,8 @@ type NodeView struct {
 type GPUView struct {
 	Index int    `json:"index"`
 	Model string `json:"model"`
-	// Family is "whole", "shared", "mig", or "any" (idle, either way).
+	// Family is "whole", "shared" or "mig" as published, or as its
+	// tenants hold it; "idle" for an idle GPU either family may take.
 	Family string `json:"family"`
 	// Unavailable says why the GPU takes no work ("" when healthy).
 	Unavailable string `json:"unavailable,omitempty"`
@@ -76,7 +77,11 @@ func gpuMap(snap *model.Snapshot) []NodeView {
 		}
 	}
 	for _, n := range out {
-		for _, g := range n.GPUs {
+		for i := range n.GPUs {
+			g := &n.GPUs[i]
+			if g.Family == model.ModeAny.String() {
+				g.Family = heldAs(g.Tenants, g.Capacity)
+			}
 			sort.Slice(g.Tenants, func(i, j int) bool {
 				return g.Tenants[i].Namespace+"/"+g.Tenants[i].Job < g.Tenants[j].Namespace+"/"+g.Tenants[j].Job
 			})
@@ -84,4 +89,16 @@ func gpuMap(snap *model.Snapshot) []NodeView {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out
+}
+
+// heldAs is the family a GPU's tenants hold it in: "whole" for a tenant
+// holding all of it, "shared" for tenants holding shares, "idle" for none.
+func heldAs(tenants []Tenant, capacity int) string {
+	switch {
+	case len(tenants) == 0:
+		return "idle"
+	case len(tenants) == 1 && tenants[0].Shares >= capacity:
+		return "whole"
+	}
+	return "shared"
 }

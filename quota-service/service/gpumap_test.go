@@ -11,7 +11,7 @@ import (
 func TestGPUMap(t *testing.T) {
 	snap := &model.Snapshot{
 		Nodes: []model.Node{
-			{Name: "n2", GPUs: []model.GPU{{Model: "H100", Mode: model.ModeWhole}, {Model: "H100", Mode: model.ModeShared}}},
+			{Name: "n2", GPUs: []model.GPU{{Model: "H100", Mode: model.ModeAny}, {Model: "H100", Mode: model.ModeShared}}},
 			{Name: "cpu-only"},
 			{Name: "n1", GPUs: []model.GPU{{Model: "A100", Mode: model.ModeAny, Unavailable: "Xid 79"}}},
 		},
@@ -26,7 +26,7 @@ func TestGPUMap(t *testing.T) {
 	if len(nodes) != 2 || nodes[0].Node != "n1" || nodes[1].Node != "n2" {
 		t.Fatalf("nodes %+v, want n1 and n2 (GPU nodes, by name)", nodes)
 	}
-	if g := nodes[0].GPUs[0]; g.Unavailable != "Xid 79" || g.Family != "any" || g.Held != 0 {
+	if g := nodes[0].GPUs[0]; g.Unavailable != "Xid 79" || g.Family != "idle" || g.Held != 0 {
 		t.Errorf("n1's GPU: %+v", g)
 	}
 	whole, shared := nodes[1].GPUs[0], nodes[1].GPUs[1]

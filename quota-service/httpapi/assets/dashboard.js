@@ -160,10 +160,13 @@ const svgNS = "http://www.w3.org/2000/svg";
 // sparkline draws values (oldest first) as a polyline scaled to top.
 function sparkline(values, top, cls) {
   const w = 240, h = 40;
+  if (values.length === 1) {
+    values = [values[0], values[0]]; // one sample: a flat line
+  }
   const line = document.createElementNS(svgNS, "polyline");
   const n = values.length;
   line.setAttribute("points", values.map((v, i) =>
-    (n > 1 ? (i * w / (n - 1)) : w).toFixed(1) + "," + (h - (top > 0 ? v / top : 0) * (h - 2) - 1).toFixed(1)).join(" "));
+    (i * w / (n - 1)).toFixed(1) + "," + (h - (top > 0 ? v / top : 0) * (h - 2) - 1).toFixed(1)).join(" "));
   line.setAttribute("class", cls);
   return line;
 }
