@@ -103,7 +103,7 @@ func offerDevices(rng *rand.Rand, n *Node, t Task, fam []family, score gpuScorer
 	}
 	if !isShare(t) {
 		for i := range n.GPUs {
-			if fam[i] == offeredWhole && t.ModelAllowed(n.GPUs[i].Model) {
+			if fam[i] == offeredWhole && t.MayUse(n.GPUs[i].Model, n.GPUs[i].Mode) {
 				buf = append(buf, i)
 			}
 		}
@@ -117,7 +117,7 @@ func offerDevices(rng *rand.Rand, n *Node, t Task, fam []family, score gpuScorer
 	bestScore := 0.0
 	for i := range n.GPUs {
 		g := &n.GPUs[i]
-		if fam[i] != offeredShare || g.Free < t.Shares || !t.ModelAllowed(g.Model) {
+		if fam[i] != offeredShare || g.Free < t.Shares || !t.MayUse(g.Model, g.Mode) {
 			continue
 		}
 		s := 0.0
