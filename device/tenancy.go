@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/alloctrack"
-	"github.com/gpushare/nomad-gpushare/device/nodeusage"
 	"github.com/gpushare/nomad-gpushare/device/partition"
 	"github.com/gpushare/nomad-gpushare/device/tenants"
+	"github.com/gpushare/nomad-gpushare/vocab/nodeusage"
 )
 
 // recentMax bounds the kills and moves a report lists.

@@ -8,8 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/device/partition"
+	"github.com/gpushare/nomad-gpushare/vocab"
+	"github.com/gpushare/nomad-gpushare/vocab/nomadread"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -218,12 +219,12 @@ func admits(job *api.Job, node *api.Node) bool {
 // MIG device groups are left out: a request naming one waits for a MIG
 // device, which no switch of a whole GPU provides.
 func deviceGroupNames(node *api.Node) map[string]map[string]bool {
-	out := map[string]map[string]bool{ids.TypeWhole: {}, ids.TypeShare: {}}
+	out := map[string]map[string]bool{vocab.TypeWhole: {}, vocab.TypeShare: {}}
 	if node.NodeResources == nil {
 		return out
 	}
 	for _, g := range node.NodeResources.Devices {
-		if g != nil && g.Vendor == ids.Vendor && out[g.Type] != nil && !isMIGGroup(g) {
+		if g != nil && g.Vendor == vocab.Vendor && out[g.Type] != nil && !isMIGGroup(g) {
 			out[g.Type][g.Name] = true
 		}
 	}
@@ -235,19 +236,19 @@ func shareUnit(node *api.Node) int {
 	if node.NodeResources == nil {
 		return 1
 	}
-	return ids.ShareUnit(node.NodeResources.Devices)
+	return nomadread.ShareUnit(node.NodeResources.Devices)
 }
 
 // isMIGGroup reports whether the plugin published the group for MIG
 // devices.
 func isMIGGroup(g *api.NodeDeviceResource) bool {
-	a := g.Attributes[ids.SharingAttr]
-	return a != nil && a.StringVal != nil && *a.StringVal == ids.SharingMIG
+	a := g.Attributes[vocab.SharingAttr]
+	return a != nil && a.StringVal != nil && *a.StringVal == vocab.SharingMIG
 }
 
 // requestFamily says which gpushare family a device request asks for, if
 // any: a request that names a device group must name one of this node's.
-func requestFamily(req ids.Request, groups map[string]map[string]bool) (typ string, ok bool) {
+func requestFamily(req vocab.Request, groups map[string]map[string]bool) (typ string, ok bool) {
 	if !req.Whole() && !req.Share() {
 		return "", false
 	}
@@ -281,7 +282,7 @@ func jobDemand(k string, job *api.Job, failed map[string]*api.AllocationMetric, 
 				if req == nil {
 					continue
 				}
-				r := ids.ParseRequest(req)
+				r := nomadread.ParseRequest(req)
 				typ, ok := requestFamily(r, groups)
 				n := r.Count
 				if !ok || n <= 0 {
@@ -289,7 +290,7 @@ func jobDemand(k string, job *api.Job, failed map[string]*api.AllocationMetric, 
 				}
 				for a := 0; a <= am.CoalescedFailures; a++ {
 					d := Demand{Key: fmt.Sprintf("%s/%s/%s/%d#%d", k, *tg.Name, task.Name, ri, a), Since: since}
-					if typ == ids.TypeWhole {
+					if typ == vocab.TypeWhole {
 						d.Whole = n
 					} else {
 						d.Shares = n * unit

@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/vocab/nomadread"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -122,7 +122,7 @@ func admissionKey(spec *nomadapi.Job, tg *nomadapi.TaskGroup) string {
 		fmt.Fprintf(&b, "|%q %q %q", c.LTarget, c.Operand, c.RTarget)
 	}
 	for _, d := range gpuRequests(tg) {
-		fmt.Fprintf(&b, "|%q %d", d.Name, ids.ParseRequest(d).Count)
+		fmt.Fprintf(&b, "|%q %d", d.Name, nomadread.ParseRequest(d).Count)
 		for _, c := range d.Constraints {
 			fmt.Fprintf(&b, " %q %q %q", c.LTarget, c.Operand, c.RTarget)
 		}
@@ -148,7 +148,7 @@ func gpuRequests(tg *nomadapi.TaskGroup) []*nomadapi.RequestedDevice {
 			continue
 		}
 		for _, d := range t.Resources.Devices {
-			if r := ids.ParseRequest(d); d != nil && (r.Whole() || r.Share()) {
+			if r := nomadread.ParseRequest(d); d != nil && (r.Whole() || r.Share()) {
 				out = append(out, d)
 			}
 		}
@@ -224,7 +224,7 @@ func rejection(f *nodeFacts, spec *nomadapi.Job, tg *nomadapi.TaskGroup) (string
 		if !ok {
 			return fmt.Sprintf("device %q", d.Name), nil
 		}
-		if len(d.Constraints) > 0 || ids.ParseRequest(d).Name != "" {
+		if len(d.Constraints) > 0 || nomadread.ParseRequest(d).Name != "" {
 			// A share group's name is its GPU's, not its model's.
 			models = append(models, allowed...)
 		}

@@ -6,7 +6,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/vocab"
+	"github.com/gpushare/nomad-gpushare/vocab/nomadread"
 	"github.com/hashicorp/go-version"
 	nomadapi "github.com/hashicorp/nomad/api"
 	"github.com/hashicorp/nomad/helper/constraints/semver"
@@ -148,11 +149,11 @@ func setContains(l, r string, all bool) bool {
 // attributes satisfy the request's constraints. It returns the GPU models
 // of the groups that can.
 func deviceFits(d *nomadapi.RequestedDevice, devices []deviceGroup) ([]string, bool) {
-	req := ids.ParseRequest(d)
+	req := nomadread.ParseRequest(d)
 	var models []string
 	for _, dg := range devices {
 		g := dg.res
-		if g.Vendor != ids.Vendor || g.Type != req.Type || (req.Name != "" && g.Name != req.Name) || dg.instances < req.Count {
+		if g.Vendor != vocab.Vendor || g.Type != req.Type || (req.Name != "" && g.Name != req.Name) || dg.instances < req.Count {
 			continue
 		}
 		if !deviceConstraintsHold(d.Constraints, dg) {
