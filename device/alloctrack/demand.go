@@ -3,8 +3,9 @@ package alloctrack
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -128,7 +129,7 @@ func (t *Tracker) readDemand(ctx context.Context, node *api.Node) ([]Demand, err
 	}
 	groups, unit := deviceGroupNames(node), shareUnit(node)
 	var out []Demand
-	for _, k := range sortedKeys(latest) {
+	for _, k := range slices.Sorted(maps.Keys(latest)) {
 		e := latest[k]
 		if !anyDeviceFailure(e.FailedTGAllocs) {
 			continue
@@ -300,14 +301,5 @@ func jobDemand(k string, job *api.Job, failed map[string]*api.AllocationMetric, 
 			}
 		}
 	}
-	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
 	return out
 }

@@ -51,6 +51,8 @@ package partition
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -381,7 +383,7 @@ func (m *Machine) holdDemand(o Observation, ev *events) {
 		}
 		m.held[d.Key] = heldDemand{d: d, lastSeen: o.At}
 	}
-	for _, k := range sortedKeys(m.held) {
+	for _, k := range slices.Sorted(maps.Keys(m.held)) {
 		if h := m.held[k]; o.At.Sub(h.lastSeen) > m.policy.DemandHold {
 			delete(m.held, k)
 			ev.add("", "demand no longer waits: %s", h.d)
@@ -570,7 +572,7 @@ func (m *Machine) shareTargets(c idleCensus) (lo, hi int) {
 		base = 0
 	}
 	held := make([]Demand, 0, len(m.held))
-	for _, k := range sortedKeys(m.held) {
+	for _, k := range slices.Sorted(maps.Keys(m.held)) {
 		held = append(held, m.held[k].d)
 	}
 	a := shareNeed(m.demand, c.free, c.flex, c.fixed, base)
@@ -673,15 +675,6 @@ func shareNeed(demand []Demand, free []int, flex, fixed, base int) int {
 		n += min(flex, base-n)
 	}
 	return n
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func (m *Machine) sorted() []string {
