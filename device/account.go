@@ -110,7 +110,7 @@ func (t *tenancy) adoptHostsLocked(seen []seenProcess) {
 		on[k][sp.gpu] = true
 	}
 	for k, tn := range t.tenants {
-		if _, placed := t.placed[k]; placed || tn.ShareGPU == "" || len(on[k]) != 1 {
+		if _, ok := t.hosted[k]; ok || tn.ShareGPU == "" || len(on[k]) != 1 {
 			continue
 		}
 		for g := range on[k] {

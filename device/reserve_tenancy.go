@@ -51,7 +51,7 @@ func (p *Plugin) bindShare(b binding) (shareBinding, error) {
 	if t.cfg.Spread {
 		pl = nodesched.Place(nodesched.Ask{Home: sb.home, Burstable: lim > sb.request}, t.schedGPUsLocked(f, tn.Key()))
 	}
-	t.placed[tn.Key()] = placement{home: sb.home, host: pl.GPU, guest: pl.Guest, at: p.now()}
+	t.hosted[tn.Key()] = hosting{home: sb.home, host: pl.GPU, guest: pl.Guest, at: p.now()}
 	sb.gpu, sb.guest = pl.GPU, pl.Guest
 	p.logger.Info("share tenant bound", "alloc_id", tn.AllocID, "namespace", tn.Namespace, "job", tn.Job, "task", tn.Task,
 		"request", sb.request, "limit", sb.limit, "home", sb.home, "gpu", sb.gpu, "guest", sb.guest, "why", pl.Why)
