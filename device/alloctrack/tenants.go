@@ -79,24 +79,16 @@ func tenantsOf(allocs []*api.Allocation) []Tenant {
 
 // addDevices records the gpushare instances of a task.
 func addDevices(t *Tenant, devs []*api.AllocatedDeviceResource) {
-	for _, d := range devs {
-		if d == nil || d.Vendor != vocab.Vendor {
-			continue
+	nomadread.Instances(devs, func(id vocab.ID, raw string) {
+		if !id.IsShare {
+			t.Whole = append(t.Whole, id.UUID)
+			return
 		}
-		for _, raw := range d.DeviceIDs {
-			id, err := vocab.Parse(raw)
-			switch {
-			case err != nil:
-			case d.Type == vocab.TypeWhole && !id.IsShare:
-				t.Whole = append(t.Whole, id.UUID)
-			case d.Type == vocab.TypeShare && id.IsShare:
-				if t.ShareGPU == "" {
-					t.ShareGPU = id.UUID
-				}
-				t.ShareIDs = append(t.ShareIDs, raw)
-			}
+		if t.ShareGPU == "" {
+			t.ShareGPU = id.UUID
 		}
-	}
+		t.ShareIDs = append(t.ShareIDs, raw)
+	})
 	sort.Strings(t.Whole)
 	sort.Strings(t.ShareIDs)
 }

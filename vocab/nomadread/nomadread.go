@@ -30,9 +30,7 @@ func ShareUnit(devs []*api.NodeDeviceResource) int {
 }
 
 // HeldDevices reads which GPUs an allocation's tasks were given: whole GPUs
-// from instances of vocab.Vendor/vocab.TypeWhole, shares from instances of
-// vocab.Vendor/vocab.TypeShare. Instance IDs that do not parse, or that do
-// not belong to the family they were given in, are left out.
+// and shares (Instances).
 func HeldDevices(r *api.AllocatedResources) vocab.Held {
 	h := vocab.Held{Shares: map[string]int{}}
 	if r == nil {
@@ -42,26 +40,36 @@ func HeldDevices(r *api.AllocatedResources) vocab.Held {
 		if tr == nil {
 			continue
 		}
-		for _, d := range tr.Devices {
-			if d == nil || d.Vendor != vocab.Vendor {
-				continue
+		Instances(tr.Devices, func(id vocab.ID, _ string) {
+			switch {
+			case id.IsShare:
+				h.Shares[id.UUID] += id.Units
+			case !slices.Contains(h.Whole, id.UUID):
+				h.Whole = append(h.Whole, id.UUID)
 			}
-			for _, raw := range d.DeviceIDs {
-				id, err := vocab.Parse(raw)
-				switch {
-				case err != nil:
-				case d.Type == vocab.TypeWhole && !id.IsShare:
-					if !slices.Contains(h.Whole, id.UUID) {
-						h.Whole = append(h.Whole, id.UUID)
-					}
-				case d.Type == vocab.TypeShare && id.IsShare:
-					h.Shares[id.UUID] += id.Units
-				}
-			}
-		}
+		})
 	}
 	slices.Sort(h.Whole)
 	return h
+}
+
+// Instances calls f with every gpushare instance of a task's devices, parsed
+// and as Nomad names it: whole GPUs from instances of
+// vocab.Vendor/vocab.TypeWhole, shares from instances of
+// vocab.Vendor/vocab.TypeShare. Instance IDs that do not parse, or that do
+// not belong to the family they were given in, are left out.
+func Instances(devs []*api.AllocatedDeviceResource, f func(id vocab.ID, raw string)) {
+	for _, d := range devs {
+		if d == nil || d.Vendor != vocab.Vendor {
+			continue
+		}
+		for _, raw := range d.DeviceIDs {
+			id, err := vocab.Parse(raw)
+			if err == nil && (d.Type == vocab.TypeWhole && !id.IsShare || d.Type == vocab.TypeShare && id.IsShare) {
+				f(id, raw)
+			}
+		}
+	}
 }
 
 // ParseRequest reads a task's device request. A nil count is Nomad's
