@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"path"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/partition"
+	"github.com/gpushare/nomad-gpushare/internal/feasible"
 	"github.com/gpushare/nomad-gpushare/vocab"
 	"github.com/gpushare/nomad-gpushare/vocab/nomadread"
 	"github.com/hashicorp/nomad/api"
@@ -28,7 +28,8 @@ type Demand = partition.Demand
 //     names devices (the "missing devices" constraint or an exhausted
 //     "devices: ..." dimension); count is its failed allocations
 //     (CoalescedFailures + 1);
-//   - the job's datacenters (glob patterns) and node pool admit this node;
+//   - the job's datacenters and node pool admit this node, as Nomad reads
+//     them (feasible.JobAdmits);
 //   - the request names vendor nvidia (or none) and type gpu or gpu-share,
 //     and if it names a device group, a group of this node of that type.
 //
@@ -148,7 +149,7 @@ func (t *Tracker) readDemand(ctx context.Context, node *api.Node) ([]Demand, err
 			}
 			t.jobs[k] = job
 		}
-		if !admits(job, node) {
+		if !feasible.JobAdmits(job, node.Datacenter, node.NodePool) {
 			continue
 		}
 		out = append(out, jobDemand(k, job, e.FailedTGAllocs, groups, unit)...)
@@ -181,35 +182,6 @@ func deviceFailure(am *api.AllocationMetric) bool {
 	}
 	for dim := range am.DimensionExhausted {
 		if strings.HasPrefix(dim, "devices") {
-			return true
-		}
-	}
-	return false
-}
-
-// admits reports whether the job's datacenters and node pool include the
-// node.
-func admits(job *api.Job, node *api.Node) bool {
-	pool := ""
-	if job.NodePool != nil {
-		pool = *job.NodePool
-	}
-	switch pool {
-	case "all":
-	case "":
-		if node.NodePool != "" && node.NodePool != "default" {
-			return false
-		}
-	default:
-		if pool != node.NodePool {
-			return false
-		}
-	}
-	if len(job.Datacenters) == 0 {
-		return true
-	}
-	for _, dc := range job.Datacenters {
-		if ok, _ := path.Match(dc, node.Datacenter); ok || dc == node.Datacenter {
 			return true
 		}
 	}

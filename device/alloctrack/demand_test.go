@@ -2,38 +2,12 @@ package alloctrack
 
 import (
 	"fmt"
-	"github.com/gpushare/nomad-gpushare/vocab"
 	"testing"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/vocab"
 	"github.com/hashicorp/nomad/api"
 )
-
-func TestAdmits(t *testing.T) {
-	node := &api.Node{Datacenter: "dc1", NodePool: "gpu"}
-	tests := []struct {
-		dcs  []string
-		pool string
-		want bool
-	}{
-		{[]string{"dc1"}, "gpu", true},
-		{[]string{"*"}, "gpu", true},
-		{[]string{"dc*"}, "all", true},
-		{nil, "gpu", true},
-		{[]string{"dc2"}, "gpu", false},
-		{[]string{"dc1"}, "", false}, // the default pool
-		{[]string{"dc1"}, "cpu", false},
-	}
-	for _, tt := range tests {
-		job := &api.Job{Datacenters: tt.dcs, NodePool: &tt.pool}
-		if got := admits(job, node); got != tt.want {
-			t.Errorf("datacenters %v pool %q: admits = %v, want %v", tt.dcs, tt.pool, got, tt.want)
-		}
-	}
-	if !admits(&api.Job{Datacenters: []string{"dc1"}}, &api.Node{Datacenter: "dc1", NodePool: "default"}) {
-		t.Error("a job without a pool is not admitted by the default pool")
-	}
-}
 
 func TestRequestFamily(t *testing.T) {
 	groups := map[string]map[string]bool{vocab.TypeWhole: {"NVIDIA H100": true}, vocab.TypeShare: {"NVIDIA H100-abcd": true}}
