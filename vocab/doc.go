@@ -34,3 +34,13 @@ const UnitsPerGPU = 100
 // publishes per GPU unless configured otherwise (shares_per_gpu): one per
 // unit, so that a request's count is the fraction in hundredths of a GPU.
 const DefaultSharesPerGPU = UnitsPerGPU
+
+// The plugin's default publication policy (its configuration's
+// min_idle_share_gpus and share_headroom), which the scheduler's model of
+// the deployment assumes (scheduler/placement's "deployed" policies): idle
+// GPUs kept in share mode as a landing place while no in-use share GPU
+// has DefaultShareHeadroom free units.
+const (
+	DefaultMinIdleShareGPUs = 1
+	DefaultShareHeadroom    = 50
+)
