@@ -5,8 +5,10 @@ import (
 	"regexp"
 	"testing"
 
+	"github.com/hashicorp/go-hclog"
 	nomadapi "github.com/hashicorp/nomad/api"
 	"github.com/hashicorp/nomad/nomad/structs"
+	psstructs "github.com/hashicorp/nomad/plugins/shared/structs"
 	nomadfeasible "github.com/hashicorp/nomad/scheduler/feasible"
 )
 
@@ -48,7 +50,7 @@ func TestNodeConstraintsAsNomad(t *testing.T) {
 		"set_contains", "set_contains_all", "set_contains_any", "distinct_hosts", "distinct_property"}
 	ctx := &nomadContext{metrics: &structs.AllocMetric{}, re: map[string]*regexp.Regexp{},
 		ver: map[string]nomadfeasible.VerConstraints{}, semver: map[string]nomadfeasible.VerConstraints{}}
-	checked := 0
+	held, checked := 0, 0
 	for i := range nodes {
 		n := &nodes[i]
 		sn := &structs.Node{ID: n.ID, Name: n.Name, Datacenter: n.Datacenter, NodeClass: n.Class, NodePool: n.Pool, Attributes: n.Attributes, Meta: n.Meta}
@@ -61,9 +63,75 @@ func TestNodeConstraintsAsNomad(t *testing.T) {
 						t.Errorf("node %s: %s: got %v, Nomad %v", n.Name, fmt.Sprintf("%q %q %q", l, op, r), got, want)
 					}
 					checked++
+					if want {
+						held++
+					}
 				}
 			}
 		}
 	}
-	t.Logf("%d constraints checked", checked)
+	if held == 0 || held == checked {
+		t.Fatalf("%d of %d constraints hold: the cases do not tell the checkers apart", held, checked)
+	}
+}
+
+// TestDeviceConstraintsAsNomad checks a GPU request's constraints on a
+// device group against Nomad's own device checker
+// (scheduler/feasible.DeviceChecker) for every operand on the group's
+// fields and attributes (with units), present and missing. One instance
+// is asked for: how a count spreads over groups is the device allocator's
+// (it takes them all from one group, which deviceFits requires).
+func TestDeviceConstraintsAsNomad(t *testing.T) {
+	i64 := func(v int64) *int64 { return &v }
+	s := func(v string) *string { return &v }
+	api := &nomadapi.NodeDeviceResource{Vendor: "nvidia", Type: "gpu", Name: "NVIDIA A100-SXM4-40GB",
+		Instances: []*nomadapi.NodeDevice{{ID: "GPU-a", Healthy: true}, {ID: "GPU-b", Healthy: true}},
+		Attributes: map[string]*nomadapi.Attribute{
+			"memory":             {IntVal: i64(40960), Unit: "MiB"},
+			"model":              {StringVal: s("NVIDIA A100-SXM4-40GB")},
+			"cuda_compute":       {StringVal: s("8.0")},
+			"driver_version":     {StringVal: s("550.54.15")},
+			"gpu_shares":         {IntVal: i64(14)},
+			"pci_bandwidth_mbps": {IntVal: i64(16000), Unit: "MB/s"},
+		}}
+	nd := &structs.NodeDeviceResource{Vendor: api.Vendor, Type: api.Type, Name: api.Name,
+		Instances:  []*structs.NodeDevice{{ID: "GPU-a", Healthy: true}, {ID: "GPU-b", Healthy: true}},
+		Attributes: map[string]*psstructs.Attribute{}}
+	for k, a := range api.Attributes {
+		nd.Attributes[k] = toAttribute(a)
+	}
+	group := DeviceGroup{Resource: api, Instances: 2, IDs: func() string { return "GPU-a,GPU-b" }}
+	node := &structs.Node{ID: "n1", NodeResources: &structs.NodeResources{Devices: []*structs.NodeDeviceResource{nd}}}
+	targets := []string{"${device.model}", "${device.vendor}", "${device.type}", "${device.ids}",
+		"${device.attr.memory}", "${device.attr.model}", "${device.attr.cuda_compute}", "${device.attr.driver_version}",
+		"${device.attr.gpu_shares}", "${device.attr.pci_bandwidth_mbps}", "${device.attr.missing}"}
+	values := []string{"40 GiB", "40960", "80 GiB", "30000 MiB", "NVIDIA A100-SXM4-40GB", "nvidia", "gpu", "GPU-a", "GPU-a,GPU-b",
+		"8.0", ">= 7.5", ">= 550.0", "~> 550.54", "^NVIDIA", "A100", "14", "10", "2 GB/s", "true", ""}
+	operands := []string{"=", "==", "is", "!=", "not", "<", "<=", ">", ">=", "is_set", "is_not_set", "version", "semver", "regexp",
+		"set_contains", "set_contains_all", "set_contains_any", "distinct_hosts", "distinct_property"}
+	ctx := nomadfeasible.NewEvalContext(nil, nil, nil, hclog.NewNullLogger())
+	checker := nomadfeasible.NewDeviceChecker(ctx)
+	held, checked := 0, 0
+	for _, l := range targets {
+		for _, r := range values {
+			for _, op := range operands {
+				c := &nomadapi.Constraint{LTarget: l, RTarget: r, Operand: op}
+				one := uint64(1)
+				req := &nomadapi.RequestedDevice{Name: "nvidia/gpu", Count: &one, Constraints: []*nomadapi.Constraint{c}}
+				checker.SetTaskGroup(&structs.TaskGroup{Tasks: []*structs.Task{{Resources: &structs.Resources{Devices: []*structs.RequestedDevice{
+					{Name: "nvidia/gpu", Count: 1, Constraints: []*structs.Constraint{{LTarget: l, RTarget: r, Operand: op}}}}}}}})
+				want := checker.Feasible(node)
+				if _, got := deviceFits(req, []DeviceGroup{group}); got != want {
+					t.Errorf("%q %q %q: got %v, Nomad %v", l, op, r, got, want)
+				}
+				checked++
+				if want {
+					held++
+				}
+			}
+		}
+	}
+	if held == 0 || held == checked {
+		t.Fatalf("%d of %d constraints hold: the cases do not tell the checkers apart", held, checked)
+	}
 }
