@@ -7,9 +7,9 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/device/alloctrack"
 	"github.com/gpushare/nomad-gpushare/device/gpu"
-	"github.com/gpushare/nomad-gpushare/device/ids"
-	"github.com/gpushare/nomad-gpushare/device/nodeusage"
 	"github.com/gpushare/nomad-gpushare/device/tenants"
+	"github.com/gpushare/nomad-gpushare/vocab"
+	"github.com/gpushare/nomad-gpushare/vocab/nodeusage"
 )
 
 // seenProcess is one GPU process of a monitor cycle and who it is.
@@ -110,7 +110,7 @@ func (t *tenancy) adoptHostsLocked(seen []seenProcess) {
 		on[k][sp.gpu] = true
 	}
 	for k, tn := range t.tenants {
-		if _, placed := t.placed[k]; placed || tn.ShareGPU == "" || len(on[k]) != 1 {
+		if _, ok := t.hosted[k]; ok || tn.ShareGPU == "" || len(on[k]) != 1 {
 			continue
 		}
 		for g := range on[k] {
@@ -129,7 +129,7 @@ func (t *tenancy) openAccountsLocked(v *cycleView) map[chargeKey]*tenantAccount 
 	owned := map[chargeKey]*tenantAccount{}
 	for _, k := range slices.Sorted(maps.Keys(t.tenants)) {
 		tn := t.tenants[k]
-		req, lim := ids.SharesPerGPU, ids.SharesPerGPU
+		req, lim := vocab.UnitsPerGPU, vocab.UnitsPerGPU
 		if len(tn.Whole) == 0 {
 			req = tn.Shares()
 			lim = limitShares(tn)
@@ -140,7 +140,7 @@ func (t *tenancy) openAccountsLocked(v *cycleView) map[chargeKey]*tenantAccount 
 				continue
 			}
 			ta := &tenantAccount{tn: tn, gpu: g, guest: len(tn.Whole) == 0 && g != tn.ShareGPU, request: req, limit: lim,
-				requestMiB: ga.totalMiB * uint64(req) / ids.SharesPerGPU, limitMiB: ga.totalMiB * uint64(lim) / ids.SharesPerGPU}
+				requestMiB: ga.totalMiB * uint64(req) / vocab.UnitsPerGPU, limitMiB: ga.totalMiB * uint64(lim) / vocab.UnitsPerGPU}
 			ga.tenants = append(ga.tenants, ta)
 			owned[chargeKey{k, g}] = ta
 		}
@@ -155,7 +155,7 @@ func limitShares(tn alloctrack.Tenant) int {
 	if tn.Limit == "" {
 		return tn.Shares()
 	}
-	lim, err := ids.ParseLimit(tn.Limit)
+	lim, err := vocab.ParseLimit(tn.Limit)
 	if err != nil || lim < tn.Shares() {
 		return tn.Shares()
 	}

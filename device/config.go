@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/gpu"
-	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
 )
 
@@ -169,9 +169,9 @@ func DefaultConfig() Config {
 		Backend:            BackendNVML,
 		SimulatedPreset:    gpu.PresetH100,
 		FingerprintPeriod:  "5s",
-		MinIdleShareGPUs:   1,
-		SharesPerGPU:       ids.SharesPerGPU,
-		ShareHeadroom:      50,
+		MinIdleShareGPUs:   vocab.DefaultMinIdleShareGPUs,
+		SharesPerGPU:       vocab.DefaultSharesPerGPU,
+		ShareHeadroom:      vocab.DefaultShareHeadroom,
 		SwitchSettlePeriod: "10s",
 		NomadPollPeriod:    "2s",
 		MPSPipeDirectory:   "/tmp/nvidia-mps",
@@ -254,9 +254,9 @@ func (c Config) validate() (settings, error) {
 		return s, &FieldError{"min_idle_share_gpus", fmt.Sprintf("%d is out of range", c.MinIdleShareGPUs), "use 0 (no share landing place) to 64"}
 	}
 	if s.SharesPerGPU == 0 {
-		s.SharesPerGPU = ids.SharesPerGPU
+		s.SharesPerGPU = vocab.DefaultSharesPerGPU
 	}
-	if !ids.ValidSharesPerGPU(s.SharesPerGPU) {
+	if !vocab.ValidSharesPerGPU(s.SharesPerGPU) {
 		return s, &FieldError{"shares_per_gpu", fmt.Sprintf("%d does not divide a GPU's 100 units into equal shares", c.SharesPerGPU),
 			"use a divisor of 100 from 2 to 100: 2, 4, 5, 10, 20, 25, 50 or 100 (the default)"}
 	}

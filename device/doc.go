@@ -1,7 +1,7 @@
 // Package device is the gpushare Nomad device plugin: it publishes every
 // NVIDIA GPU of a node in one of two families, whole GPUs (vendor "nvidia",
 // type "gpu", one instance per GPU named by its UUID) and shares (type
-// "gpu-share", one device group per GPU with ids.SharesPerGPU instances
+// "gpu-share", one device group per GPU with vocab.DefaultSharesPerGPU instances
 // "<UUID>-sNN", each 1% of the GPU; docs/design.md, "Units and device
 // families"), and moves idle GPUs between the families safely (package
 // partition; docs/design.md, "Partition protocol"). A MIG-enabled GPU is in

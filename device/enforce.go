@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/nodeusage"
 	"github.com/gpushare/nomad-gpushare/device/reclaim"
 	"github.com/gpushare/nomad-gpushare/device/tenants"
+	"github.com/gpushare/nomad-gpushare/vocab/nodeusage"
 )
 
 // plannedKill is a kill the reclaim rule asks for: the tenant's processes

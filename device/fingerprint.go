@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/gpu"
-	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/device/partition"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	dev "github.com/hashicorp/nomad/plugins/device"
 	"github.com/hashicorp/nomad/plugins/shared/structs"
 )
@@ -77,7 +77,7 @@ func deviceGroups(hw hwView, pubs map[string]partition.Publication, iso shareIso
 		}
 		wg := whole[g.Model]
 		if wg == nil {
-			wg = &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeWhole, Name: g.Model, Attributes: attributes(hw, g, ids.SharingWhole, perGPU)}
+			wg = &dev.DeviceGroup{Vendor: vocab.Vendor, Type: vocab.TypeWhole, Name: g.Model, Attributes: attributes(hw, g, vocab.SharingWhole, perGPU)}
 			whole[g.Model] = wg
 			groups = append(groups, wg)
 		}
@@ -88,8 +88,8 @@ func deviceGroups(hw hwView, pubs map[string]partition.Publication, iso shareIso
 	if len(hw.gpus) == 0 && hw.err != nil {
 		// Nothing to list, but make the NVML failure visible in the node's
 		// devices (`nomad node status -verbose`) without ending the stream.
-		groups = append(groups, &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeWhole, Name: UnavailableGroup,
-			Attributes: map[string]*structs.Attribute{ids.SharingAttr: structs.NewStringAttribute(ids.SharingWhole)},
+		groups = append(groups, &dev.DeviceGroup{Vendor: vocab.Vendor, Type: vocab.TypeWhole, Name: UnavailableGroup,
+			Attributes: map[string]*structs.Attribute{vocab.SharingAttr: structs.NewStringAttribute(vocab.SharingWhole)},
 			Devices:    []*dev.Device{{ID: UnavailableGroup, Healthy: false, HealthDesc: fmt.Sprintf("gpushare: %v (retrying every %s)", hw.err, retryEvery)}}})
 	}
 	for _, g := range groups {
@@ -105,7 +105,7 @@ func addMIGDevices(groups []*dev.DeviceGroup, mig map[string]*dev.DeviceGroup, h
 		name := migGroupName(g, m)
 		mg := mig[name]
 		if mg == nil {
-			mg = &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeWhole, Name: name, Attributes: migAttributes(hw, g, m)}
+			mg = &dev.DeviceGroup{Vendor: vocab.Vendor, Type: vocab.TypeWhole, Name: name, Attributes: migAttributes(hw, g, m)}
 			mig[name] = mg
 			groups = append(groups, mg)
 		}
@@ -140,7 +140,7 @@ func migHealth(g *hwGPU, m gpu.MIGDevice) (bool, string) {
 // (shares_per_gpu) of one health, unhealthy too while MPS should isolate
 // them and cannot.
 func shareGroup(hw hwView, g *hwGPU, pub partition.Publication, iso shareIsolation, perGPU int) *dev.DeviceGroup {
-	sg := &dev.DeviceGroup{Vendor: ids.Vendor, Type: ids.TypeShare, Name: shareGroupName(g.GPU), Attributes: attributes(hw, g, ids.SharingShare, perGPU)}
+	sg := &dev.DeviceGroup{Vendor: vocab.Vendor, Type: vocab.TypeShare, Name: shareGroupName(g.GPU), Attributes: attributes(hw, g, vocab.SharingShare, perGPU)}
 	sg.Attributes[IsolationAttr] = structs.NewStringAttribute(iso.mode())
 	healthy, desc := health(g, pub, partition.Share)
 	if healthy && iso.down != "" {
@@ -148,7 +148,7 @@ func shareGroup(hw hwView, g *hwGPU, pub partition.Publication, iso shareIsolati
 	}
 	sg.Devices = make([]*dev.Device, perGPU)
 	for k := range sg.Devices {
-		sg.Devices[k] = &dev.Device{ID: ids.ShareOf(g.UUID, k, perGPU), Healthy: healthy, HealthDesc: desc, HwLocality: locality(g)}
+		sg.Devices[k] = &dev.Device{ID: vocab.ShareOf(g.UUID, k, perGPU), Healthy: healthy, HealthDesc: desc, HwLocality: locality(g)}
 	}
 	return sg
 }
@@ -235,10 +235,10 @@ func attributes(hw hwView, g *hwGPU, sharing string, perGPU int) map[string]*str
 	if g.CUDACores > 0 {
 		a["cuda_cores"] = structs.NewIntAttribute(int64(g.CUDACores), "")
 	}
-	if sharing == ids.SharingShare {
+	if sharing == vocab.SharingShare {
 		a["uuid"] = structs.NewStringAttribute(g.UUID)
 		a["index"] = structs.NewIntAttribute(int64(g.Index), "")
-		a[ids.SharesAttr] = structs.NewIntAttribute(int64(perGPU), "")
+		a[vocab.SharesAttr] = structs.NewIntAttribute(int64(perGPU), "")
 		a["share_memory"] = structs.NewIntAttribute(int64(g.MemoryMiB/uint64(perGPU)), structs.UnitMiB)
 		if g.PCIBusID != "" {
 			a["pci_bus_id"] = structs.NewStringAttribute(g.PCIBusID)
@@ -250,14 +250,14 @@ func attributes(hw hwView, g *hwGPU, sharing string, perGPU int) map[string]*str
 // migAttributes are the group attributes of a MIG device: its profile and
 // memory, and its GPU's model and versions.
 func migAttributes(hw hwView, g *hwGPU, m gpu.MIGDevice) map[string]*structs.Attribute {
-	a := commonAttributes(hw, g, ids.SharingMIG)
+	a := commonAttributes(hw, g, vocab.SharingMIG)
 	a["memory"] = structs.NewIntAttribute(int64(m.MemoryMiB), structs.UnitMiB)
 	a[IsolationAttr] = structs.NewStringAttribute(IsolationMIG)
 	if m.Profile != "" {
 		a["mig_profile"] = structs.NewStringAttribute(m.Profile)
 	}
 	if m.Shares > 0 {
-		a[ids.MIGSharesAttr] = structs.NewIntAttribute(int64(m.Shares), "")
+		a[vocab.MIGSharesAttr] = structs.NewIntAttribute(int64(m.Shares), "")
 	}
 	return a
 }
@@ -267,7 +267,7 @@ func commonAttributes(hw hwView, g *hwGPU, sharing string) map[string]*structs.A
 	a := map[string]*structs.Attribute{
 		"model":              structs.NewStringAttribute(g.Model),
 		"compute_capability": structs.NewStringAttribute(g.ComputeCapability()),
-		ids.SharingAttr:      structs.NewStringAttribute(sharing),
+		vocab.SharingAttr:    structs.NewStringAttribute(sharing),
 	}
 	if hw.driver != "" {
 		a["driver_version"] = structs.NewStringAttribute(hw.driver)
@@ -296,7 +296,7 @@ func signature(groups []*dev.DeviceGroup) string {
 		}
 		// A share group's instances share one health; one suffices.
 		for i, d := range g.Devices {
-			if g.Type == ids.TypeShare && i > 0 {
+			if g.Type == vocab.TypeShare && i > 0 {
 				break
 			}
 			fmt.Fprintf(&b, "%s:%v:%s;", d.ID, d.Healthy, d.HealthDesc)

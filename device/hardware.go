@@ -269,3 +269,13 @@ func (h *hardware) stats() (map[string]gpu.Stats, hwView, error) {
 	readings, err := h.src.Stats()
 	return readings, h.viewLocked(), err
 }
+
+// processes lists every GPU's compute processes (see gpu.Source.Processes).
+func (h *hardware) processes(lastSample map[string]uint64) (map[string][]gpu.Process, map[string]error, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.src == nil {
+		return nil, nil, nil
+	}
+	return h.src.Processes(lastSample)
+}

@@ -4,8 +4,8 @@ import (
 	"fmt"
 
 	"github.com/gpushare/nomad-gpushare/device/gpu"
-	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/device/partition"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	"github.com/hashicorp/nomad/api"
 	dev "github.com/hashicorp/nomad/plugins/device"
 )
@@ -17,7 +17,7 @@ import (
 // agent. Benchmarks and the scale stand-in (internal/nomadstandin) build
 // their nodes from it.
 func SimulatedLayout(o gpu.SimOptions, perGPU, shareGPUs int) ([]*dev.DeviceGroup, error) {
-	if !ids.ValidSharesPerGPU(perGPU) {
+	if !vocab.ValidSharesPerGPU(perGPU) {
 		return nil, fmt.Errorf("shares per GPU %d: use a divisor of 100 from 2 to 100", perGPU)
 	}
 	sim, err := gpu.NewSimulated(o)

@@ -7,9 +7,9 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
-	"github.com/gpushare/nomad-gpushare/device/nodeusage"
 	"github.com/gpushare/nomad-gpushare/device/tenants"
+	"github.com/gpushare/nomad-gpushare/vocab"
+	"github.com/gpushare/nomad-gpushare/vocab/nodeusage"
 )
 
 // monitor runs the monitor cycle every monitor_period until ctx ends: it
@@ -122,6 +122,6 @@ func tenantReport(ta *tenantAccount, ga *gpuAccount) nodeusage.Tenant {
 	}
 	return nodeusage.Tenant{AllocID: tn.AllocID, Namespace: tn.Namespace, Job: tn.Job, Group: tn.Group, Task: tn.Task,
 		Whole: len(tn.Whole) > 0, Home: home, GPU: ta.gpu, Guest: ta.guest,
-		Request: float64(ta.request) / ids.SharesPerGPU, Limit: float64(ta.limit) / ids.SharesPerGPU,
+		Request: float64(ta.request) / vocab.UnitsPerGPU, Limit: float64(ta.limit) / vocab.UnitsPerGPU,
 		RequestMiB: ta.requestMiB, LimitMiB: ta.limitMiB, GPUMiB: ga.totalMiB, UsedMiB: ta.usedMiB, SMPct: ta.sm, PIDs: pids(ta.procs)}
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/device/alloctrack"
 	"github.com/gpushare/nomad-gpushare/device/gpu"
 	"github.com/gpushare/nomad-gpushare/device/gpu/simproc"
-	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/vocab"
 )
 
 // BenchmarkMonitorCycle is one monitor cycle on 8 GPUs with 20 processes
@@ -99,7 +99,7 @@ func BenchmarkDetectionToKill(b *testing.B) {
 		simproc.Write(dir, st)
 		time.Sleep(time.Duration(i*37%100) * 5 * time.Millisecond) // phase: 0-99% of the 500 ms period
 		b.StartTimer()
-		st.UsedMiB = 40960*50/ids.SharesPerGPU + 1 // above the 0.5 limit of an A100 40GB
+		st.UsedMiB = 40960*50/vocab.UnitsPerGPU + 1 // above the 0.5 limit of an A100 40GB
 		t0 := time.Now()
 		simproc.Write(dir, st)
 		cmd.Wait()

@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/gpushare/nomad-gpushare/device/gpu/simproc"
-	"github.com/gpushare/nomad-gpushare/device/nodeusage"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
+	"github.com/gpushare/nomad-gpushare/vocab/nodeusage"
 )
 
 func TestMonitorKillsTheBorrowerNeverTheOwner(t *testing.T) {

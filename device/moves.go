@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/alloctrack"
-	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/device/nodesched"
-	"github.com/gpushare/nomad-gpushare/device/nodeusage"
+	"github.com/gpushare/nomad-gpushare/vocab"
+	"github.com/gpushare/nomad-gpushare/vocab/nodeusage"
 	dev "github.com/hashicorp/nomad/plugins/device"
 )
 
@@ -33,7 +33,7 @@ func (p *Plugin) facts() nodeFacts {
 func offeredWhole(groups []*dev.DeviceGroup) map[string]bool {
 	out := map[string]bool{}
 	for _, g := range groups {
-		if g.Vendor != ids.Vendor || g.Type != ids.TypeWhole {
+		if g.Vendor != vocab.Vendor || g.Type != vocab.TypeWhole {
 			continue
 		}
 		for _, d := range g.Devices {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	"github.com/hashicorp/nomad/api"
 	dev "github.com/hashicorp/nomad/plugins/device"
 )
@@ -236,7 +236,7 @@ func (f *fakeNomad) sync(groups []*dev.DeviceGroup) {
 func shares(uuid string, from, n int) []string {
 	out := make([]string, n)
 	for i := range out {
-		out[i] = ids.Share(uuid, from+i)
+		out[i] = vocab.Share(uuid, from+i)
 	}
 	return out
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/gpushare/nomad-gpushare/device/alloctrack"
 	"github.com/gpushare/nomad-gpushare/device/gpu"
-	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/device/partition"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/plugins/base"
 	dev "github.com/hashicorp/nomad/plugins/device"
@@ -215,5 +215,5 @@ func demandHold(poll time.Duration) time.Duration {
 
 // shareGroupName is the name of a GPU's share device group.
 func shareGroupName(g gpu.GPU) string {
-	return fmt.Sprintf("%s-%s", g.Model, ids.ShortUUID(g.UUID))
+	return fmt.Sprintf("%s-%s", g.Model, vocab.ShortUUID(g.UUID))
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/gpushare/nomad-gpushare/device/gpu"
-	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 	dev "github.com/hashicorp/nomad/plugins/device"
@@ -321,8 +321,8 @@ func TestMIGDevicesAreOffered(t *testing.T) {
 	}
 	// The part of the GPU each is, in shares: 1 and 3 of its 7 slices.
 	for g, want := range map[*dev.DeviceGroup]int64{small: 14, big: 42} {
-		if got, _ := g.Attributes[ids.MIGSharesAttr].GetInt(); got != want {
-			t.Errorf("%s: %s = %d, want %d", g.Name, ids.MIGSharesAttr, got, want)
+		if got, _ := g.Attributes[vocab.MIGSharesAttr].GetInt(); got != want {
+			t.Errorf("%s: %s = %d, want %d", g.Name, vocab.MIGSharesAttr, got, want)
 		}
 	}
 

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/device/partition"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	dev "github.com/hashicorp/nomad/plugins/device"
 )
 
@@ -198,7 +198,7 @@ func (v *reserveView) bind(deviceIDs []string) (binding, error) {
 			return b, fmt.Errorf("gpushare: device ID %s requested twice", raw)
 		}
 		seen[raw] = true
-		id, err := ids.Parse(raw)
+		id, err := vocab.Parse(raw)
 		if err != nil {
 			unknown = append(unknown, strconv.Quote(raw))
 			continue
@@ -246,10 +246,10 @@ func orNone(s string) string {
 // framework hints; with MPS the limit is the hard cap.
 func shareReservation(v *reserveView, sb shareBinding) *dev.ContainerReservation {
 	info := v.gpus[sb.gpu]
-	frac := strconv.FormatFloat(float64(sb.request)/ids.SharesPerGPU, 'f', -1, 64)
-	limFrac := strconv.FormatFloat(float64(sb.limit)/ids.SharesPerGPU, 'f', -1, 64)
-	reqMiB := info.memMiB * uint64(sb.request) / ids.SharesPerGPU
-	limMiB := info.memMiB * uint64(sb.limit) / ids.SharesPerGPU
+	frac := strconv.FormatFloat(float64(sb.request)/vocab.UnitsPerGPU, 'f', -1, 64)
+	limFrac := strconv.FormatFloat(float64(sb.limit)/vocab.UnitsPerGPU, 'f', -1, 64)
+	reqMiB := info.memMiB * uint64(sb.request) / vocab.UnitsPerGPU
+	limMiB := info.memMiB * uint64(sb.limit) / vocab.UnitsPerGPU
 	env := map[string]string{
 		EnvNvidiaVisibleDevices: sb.gpu,
 		EnvCudaVisibleDevices:   sb.gpu,

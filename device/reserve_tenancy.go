@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/alloctrack"
-	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/device/nodesched"
 	"github.com/gpushare/nomad-gpushare/device/partition"
+	"github.com/gpushare/nomad-gpushare/vocab"
 )
 
 // reserveReadTimeout bounds Reserve's read of the node's allocations.
@@ -51,7 +51,7 @@ func (p *Plugin) bindShare(b binding) (shareBinding, error) {
 	if t.cfg.Spread {
 		pl = nodesched.Place(nodesched.Ask{Home: sb.home, Burstable: lim > sb.request}, t.schedGPUsLocked(f, tn.Key()))
 	}
-	t.placed[tn.Key()] = placement{home: sb.home, host: pl.GPU, guest: pl.Guest, at: p.now()}
+	t.hosted[tn.Key()] = hosting{home: sb.home, host: pl.GPU, guest: pl.Guest, at: p.now()}
 	sb.gpu, sb.guest = pl.GPU, pl.Guest
 	p.logger.Info("share tenant bound", "alloc_id", tn.AllocID, "namespace", tn.Namespace, "job", tn.Job, "task", tn.Task,
 		"request", sb.request, "limit", sb.limit, "home", sb.home, "gpu", sb.gpu, "guest", sb.guest, "why", pl.Why)
@@ -99,7 +99,7 @@ func (t *tenancy) findShare(b binding) (alloctrack.Tenant, bool) {
 func shareUnits(shareIDs []string) int {
 	n := 0
 	for _, raw := range shareIDs {
-		if id, err := ids.Parse(raw); err == nil {
+		if id, err := vocab.Parse(raw); err == nil {
 			n += id.Units
 		}
 	}
@@ -114,20 +114,20 @@ func checkLimit(tn alloctrack.Tenant) (int, error) {
 		return req, nil
 	}
 	where := fmt.Sprintf("gpushare: task %q of job %q (namespace %q): %s meta", tn.Task, tn.Job, tn.Namespace, tn.LimitFrom)
-	lim, err := ids.ParseLimit(tn.Limit)
+	lim, err := vocab.ParseLimit(tn.Limit)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", where, err)
 	}
 	if lim < req {
 		return 0, fmt.Errorf(`%s %s = %q is below the task's request of %s GPU (count = %d of nvidia/gpu-share): set it to at least %q, or remove it (the limit is then the request)`,
-			where, ids.LimitMetaKey, tn.Limit, fraction(req), len(tn.ShareIDs), fraction(req))
+			where, vocab.LimitMetaKey, tn.Limit, fraction(req), len(tn.ShareIDs), fraction(req))
 	}
 	return lim, nil
 }
 
 // fraction writes shares as a fraction of a GPU ("0.25").
 func fraction(shares int) string {
-	return fmt.Sprintf("%d.%02d", shares/ids.SharesPerGPU, shares%ids.SharesPerGPU)
+	return fmt.Sprintf("%d.%02d", shares/vocab.UnitsPerGPU, shares%vocab.UnitsPerGPU)
 }
 
 // clearForWhole makes sure a whole binding's task gets its GPUs to itself:

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	dev "github.com/hashicorp/nomad/plugins/device"
 )
 
@@ -388,7 +388,7 @@ func TestCoarseShares(t *testing.T) {
 	cycle(p, f)
 	var sg *dev.DeviceGroup
 	for _, g := range p.pub.current() {
-		if g.Type == ids.TypeShare && len(g.Devices) > 0 && strings.HasPrefix(g.Devices[0].ID, u[3]) {
+		if g.Type == vocab.TypeShare && len(g.Devices) > 0 && strings.HasPrefix(g.Devices[0].ID, u[3]) {
 			sg = g
 		}
 	}
@@ -398,12 +398,12 @@ func TestCoarseShares(t *testing.T) {
 	if len(sg.Devices) != 4 || sg.Devices[3].ID != u[3]+"-u25-s03" {
 		t.Fatalf("share group has %d instances (last %s), want 4 ending in %s-u25-s03", len(sg.Devices), sg.Devices[len(sg.Devices)-1].ID, u[3])
 	}
-	if a := sg.Attributes[ids.SharesAttr]; a == nil || a.Int == nil || *a.Int != 4 {
-		t.Fatalf("%s attribute = %v, want 4", ids.SharesAttr, a)
+	if a := sg.Attributes[vocab.SharesAttr]; a == nil || a.Int == nil || *a.Int != 4 {
+		t.Fatalf("%s attribute = %v, want 4", vocab.SharesAttr, a)
 	}
-	f.place("s", "gpu-share", ids.ShareOf(u[3], 0, 4))
+	f.place("s", "gpu-share", vocab.ShareOf(u[3], 0, 4))
 	cycle(p, f)
-	r, err := p.Reserve([]string{ids.ShareOf(u[3], 1, 4), ids.ShareOf(u[3], 2, 4)})
+	r, err := p.Reserve([]string{vocab.ShareOf(u[3], 1, 4), vocab.ShareOf(u[3], 2, 4)})
 	if err != nil {
 		t.Fatal(err)
 	}

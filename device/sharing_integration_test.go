@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -238,7 +238,7 @@ func gpuOf(t testing.TB, a *nomadapi.Allocation) (uuid string, deviceIDs []strin
 	t.Helper()
 	for _, d := range a.AllocatedResources.Tasks["main"].Devices {
 		for _, raw := range d.DeviceIDs {
-			id, err := ids.Parse(raw)
+			id, err := vocab.Parse(raw)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -262,7 +262,7 @@ func familyOf(c *localcluster.Cluster, uuid string) (string, error) {
 	fam := "none"
 	for _, g := range node.NodeResources.Devices {
 		for _, d := range g.Instances {
-			id, err := ids.Parse(d.ID)
+			id, err := vocab.Parse(d.ID)
 			if err != nil || id.UUID != uuid || !d.Healthy {
 				continue
 			}

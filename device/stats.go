@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/gpu"
-	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	dev "github.com/hashicorp/nomad/plugins/device"
 	"github.com/hashicorp/nomad/plugins/shared/structs"
 )
@@ -28,7 +28,7 @@ const (
 	StatECCL2       = "ECC L2 errors"       // #
 	StatECCMemory   = "ECC memory errors"   // #
 	// StatSharesHeld is ours: shares of the GPU held by allocations, out
-	// of ids.SharesPerGPU (share instances only).
+	// of vocab.UnitsPerGPU (share instances only).
 	StatSharesHeld = "shares_held"
 )
 
@@ -92,16 +92,16 @@ func (p *Plugin) collectStats() *dev.StatsResponse {
 		if !ok {
 			continue
 		}
-		b.group(ids.TypeWhole, g.Model).InstanceStats[g.UUID] = gpuStats(r, g.PowerLimitW, b.now)
+		b.group(vocab.TypeWhole, g.Model).InstanceStats[g.UUID] = gpuStats(r, g.PowerLimitW, b.now)
 		held := 0
 		if u := use[g.UUID]; u != nil {
 			held = u.ShareUnits
 		}
 		st := withSharesHeld(gpuStats(r, g.PowerLimitW, b.now), held)
-		sg := b.group(ids.TypeShare, shareGroupName(g.GPU))
+		sg := b.group(vocab.TypeShare, shareGroupName(g.GPU))
 		perGPU := int(p.sharesPerGPU.Load())
 		for k := 0; k < perGPU; k++ {
-			sg.InstanceStats[ids.ShareOf(g.UUID, k, perGPU)] = st
+			sg.InstanceStats[vocab.ShareOf(g.UUID, k, perGPU)] = st
 		}
 	}
 	return &dev.StatsResponse{Groups: b.list}
@@ -119,7 +119,7 @@ func (b *statsBuilder) group(typ, name string) *dev.DeviceGroupStats {
 	k := typ + "/" + name
 	g := b.groups[k]
 	if g == nil {
-		g = &dev.DeviceGroupStats{Vendor: ids.Vendor, Type: typ, Name: name, InstanceStats: map[string]*dev.DeviceStats{}}
+		g = &dev.DeviceGroupStats{Vendor: vocab.Vendor, Type: typ, Name: name, InstanceStats: map[string]*dev.DeviceStats{}}
 		b.groups[k] = g
 		b.list = append(b.list, g)
 	}
@@ -134,7 +134,7 @@ func (b *statsBuilder) addMIG(g *hwGPU, readings map[string]gpu.Stats) {
 			continue
 		}
 		mem := memoryState(r)
-		b.group(ids.TypeWhole, migGroupName(g, m)).InstanceStats[m.UUID] = &dev.DeviceStats{
+		b.group(vocab.TypeWhole, migGroupName(g, m)).InstanceStats[m.UUID] = &dev.DeviceStats{
 			Summary:   mem,
 			Stats:     &structs.StatObject{Attributes: map[string]*structs.StatValue{StatMemoryState: mem}},
 			Timestamp: b.now,
@@ -164,7 +164,7 @@ func gpuStats(r gpu.Stats, powerLimitW int, now time.Time) *dev.DeviceStats {
 
 // withSharesHeld adds the shares held to a share instance's statistics.
 func withSharesHeld(st *dev.DeviceStats, held int) *dev.DeviceStats {
-	h, total := uint64(held), uint64(ids.SharesPerGPU)
+	h, total := uint64(held), uint64(vocab.UnitsPerGPU)
 	st.Stats.Attributes[StatSharesHeld] = ratio(&h, &total, "", "shares held by allocations")
 	return st
 }

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -230,7 +230,7 @@ func (r *stressRun) poll() holdings {
 		for _, tr := range a.AllocatedResources.Tasks {
 			for _, d := range tr.Devices {
 				for _, raw := range d.DeviceIDs {
-					id, err := ids.Parse(raw)
+					id, err := vocab.Parse(raw)
 					if err != nil {
 						r.t.Fatalf("allocation %s: %v", a.ID, err)
 					}
@@ -328,7 +328,7 @@ func (r *stressRun) trackFitWaits(h holdings) {
 			}
 			since = maxTime(since, j.submitted)
 			if w := now.Sub(since); w > r.worstFit {
-				r.worstFit, r.worstFitJob = w, fmt.Sprintf("%s on GPU %s", j, ids.ShortUUID(g))
+				r.worstFit, r.worstFitJob = w, fmt.Sprintf("%s on GPU %s", j, vocab.ShortUUID(g))
 			}
 		}
 	}
@@ -419,7 +419,7 @@ func (r *stressRun) diagnose() string {
 		if err != nil {
 			fam = err.Error()
 		}
-		fmt.Fprintf(&b, "GPU %s: allocatable %s, held whole by %d, %d shares held\n", ids.ShortUUID(g), fam, h.whole[g], h.shares[g])
+		fmt.Fprintf(&b, "GPU %s: allocatable %s, held whole by %d, %d shares held\n", vocab.ShortUUID(g), fam, h.whole[g], h.shares[g])
 	}
 	b.WriteString("plugin's last decisions:\n")
 	b.WriteString(grepTail(filepath.Join(r.c.Dir, "nomad.log"), "device_mgr.nomad-device-gpushare: partition", 40))

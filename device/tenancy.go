@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/alloctrack"
-	"github.com/gpushare/nomad-gpushare/device/nodeusage"
 	"github.com/gpushare/nomad-gpushare/device/partition"
 	"github.com/gpushare/nomad-gpushare/device/tenants"
+	"github.com/gpushare/nomad-gpushare/vocab/nodeusage"
 )
 
 // recentMax bounds the kills and moves a report lists.
@@ -35,8 +35,8 @@ type tenancy struct {
 	nodeID  string
 	// tenants are the last read's, by key (Reserve's fresh reads merged).
 	tenants map[string]alloctrack.Tenant
-	// placed are Reserve's placements of share tenants, by key.
-	placed map[string]placement
+	// hosted are where Reserve put share tenants, by key.
+	hosted map[string]hosting
 	// observedHost: share tenants with no placement that run away from
 	// their home (found by the monitor after a restart), by key.
 	observedHost map[string]string
@@ -65,8 +65,10 @@ type tenancy struct {
 	report atomic.Pointer[nodeusage.Report]
 }
 
-// placement is where Reserve put a share tenant.
-type placement struct {
+// hosting is where Reserve put a share tenant: its home GPU (the one its
+// Nomad instances name), the GPU it runs on, whether that is another GPU
+// (a guest) and when.
+type hosting struct {
 	home, host string
 	guest      bool
 	at         time.Time
@@ -87,7 +89,7 @@ func (t *tenancy) configure(cfg dynamicSettings, tr *alloctrack.Tracker) {
 	defer t.mu.Unlock()
 	t.cfg, t.tracker = cfg, tr
 	if t.tenants == nil {
-		t.tenants, t.placed, t.observedHost = map[string]alloctrack.Tenant{}, map[string]placement{}, map[string]string{}
+		t.tenants, t.hosted, t.observedHost = map[string]alloctrack.Tenant{}, map[string]hosting{}, map[string]string{}
 		t.moving, t.killed, t.violating, t.killCount = map[string]time.Time{}, map[procKey]time.Time{}, map[string]bool{}, map[killLabels]int{}
 		t.resolver, t.lastSample = tenants.NewResolver("/proc"), map[string]uint64{}
 	}
@@ -111,9 +113,9 @@ func (t *tenancy) update(nodeID string, ts []alloctrack.Tenant, readStarted time
 	for _, tn := range ts {
 		t.tenants[tn.Key()] = tn
 	}
-	for k, pl := range t.placed {
+	for k, pl := range t.hosted {
 		if _, ok := t.tenants[k]; !ok && pl.at.Before(readStarted) {
-			delete(t.placed, k)
+			delete(t.hosted, k)
 		}
 	}
 	for k, at := range t.moving {
@@ -140,7 +142,7 @@ func (t *tenancy) merge(ts []alloctrack.Tenant) {
 // hostLocked is the GPU a share tenant runs on: where Reserve placed it,
 // else where it was found running, else its home. t.mu must be held.
 func (t *tenancy) hostLocked(tn alloctrack.Tenant) string {
-	if pl, ok := t.placed[tn.Key()]; ok {
+	if pl, ok := t.hosted[tn.Key()]; ok {
 		return pl.host
 	}
 	if h, ok := t.observedHost[tn.Key()]; ok {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/gpu/simproc"
-	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -49,7 +49,7 @@ func (f *fakeNomad) placeTenant(allocID, job, limit, typ string, deviceIDs ...st
 	group := "main"
 	task := &api.Task{Name: "main"}
 	if limit != "" {
-		task.Meta = map[string]string{ids.LimitMetaKey: limit}
+		task.Meta = map[string]string{vocab.LimitMetaKey: limit}
 	}
 	f.allocs = append(f.allocs, &api.Allocation{
 		ID: allocID, Namespace: "default", JobID: job, TaskGroup: group, ClientStatus: api.AllocClientStatusRunning, DesiredStatus: api.AllocDesiredStatusRun,

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/nodeusage"
+	"github.com/gpushare/nomad-gpushare/vocab/nodeusage"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )

@@ -30,7 +30,8 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/aclview"
-	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/vocab"
+	"github.com/gpushare/nomad-gpushare/vocab/nomadread"
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 )
@@ -462,21 +463,21 @@ func get(m map[string]*GPUUsage, uuid string) *GPUUsage {
 
 func addServerView(m map[string]*GPUUsage, groups []*api.NodeDeviceResource) {
 	for _, g := range groups {
-		if g == nil || g.Vendor != ids.Vendor || (g.Type != ids.TypeWhole && g.Type != ids.TypeShare) {
+		if g == nil || g.Vendor != vocab.Vendor || (g.Type != vocab.TypeWhole && g.Type != vocab.TypeShare) {
 			continue
 		}
 		for _, inst := range g.Instances {
 			if inst == nil || !inst.Healthy {
 				continue
 			}
-			id, err := ids.Parse(inst.ID)
+			id, err := vocab.Parse(inst.ID)
 			if err != nil {
 				continue
 			}
 			switch {
-			case g.Type == ids.TypeWhole && !id.IsShare:
+			case g.Type == vocab.TypeWhole && !id.IsShare:
 				get(m, id.UUID).ServerWhole = true
-			case g.Type == ids.TypeShare && id.IsShare:
+			case g.Type == vocab.TypeShare && id.IsShare:
 				get(m, id.UUID).ServerShare = true
 			}
 		}
@@ -488,7 +489,7 @@ func addServerView(m map[string]*GPUUsage, groups []*api.NodeDeviceResource) {
 func foreignGroups(groups []*api.NodeDeviceResource) []string {
 	var out []string
 	for _, g := range groups {
-		if g != nil && g.Vendor == ids.Vendor && g.Attributes[ids.SharingAttr] == nil {
+		if g != nil && g.Vendor == vocab.Vendor && g.Attributes[vocab.SharingAttr] == nil {
 			out = append(out, g.ID())
 		}
 	}
@@ -509,7 +510,7 @@ func addAllocations(m map[string]*GPUUsage, allocs []*api.Allocation) {
 		if a == nil || !live(a) {
 			continue
 		}
-		held := ids.HeldDevices(a.AllocatedResources)
+		held := nomadread.HeldDevices(a.AllocatedResources)
 		for _, u := range held.Whole {
 			g := get(m, u)
 			g.WholeAllocs = append(g.WholeAllocs, a.ID)
@@ -532,7 +533,7 @@ func (s Snapshot) String() string {
 	var b strings.Builder
 	for _, u := range uuids {
 		g := s.GPUs[u]
-		fmt.Fprintf(&b, "%s: whole=%v shares=%d server(whole=%v share=%v); ", ids.ShortUUID(u), g.WholeAllocs, g.ShareUnits, g.ServerWhole, g.ServerShare)
+		fmt.Fprintf(&b, "%s: whole=%v shares=%d server(whole=%v share=%v); ", vocab.ShortUUID(u), g.WholeAllocs, g.ShareUnits, g.ServerWhole, g.ServerShare)
 	}
 	return b.String()
 }

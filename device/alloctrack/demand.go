@@ -3,13 +3,15 @@ package alloctrack
 import (
 	"context"
 	"fmt"
-	"path"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/device/partition"
+	"github.com/gpushare/nomad-gpushare/internal/feasible"
+	"github.com/gpushare/nomad-gpushare/vocab"
+	"github.com/gpushare/nomad-gpushare/vocab/nomadread"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -26,7 +28,8 @@ type Demand = partition.Demand
 //     names devices (the "missing devices" constraint or an exhausted
 //     "devices: ..." dimension); count is its failed allocations
 //     (CoalescedFailures + 1);
-//   - the job's datacenters (glob patterns) and node pool admit this node;
+//   - the job's datacenters and node pool admit this node, as Nomad reads
+//     them (feasible.JobAdmits);
 //   - the request names vendor nvidia (or none) and type gpu or gpu-share,
 //     and if it names a device group, a group of this node of that type.
 //
@@ -127,7 +130,7 @@ func (t *Tracker) readDemand(ctx context.Context, node *api.Node) ([]Demand, err
 	}
 	groups, unit := deviceGroupNames(node), shareUnit(node)
 	var out []Demand
-	for _, k := range sortedKeys(latest) {
+	for _, k := range slices.Sorted(maps.Keys(latest)) {
 		e := latest[k]
 		if !anyDeviceFailure(e.FailedTGAllocs) {
 			continue
@@ -146,7 +149,7 @@ func (t *Tracker) readDemand(ctx context.Context, node *api.Node) ([]Demand, err
 			}
 			t.jobs[k] = job
 		}
-		if !admits(job, node) {
+		if !feasible.JobAdmits(job, node.Datacenter, node.NodePool) {
 			continue
 		}
 		out = append(out, jobDemand(k, job, e.FailedTGAllocs, groups, unit)...)
@@ -185,45 +188,16 @@ func deviceFailure(am *api.AllocationMetric) bool {
 	return false
 }
 
-// admits reports whether the job's datacenters and node pool include the
-// node.
-func admits(job *api.Job, node *api.Node) bool {
-	pool := ""
-	if job.NodePool != nil {
-		pool = *job.NodePool
-	}
-	switch pool {
-	case "all":
-	case "":
-		if node.NodePool != "" && node.NodePool != "default" {
-			return false
-		}
-	default:
-		if pool != node.NodePool {
-			return false
-		}
-	}
-	if len(job.Datacenters) == 0 {
-		return true
-	}
-	for _, dc := range job.Datacenters {
-		if ok, _ := path.Match(dc, node.Datacenter); ok || dc == node.Datacenter {
-			return true
-		}
-	}
-	return false
-}
-
 // deviceGroupNames lists the node's gpushare device group names by type.
 // MIG device groups are left out: a request naming one waits for a MIG
 // device, which no switch of a whole GPU provides.
 func deviceGroupNames(node *api.Node) map[string]map[string]bool {
-	out := map[string]map[string]bool{ids.TypeWhole: {}, ids.TypeShare: {}}
+	out := map[string]map[string]bool{vocab.TypeWhole: {}, vocab.TypeShare: {}}
 	if node.NodeResources == nil {
 		return out
 	}
 	for _, g := range node.NodeResources.Devices {
-		if g != nil && g.Vendor == ids.Vendor && out[g.Type] != nil && !isMIGGroup(g) {
+		if g != nil && g.Vendor == vocab.Vendor && out[g.Type] != nil && !isMIGGroup(g) {
 			out[g.Type][g.Name] = true
 		}
 	}
@@ -235,19 +209,19 @@ func shareUnit(node *api.Node) int {
 	if node.NodeResources == nil {
 		return 1
 	}
-	return ids.ShareUnit(node.NodeResources.Devices)
+	return nomadread.ShareUnit(node.NodeResources.Devices)
 }
 
 // isMIGGroup reports whether the plugin published the group for MIG
 // devices.
 func isMIGGroup(g *api.NodeDeviceResource) bool {
-	a := g.Attributes[ids.SharingAttr]
-	return a != nil && a.StringVal != nil && *a.StringVal == ids.SharingMIG
+	a := g.Attributes[vocab.SharingAttr]
+	return a != nil && a.StringVal != nil && *a.StringVal == vocab.SharingMIG
 }
 
 // requestFamily says which gpushare family a device request asks for, if
 // any: a request that names a device group must name one of this node's.
-func requestFamily(req ids.Request, groups map[string]map[string]bool) (typ string, ok bool) {
+func requestFamily(req vocab.Request, groups map[string]map[string]bool) (typ string, ok bool) {
 	if !req.Whole() && !req.Share() {
 		return "", false
 	}
@@ -281,7 +255,7 @@ func jobDemand(k string, job *api.Job, failed map[string]*api.AllocationMetric, 
 				if req == nil {
 					continue
 				}
-				r := ids.ParseRequest(req)
+				r := nomadread.ParseRequest(req)
 				typ, ok := requestFamily(r, groups)
 				n := r.Count
 				if !ok || n <= 0 {
@@ -289,7 +263,7 @@ func jobDemand(k string, job *api.Job, failed map[string]*api.AllocationMetric, 
 				}
 				for a := 0; a <= am.CoalescedFailures; a++ {
 					d := Demand{Key: fmt.Sprintf("%s/%s/%s/%d#%d", k, *tg.Name, task.Name, ri, a), Since: since}
-					if typ == ids.TypeWhole {
+					if typ == vocab.TypeWhole {
 						d.Whole = n
 					} else {
 						d.Shares = n * unit
@@ -299,14 +273,5 @@ func jobDemand(k string, job *api.Job, failed map[string]*api.AllocationMetric, 
 			}
 		}
 	}
-	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
 	return out
 }

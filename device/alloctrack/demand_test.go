@@ -2,57 +2,31 @@ package alloctrack
 
 import (
 	"fmt"
-	"github.com/gpushare/nomad-gpushare/device/ids"
 	"testing"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/vocab"
 	"github.com/hashicorp/nomad/api"
 )
 
-func TestAdmits(t *testing.T) {
-	node := &api.Node{Datacenter: "dc1", NodePool: "gpu"}
-	tests := []struct {
-		dcs  []string
-		pool string
-		want bool
-	}{
-		{[]string{"dc1"}, "gpu", true},
-		{[]string{"*"}, "gpu", true},
-		{[]string{"dc*"}, "all", true},
-		{nil, "gpu", true},
-		{[]string{"dc2"}, "gpu", false},
-		{[]string{"dc1"}, "", false}, // the default pool
-		{[]string{"dc1"}, "cpu", false},
-	}
-	for _, tt := range tests {
-		job := &api.Job{Datacenters: tt.dcs, NodePool: &tt.pool}
-		if got := admits(job, node); got != tt.want {
-			t.Errorf("datacenters %v pool %q: admits = %v, want %v", tt.dcs, tt.pool, got, tt.want)
-		}
-	}
-	if !admits(&api.Job{Datacenters: []string{"dc1"}}, &api.Node{Datacenter: "dc1", NodePool: "default"}) {
-		t.Error("a job without a pool is not admitted by the default pool")
-	}
-}
-
 func TestRequestFamily(t *testing.T) {
-	groups := map[string]map[string]bool{ids.TypeWhole: {"NVIDIA H100": true}, ids.TypeShare: {"NVIDIA H100-abcd": true}}
+	groups := map[string]map[string]bool{vocab.TypeWhole: {"NVIDIA H100": true}, vocab.TypeShare: {"NVIDIA H100-abcd": true}}
 	tests := []struct {
 		name, typ string
 		ok        bool
 	}{
-		{"gpu", ids.TypeWhole, true},
-		{"nvidia/gpu", ids.TypeWhole, true},
-		{"nvidia/gpu/NVIDIA H100", ids.TypeWhole, true},
+		{"gpu", vocab.TypeWhole, true},
+		{"nvidia/gpu", vocab.TypeWhole, true},
+		{"nvidia/gpu/NVIDIA H100", vocab.TypeWhole, true},
 		{"nvidia/gpu/NVIDIA A100", "", false},
-		{"gpu-share", ids.TypeShare, true},
-		{"nvidia/gpu-share/NVIDIA H100-abcd", ids.TypeShare, true},
+		{"gpu-share", vocab.TypeShare, true},
+		{"nvidia/gpu-share/NVIDIA H100-abcd", vocab.TypeShare, true},
 		{"nvidia/gpu-share/NVIDIA H100-ffff", "", false},
 		{"amd/gpu", "", false},
 		{"nvidia/fpga", "", false},
 	}
 	for _, tt := range tests {
-		typ, ok := requestFamily(ids.ParseRequestName(tt.name), groups)
+		typ, ok := requestFamily(vocab.ParseRequestName(tt.name), groups)
 		if typ != tt.typ || ok != tt.ok {
 			t.Errorf("%q: (%q, %v), want (%q, %v)", tt.name, typ, ok, tt.typ, tt.ok)
 		}
@@ -68,16 +42,16 @@ func TestMIGGroupsAreNoDemand(t *testing.T) {
 		{Vendor: "nvidia", Type: "gpu", Name: "NVIDIA A100 MIG 1g.5gb", Attributes: map[string]*api.Attribute{"sharing": {StringVal: &mig}}},
 	}}}
 	groups := deviceGroupNames(node)
-	if _, ok := requestFamily(ids.ParseRequestName("nvidia/gpu/NVIDIA A100 MIG 1g.5gb"), groups); ok {
+	if _, ok := requestFamily(vocab.ParseRequestName("nvidia/gpu/NVIDIA A100 MIG 1g.5gb"), groups); ok {
 		t.Error("a request for a MIG device counts as whole-GPU demand")
 	}
-	if _, ok := requestFamily(ids.ParseRequestName("nvidia/gpu/NVIDIA A100"), groups); !ok {
+	if _, ok := requestFamily(vocab.ParseRequestName("nvidia/gpu/NVIDIA A100"), groups); !ok {
 		t.Error("a request for a whole GPU model is no demand")
 	}
 }
 
 func TestJobDemand(t *testing.T) {
-	groups := map[string]map[string]bool{ids.TypeWhole: {}, ids.TypeShare: {}}
+	groups := map[string]map[string]bool{vocab.TypeWhole: {}, vocab.TypeShare: {}}
 	sub := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	mk := func(reqs ...string) *api.Job {
 		j := &api.Job{SubmitTime: new(sub.UnixNano())}

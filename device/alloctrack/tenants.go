@@ -6,7 +6,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/vocab"
+	"github.com/gpushare/nomad-gpushare/vocab/nomadread"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -24,7 +25,7 @@ type Tenant struct {
 	Whole    []string
 	ShareGPU string
 	ShareIDs []string
-	// Limit is its ids.LimitMetaKey value ("" when unset) and LimitFrom
+	// Limit is its vocab.LimitMetaKey value ("" when unset) and LimitFrom
 	// where it was found ("task", "group" or "job").
 	Limit, LimitFrom string
 }
@@ -37,7 +38,7 @@ func (t Tenant) Key() string { return t.AllocID + "/" + t.Task }
 func (t Tenant) Shares() int {
 	n := 0
 	for _, raw := range t.ShareIDs {
-		if id, err := ids.Parse(raw); err == nil && id.IsShare {
+		if id, err := vocab.Parse(raw); err == nil && id.IsShare {
 			n += id.Units
 		}
 	}
@@ -63,7 +64,7 @@ func tenantsOf(allocs []*api.Allocation) []Tenant {
 			if len(t.Whole) == 0 && len(t.ShareIDs) == 0 {
 				continue
 			}
-			t.Limit, t.LimitFrom, _ = ids.TaskLimit(a.Job, a.TaskGroup, task)
+			t.Limit, t.LimitFrom, _ = nomadread.TaskLimit(a.Job, a.TaskGroup, task)
 			out = append(out, t)
 		}
 	}
@@ -78,24 +79,16 @@ func tenantsOf(allocs []*api.Allocation) []Tenant {
 
 // addDevices records the gpushare instances of a task.
 func addDevices(t *Tenant, devs []*api.AllocatedDeviceResource) {
-	for _, d := range devs {
-		if d == nil || d.Vendor != ids.Vendor {
-			continue
+	nomadread.Instances(devs, func(id vocab.ID, raw string) {
+		if !id.IsShare {
+			t.Whole = append(t.Whole, id.UUID)
+			return
 		}
-		for _, raw := range d.DeviceIDs {
-			id, err := ids.Parse(raw)
-			switch {
-			case err != nil:
-			case d.Type == ids.TypeWhole && !id.IsShare:
-				t.Whole = append(t.Whole, id.UUID)
-			case d.Type == ids.TypeShare && id.IsShare:
-				if t.ShareGPU == "" {
-					t.ShareGPU = id.UUID
-				}
-				t.ShareIDs = append(t.ShareIDs, raw)
-			}
+		if t.ShareGPU == "" {
+			t.ShareGPU = id.UUID
 		}
-	}
+		t.ShareIDs = append(t.ShareIDs, raw)
+	})
 	sort.Strings(t.Whole)
 	sort.Strings(t.ShareIDs)
 }

@@ -5,14 +5,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	"github.com/hashicorp/nomad/api"
 )
 
 func TestTenantsOf(t *testing.T) {
 	name := "g"
-	job := &api.Job{Meta: map[string]string{ids.LimitMetaKey: "0.5"}, TaskGroups: []*api.TaskGroup{{Name: &name,
-		Tasks: []*api.Task{{Name: "nb", Meta: map[string]string{ids.LimitMetaKey: "1.0"}}, {Name: "side"}}}}}
+	job := &api.Job{Meta: map[string]string{vocab.LimitMetaKey: "0.5"}, TaskGroups: []*api.TaskGroup{{Name: &name,
+		Tasks: []*api.Task{{Name: "nb", Meta: map[string]string{vocab.LimitMetaKey: "1.0"}}, {Name: "side"}}}}}
 	a := &api.Allocation{ID: "a1", Namespace: "team-a", JobID: "j", TaskGroup: "g", Job: job, ClientStatus: "running", DesiredStatus: "run",
 		CreateIndex: 20, CreateTime: 2e9, AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{
 			"nb":   {Devices: []*api.AllocatedDeviceResource{devs("gpu-share", "GPU-2-s01", "GPU-2-s00")}},

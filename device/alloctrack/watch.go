@@ -3,10 +3,10 @@ package alloctrack
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/internal/backoff"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -71,7 +71,7 @@ func (t *Tracker) Watch(ctx context.Context, o WatchOptions) {
 // o.MinInterval apart; after a failure the next waits longer, up to a
 // minute, with jitter.
 func (t *Tracker) follow(ctx context.Context, name string, o WatchOptions, step func(ctx context.Context, nodeID string, blocking bool, o WatchOptions) error, down func(*view)) {
-	backoff := o.MinInterval
+	retry := backoff.Backoff{Min: o.MinInterval, Max: time.Minute, Jitter: true}
 	// The first request of a watch, and the first after a failure, does
 	// not block: it answers at once, and Read can rely on the watch again
 	// from then on.
@@ -89,17 +89,13 @@ func (t *Tracker) follow(ctx context.Context, name string, o WatchOptions, step 
 		if err != nil {
 			t.setLive(down)
 			t.debug("blocking query failed; Read reads the node itself until it answers", "watch", name, "error", err)
-			wait = backoff/2 + rand.N(backoff/2+1)
-			backoff, blocking = min(2*backoff, time.Minute), false
+			wait, blocking = retry.Next(), false
 		} else {
-			backoff, blocking = o.MinInterval, true
+			blocking = true
+			retry.Reset()
 		}
-		if wait > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
+		if !backoff.Sleep(ctx, wait) {
+			return
 		}
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/vocab"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -25,7 +25,7 @@ type MIGDevice struct {
 	MemoryMiB uint64
 	// Shares is the part of its GPU the MIG device is, in shares: its
 	// profile's compute slices over the GPU's (NVML's maximum MIG device
-	// count), rounded down (ids.MIGShares); 0 when unknown.
+	// count), rounded down (vocab.MIGShares); 0 when unknown.
 	Shares int
 	// GPUInstance and ComputeInstance identify it on its parent (Xid
 	// events name them).
@@ -52,7 +52,7 @@ func migDevices(d nvml.Device) []MIGDevice {
 			continue // no handle, so no UUID to list it under
 		}
 		m, ok := describeMIG(md)
-		m.Shares = ids.MIGShares(ids.MIGProfileSlices(m.Profile), n)
+		m.Shares = vocab.MIGShares(vocab.MIGProfileSlices(m.Profile), n)
 		if ok {
 			out = append(out, m)
 		}

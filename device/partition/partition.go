@@ -4,7 +4,7 @@
 // health and usage as read from the Nomad API, and what the Nomad servers
 // currently see as published) and answers what to publish. It does no I/O
 // and reads no clock. The protocol is stated in docs/design.md, section
-// "Partition protocol"; units (a share is 1/ids.SharesPerGPU of a GPU) in
+// "Partition protocol"; units (a share is 1/vocab.UnitsPerGPU of a GPU) in
 // "Units and device families".
 //
 // Rules:
@@ -51,10 +51,12 @@ package partition
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/vocab"
 )
 
 // Mode is the family a GPU is published in.
@@ -65,17 +67,19 @@ const (
 	Unknown Mode = iota
 	// Whole publishes the GPU as one instance of type "gpu".
 	Whole
-	// Share publishes the GPU as ids.SharesPerGPU instances of type
+	// Share publishes the GPU as share instances of type
 	// "gpu-share".
 	Share
 )
 
+// String returns the family as the sharing attribute names it
+// (vocab.SharingWhole, vocab.SharingShare), or "unknown".
 func (m Mode) String() string {
 	switch m {
 	case Whole:
-		return "whole"
+		return vocab.SharingWhole
 	case Share:
-		return "share"
+		return vocab.SharingShare
 	default:
 		return "unknown"
 	}
@@ -260,13 +264,13 @@ func (m *Machine) Publications() map[string]Publication {
 
 // BlindReason starts the health description of a GPU not offered while
 // the plugin's view of the node's allocations is incomplete. It is no
-// withdrawal in the sense of ids.IsWithdrawn: the GPU may stay out for as
+// withdrawal in the sense of vocab.IsWithdrawn: the GPU may stay out for as
 // long as the plugin's token lacks rights, so the quota service does not
 // count it.
 const BlindReason = "gpushare: not offered while the plugin cannot see every allocation on this node: "
 
 // publication is where GPU s is published; a GPU published nowhere says
-// why in words ids.IsWithdrawn recognises when it is withdrawn only to be
+// why in words vocab.IsWithdrawn recognises when it is withdrawn only to be
 // moved or placed (the contract with the quota service), BlindReason
 // otherwise.
 func (m *Machine) publication(s *gpuState) Publication {
@@ -275,13 +279,13 @@ func (m *Machine) publication(s *gpuState) Publication {
 	case m.incomplete != "" && unpublished && !s.Conflict:
 		return Publication{Reason: BlindReason + m.incomplete}
 	case !m.seen || s.Mode == Unknown && s.Phase == phasePublished:
-		return Publication{Reason: ids.WithdrawnWaiting()}
+		return Publication{Reason: vocab.WithdrawnWaiting()}
 	case s.Mode == Unknown && !s.Conflict:
-		return Publication{Reason: ids.WithdrawnSettling(s.Target.String()), LeavingWhole: s.Target == Share}
+		return Publication{Reason: vocab.WithdrawnSettling(s.Target.String()), LeavingWhole: s.Target == Share}
 	case s.Conflict:
-		return Publication{Reason: ids.WithdrawnConflict(), LeavingWhole: true}
+		return Publication{Reason: vocab.WithdrawnConflict(), LeavingWhole: true}
 	case s.Phase != phasePublished:
-		return Publication{Reason: ids.WithdrawnSwitching(s.Target.String(), s.Phase.String()), LeavingWhole: s.Target == Share}
+		return Publication{Reason: vocab.WithdrawnSwitching(s.Target.String(), s.Phase.String()), LeavingWhole: s.Target == Share}
 	}
 	return Publication{Family: s.Mode}
 }
@@ -379,7 +383,7 @@ func (m *Machine) holdDemand(o Observation, ev *events) {
 		}
 		m.held[d.Key] = heldDemand{d: d, lastSeen: o.At}
 	}
-	for _, k := range sortedKeys(m.held) {
+	for _, k := range slices.Sorted(maps.Keys(m.held)) {
 		if h := m.held[k]; o.At.Sub(h.lastSeen) > m.policy.DemandHold {
 			delete(m.held, k)
 			ev.add("", "demand no longer waits: %s", h.d)
@@ -523,7 +527,7 @@ func (m *Machine) census(uuids []string) idleCensus {
 			continue
 		}
 		if s.Mode == Share && s.Phase == phasePublished && g.Healthy && g.ShareUnits > 0 {
-			f := ids.SharesPerGPU - g.ShareUnits
+			f := vocab.UnitsPerGPU - g.ShareUnits
 			c.room = max(c.room, f)
 			c.free = append(c.free, f)
 		}
@@ -568,7 +572,7 @@ func (m *Machine) shareTargets(c idleCensus) (lo, hi int) {
 		base = 0
 	}
 	held := make([]Demand, 0, len(m.held))
-	for _, k := range sortedKeys(m.held) {
+	for _, k := range slices.Sorted(maps.Keys(m.held)) {
 		held = append(held, m.held[k].d)
 	}
 	a := shareNeed(m.demand, c.free, c.flex, c.fixed, base)
@@ -658,12 +662,12 @@ func shareNeed(demand []Demand, free []int, flex, fixed, base int) int {
 				fixed -= take
 				flex -= rest
 			}
-		case d.Shares > 0 && d.Shares <= ids.SharesPerGPU:
+		case d.Shares > 0 && d.Shares <= vocab.UnitsPerGPU:
 			if fit(free, d.Shares) || fit(opened, d.Shares) || flex == 0 {
 				continue
 			}
 			flex--
-			opened = append(opened, ids.SharesPerGPU-d.Shares)
+			opened = append(opened, vocab.UnitsPerGPU-d.Shares)
 		}
 	}
 	n := len(opened)
@@ -671,15 +675,6 @@ func shareNeed(demand []Demand, free []int, flex, fixed, base int) int {
 		n += min(flex, base-n)
 	}
 	return n
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func (m *Machine) sorted() []string {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/vocab"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -89,22 +89,22 @@ func run(t *testing.T, pol Policy, steps []step) *Machine {
 
 // checkReason fails the test when a GPU published nowhere says why in
 // words the quota service would not read as the plugin means them: every
-// such reason is a withdrawal (ids.IsWithdrawn: the GPU is capacity in
+// such reason is a withdrawal (vocab.IsWithdrawn: the GPU is capacity in
 // transit) or BlindReason.
 func checkReason(t *testing.T, p Publication) {
 	t.Helper()
-	if p.Family == Unknown && !ids.IsWithdrawn(p.Reason) && !strings.HasPrefix(p.Reason, BlindReason) {
-		t.Fatalf("GPU published nowhere because %q: neither an ids withdrawal nor BlindReason", p.Reason)
+	if p.Family == Unknown && !vocab.IsWithdrawn(p.Reason) && !strings.HasPrefix(p.Reason, BlindReason) {
+		t.Fatalf("GPU published nowhere because %q: neither a vocab withdrawal nor BlindReason", p.Reason)
 	}
 }
 
 // TestWithdrawalsSpeakTheContract: each state in which the plugin
 // withdraws a GPU only to move it or to learn where it belongs is
 // described as a withdrawal the quota service recognises
-// (ids.IsWithdrawn), and the blind state is not one.
+// (vocab.IsWithdrawn), and the blind state is not one.
 func TestWithdrawalsSpeakTheContract(t *testing.T) {
 	m := New(pol)
-	if r := m.publication(&gpuState{}).Reason; !ids.IsWithdrawn(r) {
+	if r := m.publication(&gpuState{}).Reason; !vocab.IsWithdrawn(r) {
 		t.Errorf("before the first observation: %q is not a withdrawal", r)
 	}
 	m.seen = true
@@ -115,12 +115,12 @@ func TestWithdrawalsSpeakTheContract(t *testing.T) {
 		"switch, withdrawing": {Mode: Whole, Phase: phaseWithdrawing, Target: Share},
 		"switch, settling":    {Mode: Share, Phase: phaseSettling, Target: Whole},
 	} {
-		if p := m.publication(&s); p.Family != Unknown || !ids.IsWithdrawn(p.Reason) {
-			t.Errorf("%s: published %s because %q, want a withdrawal ids.IsWithdrawn recognises", name, p.Family, p.Reason)
+		if p := m.publication(&s); p.Family != Unknown || !vocab.IsWithdrawn(p.Reason) {
+			t.Errorf("%s: published %s because %q, want a withdrawal vocab.IsWithdrawn recognises", name, p.Family, p.Reason)
 		}
 	}
 	m.incomplete = "token cannot read namespace secret"
-	if p := m.publication(&gpuState{Mode: Whole, Phase: phaseWithdrawing, Target: Share}); ids.IsWithdrawn(p.Reason) || !strings.HasPrefix(p.Reason, BlindReason) {
+	if p := m.publication(&gpuState{Mode: Whole, Phase: phaseWithdrawing, Target: Share}); vocab.IsWithdrawn(p.Reason) || !strings.HasPrefix(p.Reason, BlindReason) {
 		t.Errorf("blind: %q, want BlindReason, no withdrawal", p.Reason)
 	}
 }

@@ -18,7 +18,7 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/device"
 	"github.com/gpushare/nomad-gpushare/device/gpu"
-	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -53,7 +53,7 @@ func perNode(c Config) int { return (c.Allocations + c.Nodes - 1) / max(c.Nodes,
 // generate builds the world deterministically.
 func generate(c Config) (*world, error) {
 	if c.SharesPerGPU == 0 {
-		c.SharesPerGPU = ids.SharesPerGPU
+		c.SharesPerGPU = vocab.DefaultSharesPerGPU
 	}
 	if c.ShareGPUs == 0 {
 		c.ShareGPUs = 4
@@ -79,7 +79,7 @@ func generate(c Config) (*world, error) {
 func (w *world) placeAllocations(rng *rand.Rand) {
 	c := w.cfg
 	per := perNode(c)
-	unit := ids.SharesPerGPU / c.SharesPerGPU
+	unit := vocab.UnitsPerGPU / c.SharesPerGPU
 	shareCount := max(10/unit, 1)
 	next := make([]int, c.ShareGPUs) // next free share instance per share GPU, per node (reset per node)
 	var job *api.Job
@@ -92,15 +92,15 @@ func (w *world) placeAllocations(rng *rand.Rand) {
 			}
 			var devs *api.AllocatedDeviceResource
 			if k < len(whole) {
-				devs = &api.AllocatedDeviceResource{Vendor: ids.Vendor, Type: ids.TypeWhole, Name: "NVIDIA H100 80GB HBM3", DeviceIDs: []string{whole[k]}}
+				devs = &api.AllocatedDeviceResource{Vendor: vocab.Vendor, Type: vocab.TypeWhole, Name: "NVIDIA H100 80GB HBM3", DeviceIDs: []string{whole[k]}}
 			} else {
 				g := (k - len(whole)) % len(shares)
 				var idl []string
 				for s := 0; s < shareCount && next[g] < c.SharesPerGPU; s++ {
-					idl = append(idl, ids.ShareOf(shares[g], next[g], c.SharesPerGPU))
+					idl = append(idl, vocab.ShareOf(shares[g], next[g], c.SharesPerGPU))
 					next[g]++
 				}
-				devs = &api.AllocatedDeviceResource{Vendor: ids.Vendor, Type: ids.TypeShare, Name: "", DeviceIDs: idl}
+				devs = &api.AllocatedDeviceResource{Vendor: vocab.Vendor, Type: vocab.TypeShare, Name: "", DeviceIDs: idl}
 			}
 			a := newAlloc(len(w.allocs), job, node, devs, w.created)
 			w.jobAllocs[jobKey(job)] = append(w.jobAllocs[jobKey(job)], len(w.allocs))
@@ -117,10 +117,10 @@ func gpuIDs(n *api.Node) (whole, share []string) {
 				continue
 			}
 			switch g.Type {
-			case ids.TypeWhole:
+			case vocab.TypeWhole:
 				whole = append(whole, d.ID)
-			case ids.TypeShare:
-				id, _ := ids.Parse(d.ID)
+			case vocab.TypeShare:
+				id, _ := vocab.Parse(d.ID)
 				if len(share) == 0 || share[len(share)-1] != id.UUID {
 					share = append(share, id.UUID)
 				}
@@ -142,7 +142,7 @@ func (w *world) addPending() {
 
 // shareCount is the device count that asks for pct hundredths of a GPU.
 func (w *world) shareCount(pct int) int {
-	return max(pct/(ids.SharesPerGPU/w.cfg.SharesPerGPU), 1)
+	return max(pct/(vocab.UnitsPerGPU/w.cfg.SharesPerGPU), 1)
 }
 
 func (w *world) project(i int) string { return fmt.Sprintf("project-%03d", i%max(w.cfg.Projects, 1)) }

@@ -13,7 +13,7 @@
 // (job specs, the suspension records with their verdicts). Only GPU work
 // counts (docs/design.md, Units and device families): a node's GPUs are the
 // physical GPUs named by its "nvidia/gpu" and "nvidia/gpu-share" device
-// instances (package device/ids), an allocation's usage is the whole GPUs
+// instances (package vocab), an allocation's usage is the whole GPUs
 // and shares it was given, wherever they land, and pending demand is what
 // Nomad will still place of each task group (demand.go) times its device
 // asks ("nvidia/gpu" count = whole GPUs, "nvidia/gpu-share" count = share
@@ -46,11 +46,12 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
 	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/vocab"
+	"github.com/gpushare/nomad-gpushare/vocab/nomadread"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -208,7 +209,7 @@ func newAssembler(in Inputs) *assembler {
 
 // shareUnitOf is what one instance of a pending nvidia/gpu-share request
 // stands for, in shares: 100 over the plugin's shares_per_gpu, read from
-// the nodes' share groups (ids.ShareUnit). A pending job is on no node, so
+// the nodes' share groups (nomadread.ShareUnit). A pending job is on no node, so
 // one value must hold for the cluster; when nodes differ, the most common
 // wins (ties: the finer) and a warning says so.
 func (a *assembler) shareUnitOf(nodes []*nomadapi.NodeListStub) int {
@@ -218,8 +219,8 @@ func (a *assembler) shareUnitOf(nodes []*nomadapi.NodeListStub) int {
 			continue
 		}
 		for _, g := range n.NodeResources.Devices {
-			if g != nil && g.Vendor == ids.Vendor && g.Type == ids.TypeShare {
-				seen[ids.ShareUnit(n.NodeResources.Devices)]++
+			if g != nil && g.Vendor == vocab.Vendor && g.Type == vocab.TypeShare {
+				seen[nomadread.ShareUnit(n.NodeResources.Devices)]++
 				break
 			}
 		}

@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -24,8 +24,8 @@ func node() *nomadapi.NodeListStub {
 	devs := []*nomadapi.NodeDeviceResource{whole}
 	for _, u := range []string{"GPU-c", "GPU-d"} {
 		g := &nomadapi.NodeDeviceResource{Vendor: "nvidia", Type: "gpu-share", Name: "A100-" + u}
-		for k := 0; k < ids.SharesPerGPU; k++ {
-			g.Instances = append(g.Instances, &nomadapi.NodeDevice{ID: ids.Share(u, k), Healthy: true})
+		for k := 0; k < vocab.DefaultSharesPerGPU; k++ {
+			g.Instances = append(g.Instances, &nomadapi.NodeDevice{ID: vocab.Share(u, k), Healthy: true})
 		}
 		devs = append(devs, g)
 	}
@@ -63,10 +63,10 @@ func TestAssemble(t *testing.T) {
 		Nodes: []*nomadapi.NodeListStub{node()},
 		Allocations: []*nomadapi.AllocationListStub{
 			alloc("al1", "a", "train", "gpu", "GPU-a"),
-			alloc("al2", "b", "nb", "gpu-share", ids.Share("GPU-c", 0), ids.Share("GPU-c", 1), ids.Share("GPU-c", 7)),
+			alloc("al2", "b", "nb", "gpu-share", vocab.Share("GPU-c", 0), vocab.Share("GPU-c", 1), vocab.Share("GPU-c", 7)),
 			alloc("al3", "x", "meta", "gpu", "GPU-b"),
-			alloc("al4", "a", "unfinished", "gpu-share", ids.Share("GPU-d", 0), ids.Share("GPU-d", 1)),
-			alloc("al5", "a", "unfinished", "gpu-share", ids.Share("GPU-d", 2), ids.Share("GPU-d", 3)),
+			alloc("al4", "a", "unfinished", "gpu-share", vocab.Share("GPU-d", 0), vocab.Share("GPU-d", 1)),
+			alloc("al5", "a", "unfinished", "gpu-share", vocab.Share("GPU-d", 2), vocab.Share("GPU-d", 3)),
 		},
 		Jobs: []*nomadapi.JobListStub{
 			jobStub("a", "train", 0, false, nil),
@@ -221,19 +221,19 @@ func TestAssembleCPUAndMemory(t *testing.T) {
 func TestAssembleCoarseShares(t *testing.T) {
 	n := node()
 	for _, g := range n.NodeResources.Devices {
-		if g.Type != ids.TypeShare {
+		if g.Type != vocab.TypeShare {
 			continue
 		}
 		u := strings.TrimPrefix(g.Name, "A100-")
-		g.Attributes = map[string]*nomadapi.Attribute{ids.SharesAttr: {IntVal: ptr(int64(4))}}
+		g.Attributes = map[string]*nomadapi.Attribute{vocab.SharesAttr: {IntVal: ptr(int64(4))}}
 		g.Instances = nil
 		for k := range 4 {
-			g.Instances = append(g.Instances, &nomadapi.NodeDevice{ID: ids.ShareOf(u, k, 4), Healthy: true})
+			g.Instances = append(g.Instances, &nomadapi.NodeDevice{ID: vocab.ShareOf(u, k, 4), Healthy: true})
 		}
 	}
 	v := Assemble(Inputs{
 		Nodes:       []*nomadapi.NodeListStub{n},
-		Allocations: []*nomadapi.AllocationListStub{alloc("al1", "a", "small", "gpu-share", ids.ShareOf("GPU-c", 0, 4))},
+		Allocations: []*nomadapi.AllocationListStub{alloc("al1", "a", "small", "gpu-share", vocab.ShareOf("GPU-c", 0, 4))},
 		Jobs:        []*nomadapi.JobListStub{jobStub("a", "small", 0, false, nil), jobStub("a", "waiting", 2, false, nil)},
 		Specs: map[string]*nomadapi.Job{
 			"a/small":   spec("a", "small", "nvidia/gpu-share", 1),

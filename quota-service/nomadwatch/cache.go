@@ -6,7 +6,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/vocab"
+	"github.com/gpushare/nomad-gpushare/vocab/nomadread"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -76,7 +77,7 @@ func leanAllocStub(s *nomadapi.AllocationListStub) *nomadapi.AllocationListStub 
 // tasks' CPU and memory, and the GPUs it holds.
 type allocResources struct {
 	cpu, mem int64
-	held     ids.Held
+	held     vocab.Held
 }
 
 // readAllocResources reads r; nil when the allocation has none.
@@ -85,7 +86,7 @@ func readAllocResources(r *nomadapi.AllocatedResources) *allocResources {
 		return nil
 	}
 	cpu, mem := allocatedCPUMemory(r)
-	return &allocResources{cpu: cpu, mem: mem, held: ids.HeldDevices(r)}
+	return &allocResources{cpu: cpu, mem: mem, held: nomadread.HeldDevices(r)}
 }
 
 // cache is the service's view of Nomad: every node, every allocation

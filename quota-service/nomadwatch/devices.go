@@ -7,7 +7,7 @@ import (
 	"sync"
 	"unique"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -41,10 +41,10 @@ type deviceGroup struct {
 }
 
 // idRun is a run of instance IDs: id, then, for a share, the next n-1
-// shares of the same GPU in order (ids.ID.Share counting up); a share
+// shares of the same GPU in order (vocab.ID.Share counting up); a share
 // group's instances are one run per GPU.
 type idRun struct {
-	id ids.ID
+	id vocab.ID
 	n  int
 }
 
@@ -58,7 +58,7 @@ func readDevices(devs []*nomadapi.NodeDeviceResource) *nodeDevices {
 			continue
 		}
 		d.groups = append(d.groups, newDeviceGroup(g))
-		if g.Vendor != ids.Vendor || (g.Type != ids.TypeWhole && g.Type != ids.TypeShare) {
+		if g.Vendor != vocab.Vendor || (g.Type != vocab.TypeWhole && g.Type != vocab.TypeShare) {
 			continue
 		}
 		d.addGroupGPUs(g, gpus)
@@ -79,7 +79,7 @@ func (d *nodeDevices) addGroupGPUs(g *nomadapi.NodeDeviceResource, gpus map[stri
 		d.warnings = append(d.warnings, migWarning)
 	}
 	for _, inst := range g.Instances {
-		id, err := ids.Parse(inst.ID)
+		id, err := vocab.Parse(inst.ID)
 		if err != nil {
 			d.warnings = append(d.warnings, err.Error())
 			continue
@@ -89,10 +89,10 @@ func (d *nodeDevices) addGroupGPUs(g *nomadapi.NodeDeviceResource, gpus map[stri
 			h = &gpuHealth{}
 			gpus[id.UUID] = h
 		}
-		if h.model == "" || g.Type == ids.TypeWhole {
+		if h.model == "" || g.Type == vocab.TypeWhole {
 			h.model = g.Name
 		}
-		if g.Type == ids.TypeWhole {
+		if g.Type == vocab.TypeWhole {
 			h.mig = mig
 		}
 		h.add(inst)
@@ -107,9 +107,9 @@ func newDeviceGroup(g *nomadapi.NodeDeviceResource) deviceGroup {
 	res.Attributes = sharedAttributes(g.Attributes)
 	out := deviceGroup{res: &res, instances: len(g.Instances)}
 	for _, inst := range g.Instances {
-		id, err := ids.Parse(inst.ID)
+		id, err := vocab.Parse(inst.ID)
 		if err != nil {
-			id = ids.ID{UUID: inst.ID} // kept as it is
+			id = vocab.ID{UUID: inst.ID} // kept as it is
 		}
 		if k := len(out.ids) - 1; k >= 0 && continues(out.ids[k], id) {
 			out.ids[k].n++
@@ -121,7 +121,7 @@ func newDeviceGroup(g *nomadapi.NodeDeviceResource) deviceGroup {
 }
 
 // continues reports whether id is the share that follows run r.
-func continues(r idRun, id ids.ID) bool {
+func continues(r idRun, id vocab.ID) bool {
 	return r.id.IsShare && id.IsShare && id.UUID == r.id.UUID && id.Units == r.id.Units && id.Share == r.id.Share+r.n
 }
 

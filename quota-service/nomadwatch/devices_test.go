@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -17,7 +17,7 @@ func TestDeviceGroupKeepsInstanceIDs(t *testing.T) {
 		var out []string
 		for _, u := range uuids {
 			for k := range perGPU {
-				out = append(out, ids.ShareOf(u, k, perGPU))
+				out = append(out, vocab.ShareOf(u, k, perGPU))
 			}
 		}
 		return out

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/internal/backoff"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -35,35 +36,43 @@ const refusedRetry = time.Minute
 // and asked for again every refusedRetry.
 func (b *Builder) Follow(ctx context.Context, changed func()) {
 	log := b.log.Named("events")
-	backoff := 500 * time.Millisecond
+	retry := backoff.Backoff{Min: 2 * reconnectWait, Max: 10 * time.Second}
 	refused := false
 	for ctx.Err() == nil {
 		flowed, quick, err := b.session(ctx, changed)
 		if ctx.Err() != nil {
 			return
 		}
+		var wait time.Duration
 		switch {
 		case flowed:
 			if refused {
 				log.Info("Nomad accepts the event stream again; following its events")
 			}
-			refused, backoff = false, 500*time.Millisecond
+			refused, wait = false, reconnectWait
+			retry.Waited(wait)
 		case StatusCode(err) == http.StatusForbidden || quick:
 			if !refused {
 				log.Warn("Nomad refused or closed the event stream at once: polling instead, listing Nomad in full every cycle; the service's token needs read-job in every namespace and node:read (docs/design.md, The service's view of Nomad)", "error", err)
 			}
-			refused, backoff = true, refusedRetry
+			refused, wait = true, refusedRetry
+			retry.Waited(wait)
 		default:
-			backoff = min(2*backoff, 10*time.Second)
+			wait = retry.Next()
 		}
 		if err != nil && !refused {
 			log.Warn("event stream broke or unavailable; listing Nomad in full every cycle until it is back", "error", err)
 		}
-		if !sleep(ctx, backoff) {
+		if !backoff.Sleep(ctx, wait) {
 			return
 		}
 	}
 }
+
+// reconnectWait is how long the follower waits before subscribing again
+// after a stream that delivered events ended; a failure after it waits
+// twice as long, then longer up to 10 s.
+const reconnectWait = 500 * time.Millisecond
 
 // quickClose is how soon after connecting a stream that ends without a
 // batch counts as refused.
@@ -136,13 +145,4 @@ func (b *Builder) namespaces(ctx context.Context) (string, error) {
 	}
 	sort.Strings(names)
 	return strings.Join(names, ","), nil
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
-	}
 }

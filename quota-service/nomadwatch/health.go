@@ -1,14 +1,14 @@
 package nomadwatch
 
 import (
-	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
 // gpuHealth is what the instances of one GPU, in both device families, say
 // of its health. A GPU the gpushare plugin withdraws from both families on
-// purpose (ids.IsWithdrawn: while it switches the GPU between whole and
+// purpose (vocab.IsWithdrawn: while it switches the GPU between whole and
 // shared, settles before the first publication, has not yet read the
 // GPU's usage, or sees the GPU held both ways) is capacity, merely in
 // transit: it comes back in one family within seconds. Any other unhealthy
@@ -31,7 +31,7 @@ func (h *gpuHealth) add(inst *nomadapi.NodeDevice) {
 	switch {
 	case inst.Healthy:
 		h.healthy = true
-	case h.reason == "" || ids.IsWithdrawn(h.reason) && !ids.IsWithdrawn(inst.HealthDescription):
+	case h.reason == "" || vocab.IsWithdrawn(h.reason) && !vocab.IsWithdrawn(inst.HealthDescription):
 		h.reason = inst.HealthDescription
 	}
 }
@@ -40,7 +40,7 @@ func (h *gpuHealth) add(inst *nomadapi.NodeDevice) {
 // in one family or withdrawn only for a switch.
 func (h *gpuHealth) unavailable() string {
 	switch {
-	case h.healthy || ids.IsWithdrawn(h.reason):
+	case h.healthy || vocab.IsWithdrawn(h.reason):
 		return ""
 	case h.reason == "":
 		return "unhealthy"

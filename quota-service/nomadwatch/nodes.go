@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -109,31 +109,31 @@ func nodeUnavailable(n *nomadapi.NodeListStub) string {
 const gpuSlicesAssumed = 7
 
 // migShares is the part of its GPU one device of group g is when g lists
-// MIG devices (its ids.SharingAttr is ids.SharingMIG, or it names a MIG
+// MIG devices (its vocab.SharingAttr is vocab.SharingMIG, or it names a MIG
 // profile), or 0 for a group of whole GPUs or shares. It is the group's
-// ids.MIGSharesAttr, which the gpushare plugin publishes; for another
+// vocab.MIGSharesAttr, which the gpushare plugin publishes; for another
 // plugin's MIG group, the slices of its profile (attribute mig_profile, or
 // the end of the group name, "... MIG 1g.10gb") over gpuSlicesAssumed;
 // failing both, one whole GPU, with a warning (docs/design.md, Units and
 // device families).
 func migShares(g *nomadapi.NodeDeviceResource) (model.Shares, string) {
-	if g.Type != ids.TypeWhole {
+	if g.Type != vocab.TypeWhole {
 		return 0, ""
 	}
 	profile := attrString(g.Attributes["mig_profile"])
 	if _, after, ok := strings.Cut(g.Name, " MIG "); ok && profile == "" {
 		profile = strings.TrimSpace(after)
 	}
-	if attrString(g.Attributes[ids.SharingAttr]) != ids.SharingMIG && profile == "" {
+	if attrString(g.Attributes[vocab.SharingAttr]) != vocab.SharingMIG && profile == "" {
 		return 0, ""
 	}
-	if a := g.Attributes[ids.MIGSharesAttr]; a != nil && a.IntVal != nil && *a.IntVal > 0 && *a.IntVal <= model.SharesPerGPU {
+	if a := g.Attributes[vocab.MIGSharesAttr]; a != nil && a.IntVal != nil && *a.IntVal > 0 && *a.IntVal <= model.SharesPerGPU {
 		return model.Shares(*a.IntVal), ""
 	}
-	if s := ids.MIGShares(ids.MIGProfileSlices(profile), gpuSlicesAssumed); s > 0 {
+	if s := vocab.MIGShares(vocab.MIGProfileSlices(profile), gpuSlicesAssumed); s > 0 {
 		return model.Shares(s), ""
 	}
-	return model.SharesPerGPU, fmt.Sprintf("MIG device group %q says neither %s nor a MIG profile: each of its devices counts as one GPU", g.Name, ids.MIGSharesAttr)
+	return model.SharesPerGPU, fmt.Sprintf("MIG device group %q says neither %s nor a MIG profile: each of its devices counts as one GPU", g.Name, vocab.MIGSharesAttr)
 }
 
 // attrString is a device attribute's string value, or "".
@@ -274,7 +274,7 @@ type part struct {
 // GPUs as one part, and the shares it holds of each GPU as one part per
 // GPU. A GPU the node does not publish, or one held beyond its capacity,
 // takes the node out of planning; the part still counts, unbound.
-func (a *assembler) bindGPUs(ng *nodeGPUs, id string, held ids.Held) []part {
+func (a *assembler) bindGPUs(ng *nodeGPUs, id string, held vocab.Held) []part {
 	var parts []part
 	var whole []string
 	for _, u := range held.Whole {

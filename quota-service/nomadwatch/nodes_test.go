@@ -5,10 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
-	"github.com/gpushare/nomad-gpushare/device/partition"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -56,46 +55,30 @@ func TestAssembleNodesOutOfPlanning(t *testing.T) {
 
 // TestAssembleGPUHealth: a GPU the plugin withdraws for a switch between
 // device families is capacity; one unhealthy for another reason is not.
-// The withdrawals are the plugin's own (device/ids, as device/partition
-// publishes them), so that the two sides cannot drift apart.
+// The withdrawals are the vocabulary's (package vocab), which the plugin
+// publishes (device/partition's TestWithdrawalsSpeakTheContract), so that
+// the two sides cannot drift apart.
 func TestAssembleGPUHealth(t *testing.T) {
-	blind := partition.BlindReason + "token cannot read namespace secret"
+	blind := "gpushare: not offered while the plugin cannot see every allocation on this node: token cannot read namespace secret"
 	tests := []struct {
 		desc string
 		want string
 	}{
-		{ids.WithdrawnSwitching(partition.Share.String(), "withdrawing"), ""},
-		{ids.WithdrawnSwitching(partition.Whole.String(), "settling"), ""},
-		{ids.WithdrawnSettling(partition.Whole.String()), ""},
-		{ids.WithdrawnWaiting(), ""},
-		{ids.WithdrawnConflict(), ""},
+		{vocab.WithdrawnSwitching(vocab.SharingShare, "withdrawing"), ""},
+		{vocab.WithdrawnSwitching(vocab.SharingWhole, "settling"), ""},
+		{vocab.WithdrawnSettling(vocab.SharingWhole), ""},
+		{vocab.WithdrawnWaiting(), ""},
+		{vocab.WithdrawnConflict(), ""},
 		{"gpushare: nvml: GPU is lost", "unhealthy: gpushare: nvml: GPU is lost"},
 		{blind, "unhealthy: " + blind},
 		{"", "unhealthy"},
-	}
-	// What the plugin's partition machine publishes on its first
-	// observation, as it publishes it: an idle GPU settles before its
-	// first publication, one held both whole and shared is withdrawn.
-	m := partition.New(partition.Policy{SettlePeriod: time.Minute})
-	m.Step(partition.Observation{At: time.Unix(100, 0), GPUs: map[string]partition.GPUObs{
-		"idle": {Order: 0, Healthy: true, Shareable: true},
-		"both": {Order: 1, Healthy: true, Shareable: true, WholeHeld: true, ShareUnits: 10},
-	}})
-	for u, p := range m.Publications() {
-		if p.Family != partition.Unknown {
-			t.Fatalf("GPU %s published %s on the first observation", u, p.Family)
-		}
-		tests = append(tests, struct {
-			desc string
-			want string
-		}{p.Reason, ""})
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
 			n := node()
 			for _, g := range n.NodeResources.Devices {
 				for _, inst := range g.Instances {
-					if id, _ := ids.Parse(inst.ID); id.UUID == "GPU-c" {
+					if id, _ := vocab.Parse(inst.ID); id.UUID == "GPU-c" {
 						inst.Healthy, inst.HealthDescription = false, tt.desc
 					}
 				}
@@ -116,17 +99,17 @@ func TestAssembleGPUHealth(t *testing.T) {
 // from its device IDs: shares of two GPUs (two tasks) on both GPUs, 100
 // shares of one GPU as a whole GPU, whole GPUs and shares together.
 func TestAssembleHoldsWhereverTheyLand(t *testing.T) {
-	twoTasks := alloc("two", "a", "train", "gpu-share", ids.Share("GPU-c", 0), ids.Share("GPU-c", 1))
+	twoTasks := alloc("two", "a", "train", "gpu-share", vocab.Share("GPU-c", 0), vocab.Share("GPU-c", 1))
 	twoTasks.AllocatedResources.Tasks["u"] = &nomadapi.AllocatedTaskResources{Devices: []*nomadapi.AllocatedDeviceResource{
-		{Vendor: "nvidia", Type: "gpu-share", DeviceIDs: []string{ids.Share("GPU-d", 5), ids.Share("GPU-d", 6), ids.Share("GPU-d", 7)}}}}
+		{Vendor: "nvidia", Type: "gpu-share", DeviceIDs: []string{vocab.Share("GPU-d", 5), vocab.Share("GPU-d", 6), vocab.Share("GPU-d", 7)}}}}
 	var all []string
-	for k := range ids.SharesPerGPU {
-		all = append(all, ids.Share("GPU-d", k))
+	for k := range vocab.DefaultSharesPerGPU {
+		all = append(all, vocab.Share("GPU-d", k))
 	}
 	full := alloc("full", "a", "train", "gpu-share", all...)
 	mixed := alloc("mixed", "a", "train", "gpu", "GPU-a")
 	mixed.AllocatedResources.Tasks["u"] = &nomadapi.AllocatedTaskResources{Devices: []*nomadapi.AllocatedDeviceResource{
-		{Vendor: "nvidia", Type: "gpu-share", DeviceIDs: []string{ids.Share("GPU-c", 9)}}}}
+		{Vendor: "nvidia", Type: "gpu-share", DeviceIDs: []string{vocab.Share("GPU-c", 9)}}}}
 	tests := []struct {
 		name  string
 		alloc *nomadapi.AllocationListStub
@@ -189,15 +172,15 @@ func TestAssembleMIGDevices(t *testing.T) {
 		warning string
 	}{
 		{"gpushare plugin, 1g of 7 slices", "NVIDIA A100-SXM4-80GB MIG 1g.10gb",
-			map[string]*nomadapi.Attribute{ids.SharingAttr: str(ids.SharingMIG), "mig_profile": str("1g.10gb"), ids.MIGSharesAttr: num(14)}, 14, ""},
+			map[string]*nomadapi.Attribute{vocab.SharingAttr: str(vocab.SharingMIG), "mig_profile": str("1g.10gb"), vocab.MIGSharesAttr: num(14)}, 14, ""},
 		{"gpushare plugin, A30 2g of 4 slices", "NVIDIA A30 MIG 2g.12gb",
-			map[string]*nomadapi.Attribute{ids.SharingAttr: str(ids.SharingMIG), "mig_profile": str("2g.12gb"), ids.MIGSharesAttr: num(50)}, 50, ""},
+			map[string]*nomadapi.Attribute{vocab.SharingAttr: str(vocab.SharingMIG), "mig_profile": str("2g.12gb"), vocab.MIGSharesAttr: num(50)}, 50, ""},
 		{"gpushare plugin, the whole GPU as one MIG device", "NVIDIA H100 80GB HBM3 MIG 7g.80gb",
-			map[string]*nomadapi.Attribute{ids.SharingAttr: str(ids.SharingMIG), ids.MIGSharesAttr: num(100)}, 100, ""},
+			map[string]*nomadapi.Attribute{vocab.SharingAttr: str(vocab.SharingMIG), vocab.MIGSharesAttr: num(100)}, 100, ""},
 		{"profile attribute only", "NVIDIA A100-SXM4-40GB MIG 2g.10gb",
 			map[string]*nomadapi.Attribute{"mig_profile": str("2g.10gb")}, 28, ""},
 		{"profile in the group name only (another plugin)", "NVIDIA A100-SXM4-40GB MIG 3g.20gb", nil, 42, ""},
-		{"neither", "mystery", map[string]*nomadapi.Attribute{ids.SharingAttr: str(ids.SharingMIG)}, 100, "counts as one GPU"},
+		{"neither", "mystery", map[string]*nomadapi.Attribute{vocab.SharingAttr: str(vocab.SharingMIG)}, 100, "counts as one GPU"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,9 +5,9 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/vocab/nomadread"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -74,7 +74,7 @@ func GroupAsk(tg *nomadapi.TaskGroup, unit int) (ask model.Ask, ok bool, err err
 			if d == nil {
 				continue
 			}
-			req := ids.ParseRequest(d)
+			req := nomadread.ParseRequest(d)
 			switch {
 			case req.Whole():
 				ask.WholeGPUs += req.Count

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/internal/backoff"
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
@@ -96,7 +97,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		wait = 30 * time.Second
 	}
 	var index uint64
-	backoff := 250 * time.Millisecond
+	retry := backoff.Backoff{Min: 250 * time.Millisecond, Max: 5 * time.Second}
 	for {
 		pairs, meta, err := w.kv.List(w.layout.Quotas(), (&consulapi.QueryOptions{WaitIndex: index, WaitTime: wait}).WithContext(ctx))
 		if ctx.Err() != nil {
@@ -104,15 +105,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			w.log.Warn("reading quota documents failed; keeping the settings in force", "prefix", w.layout.Quotas(), "error", err)
-			select {
-			case <-ctx.Done():
+			if !backoff.Sleep(ctx, retry.Next()) {
 				return nil
-			case <-time.After(backoff):
 			}
-			backoff = min(2*backoff, 5*time.Second)
 			continue
 		}
-		backoff = 250 * time.Millisecond
+		retry.Reset()
 		if meta.LastIndex < index {
 			index = 0 // the index went backwards (Consul restored): read afresh
 		} else {

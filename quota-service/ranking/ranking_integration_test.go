@@ -8,13 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/ranking"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	"github.com/hashicorp/go-hclog"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -204,7 +204,7 @@ func sharesOffered(node *nomadapi.Node) bool {
 		return false
 	}
 	for _, g := range node.NodeResources.Devices {
-		if g.Vendor != ids.Vendor || g.Type != ids.TypeShare {
+		if g.Vendor != vocab.Vendor || g.Type != vocab.TypeShare {
 			continue
 		}
 		for _, inst := range g.Instances {

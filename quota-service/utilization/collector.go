@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
-	"github.com/gpushare/nomad-gpushare/device/nodeusage"
+	"github.com/gpushare/nomad-gpushare/vocab"
+	"github.com/gpushare/nomad-gpushare/vocab/nodeusage"
 	"github.com/hashicorp/go-hclog"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -195,7 +195,7 @@ func hasGPUs(n *nomadapi.NodeListStub) bool {
 		return false
 	}
 	for _, d := range n.NodeResources.Devices {
-		if d != nil && d.Vendor == ids.Vendor && (d.Type == ids.TypeWhole || d.Type == ids.TypeShare) {
+		if d != nil && d.Vendor == vocab.Vendor && (d.Type == vocab.TypeWhole || d.Type == vocab.TypeShare) {
 			return true
 		}
 	}

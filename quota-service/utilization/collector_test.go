@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/nodeusage"
+	"github.com/gpushare/nomad-gpushare/vocab/nodeusage"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 

@@ -1,6 +1,6 @@
 // Package utilization reads, from the device plugin of every GPU node,
 // what each tenant (a task holding gpushare devices) is guaranteed and
-// really uses (package device/nodeusage), and sums it per project:
+// really uses (package vocab/nodeusage), and sums it per project:
 // allocated, used memory and compute, the idle part of the allocation and
 // what is borrowed above it (docs/design.md, "Dynamic fractions and the
 // node-level scheduler", Utilization vs allocation).
@@ -10,7 +10,7 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/gpushare/nomad-gpushare/device/nodeusage"
+	"github.com/gpushare/nomad-gpushare/vocab/nodeusage"
 )
 
 // ProjectUsage is one project's utilization, in GPUs (fractions of a GPU

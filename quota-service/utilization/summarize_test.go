@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/gpushare/nomad-gpushare/device/nodeusage"
+	"github.com/gpushare/nomad-gpushare/vocab/nodeusage"
 )
 
 func TestSummarize(t *testing.T) {

@@ -43,6 +43,13 @@ type Index struct {
 	// table by node position, or nil when it may run on every node.
 	// Workloads that share one Nodes slice share the table.
 	PendingNodes [][]bool
+	// PendingTable numbers the tables of PendingNodes: per pending
+	// workload, the number of its table (0, 1, ... in the order first
+	// used; workloads that share a table share its number), or -1 when it
+	// may run on every node. Caches of answers per table key on it.
+	PendingTable []int32
+	// tables are the distinct tables, by number.
+	tables [][]bool
 }
 
 // Admits reports whether pending workload w may run on node n.
@@ -66,6 +73,7 @@ func (s *Snapshot) Index() (*Index, error) {
 		AllocNode:           make([]int32, len(s.Allocations)),
 		PendingProject:      make([]int32, len(s.Pending)),
 		PendingNodes:        make([][]bool, len(s.Pending)),
+		PendingTable:        make([]int32, len(s.Pending)),
 		GPUOffset:           make([]int32, len(s.Nodes)+1),
 		FreeCPUMilli:        make([]int64, len(s.Nodes)),
 		FreeMemoryMiB:       make([]int64, len(s.Nodes)),
@@ -172,7 +180,7 @@ func (x *Index) addAllocations(s *Snapshot) error {
 // addPending checks the pending workloads and finds their projects and the
 // nodes they may run on.
 func (x *Index) addPending(s *Snapshot) error {
-	tables := map[nodeList][]bool{}
+	tables := map[nodeList]int32{}
 	for i := range s.Pending {
 		w := &s.Pending[i]
 		p, ok := x.ProjectByName[w.Project]
@@ -186,11 +194,14 @@ func (x *Index) addPending(s *Snapshot) error {
 			return fmt.Errorf("%w: pending %s/%s: count %d below 1", ErrInvalid, w.Job, w.Group, w.Count)
 		}
 		x.PendingProject[i] = int32(p)
-		t, err := x.nodeTable(w.Nodes, tables)
+		id, err := x.nodeTable(w.Nodes, tables)
 		if err != nil {
 			return fmt.Errorf("%w: pending %s/%s: %w", ErrInvalid, w.Job, w.Group, err)
 		}
-		x.PendingNodes[i] = t
+		x.PendingTable[i] = id
+		if id >= 0 {
+			x.PendingNodes[i] = x.tables[id]
+		}
 	}
 	return nil
 }
@@ -203,28 +214,31 @@ type nodeList struct {
 }
 
 // nodeTable turns a list of node names into a table by node position
-// (nil for a nil list); tables holds the tables built so far.
-func (x *Index) nodeTable(names []string, tables map[nodeList][]bool) ([]bool, error) {
+// and returns its number (-1 for a nil list); tables numbers the lists
+// seen so far.
+func (x *Index) nodeTable(names []string, tables map[nodeList]int32) (int32, error) {
 	if names == nil {
-		return nil, nil
+		return -1, nil
 	}
 	key := nodeList{n: len(names)}
 	if len(names) > 0 {
 		key.first = &names[0]
 	}
-	if t, ok := tables[key]; ok {
-		return t, nil
+	if id, ok := tables[key]; ok {
+		return id, nil
 	}
 	t := make([]bool, len(x.NodeByName))
 	for _, name := range names {
 		n, ok := x.NodeByName[name]
 		if !ok {
-			return nil, fmt.Errorf("nodes: unknown node %q", name)
+			return 0, fmt.Errorf("nodes: unknown node %q", name)
 		}
 		t[n] = true
 	}
-	tables[key] = t
-	return t, nil
+	id := int32(len(x.tables))
+	x.tables = append(x.tables, t)
+	tables[key] = id
+	return id, nil
 }
 
 // bind takes the allocation's ask from the free capacity of node n. On an

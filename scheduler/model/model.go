@@ -7,21 +7,24 @@
 // that turn names into slice positions once per cycle.
 //
 // Units: one GPU is 100 shares (Shares); a share is 0.01 of one GPU, memory
-// and compute alike. All quota arithmetic is in integer shares, so it is
-// exact.
+// and compute alike, the unit of package vocab (vocab.UnitsPerGPU). All
+// quota arithmetic is in integer shares, so it is exact.
 package model
 
 import (
 	"fmt"
 	"strconv"
+
+	"github.com/gpushare/nomad-gpushare/vocab"
 )
 
 // Shares is an amount of GPU in hundredths of a GPU: 100 shares = 1 GPU.
 type Shares int64
 
-// SharesPerGPU is the number of shares in one whole GPU. It is untyped so
-// that the device plugin can count share instances with it too.
-const SharesPerGPU = 100
+// SharesPerGPU is the number of shares in one whole GPU: a share is the
+// project's one unit of GPU (vocab.UnitsPerGPU to a GPU). It is untyped,
+// as an int or a Shares alike.
+const SharesPerGPU = vocab.UnitsPerGPU
 
 // GPUs returns n whole GPUs as shares.
 func GPUs(n int) Shares { return Shares(n) * SharesPerGPU }

@@ -32,6 +32,9 @@ func NewBestFit(rng *rand.Rand) *BestFit { return &BestFit{rng: rng} }
 // Name implements Policy.
 func (*BestFit) Name() string { return "bestfit" }
 
+// SamplesNodes implements Policy: it scores every node it is shown.
+func (*BestFit) SamplesNodes() bool { return false }
+
 // bestFitScore is the paper's node score, higher is better: the weighted
 // slack left after placing t, reversed and truncated to an integer in
 // [0,100].
@@ -79,7 +82,7 @@ func tightestGPU(n *Node, t Task) int {
 	g := -1
 	for i := range n.GPUs {
 		f := n.GPUs[i].Free
-		if f >= t.Shares && t.ModelAllowed(n.GPUs[i].Model) && (g < 0 || f < n.GPUs[g].Free) {
+		if f >= t.Shares && t.MayUse(n.GPUs[i].Model, n.GPUs[i].Mode) && (g < 0 || f < n.GPUs[g].Free) {
 			g = i
 		}
 	}

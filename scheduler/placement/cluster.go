@@ -3,16 +3,50 @@ package placement
 import (
 	"fmt"
 	"slices"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/model"
 )
 
 // Cluster is the nodes a policy chooses among. Assign and Release keep the
 // free capacity exact; policies read it.
 type Cluster struct {
 	Nodes []Node
+	// Pools, when not nil, are the GPU pools of the whole cluster that
+	// Nodes were drawn from: a caller that shows a policy only some
+	// candidate nodes (a bounded search) gives it the cluster-wide
+	// totals here, one entry per GPU model and mode, kept exact as
+	// capacity changes. Nil means Nodes are the whole cluster, and a
+	// policy that weighs pools counts them from Nodes.
+	Pools []Pool
 }
 
-// ModelAllowed reports whether a GPU of the given model may serve t.
-func (t Task) ModelAllowed(m string) bool {
+// Pool is the GPUs of one model in one mode: their number and their free
+// capacity. Work that may use only some models (Task.Models) or modes
+// can draw only on some pools, which the gpushare policy weighs.
+type Pool struct {
+	Model string
+	Mode  model.Mode
+	GPUs  int
+	Free  model.Shares
+}
+
+// MayUse reports whether t may run on a GPU of model m in mode, whatever
+// its free capacity: t names no models or names m, and the mode admits
+// t's kind (model.ModeAny both kinds, model.ModeWhole whole GPUs,
+// model.ModeShared shares, model.ModeMIG neither).
+func (t Task) MayUse(m string, mode model.Mode) bool {
+	switch mode {
+	case model.ModeWhole:
+		if isShare(t) {
+			return false
+		}
+	case model.ModeShared:
+		if !isShare(t) {
+			return false
+		}
+	case model.ModeMIG:
+		return false
+	}
 	return len(t.Models) == 0 || slices.Contains(t.Models, m)
 }
 
@@ -30,7 +64,7 @@ func (c *Cluster) Fits(n int, t Task) ([]int, bool) {
 	}
 	var gpus []int
 	for i, g := range node.GPUs {
-		if g.Free >= t.Shares && t.ModelAllowed(g.Model) {
+		if g.Free >= t.Shares && t.MayUse(g.Model, g.Mode) {
 			gpus = append(gpus, i)
 			if len(gpus) == t.GPUCount {
 				return gpus, true
@@ -83,7 +117,7 @@ func (c *Cluster) check(ch Choice, t Task) error {
 			return fmt.Errorf("node %s: GPU index %d invalid or repeated", node.Name, g)
 		}
 		seen[g] = true
-		if node.GPUs[g].Free < t.Shares || !t.ModelAllowed(node.GPUs[g].Model) {
+		if node.GPUs[g].Free < t.Shares || !t.MayUse(node.GPUs[g].Model, node.GPUs[g].Mode) {
 			return fmt.Errorf("node %s: GPU %d (%s, %s GPU free) cannot take %s GPU",
 				node.Name, g, node.GPUs[g].Model, node.GPUs[g].Free, t.Shares)
 		}

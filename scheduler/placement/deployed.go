@@ -39,6 +39,10 @@ func NewDeployed(rng *rand.Rand, jt JobType, rank *Ranking) *Deployed {
 // Name implements Policy.
 func (p *Deployed) Name() string { return p.name }
 
+// SamplesNodes implements Policy: Nomad visits the feasible nodes in a
+// random order itself.
+func (*Deployed) SamplesNodes() bool { return true }
+
 // Place implements Policy: Nomad's choice among the nodes as published; if
 // no node can serve t as published, the choice once the plugins have moved
 // idle GPUs for the waiting request.

@@ -33,6 +33,9 @@ func NewFGD(_ *rand.Rand, w *Workload) *FGD {
 // Name implements Policy.
 func (*FGD) Name() string { return "fgd" }
 
+// SamplesNodes implements Policy: it scores every node it is shown.
+func (*FGD) SamplesNodes() bool { return false }
+
 // fgdScore turns a growth of fragmentation (shares) into the paper
 // simulator's integer node score: 100 * sigmoid(-delta in GPUs), truncated.
 func fgdScore(delta float64) int64 {

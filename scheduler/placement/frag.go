@@ -186,7 +186,7 @@ func (f *fragMeter) afterWhole(n *Node, t Task) fragValue {
 		if k == 0 {
 			break
 		}
-		if f.scratch[i] >= t.Shares && t.ModelAllowed(n.GPUs[i].Model) {
+		if f.scratch[i] >= t.Shares && t.MayUse(n.GPUs[i].Model, n.GPUs[i].Mode) {
 			f.scratch[i] -= t.Shares
 			k--
 		}
@@ -202,15 +202,15 @@ func (f *fragMeter) load(n *Node) {
 }
 
 // shareCandidate reports whether share t fits GPU g of n and no
-// lower-numbered GPU of the same model has the same free capacity (such
-// GPUs are alike, so only the first of them needs trying).
+// lower-numbered GPU of the same model and mode has the same free capacity
+// (such GPUs are alike, so only the first of them needs trying).
 func (f *fragMeter) shareCandidate(n *Node, t Task, g int) bool {
-	v := n.GPUs[g].Free
-	if v < t.Shares || !t.ModelAllowed(n.GPUs[g].Model) {
+	gpu := &n.GPUs[g]
+	if gpu.Free < t.Shares || !t.MayUse(gpu.Model, gpu.Mode) {
 		return false
 	}
 	for h := 0; h < g; h++ {
-		if n.GPUs[h].Free == v && n.GPUs[h].Model == n.GPUs[g].Model {
+		if o := &n.GPUs[h]; o.Free == gpu.Free && o.Model == gpu.Model && o.Mode == gpu.Mode {
 			return false
 		}
 	}

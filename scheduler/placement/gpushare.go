@@ -60,6 +60,9 @@ func NewGPUShare(_ *rand.Rand, w *Workload) *GPUShare {
 // Name implements Policy.
 func (*GPUShare) Name() string { return "gpushare" }
 
+// SamplesNodes implements Policy: it scores every node it is shown.
+func (*GPUShare) SamplesNodes() bool { return false }
+
 // rank is a candidate's place in the GPUShare order.
 type rank struct {
 	score int64

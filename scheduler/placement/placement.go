@@ -16,7 +16,11 @@ import "github.com/gpushare/nomad-gpushare/scheduler/model"
 
 // GPU is the state of one physical GPU.
 type GPU struct {
-	Model     string
+	Model string
+	// Mode says which tasks the GPU may take (Task.MayUse): model.ModeAny
+	// any, model.ModeWhole only whole GPUs, model.ModeShared only shares,
+	// model.ModeMIG none (Nomad places on MIG devices by itself).
+	Mode      model.Mode
 	MemoryMiB int64
 	// Free is the unallocated part of the GPU, 0 to model.SharesPerGPU.
 	Free model.Shares
@@ -63,6 +67,16 @@ type Policy interface {
 	// Name is the policy's short name as used on command lines
 	// ("random", "bestfit", ...).
 	Name() string
+	// SamplesNodes reports whether the policy itself chooses among a
+	// random sample of the feasible nodes, as Nomad does. A caller that
+	// bounds the search (scores only some candidate nodes, in cluster
+	// order) shows such a policy every node instead: candidates taken in
+	// cluster order would bias its sample toward the first nodes.
+	SamplesNodes() bool
+	// Place chooses a node of c.Nodes and GPUs on it for t. When
+	// c.Pools is set, c.Nodes are candidates drawn from a larger cluster
+	// and what the policy weighs over the whole cluster (the GPU pools)
+	// comes from c.Pools.
 	Place(c *Cluster, t Task) (Choice, bool)
 }
 

@@ -4,6 +4,7 @@ import (
 	"math/rand"
 
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/vocab"
 )
 
 // This file models what the gpushare device plugin publishes on a node and
@@ -28,11 +29,12 @@ import (
 //     free instances; equal groups are taken in map order, that is at
 //     random. So a share lands on a random share-mode GPU that has room.
 
-// The plugin's defaults (device/config.go): one landing place, kept while
-// no in-use share GPU has 50 free shares.
+// The plugin's defaults (vocab, which device/config.go's DefaultConfig
+// takes): one landing place, kept while no in-use share GPU has 50 free
+// shares.
 const (
-	pluginLandingPlaces = 1
-	pluginShareHeadroom = 50
+	pluginLandingPlaces = vocab.DefaultMinIdleShareGPUs
+	pluginShareHeadroom = vocab.DefaultShareHeadroom
 )
 
 // family is how a GPU is offered to Nomad.
@@ -103,7 +105,7 @@ func offerDevices(rng *rand.Rand, n *Node, t Task, fam []family, score gpuScorer
 	}
 	if !isShare(t) {
 		for i := range n.GPUs {
-			if fam[i] == offeredWhole && t.ModelAllowed(n.GPUs[i].Model) {
+			if fam[i] == offeredWhole && t.MayUse(n.GPUs[i].Model, n.GPUs[i].Mode) {
 				buf = append(buf, i)
 			}
 		}
@@ -117,7 +119,7 @@ func offerDevices(rng *rand.Rand, n *Node, t Task, fam []family, score gpuScorer
 	bestScore := 0.0
 	for i := range n.GPUs {
 		g := &n.GPUs[i]
-		if fam[i] != offeredShare || g.Free < t.Shares || !t.ModelAllowed(g.Model) {
+		if fam[i] != offeredShare || g.Free < t.Shares || !t.MayUse(g.Model, g.Mode) {
 			continue
 		}
 		s := 0.0

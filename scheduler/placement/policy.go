@@ -82,7 +82,7 @@ func fitsNode(n *Node, t Task) bool {
 	k := 0
 	for i := range n.GPUs {
 		g := &n.GPUs[i]
-		if g.Free >= t.Shares && t.ModelAllowed(g.Model) {
+		if g.Free >= t.Shares && t.MayUse(g.Model, g.Mode) {
 			k++
 			if k == t.GPUCount {
 				return true
@@ -100,7 +100,7 @@ func lowestGPUs(n *Node, t Task) []int {
 	gpus := make([]int, 0, t.GPUCount)
 	for i := range n.GPUs {
 		g := &n.GPUs[i]
-		if g.Free >= t.Shares && t.ModelAllowed(g.Model) {
+		if g.Free >= t.Shares && t.MayUse(g.Model, g.Mode) {
 			gpus = append(gpus, i)
 			if len(gpus) == t.GPUCount {
 				return gpus

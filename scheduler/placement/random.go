@@ -18,6 +18,9 @@ func NewRandom(rng *rand.Rand) *Random { return &Random{rng: rng} }
 // Name implements Policy.
 func (*Random) Name() string { return "random" }
 
+// SamplesNodes implements Policy: it draws among the feasible nodes itself.
+func (*Random) SamplesNodes() bool { return true }
+
 // Place implements Policy.
 func (p *Random) Place(c *Cluster, t Task) (Choice, bool) {
 	p.buf = p.buf[:0]
@@ -36,7 +39,7 @@ func (p *Random) Place(c *Cluster, t Task) (Choice, bool) {
 	}
 	p.gbuf = p.gbuf[:0]
 	for g := range n.GPUs {
-		if n.GPUs[g].Free >= t.Shares && t.ModelAllowed(n.GPUs[g].Model) {
+		if n.GPUs[g].Free >= t.Shares && t.MayUse(n.GPUs[g].Model, n.GPUs[g].Mode) {
 			p.gbuf = append(p.gbuf, g)
 		}
 	}

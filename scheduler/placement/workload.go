@@ -147,6 +147,9 @@ func mostCommon(types []TaskType, coverage float64) []TaskType {
 	return kept
 }
 
+// modelAllowed reports whether tasks of type tt may use GPUs of model m.
+// A type weighs no GPU mode: the expected mix is of shapes and models, and
+// the measures count the GPUs of every mode.
 func (tt *TaskType) modelAllowed(m string) bool {
 	return len(tt.Models) == 0 || slices.Contains(tt.Models, m)
 }

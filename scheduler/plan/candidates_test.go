@@ -172,3 +172,77 @@ func TestBoundedSearchMatchesUnbounded(t *testing.T) {
 		})
 	}
 }
+
+// samplingPolicy is first fit that declares whether it samples nodes
+// itself, under a name no real policy has.
+type samplingPolicy struct{ samples bool }
+
+func (samplingPolicy) Name() string         { return "test" }
+func (p samplingPolicy) SamplesNodes() bool { return p.samples }
+func (samplingPolicy) Place(c *placement.Cluster, t placement.Task) (placement.Choice, bool) {
+	for n := range c.Nodes {
+		if gpus, ok := c.Fits(n, t); ok {
+			return placement.Choice{Node: n, GPUs: gpus}, true
+		}
+	}
+	return placement.Choice{}, false
+}
+
+// TestCandidateBound: the bound follows the option and what the policy
+// declares (placement.Policy.SamplesNodes), not its name.
+func TestCandidateBound(t *testing.T) {
+	tests := []struct {
+		name   string
+		n      int
+		policy placement.Policy
+		want   int
+	}{
+		{"first fit", 0, nil, 0},
+		{"default", 0, samplingPolicy{}, DefaultPlacementCandidates},
+		{"option", 7, samplingPolicy{}, 7},
+		{"every node", -1, samplingPolicy{}, 0},
+		{"policy samples itself", 7, samplingPolicy{samples: true}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := candidateBound(tt.n, tt.policy); got != tt.want {
+				t.Errorf("candidateBound(%d) = %d, want %d", tt.n, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestBoundedSearchShowsPools: a bounded placement shows the policy only
+// candidates, with the cluster's pools by GPU model and mode as they are
+// at that point of the plan.
+func TestBoundedSearchShowsPools(t *testing.T) {
+	snap := clusterShape{nodes: 12, gpus: 2, full: 11}.snapshot()
+	snap.Nodes[11].GPUs[1].Mode = model.ModeShared
+	snap.Pending = []model.Pending{pending("share", model.Ask{Shares: 50}, 2)}
+	var seen [][]placement.Pool
+	spy := &spyPolicy{seen: &seen}
+	if _, err := Plan(snap, Options{Policy: spy, PlacementCandidates: 4}); err != nil {
+		t.Fatal(err)
+	}
+	// n000-n009 are A100 and full, n010 is H100 and full; n011 (H100)
+	// has GPU 0 in no mode with 75 shares taken and GPU 1 in shared mode,
+	// idle, where the first share goes.
+	want := [][]placement.Pool{
+		{{Model: "A100", GPUs: 20}, {Model: "H100", GPUs: 3, Free: 25}, {Model: "H100", Mode: model.ModeShared, GPUs: 1, Free: 100}},
+		{{Model: "A100", GPUs: 20}, {Model: "H100", GPUs: 3, Free: 25}, {Model: "H100", Mode: model.ModeShared, GPUs: 1, Free: 50}},
+	}
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Errorf("pools seen %v, want %v", seen, want)
+	}
+}
+
+// spyPolicy is first fit that records the pools it is shown.
+type spyPolicy struct {
+	samplingPolicy
+	seen *[][]placement.Pool
+}
+
+func (p *spyPolicy) Place(c *placement.Cluster, t placement.Task) (placement.Choice, bool) {
+	*p.seen = append(*p.seen, append([]placement.Pool(nil), c.Pools...))
+	return p.samplingPolicy.Place(c, t)
+}

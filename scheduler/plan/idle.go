@@ -82,29 +82,25 @@ func (c *clusterState) mayFit(t placement.Task) bool {
 }
 
 // shapeKey is what placeIdle remembers a failed task by: its shape and
-// the table of nodes it may use.
+// the node set it may use.
 type shapeKey struct {
 	cpu, mem int64
 	count    int
 	shares   model.Shares
 	models   string
-	nodes    *bool
+	nodes    int32
 }
 
-func shapeOf(t placement.Task, nodes []bool) shapeKey {
-	k := shapeKey{cpu: t.CPUMilli, mem: t.MemoryMiB, count: t.GPUCount, shares: t.Shares, models: strings.Join(t.Models, "\x00")}
-	if len(nodes) > 0 {
-		k.nodes = &nodes[0]
-	}
-	return k
+func shapeOf(t placement.Task, nodes nodeSet) shapeKey {
+	return shapeKey{cpu: t.CPUMilli, mem: t.MemoryMiB, count: t.GPUCount, shares: t.Shares, models: strings.Join(t.Models, "\x00"), nodes: nodes.id}
 }
 
-// placeIdle finds room for t on free capacity of the nodes it may use
-// (nil: all), by first fit or with the policy: among a bounded number of
-// candidates on a cluster larger than the bound (placeCandidates), else
-// among every node it may use. A shape that failed is not searched again
-// until capacity is given back.
-func (c *clusterState) placeIdle(t placement.Task, nodes []bool) (placement.Choice, bool) {
+// placeIdle finds room for t on free capacity of the nodes it may use, by
+// first fit or with the policy: among a bounded number of candidates on a
+// cluster larger than the bound (placeCandidates), else among every node
+// it may use. A shape that failed is not searched again until capacity is
+// given back.
+func (c *clusterState) placeIdle(t placement.Task, nodes nodeSet) (placement.Choice, bool) {
 	if !c.mayFit(t) {
 		return placement.Choice{}, false
 	}
@@ -119,7 +115,7 @@ func (c *clusterState) placeIdle(t placement.Task, nodes []bool) (placement.Choi
 		ch, ok = c.firstFit(t, nodes)
 	case c.bounded(nodes):
 		ch, ok = c.placeCandidates(t, nodes)
-	case nodes == nil:
+	case nodes.in == nil:
 		ch, ok = c.policy.Place(&c.Cluster, t)
 	default:
 		ch, ok = c.placeAmong(t, nodes)
@@ -131,28 +127,39 @@ func (c *clusterState) placeIdle(t placement.Task, nodes []bool) (placement.Choi
 }
 
 // placeAmong asks the policy to place t on a cluster of the nodes it may
-// use only, and maps its choice back.
-func (c *clusterState) placeAmong(t placement.Task, nodes []bool) (placement.Choice, bool) {
+// use only.
+func (c *clusterState) placeAmong(t placement.Task, nodes nodeSet) (placement.Choice, bool) {
 	c.sub.Nodes, c.subNodes = c.sub.Nodes[:0], c.subNodes[:0]
 	for n := range c.Nodes {
-		if nodes[n] {
+		if nodes.in[n] {
 			c.sub.Nodes = append(c.sub.Nodes, c.Nodes[n])
 			c.subNodes = append(c.subNodes, n)
 		}
 	}
-	ch, ok := c.policy.Place(&c.sub, t)
-	if ok {
-		ch.Node = c.subNodes[ch.Node]
-	}
-	return ch, ok
+	c.sub.Pools = nil
+	return c.placeOnSub(t)
 }
 
-func (c *clusterState) firstFit(t placement.Task, nodes []bool) (placement.Choice, bool) {
+// placeOnSub asks the policy to place t on c.sub, whose nodes are
+// c.subNodes of the cluster, and maps its choice back. A node index out of
+// range, the policy's bug, becomes -1, which Assign reports
+// (ErrPlacement).
+func (c *clusterState) placeOnSub(t placement.Task) (placement.Choice, bool) {
+	ch, ok := c.policy.Place(&c.sub, t)
+	if !ok {
+		return ch, false
+	}
+	if ch.Node < 0 || ch.Node >= len(c.subNodes) {
+		ch.Node = -1
+		return ch, true
+	}
+	ch.Node = c.subNodes[ch.Node]
+	return ch, true
+}
+
+func (c *clusterState) firstFit(t placement.Task, nodes nodeSet) (placement.Choice, bool) {
 	for n := range c.Nodes {
-		if nodes != nil && !nodes[n] {
-			continue
-		}
-		if !c.hasRoom(n, t) {
+		if !nodes.has(n) || !c.hasRoom(n, t) {
 			continue
 		}
 		if gpus, ok := c.Fits(n, t); ok {

@@ -86,7 +86,7 @@ func (s *state) tryReserve(j int32) (bool, error) {
 	}
 	for i := range shapes {
 		a.w, a.wl = -1, &shapes[i]
-		a.task, a.inst, a.nodes = s.cluster.task(a.wl.Ask), a.wl.Ask.GPUShares(), nil
+		a.task, a.inst, a.nodes = s.cluster.task(a.wl.Ask), a.wl.Ask.GPUShares(), everyNode
 		for range a.wl.Count {
 			placed, _, err := s.placeInstance(a)
 			if err != nil {

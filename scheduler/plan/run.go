@@ -239,7 +239,7 @@ func (s *state) member(a *attempt, w int) {
 	a.w, a.wl = w, &s.snap.Pending[w]
 	a.task = s.cluster.task(a.wl.Ask)
 	a.inst = a.wl.Ask.GPUShares()
-	a.nodes = s.index.PendingNodes[w]
+	a.nodes = pendingNodes(s.index, w)
 }
 
 // refusal says why the unit may not be placed at all in this cycle, or

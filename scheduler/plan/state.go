@@ -220,12 +220,12 @@ type attempt struct {
 	reserve bool
 	// w is the workload being placed and wl its record; task is one
 	// instance as placement sees it, inst its GPU amount, nodes the
-	// nodes it may run on (nil: all).
+	// nodes it may run on.
 	w     int
 	wl    *model.Pending
 	task  placement.Task
 	inst  model.Shares
-	nodes []bool
+	nodes nodeSet
 	// firstAction is where the unit's actions start in plan.actions;
 	// undo reverts its changes (see rollback).
 	firstAction int

@@ -151,8 +151,8 @@ type victimSearch struct {
 	// mustFree is how much the victims must free in all (to keep the
 	// project under its limit); zero when only the fit matters.
 	mustFree model.Shares
-	// nodes are the nodes the workload may run on (nil: all).
-	nodes []bool
+	// nodes are the nodes the workload may run on.
+	nodes nodeSet
 	// plannedOnly admits only work placed in this cycle (for a
 	// reservation).
 	plannedOnly bool
@@ -204,9 +204,9 @@ func (s *state) findVictims(t placement.Task, vs victimSearch) (node int, victim
 	return 0, nil, false
 }
 
-// admits reports whether node n is available and in nodes (nil: all).
-func (s *state) admits(nodes []bool, n int) bool {
-	return s.snap.Nodes[n].Unavailable == "" && (nodes == nil || nodes[n])
+// admits reports whether node n is available and in nodes.
+func (s *state) admits(nodes nodeSet, n int) bool {
+	return s.snap.Nodes[n].Unavailable == "" && nodes.has(n)
 }
 
 // refine chooses the victims on node n, where the first step found that
@@ -337,7 +337,7 @@ func (w *walkState) touch(s *state, n int32, t placement.Task) {
 	w.cpu[n], w.mem[n] = node.FreeCPUMilli, node.FreeMemoryMiB
 	open := int32(0)
 	for _, g := range node.GPUs {
-		if g.Free >= t.Shares && t.ModelAllowed(g.Model) {
+		if g.Free >= t.Shares && t.MayUse(g.Model, g.Mode) {
 			open++
 		}
 	}
@@ -437,7 +437,7 @@ func (w *walkState) add(s *state, n int32, j int32, a int32, t placement.Task) b
 		}
 		before := node.GPUs[g].Free + model.Shares(w.freed[k])
 		w.freed[k] += int32(amount)
-		if before < t.Shares && before+amount >= t.Shares && t.ModelAllowed(node.GPUs[g].Model) {
+		if before < t.Shares && before+amount >= t.Shares && t.MayUse(node.GPUs[g].Model, node.GPUs[g].Mode) {
 			w.open[n]++
 		}
 	}
@@ -506,7 +506,7 @@ func (s *state) enough(n int, t placement.Task, victims []int32, mustFree model.
 	}
 	found := 0
 	for g := range free {
-		if free[g] >= t.Shares && t.ModelAllowed(node.GPUs[g].Model) {
+		if free[g] >= t.Shares && t.MayUse(node.GPUs[g].Model, node.GPUs[g].Mode) {
 			found++
 		}
 	}

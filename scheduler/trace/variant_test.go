@@ -161,7 +161,7 @@ func TestGPUSpecConstraintsAreSatisfiable(t *testing.T) {
 		ok := false
 		for i := range nodes {
 			n := &nodes[i]
-			ok = ok || task.ModelAllowed(n.GPUs[0].Model) && len(n.GPUs) >= task.GPUCount && n.CPUMilli >= task.CPUMilli
+			ok = ok || task.MayUse(n.GPUs[0].Model, n.GPUs[0].Mode) && len(n.GPUs) >= task.GPUCount && n.CPUMilli >= task.CPUMilli
 		}
 		if !ok {
 			t.Errorf("task %s constrained to %v fits no node", task.Name, task.Models)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/device"
-	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/vocab"
 	dev "github.com/hashicorp/nomad/plugins/device"
 	"github.com/hashicorp/nomad/plugins/shared/structs"
 )
@@ -25,7 +25,7 @@ func printGroups(groups []*dev.DeviceGroup) {
 			fmt.Printf("  attr %-20s %s\n", k, g.Attributes[k].GoString())
 		}
 		for i, d := range g.Devices {
-			if g.Type == ids.TypeShare && i > 0 {
+			if g.Type == vocab.TypeShare && i > 0 {
 				fmt.Printf("  ... %d share instances in all\n", len(g.Devices))
 				break
 			}
@@ -58,7 +58,7 @@ func stats(ctx context.Context, p *device.Plugin) error {
 	for _, g := range r.Groups {
 		fmt.Printf("%s/%s/%s\n", g.Vendor, g.Type, g.Name)
 		for i, id := range slices.Sorted(maps.Keys(g.InstanceStats)) {
-			if g.Type == ids.TypeShare && i > 0 {
+			if g.Type == vocab.TypeShare && i > 0 {
 				break
 			}
 			fmt.Printf("  %s\n", id)

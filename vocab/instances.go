@@ -1,29 +1,8 @@
-// Package ids is the vocabulary that the gpushare device plugin and the
-// quota service share about GPU devices in Nomad: the vendor and type names
-// of the two device families, the instance IDs the plugin publishes, how a
-// job's device request names a family (ParseRequest), and which GPUs an
-// allocation holds (HeldDevices).
-//
-// A whole GPU is published under its NVML UUID (for example
-// "GPU-5b2e0c8a-...") in the family Vendor/TypeWhole. By default
-// each of its model.SharesPerGPU shares is published in the family
-// Vendor/TypeShare as "<UUID>-sNN" with NN in 00..99, so that every
-// instance ID names the physical GPU it belongs to and Reserve can validate
-// a request from the IDs alone. One share is 0.01 of the GPU, memory and
-// compute alike: the unit model.Shares counts in.
-//
-// A plugin configured with fewer share instances per GPU (shares_per_gpu,
-// a divisor of 100) publishes instances that each stand for several units
-// and says how many in the ID: "<UUID>-uWW-sNN", WW units each, NN in
-// 00..shares_per_gpu-1. Every reader of an allocation's devices
-// (HeldDevices) thus counts units without knowing the node's setting.
-package ids
+package vocab
 
 import (
 	"fmt"
 	"strings"
-
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
 )
 
 // The device families as Nomad sees them: vendor/type.
@@ -34,7 +13,7 @@ const (
 	// HashiCorp's nvidia plugin.
 	TypeWhole = "gpu"
 	// TypeShare is the family of GPU shares, one device group per GPU with
-	// SharesPerGPU instances.
+	// its share instances (DefaultSharesPerGPU unless configured).
 	TypeShare = "gpu-share"
 )
 
@@ -71,7 +50,7 @@ func MIGShares(slices, gpuSlices int) int {
 	if slices <= 0 || gpuSlices <= 0 || slices > gpuSlices {
 		return 0
 	}
-	return slices * SharesPerGPU / gpuSlices
+	return slices * UnitsPerGPU / gpuSlices
 }
 
 // MIGProfileSlices is the compute slices of a MIG profile: the count
@@ -93,11 +72,6 @@ func MIGProfileSlices(profile string) int {
 	return 0
 }
 
-// SharesPerGPU is the number of units in one GPU, and the number of share
-// instances published per GPU by default: one per model.Shares unit, so
-// that a request's count is the fraction in hundredths of a GPU.
-const SharesPerGPU = model.SharesPerGPU
-
 // shareSep separates the GPU UUID from the share number, unitSep the GPU
 // UUID from the units of an instance that stands for more than one.
 const (
@@ -106,22 +80,22 @@ const (
 )
 
 // ValidSharesPerGPU reports whether n share instances per GPU divide the
-// GPU's SharesPerGPU units evenly: n is a divisor of 100, at least 2.
+// GPU's UnitsPerGPU units evenly: n is a divisor of 100, at least 2.
 func ValidSharesPerGPU(n int) bool {
-	return n >= 2 && n <= SharesPerGPU && SharesPerGPU%n == 0
+	return n >= 2 && n <= UnitsPerGPU && UnitsPerGPU%n == 0
 }
 
-// Share returns the instance ID of share k (0 <= k < SharesPerGPU) of the
-// GPU with the given UUID, one unit each (the default publication).
+// Share returns the instance ID of share k (0 <= k < DefaultSharesPerGPU)
+// of the GPU with the given UUID, one unit each (the default publication).
 func Share(uuid string, k int) string {
-	return ShareOf(uuid, k, SharesPerGPU)
+	return ShareOf(uuid, k, DefaultSharesPerGPU)
 }
 
 // ShareOf returns the instance ID of share k (0 <= k < perGPU) of a GPU
 // published as perGPU share instances (ValidSharesPerGPU), each of
-// SharesPerGPU/perGPU units.
+// UnitsPerGPU/perGPU units.
 func ShareOf(uuid string, k, perGPU int) string {
-	return ID{UUID: uuid, Share: k, Units: SharesPerGPU / perGPU, IsShare: true}.String()
+	return ID{UUID: uuid, Share: k, Units: UnitsPerGPU / perGPU, IsShare: true}.String()
 }
 
 // ID is a parsed instance ID.
@@ -164,7 +138,7 @@ func Parse(id string) (ID, error) {
 	if n > len(shareSep)+2 && id[n-4:n-2] == shareSep && isDigit(id[n-2]) && isDigit(id[n-1]) {
 		uuid, units := id[:n-4], 1
 		if m := len(uuid); m > len(unitSep)+2 && uuid[m-4:m-2] == unitSep && isDigit(uuid[m-2]) && isDigit(uuid[m-1]) {
-			if u := int(uuid[m-2]-'0')*10 + int(uuid[m-1]-'0'); u > 1 && SharesPerGPU%u == 0 && ValidSharesPerGPU(SharesPerGPU/u) {
+			if u := int(uuid[m-2]-'0')*10 + int(uuid[m-1]-'0'); u > 1 && UnitsPerGPU%u == 0 && ValidSharesPerGPU(UnitsPerGPU/u) {
 				uuid, units = uuid[:m-4], u
 			}
 		}

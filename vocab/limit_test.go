@@ -1,10 +1,8 @@
-package ids
+package vocab
 
 import (
 	"strings"
 	"testing"
-
-	"github.com/hashicorp/nomad/api"
 )
 
 func TestParseLimit(t *testing.T) {
@@ -32,27 +30,8 @@ func FuzzParseLimit(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		n, err := ParseLimit(s)
-		if err == nil && (n < 1 || n > SharesPerGPU) {
+		if err == nil && (n < 1 || n > UnitsPerGPU) {
 			t.Errorf("ParseLimit(%q) = %d", s, n)
 		}
 	})
-}
-
-func TestTaskLimitNearestMetaWins(t *testing.T) {
-	str := func(s string) *string { return &s }
-	job := &api.Job{Meta: map[string]string{LimitMetaKey: "0.9"}, TaskGroups: []*api.TaskGroup{
-		{Name: str("g"), Meta: map[string]string{LimitMetaKey: "0.8"}, Tasks: []*api.Task{
-			{Name: "t", Meta: map[string]string{LimitMetaKey: "0.7"}}, {Name: "u"}}},
-		{Name: str("h"), Tasks: []*api.Task{{Name: "t"}}},
-	}}
-	for _, c := range []struct{ group, task, want, where string }{
-		{"g", "t", "0.7", "task"}, {"g", "u", "0.8", "group"}, {"h", "t", "0.9", "job"},
-	} {
-		if v, w, ok := TaskLimit(job, c.group, c.task); !ok || v != c.want || w != c.where {
-			t.Errorf("%s/%s: %q from %s, %v", c.group, c.task, v, w, ok)
-		}
-	}
-	if _, _, ok := TaskLimit(&api.Job{}, "g", "t"); ok {
-		t.Error("a job without the key has a limit")
-	}
 }

@@ -1,4 +1,4 @@
-package ids
+package vocab
 
 import "testing"
 
@@ -38,7 +38,7 @@ func TestParse(t *testing.T) {
 
 func TestShareRoundTrip(t *testing.T) {
 	const u = "GPU-abc"
-	for k := 0; k < SharesPerGPU; k++ {
+	for k := 0; k < DefaultSharesPerGPU; k++ {
 		id := Share(u, k)
 		got, err := Parse(id)
 		if err != nil || !got.IsShare || got.UUID != u || got.Share != k || got.String() != id {
@@ -52,7 +52,7 @@ func TestShareRoundTrip(t *testing.T) {
 // whole GPU.
 func TestShareOfRoundTrip(t *testing.T) {
 	const u = "GPU-5b2e0c8a-1111-4000-8000-000000000001"
-	for n := 1; n <= SharesPerGPU; n++ {
+	for n := 1; n <= UnitsPerGPU; n++ {
 		if !ValidSharesPerGPU(n) {
 			continue
 		}
@@ -65,8 +65,8 @@ func TestShareOfRoundTrip(t *testing.T) {
 			}
 			total += got.Units
 		}
-		if total != SharesPerGPU {
-			t.Fatalf("n=%d: the instances add up to %d units, want %d", n, total, SharesPerGPU)
+		if total != UnitsPerGPU {
+			t.Fatalf("n=%d: the instances add up to %d units, want %d", n, total, UnitsPerGPU)
 		}
 	}
 	for _, n := range []int{0, 1, 3, 30, 99, 101, 200} {
@@ -100,7 +100,7 @@ func FuzzParse(f *testing.F) {
 		if id.String() != s {
 			t.Fatalf("Parse(%q).String() = %q", s, id.String())
 		}
-		if id.IsShare && (id.Share < 0 || id.Share >= SharesPerGPU) {
+		if id.IsShare && (id.Share < 0 || id.Share >= UnitsPerGPU) {
 			t.Fatalf("share out of range: %+v", id)
 		}
 		_ = ShortUUID(s)
@@ -135,7 +135,7 @@ func TestMIGShares(t *testing.T) {
 			t.Errorf("MIGShares(%q on %d slices) = %d, want %d", tt.profile, tt.gpuSlices, got, tt.want)
 		}
 	}
-	if sum := 7 * MIGShares(1, 7); sum > SharesPerGPU {
+	if sum := 7 * MIGShares(1, 7); sum > UnitsPerGPU {
 		t.Errorf("seven 1-slice devices add up to %d shares", sum)
 	}
 }

@@ -1,4 +1,4 @@
-package nomadwatch
+package feasible
 
 import (
 	"cmp"
@@ -6,7 +6,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpushare/nomad-gpushare/device/ids"
+	"github.com/gpushare/nomad-gpushare/vocab"
+	"github.com/gpushare/nomad-gpushare/vocab/nomadread"
 	"github.com/hashicorp/go-version"
 	nomadapi "github.com/hashicorp/nomad/api"
 	"github.com/hashicorp/nomad/helper/constraints/semver"
@@ -18,10 +19,10 @@ import (
 // for devices). A value that is not found makes every operand but "!=",
 // is_set and is_not_set false.
 
-// nodeConstraintHolds reports whether node f satisfies c.
-func nodeConstraintHolds(c *nomadapi.Constraint, f *nodeFacts) bool {
-	l, lOK := f.resolve(c.LTarget)
-	r, rOK := f.resolve(c.RTarget)
+// nodeConstraintHolds reports whether node n satisfies c.
+func nodeConstraintHolds(c *nomadapi.Constraint, n *Node) bool {
+	l, lOK := n.resolve(c.LTarget)
+	r, rOK := n.resolve(c.RTarget)
 	switch op := c.Operand; op {
 	case "distinct_hosts", "distinct_property":
 		return true
@@ -47,29 +48,29 @@ func nodeConstraintHolds(c *nomadapi.Constraint, f *nodeFacts) bool {
 	return false
 }
 
-// resolve reads a constraint target on node f: a literal, or one of
+// resolve reads a constraint target on node n: a literal, or one of
 // ${node.unique.id}, ${node.unique.name}, ${node.datacenter},
 // ${node.class}, ${node.pool}, ${attr.X} and ${meta.X}.
-func (f *nodeFacts) resolve(target string) (string, bool) {
+func (n *Node) resolve(target string) (string, bool) {
 	if !strings.HasPrefix(target, "${") {
 		return target, true
 	}
 	switch {
 	case target == "${node.unique.id}":
-		return f.id, true
+		return n.ID, true
 	case target == "${node.unique.name}":
-		return f.name, true
+		return n.Name, true
 	case target == "${node.datacenter}":
-		return f.datacenter, true
+		return n.Datacenter, true
 	case target == "${node.class}":
-		return f.class, true
+		return n.Class, true
 	case target == "${node.pool}":
-		return f.pool, true
+		return n.pool(), true
 	case strings.HasPrefix(target, "${attr."):
-		v, ok := f.attrs[strings.TrimSuffix(strings.TrimPrefix(target, "${attr."), "}")]
+		v, ok := n.Attributes[strings.TrimSuffix(strings.TrimPrefix(target, "${attr."), "}")]
 		return v, ok
 	case strings.HasPrefix(target, "${meta."):
-		v, ok := f.meta[strings.TrimSuffix(strings.TrimPrefix(target, "${meta."), "}")]
+		v, ok := n.Meta[strings.TrimSuffix(strings.TrimPrefix(target, "${meta."), "}")]
 		return v, ok
 	}
 	return "", false
@@ -147,12 +148,12 @@ func setContains(l, r string, all bool) bool {
 // request counts (Nomad takes them all from one group), and its
 // attributes satisfy the request's constraints. It returns the GPU models
 // of the groups that can.
-func deviceFits(d *nomadapi.RequestedDevice, devices []deviceGroup) ([]string, bool) {
-	req := ids.ParseRequest(d)
+func deviceFits(d *nomadapi.RequestedDevice, devices []DeviceGroup) ([]string, bool) {
+	req := nomadread.ParseRequest(d)
 	var models []string
 	for _, dg := range devices {
-		g := dg.res
-		if g.Vendor != ids.Vendor || g.Type != req.Type || (req.Name != "" && g.Name != req.Name) || dg.instances < req.Count {
+		g := dg.Resource
+		if g.Vendor != vocab.Vendor || g.Type != req.Type || (req.Name != "" && g.Name != req.Name) || dg.Instances < req.Count {
 			continue
 		}
 		if !deviceConstraintsHold(d.Constraints, dg) {
@@ -171,7 +172,7 @@ func deviceFits(d *nomadapi.RequestedDevice, devices []deviceGroup) ([]string, b
 
 // deviceConstraintsHold reports whether device group g satisfies every
 // constraint.
-func deviceConstraintsHold(cs []*nomadapi.Constraint, g deviceGroup) bool {
+func deviceConstraintsHold(cs []*nomadapi.Constraint, g DeviceGroup) bool {
 	for _, c := range cs {
 		l, lOK := deviceTarget(c.LTarget, g)
 		r, rOK := deviceTarget(c.RTarget, g)
@@ -185,8 +186,8 @@ func deviceConstraintsHold(cs []*nomadapi.Constraint, g deviceGroup) bool {
 // deviceTarget reads a device constraint target: a literal (with units,
 // e.g. "40 GiB"), or one of ${device.model}, ${device.vendor},
 // ${device.type}, ${device.ids} and ${device.attr.X}.
-func deviceTarget(target string, dg deviceGroup) (*psstructs.Attribute, bool) {
-	g := dg.res
+func deviceTarget(target string, dg DeviceGroup) (*psstructs.Attribute, bool) {
+	g := dg.Resource
 	if !strings.HasPrefix(target, "${") {
 		return psstructs.ParseAttribute(target), true
 	}
@@ -198,7 +199,11 @@ func deviceTarget(target string, dg deviceGroup) (*psstructs.Attribute, bool) {
 	case target == "${device.type}":
 		return psstructs.NewStringAttribute(g.Type), true
 	case target == "${device.ids}":
-		return psstructs.NewStringAttribute(dg.joinedIDs()), true
+		ids := ""
+		if dg.IDs != nil {
+			ids = dg.IDs()
+		}
+		return psstructs.NewStringAttribute(ids), true
 	case strings.HasPrefix(target, "${device.attr."):
 		a, ok := g.Attributes[strings.TrimSuffix(strings.TrimPrefix(target, "${device.attr."), "}")]
 		if !ok || a == nil {

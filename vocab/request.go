@@ -1,10 +1,6 @@
-package ids
+package vocab
 
-import (
-	"strings"
-
-	"github.com/hashicorp/nomad/api"
-)
+import "strings"
 
 // Request is one device request of a task, as Nomad reads its name:
 // "type", "vendor/type" or "vendor/type/name" (the group name may itself
@@ -27,17 +23,6 @@ func ParseRequestName(name string) Request {
 	default:
 		return Request{Vendor: parts[0], Type: parts[1], Name: parts[2]}
 	}
-}
-
-// ParseRequest reads a task's device request. A nil count is Nomad's
-// default, 1 (api.RequestedDevice.Canonicalize).
-func ParseRequest(d *api.RequestedDevice) Request {
-	r := ParseRequestName(d.Name)
-	r.Count = 1
-	if d.Count != nil {
-		r.Count = int(*d.Count)
-	}
-	return r
 }
 
 // Whole reports whether the request asks for whole GPUs of the gpushare

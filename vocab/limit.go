@@ -1,11 +1,9 @@
-package ids
+package vocab
 
 import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/hashicorp/nomad/api"
 )
 
 // LimitMetaKey is the meta key that gives a share task its limit: how much
@@ -36,8 +34,8 @@ func ParseLimit(v string) (int, error) {
 			f *= 10
 		}
 	}
-	shares := w*SharesPerGPU + f
-	if shares <= 0 || shares > SharesPerGPU {
+	shares := w*UnitsPerGPU + f
+	if shares <= 0 || shares > UnitsPerGPU {
 		return 0, bad
 	}
 	return shares, nil
@@ -50,32 +48,4 @@ func digits(s string) bool {
 		}
 	}
 	return len(s) <= 3
-}
-
-// TaskLimit returns the LimitMetaKey value that applies to a task of a
-// job (task meta, else group meta, else job meta) and where it was found
-// ("task", "group" or "job"); ok is false when none is set.
-func TaskLimit(job *api.Job, group, task string) (value, where string, ok bool) {
-	if job == nil {
-		return "", "", false
-	}
-	for _, tg := range job.TaskGroups {
-		if tg == nil || tg.Name == nil || *tg.Name != group {
-			continue
-		}
-		for _, t := range tg.Tasks {
-			if t != nil && t.Name == task {
-				if v, ok := t.Meta[LimitMetaKey]; ok {
-					return v, "task", true
-				}
-			}
-		}
-		if v, ok := tg.Meta[LimitMetaKey]; ok {
-			return v, "group", true
-		}
-	}
-	if v, ok := job.Meta[LimitMetaKey]; ok {
-		return v, "job", true
-	}
-	return "", "", false
 }
