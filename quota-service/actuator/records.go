@@ -19,7 +19,7 @@ import (
 // record ends with its hold. Rejected and unfinished records are left
 // alone here.
 func (ap *applying) settleRecords(ctx context.Context) {
-	for _, key := range sortedKeys(ap.v.Records) {
+	for _, key := range slices.Sorted(maps.Keys(ap.v.Records)) {
 		r := ap.v.Records[key]
 		var err error
 		switch r.Verdict {
@@ -93,7 +93,7 @@ func (ap *applying) rebuild(ctx context.Context, r *nomadwatch.Record) error {
 // stopped) that the current plan does not suspend: the need they were
 // recorded for is gone, and the job is not stopped.
 func (ap *applying) abandonUnfinished(ctx context.Context) {
-	for _, key := range sortedKeys(ap.v.Records) {
+	for _, key := range slices.Sorted(maps.Keys(ap.v.Records)) {
 		r := ap.v.Records[key]
 		if r.Verdict != nomadwatch.Unfinished || ap.suspending[key] {
 			continue
@@ -264,4 +264,3 @@ func (ap *applying) endResumed(ctx context.Context, rec *state.Suspension) error
 	return ap.close(ctx, rec.Key(), state.EventRunningAgain, "resumed; its hold against a new suspension ended")
 }
 
-func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

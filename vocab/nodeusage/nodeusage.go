@@ -80,7 +80,7 @@ type Tenant struct {
 	// SMPct is the SM utilization of its processes (percent of one GPU;
 	// up to 100 per GPU held). Under MPS it reads 0: NVML charges all
 	// clients' SM utilization to the MPS server, an outside process
-	// (docs/design.md, "Verified on a GPU").
+	// (docs/verification.md, "On a GPU").
 	SMPct uint32 `json:"sm_pct"`
 	PIDs  []int  `json:"pids,omitempty"`
 }
