@@ -263,4 +263,3 @@ func (ap *applying) endResumed(ctx context.Context, rec *state.Suspension) error
 	}
 	return ap.close(ctx, rec.Key(), state.EventRunningAgain, "resumed; its hold against a new suspension ended")
 }
-
