@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -342,4 +343,87 @@ func TestGuardStopsALeaderThatLostItsLock(t *testing.T) {
 	if w.consul.Value("gs/suspended/team-a/train") != nil {
 		t.Fatal("a record was written by an instance that does not hold the lock")
 	}
+}
+
+// FuzzRecordsAgainstTheActuator: whatever a KV writer does to the records
+// (change a field, sign with another key, copy a record to another job,
+// write garbage, delete), the actuator, given a plan that resumes every
+// job pending as suspended, never stops a job, never registers one the
+// service did not suspend, and never leaves the suspended job without
+// a record or reported.
+func FuzzRecordsAgainstTheActuator(f *testing.F) {
+	for seed := range uint64(24) {
+		f.Add(seed)
+	}
+	other, err := recordkey.New(bytes.Repeat([]byte{9}, recordkey.MinKeyBytes))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, seed uint64) {
+		w := newWorld(t)
+		w.run("team-a", "train")
+		w.run("team-a", "owned")
+		w.run("team-a", "busy")
+		if _, _, err := w.nomad.Client().Jobs().Deregister("owned", false, &nomadapi.WriteOptions{Namespace: "team-a"}); err != nil {
+			t.Fatal(err)
+		}
+		w.suspend("team-a", "train")
+		real := w.consul.Value("gs/suspended/team-a/train")
+		keys := []string{"team-a/train", "team-a/owned", "team-a/busy", "team-b/ghost"}
+		rng := rand.New(rand.NewPCG(seed, 11))
+		var done []string
+		for range 1 + rng.IntN(4) {
+			key := keys[rng.IntN(len(keys))]
+			kvKey := "gs/suspended/" + key
+			var rec state.Suspension
+			_ = json.Unmarshal(real, &rec)
+			rec.Namespace, rec.Job, _ = strings.Cut(key, "/")
+			switch rng.IntN(6) {
+			case 0:
+				w.consul.Set(kvKey, nil)
+				done = append(done, "delete "+key)
+				continue
+			case 1:
+				w.consul.Set(kvKey, []byte("garbage"))
+				done = append(done, "garbage at "+key)
+				continue
+			case 2:
+				rec.Phase, rec.Tagged = state.PhaseSuspended, false
+			case 3:
+				rec.Phase = state.PhaseResumed
+				rec.ResumedAt = time.Now()
+			case 4:
+				_ = rec.Sign(other)
+			default:
+				rec.StopJobModifyIndex = uint64(rng.IntN(300))
+			}
+			data, _ := json.Marshal(rec)
+			w.consul.Set(kvKey, data)
+			done = append(done, "forged "+key)
+		}
+		n := len(w.nomad.Writes())
+		for range 2 {
+			v := w.view()
+			var actions []plan.Action
+			for i, p := range v.Snapshot.Pending {
+				if p.Suspended {
+					actions = append(actions, plan.Action{Kind: plan.Place, Project: p.Project, Job: p.Job, Workload: i})
+				}
+			}
+			if _, err := w.act.Apply(context.Background(), v, plan.Result{Actions: actions}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, wr := range w.writesSince(n) {
+			if strings.HasPrefix(wr, "stop ") || (strings.HasPrefix(wr, "register ") && wr != "register team-a/train") {
+				t.Fatalf("after %v the service wrote %q", done, wr)
+			}
+		}
+		if w.nomad.Job("team-b", "ghost") != nil || !*w.nomad.Job("team-a", "owned").Stop || *w.nomad.Job("team-a", "busy").Stop {
+			t.Fatalf("after %v a job not the service's changed", done)
+		}
+		if *w.nomad.Job("team-a", "train").Stop && w.record("team-a", "train") == nil && len(w.view().RecordErrors) == 0 {
+			t.Fatalf("after %v the suspended job has no record and nothing is reported", done)
+		}
+	})
 }
