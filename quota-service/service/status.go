@@ -101,7 +101,15 @@ func (s *Service) record(ctx context.Context, c *cycleData) {
 	views := s.projectViews(c, sum)
 	s.setProjectMetrics(c, sum)
 	s.reportRecordErrors(ctx, c)
-	used := s.usedByProject()
+	// The usage summary is read only when a trend sample is due, not on
+	// every cycle.
+	s.mu.Lock()
+	due := trendDue(s.status.Trend, now)
+	s.mu.Unlock()
+	var used map[string]float64
+	if due {
+		used = s.usedByProject()
+	}
 	s.mu.Lock()
 	s.noteActions(c.rep, sum, now)
 	st := &s.status

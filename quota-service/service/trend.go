@@ -28,10 +28,16 @@ type ProjectSample struct {
 	Used      *float64 `json:"used,omitempty"`
 }
 
-// sampleTrend appends a sample when the last is trendEvery old, and drops
-// those older than trendKeep. used is nil without usage reports.
+// trendDue says a sample is due: the last is trendEvery old.
+func trendDue(trend []TrendPoint, now time.Time) bool {
+	n := len(trend)
+	return n == 0 || now.Sub(trend[n-1].At) >= trendEvery
+}
+
+// sampleTrend appends a sample when one is due, and drops those older
+// than trendKeep. used is nil without usage reports.
 func sampleTrend(trend []TrendPoint, now time.Time, views []ProjectView, used map[string]float64) []TrendPoint {
-	if n := len(trend); n > 0 && now.Sub(trend[n-1].At) < trendEvery {
+	if !trendDue(trend, now) {
 		return trend
 	}
 	p := TrendPoint{At: now, Projects: map[string]ProjectSample{}}
