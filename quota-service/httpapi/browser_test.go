@@ -101,7 +101,9 @@ func TestLoginAndRefreshInBrowser(t *testing.T) {
 	if err := login("team-b-reader"); err != nil {
 		t.Fatal(err)
 	}
-	text, err := pageText(ctx, "your token reads namespaces team-b")
+	// The utilization table comes from a second request after the
+	// status: wait for it, the last part drawn.
+	text, err := pageText(ctx, "0.37")
 	if err != nil {
 		t.Fatal(err)
 	}
