@@ -143,8 +143,9 @@ func TestLoginAndRefreshInBrowser(t *testing.T) {
 }
 
 // checkGPUMap logs in with node read: the page draws the GPU map, one box
-// per GPU with its family, the part held and its tenants, team-a's job
-// hidden from team-b's operator.
+// per GPU with its family, the part held, its memory, its tenants with
+// what they use and borrow, and its guests; team-a's jobs hidden from
+// team-b's operator.
 func checkGPUMap(t *testing.T, ctx context.Context, login func(string) error) {
 	t.Helper()
 	if err := login("team-b-operator"); err != nil {
@@ -154,19 +155,22 @@ func checkGPUMap(t *testing.T, ctx context.Context, login func(string) error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"GPU 0 · whole", "GPU 1 · shared", "50% held", "team-b/infer (team-b) 50%", hiddenWorkload + " (team-a) 100%"} {
+	for _, want := range []string{"GPU 0 · whole", "GPU 1 · shared", "50% held", hiddenWorkload + " (team-a) 100%",
+		"team-b/infer (team-b) 50% · uses 60.0 GiB (request 40.0 GiB, limit 80.0 GiB) · borrows 20.0 GiB · runs as a guest on GPU 2",
+		"GPU 2 · idle", "memory 70.0 GiB of 80.0 GiB", "guest: team-b/infer (team-b) from GPU 1 · uses 60.0 GiB",
+		"guest: " + hiddenWorkload + " (team-a) from GPU 3 · uses 10.0 GiB (request 20.0 GiB, limit 40.0 GiB)"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("GPU map lacks %q:\n%s", want, text)
 		}
 	}
-	if strings.Contains(text, "secret-train") {
+	if strings.Contains(text, "secret") {
 		t.Errorf("team-b's operator sees team-a's job on the GPU map:\n%s", text)
 	}
 	boxes, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`document.querySelectorAll("#gpu-map .gpu").length`))
-	if err != nil || boxes != 2 {
-		t.Errorf("GPU map draws %v boxes (%v), want 2", boxes, err)
+	if err != nil || boxes != 4 {
+		t.Errorf("GPU map draws %v boxes (%v), want 4", boxes, err)
 	}
-	width, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelectorAll("#gpu-map .gpu .fill")[1].style.width`))
+	width, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelectorAll("#gpu-map .gpu > .bar > .fill")[1].style.width`))
 	if err != nil || width != "50%" {
 		t.Errorf("GPU 1's bar is %q wide (%v), want 50%%", width, err)
 	}

@@ -75,14 +75,22 @@ func visibleNodes(nodes []service.NodeView, a Access) []service.NodeView {
 		out[i].GPUs = make([]service.GPUView, len(n.GPUs))
 		for j, g := range n.GPUs {
 			out[i].GPUs[j] = g
-			out[i].GPUs[j].Tenants = nil
-			for _, t := range g.Tenants {
-				if !a.Namespace(t.Namespace) {
-					t.Namespace, t.Job = "", hiddenWorkload
-				}
-				out[i].GPUs[j].Tenants = append(out[i].GPUs[j].Tenants, t)
-			}
+			out[i].GPUs[j].Tenants = visibleTenants(g.Tenants, a)
+			out[i].GPUs[j].Guests = visibleTenants(g.Guests, a)
 		}
+	}
+	return out
+}
+
+// visibleTenants hides the jobs of namespaces the request may not read
+// (their project, shares and memory stay).
+func visibleTenants(tenants []service.Tenant, a Access) []service.Tenant {
+	var out []service.Tenant
+	for _, t := range tenants {
+		if !a.Namespace(t.Namespace) {
+			t.Namespace, t.Job = "", hiddenWorkload
+		}
+		out = append(out, t)
 	}
 	return out
 }

@@ -52,8 +52,21 @@ func (f fakeSource) Status() service.Status {
 		Nodes: []service.NodeView{{Node: "n1", GPUs: []service.GPUView{
 			{Index: 0, Model: "H100", Family: "whole", Capacity: 100, Held: 100,
 				Tenants: []service.Tenant{{Namespace: "team-a", Job: "secret-train", Project: "team-a", Shares: 100}}},
-			{Index: 1, Model: "H100", Family: "shared", Capacity: 100, Held: 50,
-				Tenants: []service.Tenant{{Namespace: "team-b", Job: "infer", Project: "team-b", Shares: 50}}},
+			{Index: 1, Model: "H100", Family: "shared", Capacity: 100, Held: 50, Memory: &service.GPUMemory{TotalMiB: 81920},
+				Tenants: []service.Tenant{{Namespace: "team-b", Job: "infer", Project: "team-b", Shares: 50,
+					Memory: &service.TenantMemory{UsedMiB: 61440, RequestMiB: 40960, LimitMiB: 81920, BorrowedMiB: 20480, GuestOn: ptr(2)}}}},
+			// GPU 2 is free for Nomad; the node-level scheduler runs two
+			// guests there, one of them team-a's.
+			{Index: 2, Model: "H100", Family: "idle", Capacity: 100, Memory: &service.GPUMemory{TotalMiB: 81920, UsedMiB: 71680},
+				Guests: []service.Tenant{
+					{Namespace: "team-b", Job: "infer", Project: "team-b", Shares: 50,
+						Memory: &service.TenantMemory{UsedMiB: 61440, RequestMiB: 40960, LimitMiB: 81920, BorrowedMiB: 20480, Home: ptr(1)}},
+					{Namespace: "team-a", Job: "secret-nb", Project: "team-a", Shares: 25,
+						Memory: &service.TenantMemory{UsedMiB: 10240, RequestMiB: 20480, LimitMiB: 40960, Home: ptr(3)}},
+				}},
+			{Index: 3, Model: "H100", Family: "shared", Capacity: 100, Held: 25, Memory: &service.GPUMemory{TotalMiB: 81920},
+				Tenants: []service.Tenant{{Namespace: "team-a", Job: "secret-nb", Project: "team-a", Shares: 25,
+					Memory: &service.TenantMemory{UsedMiB: 10240, RequestMiB: 20480, LimitMiB: 40960, GuestOn: ptr(2)}}}},
 		}}},
 	}
 }
@@ -252,14 +265,14 @@ func TestDashboardLogin(t *testing.T) {
 }
 
 // TestGPUMapFollowsTheToken: the GPU map needs node read; with it, the
-// jobs of namespaces the token cannot read are hidden, their project and
-// shares kept.
+// jobs of namespaces the token cannot read are hidden, tenants and guests
+// alike, their project and shares kept.
 func TestGPUMapFollowsTheToken(t *testing.T) {
 	srv := newTestAPI(t)
 	for token, want := range map[string][]string{
 		"team-b-reader":   nil,
-		"team-b-operator": {"team-b/infer 50", hiddenWorkload + " 100"},
-		"mgmt":            {"team-a/secret-train 100", "team-b/infer 50"},
+		"team-b-operator": {"team-b/infer 50", hiddenWorkload + " 100", hiddenWorkload + " 25", "guest team-b/infer 50", "guest " + hiddenWorkload + " 25"},
+		"mgmt":            {"team-a/secret-train 100", "team-b/infer 50", "team-a/secret-nb 25", "guest team-b/infer 50", "guest team-a/secret-nb 25"},
 	} {
 		_, body := get(t, http.DefaultClient, srv.URL+"/v1/status", map[string]string{"X-Nomad-Token": token})
 		var st service.Status
@@ -270,11 +283,10 @@ func TestGPUMapFollowsTheToken(t *testing.T) {
 		for _, n := range st.Nodes {
 			for _, g := range n.GPUs {
 				for _, tn := range g.Tenants {
-					who := tn.Job
-					if tn.Namespace != "" {
-						who = tn.Namespace + "/" + tn.Job
-					}
-					got = append(got, fmt.Sprintf("%s %d", who, tn.Shares))
+					got = append(got, fmt.Sprintf("%s %d", tenantName(tn), tn.Shares))
+				}
+				for _, tn := range g.Guests {
+					got = append(got, fmt.Sprintf("guest %s %d", tenantName(tn), tn.Shares))
 				}
 			}
 		}
@@ -284,6 +296,13 @@ func TestGPUMapFollowsTheToken(t *testing.T) {
 			t.Errorf("%s sees the GPU map's tenants %q, want %q", token, got, want)
 		}
 	}
+}
+
+func tenantName(tn service.Tenant) string {
+	if tn.Namespace != "" {
+		return tn.Namespace + "/" + tn.Job
+	}
+	return tn.Job
 }
 
 func ptr[T any](v T) *T { return &v }

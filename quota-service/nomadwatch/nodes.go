@@ -54,7 +54,7 @@ func (a *assembler) addNodes() {
 		node.CPUMilli, node.MemoryMiB = nodeCapacity(n)
 		for i, gpu := range dev.gpus {
 			h := gpu.health
-			g := model.GPU{Model: h.model, Unavailable: h.unavailable()}
+			g := model.GPU{ID: gpu.uuid, Model: h.model, Unavailable: h.unavailable()}
 			if h.mig > 0 {
 				g.Mode, g.Shares = model.ModeMIG, h.mig
 				ng.mig[gpu.uuid] = h.mig

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/vocab/nodeusage"
 )
 
 // TestGPUMap: each GPU shows its family and what its tenants hold: a
@@ -35,5 +36,48 @@ func TestGPUMap(t *testing.T) {
 	}
 	if shared.Family != "shared" || shared.Held != 75 || len(shared.Tenants) != 2 || shared.Tenants[0].Job != "infer" || shared.Tenants[1].Shares != 50 {
 		t.Errorf("shared GPU: %+v", shared)
+	}
+}
+
+// TestGPUMapMemory: the plugins' reports add each GPU's memory, each share
+// tenant's use against its request and limit with what it borrows, and a
+// guest under the GPU it runs on; a node that did not answer shows none.
+func TestGPUMapMemory(t *testing.T) {
+	snap := &model.Snapshot{
+		Nodes: []model.Node{
+			{Name: "n1", GPUs: []model.GPU{{ID: "GPU-a", Model: "H100", Mode: model.ModeShared}, {ID: "GPU-b", Model: "H100", Mode: model.ModeAny}}},
+			{Name: "n2", GPUs: []model.GPU{{ID: "GPU-c", Model: "H100", Mode: model.ModeShared}}},
+		},
+		Allocations: []model.Allocation{
+			{ID: "a1", Job: "default/nb-a", Project: "default", Node: "n1", GPUs: []int{0}, Ask: model.Ask{Shares: 50}},
+			{ID: "a2", Job: "default/nb-b", Project: "default", Node: "n1", GPUs: []int{0}, Ask: model.Ask{Shares: 50}},
+			{ID: "a3", Job: "team-b/infer", Project: "team-b", Node: "n2", GPUs: []int{0}, Ask: model.Ask{Shares: 25}},
+		},
+	}
+	reports := []nodeusage.Report{{
+		GPUs: []nodeusage.GPU{{UUID: "GPU-a", TotalMiB: 81920, UsedMiB: 30000}, {UUID: "GPU-b", TotalMiB: 81920, UsedMiB: 70000}},
+		Tenants: []nodeusage.Tenant{
+			{AllocID: "a1", Home: "GPU-a", GPU: "GPU-a", RequestMiB: 40960, LimitMiB: 81920, UsedMiB: 30000},
+			{AllocID: "a2", Home: "GPU-a", GPU: "GPU-b", Guest: true, RequestMiB: 40960, LimitMiB: 81920, UsedMiB: 70000},
+		},
+	}}
+	nodes := gpuMap(snap)
+	addMemory(nodes, reports)
+	home, host := nodes[0].GPUs[0], nodes[0].GPUs[1]
+	if home.Memory == nil || home.Memory.UsedMiB != 30000 || host.Memory == nil || host.Memory.UsedMiB != 70000 {
+		t.Fatalf("GPU memory: home %+v, host %+v", home.Memory, host.Memory)
+	}
+	a, b := home.Tenants[0].Memory, home.Tenants[1].Memory
+	if a == nil || a.UsedMiB != 30000 || a.BorrowedMiB != 0 || a.GuestOn != nil {
+		t.Errorf("nb-a: %+v, want 30000 MiB used, nothing borrowed, at home", a)
+	}
+	if b == nil || b.BorrowedMiB != 70000-40960 || b.GuestOn == nil || *b.GuestOn != 1 {
+		t.Errorf("nb-b: %+v, want %d MiB borrowed, a guest on GPU 1", b, 70000-40960)
+	}
+	if len(host.Guests) != 1 || host.Guests[0].Job != "nb-b" || host.Guests[0].Memory.Home == nil || *host.Guests[0].Memory.Home != 0 {
+		t.Errorf("GPU 1's guests: %+v, want nb-b from GPU 0", host.Guests)
+	}
+	if g := nodes[1].GPUs[0]; g.Memory != nil || g.Tenants[0].Memory != nil {
+		t.Errorf("n2 sent no report, yet its GPU shows %+v", g)
 	}
 }

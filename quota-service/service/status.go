@@ -118,6 +118,9 @@ func (s *Service) record(ctx context.Context, c *cycleData) {
 	st.Unplaceable, st.OutOfPlanning = unplacedLines(c, c.res.Unplaceable), outOfPlanning(c.view.Snapshot)
 	st.RecordErrors = c.view.RecordErrors
 	st.Nodes = gpuMap(c.view.Snapshot)
+	if s.util.collector != nil {
+		addMemory(st.Nodes, s.util.collector.Last().Reports)
+	}
 	st.Trend = sampleTrend(st.Trend, now, views, used)
 	s.mu.Unlock()
 	if c.acted {

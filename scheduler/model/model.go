@@ -123,6 +123,9 @@ func (m Mode) String() string {
 
 // GPU is one physical GPU of a node.
 type GPU struct {
+	// ID names the GPU as its node's device plugin does (the NVIDIA
+	// UUID). Informational: planning does not read it.
+	ID        string
 	Model     string
 	MemoryMiB int64
 	Mode      Mode

@@ -132,14 +132,57 @@ function gpuBox(g) {
   bar.appendChild(fill);
   box.appendChild(bar);
   box.appendChild(el("div", held + "% held", "gpu-held"));
+  if (g.memory) {
+    box.appendChild(memoryBar(g.memory));
+  }
   (g.tenants || []).forEach(t => {
-    const who = t.namespace ? t.namespace + "/" + t.job : t.job;
-    box.appendChild(el("div", who + " (" + t.project + ") " + t.shares + "%", "tenant"));
+    box.appendChild(el("div", tenantLine(t) + " " + t.shares + "%" + tenantMemory(t.memory), "tenant"));
+  });
+  (g.guests || []).forEach(t => {
+    const from = t.memory && t.memory.home !== undefined ? " from GPU " + t.memory.home : "";
+    box.appendChild(el("div", "guest: " + tenantLine(t) + from + tenantMemory(t.memory), "tenant guest"));
   });
   if (g.unavailable) {
     box.title = g.unavailable;
   }
   return box;
+}
+
+function gib(mib) {
+  return (mib / 1024).toFixed(1) + " GiB";
+}
+
+function tenantLine(t) {
+  return (t.namespace ? t.namespace + "/" + t.job : t.job) + " (" + t.project + ")";
+}
+
+// tenantMemory says what a share tenant uses against its request and
+// limit, what it borrows, and where it runs when it is a guest.
+function tenantMemory(m) {
+  if (!m) {
+    return "";
+  }
+  let s = " · uses " + gib(m.used_mib) + " (request " + gib(m.request_mib) + ", limit " + gib(m.limit_mib) + ")";
+  if (m.borrowed_mib > 0) {
+    s += " · borrows " + gib(m.borrowed_mib);
+  }
+  if (m.guest_on !== undefined) {
+    s += " · runs as a guest on GPU " + m.guest_on;
+  }
+  return s;
+}
+
+// memoryBar draws a GPU's memory in use as the device plugin reports it.
+function memoryBar(mem) {
+  const wrap = el("div", undefined, "gpu-memory");
+  const bar = el("div", undefined, "bar memory");
+  const fill = el("div", undefined, "fill");
+  const pct = mem.total_mib > 0 ? Math.min(100, Math.round(100 * mem.used_mib / mem.total_mib)) : 0;
+  fill.style.width = pct + "%";
+  bar.appendChild(fill);
+  wrap.appendChild(bar);
+  wrap.appendChild(el("div", "memory " + gib(mem.used_mib) + " of " + gib(mem.total_mib), "gpu-held"));
+  return wrap;
 }
 
 function fillGPUMap(nodes) {
