@@ -87,6 +87,12 @@ variable "usage_port" {
   default     = 9410
 }
 
+variable "usage_period" {
+  description = "How often the service reads the GPU nodes' usage (a Go duration such as \"15s\")."
+  type        = string
+  default     = "15s"
+}
+
 variable "kv_prefix" {
   description = "Root of the service's Consul keys."
   type        = string
@@ -218,6 +224,7 @@ job "gpushare-quota" {
         GPUSHARE_TLS_CERT       = var.tls_cert
         GPUSHARE_TLS_KEY        = var.tls_key
         GPUSHARE_USAGE_PORT     = var.usage_port
+        GPUSHARE_USAGE_PERIOD   = var.usage_period
         GPUSHARE_PUBLISH_RANKS  = var.publish_ranks ? "true" : "false"
         GPUSHARE_RECORD_KEY_VAR = var.record_key_var
         # Go's garbage collector works to stay below 90% of the memory

@@ -7,13 +7,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/internal/aclpolicy"
+	"github.com/gpushare/nomad-gpushare/internal/demo"
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
@@ -165,11 +165,11 @@ func startCluster(t *testing.T) *localcluster.Cluster {
 		filepath.Join(dir, "nomad-device-gpushare")); err != nil {
 		t.Fatal(err)
 	}
-	demo, err := os.ReadFile("../jobspecs/demo/plugin.hcl")
+	plugin, err := demo.PluginConfig("..", t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return testcluster.Start(t, localcluster.Options{PluginDir: dir, PluginConfig: string(demo),
+	return testcluster.Start(t, localcluster.Options{PluginDir: dir, PluginConfig: plugin.Config,
 		WaitForDevices: []string{"nvidia/gpu", "nvidia/gpu-share"}, ACL: true})
 }
 

@@ -21,6 +21,7 @@ import (
 // Paths inside the repository that the demo builds or reads .
 const (
 	pluginPkg     = "device/cmd/nomad-device-gpushare"
+	simloadPkg    = "device/cmd/gpushare-simload"
 	pluginConfig  = "jobspecs/demo/plugin.hcl"
 	quotaPkg      = "quota-service/cmd/gpushare-quota"
 	quotaJob      = "jobspecs/quota-service.nomad.hcl"
@@ -69,12 +70,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := localcluster.BuildBinary(modulePath+"/"+pluginPkg, out); err != nil {
 		return fmt.Errorf("building the device plugin: %w", err)
 	}
-	hcl, err := os.ReadFile(filepath.Join(cfg.RepoRoot, pluginConfig))
+	simload := filepath.Join(cfg.Dir, "bin", "gpushare-simload")
+	if err := localcluster.BuildBinary(modulePath+"/"+simloadPkg, simload); err != nil {
+		return fmt.Errorf("building the simulated GPU workload: %w", err)
+	}
+	plugin, err := PluginConfig(cfg.RepoRoot, cfg.Dir)
 	if err != nil {
-		return fmt.Errorf("reading the plugin's client config: %w", err)
+		return err
 	}
 	opts.PluginDir = pluginDir
-	opts.PluginConfig = string(hcl)
+	opts.PluginConfig = plugin.Config
 	opts.WaitForDevices = []string{"nvidia/gpu"}
 	if cfg.ACL {
 		policy, err := aclpolicy.Read(cfg.RepoRoot, aclpolicy.PluginNomad)
@@ -97,7 +102,7 @@ func Run(ctx context.Context, cfg Config) error {
 		fmt.Fprintln(cfg.Out, stoppedBanner)
 	}()
 
-	quotaURL, err := startQuotaService(ctx, cluster, cfg)
+	quotaURL, err := startQuotaService(ctx, cluster, cfg, plugin.UsagePort)
 	if err != nil {
 		return err
 	}
@@ -105,10 +110,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if err := writeEnv(cfg.Dir, cluster); err != nil {
+	sim := fractionVars{Simload: simload, ProcessDir: plugin.ProcessDir}
+	if err := writeEnv(cfg.Dir, cluster, sim); err != nil {
 		return err
 	}
-	printWelcome(cfg.Out, cfg.Dir, cluster, jobs, quotaURL)
+	printWelcome(cfg.Out, cfg.Dir, cluster, jobs, quotaURL, plugin.UsagePort)
 	if cfg.Ready != nil {
 		cfg.Ready(cluster)
 	}
@@ -145,13 +151,18 @@ func runExamples(c *localcluster.Cluster, root string) ([]string, error) {
 	return ids, nil
 }
 
-func writeEnv(dir string, c *localcluster.Cluster) error {
+// writeEnv writes dir/env: the agents' addresses, the CLIs on PATH, the
+// input variables of the dynamic-fractions story's job files (Nomad's CLI
+// reads NOMAD_VAR_<name>), and with ACLs on the management tokens.
+func writeEnv(dir string, c *localcluster.Cluster, sim fractionVars) error {
 	tools, err := localcluster.ToolsDir()
 	if err != nil {
 		return err
 	}
 	env := fmt.Sprintf("export PATH=%q:\"$PATH\"\nexport NOMAD_ADDR=%q\nexport CONSUL_HTTP_ADDR=%q\n",
 		filepath.Join(tools, "bin"), c.NomadAddr, c.ConsulAddr)
+	env += fmt.Sprintf("# The simulated GPU workload of jobspecs/demo/fractions.\nexport NOMAD_VAR_simload=%q\nexport NOMAD_VAR_process_dir=%q\n",
+		sim.Simload, sim.ProcessDir)
 	if c.NomadToken != "" {
 		env += fmt.Sprintf("# Management tokens (ACLs are on).\nexport NOMAD_TOKEN=%q\nexport CONSUL_HTTP_TOKEN=%q\n",
 			c.NomadToken, c.ConsulToken)
@@ -162,7 +173,7 @@ func writeEnv(dir string, c *localcluster.Cluster) error {
 	return nil
 }
 
-func printWelcome(w io.Writer, dir string, c *localcluster.Cluster, jobs []string, quotaURL string) {
+func printWelcome(w io.Writer, dir string, c *localcluster.Cluster, jobs []string, quotaURL string, usagePort int) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nConsul UI:  %s/ui  (quotas and state under Key/Value > gpushare)\n", c.ConsulAddr)
 	if quotaURL != "" {
@@ -183,6 +194,10 @@ func printWelcome(w io.Writer, dir string, c *localcluster.Cluster, jobs []strin
 	fmt.Fprintf(&b, "  1. nomad node status -verbose %s   # the node's GPUs: whole and shared families\n", c.NodeID)
 	fmt.Fprintf(&b, "  2. nomad job status                # the example workloads\n")
 	fmt.Fprintf(&b, "  3. nomad alloc logs -job <job>     # what a share sees: its GPU UUID and memory limit\n")
+	fmt.Fprintf(&b, "\nDynamic fractions, the two-GPU story (watch the dashboard's GPU map, or\ncurl -s http://127.0.0.1:%d/v1/usage, the node's usage report):\n", usagePort)
+	for _, step := range fractionStory {
+		fmt.Fprintf(&b, "  %-58s # %s\n", step.command, step.what)
+	}
 	fmt.Fprintf(&b, "\n%s\n", readyBanner)
 	fmt.Fprint(w, b.String())
 }

@@ -128,6 +128,8 @@ func runDemo(t *testing.T, acl bool) {
 	})
 	if acl {
 		quotaWalkthrough(t, cluster, root, dir)
+	} else {
+		fractionsStory(t, cluster, root, dir, out.String(), quotaURL)
 	}
 
 	cancel()

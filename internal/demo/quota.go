@@ -20,7 +20,7 @@ const quotaService = "gpushare-quota"
 // startQuotaService writes the demo's quotas into Consul KV, creates a Nomad
 // namespace for each, builds the quota service and runs its job, and returns
 // the address of a healthy instance's HTTP API.
-func startQuotaService(ctx context.Context, c *localcluster.Cluster, cfg Config) (string, error) {
+func startQuotaService(ctx context.Context, c *localcluster.Cluster, cfg Config, usagePort int) (string, error) {
 	projects, err := seedQuotas(c, cfg.RepoRoot)
 	if err != nil {
 		return "", err
@@ -43,8 +43,10 @@ func startQuotaService(ctx context.Context, c *localcluster.Cluster, cfg Config)
 	// are sized for about 1,000 GPU nodes. Its agents may run as a normal
 	// user, where Nomad's exec driver cannot isolate a task: the demo runs
 	// the service on raw_exec, which its client enables.
-	vars := fmt.Sprintf("driver = \"raw_exec\"\nbinary = %q\nnomad_addr = %q\nconsul_addr = %q\ntokens_from_variable = %t\nmemory_mb = 128\ncpu_mhz = 200\n",
-		bin, c.NomadAddr, strings.TrimPrefix(c.ConsulAddr, "http://"), cfg.ACL)
+	// It reads the node's usage report every 2 seconds, so that the
+	// dashboard follows the dynamic-fractions story as it plays.
+	vars := fmt.Sprintf("driver = \"raw_exec\"\nbinary = %q\nnomad_addr = %q\nconsul_addr = %q\ntokens_from_variable = %t\nmemory_mb = 128\ncpu_mhz = 200\nusage_port = %d\nusage_period = \"2s\"\n",
+		bin, c.NomadAddr, strings.TrimPrefix(c.ConsulAddr, "http://"), cfg.ACL, usagePort)
 	job, err := c.Nomad.Jobs().ParseHCLOpts(&nomadapi.JobsParseRequest{
 		JobHCL: string(src), Variables: vars, Canonicalize: true})
 	if err != nil {

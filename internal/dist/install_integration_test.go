@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/internal/demo"
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
@@ -67,11 +68,11 @@ func TestInstallFromArchives(t *testing.T) {
 	}
 
 	// The simulated GPUs of the demo stand in for the NVIDIA driver.
-	simulated, err := os.ReadFile(filepath.Join(root, "jobspecs/demo/plugin.hcl"))
+	simulated, err := demo.PluginConfig(root, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := testcluster.Start(t, localcluster.Options{PluginDir: pluginDir, PluginConfig: string(simulated),
+	c := testcluster.Start(t, localcluster.Options{PluginDir: pluginDir, PluginConfig: simulated.Config,
 		WaitForDevices: []string{"nvidia/gpu", "nvidia/gpu-share"}})
 	for _, p := range []string{"team-a", "team-b"} {
 		if _, err := c.Consul.KV().Put(&consulapi.KVPair{Key: "gpushare/quotas/" + p, Value: []byte(`{"guaranteed": 2}`)}, nil); err != nil {
