@@ -109,7 +109,7 @@ func (p *Plugin) stopLoopLocked() error {
 // Nomad every poll period, and publishes after each, and when an Xid error
 // marks a GPU.
 func (p *Plugin) run(ctx context.Context, st *loopState) {
-	go p.monitor(ctx)
+	go p.tenancy.Monitor(ctx)
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
@@ -188,11 +188,11 @@ func (p *Plugin) observe(ctx context.Context, st *loopState) {
 	} else {
 		p.noteRead(st, snap)
 		p.usage.update(snap)
-		p.tenancy.update(snap.NodeID, snap.Tenants, snap.Started)
+		p.tenancy.Update(snap.NodeID, snap.Tenants, snap.Started)
 		o.At, o.Demand, o.Incomplete = snap.Current, snap.Demand, snap.Hidden
 	}
 	o.GPUs = gpuObservations(p.hw.view(), p.usage.current())
-	p.tenancy.markGuests(o.GPUs)
+	markGuests(o.GPUs, p.tenancy.GuestsByHost())
 	for _, e := range st.machine.Step(o) {
 		p.logger.Info("partition", "uuid", e.UUID, "event", e.Msg)
 	}
@@ -285,6 +285,17 @@ func gpuObservations(hw hwView, use map[string]*alloctrack.GPUUsage) map[string]
 	return out
 }
 
+// markGuests counts, in the partition's observation, the guests each GPU
+// hosts: a switch of a GPU completes only once its guests are gone.
+func markGuests(obs map[string]partition.GPUObs, guests map[string]int) {
+	for u, n := range guests {
+		if g, ok := obs[u]; ok {
+			g.Guests += n
+			obs[u] = g
+		}
+	}
+}
+
 // publish rebuilds the device groups and the Reserve view from the
 // hardware and the partition.
 func (p *Plugin) publish(st *loopState) {
@@ -293,5 +304,11 @@ func (p *Plugin) publish(st *loopState) {
 	iso := shareIsolation{mps: st.cfg.MPSEnabled, down: st.mpsDown}
 	groups := deviceGroups(hw, pubs, iso, st.cfg.SharesPerGPU, st.cfg.fingerprintPeriod)
 	p.pub.set(groups, newReserveView(hw, pubs, iso, st.cfg))
-	p.tenancy.notePublications(pubs)
+	leaving := map[string]bool{}
+	for u, pub := range pubs {
+		if pub.LeavingWhole {
+			leaving[u] = true
+		}
+	}
+	p.tenancy.SetLeaving(leaving)
 }
