@@ -90,18 +90,18 @@ type Config struct {
 	Dynamic
 }
 
-// Dynamic are the settings of per-tenant accounting, the reclaim rule and
+// Dynamic are the settings of per-tenant accounting, the borrowing rule and
 // the node-level scheduler.
 type Dynamic struct {
 	// MonitorPeriod: how often GPU processes are read, charged to tenants
-	// and checked against the reclaim rule. Default "500ms".
+	// and checked against the borrowing rule. Default "500ms".
 	MonitorPeriod string `codec:"monitor_period"`
-	// MemoryEnforcement: "kill" (the reclaim rule kills) or "report" (it
+	// MemoryEnforcement: "kill" (the borrowing rule kills) or "report" (it
 	// only logs and counts what it would kill). Default "kill".
 	MemoryEnforcement string `codec:"memory_enforcement"`
 	// ReclaimHeadroom: the fraction of a GPU's memory that every tenant
 	// below its request may grow by at once; borrowers above their request
-	// are killed to keep it free (package reclaim). "1.0": borrowers use
+	// are killed to keep it free (package borrow). "1.0": borrowers use
 	// only memory nobody requested. Default "0.1".
 	ReclaimHeadroom string `codec:"reclaim_headroom"`
 	// Spread: burstable share tenants may run as guests on idle whole

@@ -295,7 +295,7 @@ func TestAGuestIsFoundAgainAfterAPluginRestart(t *testing.T) {
 	if len(r.Tenants) != 1 || !r.Tenants[0].Guest || r.Tenants[0].GPU != u[0] || r.Tenants[0].UsedMiB != 30000 || len(r.Outside) != 0 {
 		t.Fatalf("report: tenants %+v, outside %+v", r.Tenants, r.Outside)
 	}
-	obs := gpuObservations(p.hw.view(), p.usage.current())
+	obs := gpuObservations(p.hw.view(), p.holdings.current())
 	markGuests(obs, p.tenancy.GuestsByHost())
 	if obs[u[0]].Guests != 1 {
 		t.Errorf("the partition is not told of the guest: %+v", obs[u[0]])

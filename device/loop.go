@@ -163,11 +163,11 @@ func (p *Plugin) checkMPS(st *loopState) {
 	st.mpsDown = down
 }
 
-// observe reads usage from Nomad, steps the partition machine and
+// observe reads holdings from Nomad, steps the partition machine and
 // republishes. While Nomad cannot be read the machine is told so (blind)
 // and switches nothing; while the read may leave allocations out it is
 // told so too (Incomplete). The read is consistent while reservations wait
-// to be accounted for (see usage.update), and fresh while a switch waits
+// to be accounted for (see holdings.update), and fresh while a switch waits
 // on the time of the observations (partition.Machine.Settling); otherwise
 // the tracker answers, without a request, from its blocking queries, which
 // learn of every change at once, unless their view is older than
@@ -175,7 +175,7 @@ func (p *Plugin) checkMPS(st *loopState) {
 // change at once would change which of two rules wins a race (a share
 // tenant's guest placement at Reserve against the landing-place switch).
 func (p *Plugin) observe(ctx context.Context, st *loopState) {
-	snap, err := st.tracker.Read(ctx, alloctrack.ReadOptions{Consistent: p.usage.hasPending(), Fresh: st.machine.Settling(),
+	snap, err := st.tracker.Read(ctx, alloctrack.ReadOptions{Consistent: p.holdings.hasPending(), Fresh: st.machine.Settling(),
 		MaxAge: watchedMaxAge(st.cfg.pollPeriod)})
 	if err != nil && ctx.Err() != nil {
 		return
@@ -183,15 +183,15 @@ func (p *Plugin) observe(ctx context.Context, st *loopState) {
 	o := partition.Observation{At: p.now()}
 	if err != nil {
 		p.noteBlind(st, err)
-		p.usage.failed(err)
+		p.holdings.failed(err)
 		o.Blind = true
 	} else {
 		p.noteRead(st, snap)
-		p.usage.update(snap)
+		p.holdings.update(snap)
 		p.tenancy.Update(snap.NodeID, snap.Tenants, snap.Started)
 		o.At, o.Demand, o.Incomplete = snap.Current, snap.Demand, snap.Hidden
 	}
-	o.GPUs = gpuObservations(p.hw.view(), p.usage.current())
+	o.GPUs = gpuObservations(p.hw.view(), p.holdings.current())
 	markGuests(o.GPUs, p.tenancy.GuestsByHost())
 	for _, e := range st.machine.Step(o) {
 		p.logger.Info("partition", "uuid", e.UUID, "event", e.Msg)
@@ -268,14 +268,14 @@ func (p *Plugin) noteForeign(st *loopState, groups []string) {
 // gpuObservations is what the partition machine is told about each GPU. A
 // MIG-enabled GPU is left out: it is in neither family (its MIG devices
 // are offered instead).
-func gpuObservations(hw hwView, use map[string]*alloctrack.GPUUsage) map[string]partition.GPUObs {
+func gpuObservations(hw hwView, holdings map[string]*alloctrack.GPUHolding) map[string]partition.GPUObs {
 	out := make(map[string]partition.GPUObs, len(hw.gpus))
 	for _, h := range hw.gpus {
 		if h.MIG {
 			continue
 		}
 		g := partition.GPUObs{Order: h.Index, Healthy: h.healthy, Shareable: true}
-		if u := use[h.UUID]; u != nil {
+		if u := holdings[h.UUID]; u != nil {
 			g.WholeHeld = len(u.WholeAllocs) > 0
 			g.ShareUnits = u.ShareUnits
 			g.ServerWhole, g.ServerShare = u.ServerWhole, u.ServerShare

@@ -18,7 +18,7 @@ import (
 // BenchmarkMonitorCycle is one monitor cycle on 8 GPUs with 20 processes
 // each (160 real processes, 5 share tenants of 4 processes per GPU): NVML
 // listing (go-nvml mocks answering from memory, so NVML's own cost is left
-// out), /proc attribution, accounting, the reclaim rule and the report.
+// out), /proc attribution, accounting, the borrowing rule and the report.
 // %core@1s is the share of one core the monitor takes at a 1 s period.
 func BenchmarkMonitorCycle(b *testing.B) {
 	const gpus, perGPU, perTenant = 8, 20, 4

@@ -7,9 +7,9 @@
 // partition; docs/design.md, "Partition protocol"). A MIG-enabled GPU is in
 // neither family: its MIG devices are offered as whole devices, one group
 // per MIG device name, as HashiCorp's nvidia plugin does. Reserve validates a
-// binding against cached usage and returns the environment that tells the
-// workload which GPU and which fraction it got. Usage comes from the Nomad
-// API (package alloctrack), hardware from NVML or a simulated machine
+// binding against the cached holdings of allocations and returns the
+// environment that tells the workload which GPU and which fraction it got.
+// Holdings come from the Nomad API (package alloctrack), hardware from NVML or a simulated machine
 // (package gpu). Dynamic fractions (a share task's limit above its
 // request, the node-level scheduler, the monitor that charges GPU
 // processes to tasks and the usage report) are package dynamic, which the
@@ -54,8 +54,8 @@ var pluginInfo = &base.PluginInfoResponse{
 // held while taking another, except that configure holds the loop's while
 // it resets the others):
 //   - hw (hardware.go): the GPUs as NVML last showed them;
-//   - usage (usage.go): what the Nomad API says the allocations hold, and
-//     the reservations made since;
+//   - holdings (holdings.go): what the Nomad API says the allocations
+//     hold, and the reservations made since;
 //   - pub (publication.go): the device groups streamed to Nomad, their
 //     subscribers, and the view Reserve reads;
 //   - loop (loop.go): the configuration and the one goroutine that reads
@@ -77,11 +77,11 @@ type Plugin struct {
 	// tests shorten it).
 	reserveWait time.Duration
 
-	hw      hardware
-	usage   usage
-	pub     publication
-	loop    loopControl
-	tenancy *dynamic.Tenancy
+	hw       hardware
+	holdings holdings
+	pub      publication
+	loop     loopControl
+	tenancy  *dynamic.Tenancy
 	// disabled is set by a configuration with enabled = false: every verb
 	// answers dev.ErrPluginDisabled.
 	disabled atomic.Bool
@@ -107,7 +107,7 @@ func New(logger hclog.Logger) *Plugin {
 	p.hw.logger = logger
 	p.hw.changed = make(chan struct{}, 1)
 	p.pub.reset()
-	p.usage.reset()
+	p.holdings.reset()
 	p.tenancy = dynamic.New(logger, tenancyNode{p})
 	return p
 }
@@ -165,7 +165,7 @@ func (p *Plugin) configure(c Config) error {
 	}
 	p.hw.reset(hwConfig{src: gpu.NewSource(lib), sim: sim, ignored: s.ignored, critical: s.xidCritical})
 	p.pub.reset()
-	p.usage.reset()
+	p.holdings.reset()
 	p.loop.state = st
 	p.disabled.Store(false)
 	if wasRunning {
@@ -237,7 +237,7 @@ func (n tenancyNode) GPUs() []dynamic.GPU {
 	return out
 }
 
-func (n tenancyNode) HeldWhole(uuid string) bool { return n.p.usage.wholeHeld(uuid) }
+func (n tenancyNode) HeldWhole(uuid string) bool { return n.p.holdings.wholeHeld(uuid) }
 
 func (n tenancyNode) Processes(lastSample map[string]uint64) (map[string][]gpu.Process, map[string]error, error) {
 	return n.p.hw.processes(lastSample)

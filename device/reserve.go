@@ -131,7 +131,7 @@ func (p *Plugin) Reserve(deviceIDs []string) (*dev.ContainerReservation, error) 
 	if p.disabled.Load() {
 		return nil, dev.ErrPluginDisabled
 	}
-	if err := p.usage.awaitRead(p.reserveWait); err != nil {
+	if err := p.holdings.awaitRead(p.reserveWait); err != nil {
 		return nil, fmt.Errorf("gpushare: refusing %s: %w", strings.Join(deviceIDs, ", "), err)
 	}
 	v := p.pub.view.Load()
@@ -145,7 +145,7 @@ func (p *Plugin) Reserve(deviceIDs []string) (*dev.ContainerReservation, error) 
 	if err := v.healthy(b); err != nil {
 		return nil, err
 	}
-	if err := p.usage.claim(b, v, p.now()); err != nil {
+	if err := p.holdings.claim(b, v, p.now()); err != nil {
 		return nil, err
 	}
 	if len(b.whole) > 0 {

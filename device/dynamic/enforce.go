@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/device/reclaim"
+	"github.com/gpushare/nomad-gpushare/device/borrow"
 	"github.com/gpushare/nomad-gpushare/device/tenants"
 	"github.com/gpushare/nomad-gpushare/vocab/nodeusage"
 )
 
-// plannedKill is a kill the reclaim rule asks for: the tenant's processes
+// plannedKill is a kill the borrowing rule asks for: the tenant's processes
 // on one GPU.
 type plannedKill struct {
 	kill nodeusage.Kill
@@ -18,7 +18,7 @@ type plannedKill struct {
 	first bool
 }
 
-// decideLocked applies the reclaim rule (package reclaim) to every GPU of
+// decideLocked applies the borrowing rule (package borrow) to every GPU of
 // the cycle, records what it asks for and returns the kills, to be carried
 // out (enforcement "kill") or only reported ("report"). t.mu must be held.
 func (t *Tenancy) decideLocked(v *cycleView) []plannedKill {
@@ -26,14 +26,14 @@ func (t *Tenancy) decideLocked(v *cycleView) []plannedKill {
 	flagged := map[string]bool{}
 	enforced := t.cfg.MemoryEnforcement == EnforceKill
 	for _, ga := range v.gpus {
-		in := reclaim.GPU{UUID: ga.uuid, TotalMiB: ga.totalMiB, OtherMiB: ga.otherMiB, HeadroomMiB: uint64(float64(ga.totalMiB) * t.cfg.Headroom)}
+		in := borrow.GPU{UUID: ga.uuid, TotalMiB: ga.totalMiB, OtherMiB: ga.otherMiB, HeadroomMiB: uint64(float64(ga.totalMiB) * t.cfg.Headroom)}
 		byKey := map[string]*tenantAccount{}
 		for _, ta := range ga.tenants {
 			k := ta.tn.Key()
 			byKey[k] = ta
-			in.Tenants = append(in.Tenants, reclaim.Tenant{Key: k, RequestMiB: ta.requestMiB, LimitMiB: ta.limitMiB, UsedMiB: ta.usedMiB, Since: ta.tn.Created})
+			in.Tenants = append(in.Tenants, borrow.Tenant{Key: k, RequestMiB: ta.requestMiB, LimitMiB: ta.limitMiB, UsedMiB: ta.usedMiB, Since: ta.tn.Created})
 		}
-		d := reclaim.Decide(in)
+		d := borrow.Decide(in)
 		ga.shortMiB = d.ShortMiB
 		for _, k := range d.Kills {
 			ta := byKey[k.Tenant.Key]

@@ -40,7 +40,7 @@ func every(ctx context.Context, period time.Duration, f func() bool) {
 
 // Cycle is one monitor cycle (docs/design.md, "Dynamic fractions and the
 // node-level scheduler"): it reads every GPU's processes, charges them to
-// tenants, applies the reclaim rule, moves the guests that must move (in
+// tenants, applies the borrowing rule, moves the guests that must move (in
 // the background, until ctx ends) and publishes the usage report.
 func (t *Tenancy) Cycle(ctx context.Context) {
 	start := time.Now()

@@ -11,7 +11,7 @@
 //     (BindShare, ClearForWhole; bind.go);
 //   - every monitor_period it charges each GPU process to its tenant
 //     (package tenants finds the owner; account.go), applies the
-//     reclaim rule (package reclaim) and kills what it asks for
+//     borrowing rule (package borrow) and kills what it asks for
 //     (enforce.go), sends back the guests that must move (moves.go), and
 //     publishes the usage report (Monitor, Cycle; monitor.go);
 //   - it serves the report (package vocab/nodeusage) and Prometheus
@@ -127,7 +127,7 @@ type Tenancy struct {
 	// leaving: GPUs the partition is taking out of the whole family, from
 	// the last publication (SetLeaving).
 	leaving map[string]bool
-	// violating: tenants the reclaim rule flagged in the last cycle (a
+	// violating: tenants the borrowing rule flagged in the last cycle (a
 	// new flag is logged at warning level, repeats at debug).
 	violating map[string]bool
 	kills     []nodeusage.Kill
