@@ -49,7 +49,7 @@ func TestComputedClassFollowsAllocatableInstances(t *testing.T) {
 		do   func()
 	}{
 		{"idle", func() {}},
-		{"usage changes within the share GPU", func() { f.place("a0", "gpu-share", shares(u[3], 0, 10)...) }},
+		{"holdings change within the share GPU", func() { f.place("a0", "gpu-share", shares(u[3], 0, 10)...) }},
 		{"stats change", func() { p.hw.simulated().SetUsage(1, 1000, 50) }},
 		{"landing place fills: GPU 2 withdrawn", func() { f.place("a1", "gpu-share", shares(u[3], 10, 60)...) }},
 		{"settling", func() {}},

@@ -2,10 +2,13 @@ package device
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/device/dynamic"
 	"github.com/gpushare/nomad-gpushare/device/gpu"
 	"github.com/gpushare/nomad-gpushare/vocab"
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
@@ -87,18 +90,18 @@ type Config struct {
 	Dynamic
 }
 
-// Dynamic are the settings of per-tenant accounting, the reclaim rule and
+// Dynamic are the settings of per-tenant accounting, the borrowing rule and
 // the node-level scheduler.
 type Dynamic struct {
 	// MonitorPeriod: how often GPU processes are read, charged to tenants
-	// and checked against the reclaim rule. Default "500ms".
+	// and checked against the borrowing rule. Default "500ms".
 	MonitorPeriod string `codec:"monitor_period"`
-	// MemoryEnforcement: "kill" (the reclaim rule kills) or "report" (it
+	// MemoryEnforcement: "kill" (the borrowing rule kills) or "report" (it
 	// only logs and counts what it would kill). Default "kill".
 	MemoryEnforcement string `codec:"memory_enforcement"`
 	// ReclaimHeadroom: the fraction of a GPU's memory that every tenant
 	// below its request may grow by at once; borrowers above their request
-	// are killed to keep it free (package reclaim). "1.0": borrowers use
+	// are killed to keep it free (package borrow). "1.0": borrowers use
 	// only memory nobody requested. Default "0.1".
 	ReclaimHeadroom string `codec:"reclaim_headroom"`
 	// Spread: burstable share tenants may run as guests on idle whole
@@ -175,7 +178,7 @@ func DefaultConfig() Config {
 		SwitchSettlePeriod: "10s",
 		NomadPollPeriod:    "2s",
 		MPSPipeDirectory:   "/tmp/nvidia-mps",
-		Dynamic: Dynamic{MonitorPeriod: "500ms", MemoryEnforcement: EnforceKill, ReclaimHeadroom: "0.1", Spread: true,
+		Dynamic: Dynamic{MonitorPeriod: "500ms", MemoryEnforcement: dynamic.EnforceKill, ReclaimHeadroom: "0.1", Spread: true,
 			GuestMoveTimeout: "30s"},
 		XidCritical: append([]int(nil), DefaultXidCritical...),
 	}
@@ -188,7 +191,7 @@ type settings struct {
 	settlePeriod      time.Duration
 	pollPeriod        time.Duration
 	ignored           map[string]bool
-	dynamic           dynamicSettings
+	dynamic           dynamic.Settings
 	xidCritical       map[uint64]bool
 }
 
@@ -283,4 +286,38 @@ func (c Config) validate() (settings, error) {
 	}
 	s.dynamic, err = c.Dynamic.validate(c.Backend)
 	return s, err
+}
+
+// validate checks the Dynamic settings; errors name the field and the fix.
+func (d Dynamic) validate(backend string) (dynamic.Settings, error) {
+	s := dynamic.Settings{MemoryEnforcement: d.MemoryEnforcement, Spread: d.Spread, UsageListen: d.UsageListen}
+	var err error
+	if s.MonitorPeriod, err = period("monitor_period", d.MonitorPeriod, 50*time.Millisecond); err != nil {
+		return s, err
+	}
+	if s.MonitorPeriod > 10*time.Second {
+		return s, &FieldError{"monitor_period", fmt.Sprintf("%s is too long: a borrower would keep an owner's memory that long", s.MonitorPeriod), "use at most 10s (default 500ms)"}
+	}
+	if s.GuestMoveTimeout, err = period("guest_move_timeout", d.GuestMoveTimeout, time.Second); err != nil {
+		return s, err
+	}
+	h, err := strconv.ParseFloat(strings.TrimSpace(d.ReclaimHeadroom), 64)
+	if err != nil || h <= 0 || h > 1 {
+		return s, &FieldError{"reclaim_headroom", fmt.Sprintf("%q is not a fraction of a GPU above 0 and at most 1", d.ReclaimHeadroom), `use e.g. "0.1" (every tenant below its request may grow by a tenth of the GPU at once) or "1.0" (borrowers use only memory nobody requested)`}
+	}
+	s.Headroom = h
+	switch d.MemoryEnforcement {
+	case dynamic.EnforceKill, dynamic.EnforceReport:
+	default:
+		return s, &FieldError{"memory_enforcement", fmt.Sprintf("unknown mode %q", d.MemoryEnforcement), `use "kill" (tenants above their limit, or borrowing memory another tenant's request needs, are killed) or "report" (only logged and counted)`}
+	}
+	if d.UsageListen != "" {
+		if _, _, err := net.SplitHostPort(d.UsageListen); err != nil {
+			return s, &FieldError{"usage_listen", fmt.Sprintf("%q is not host:port", d.UsageListen), `use an address such as ":9410" or "127.0.0.1:9410"`}
+		}
+	}
+	if d.SimulatedProcessDir != "" && (backend != BackendSimulated || !filepath.IsAbs(d.SimulatedProcessDir)) {
+		return s, &FieldError{"simulated_process_dir", fmt.Sprintf("%q is not an absolute path used with backend \"simulated\"", d.SimulatedProcessDir), "give an absolute directory, with backend = \"simulated\", that gpushare-simload tasks write to (-state-dir)"}
+	}
+	return s, nil
 }

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	dev "github.com/hashicorp/nomad/plugins/device"
-
+	"github.com/gpushare/nomad-gpushare/device/dynamic"
 	"github.com/hashicorp/nomad/helper/pluginutils/hclutils"
 	"github.com/hashicorp/nomad/plugins/base"
+	dev "github.com/hashicorp/nomad/plugins/device"
 )
 
 // parse decodes a plugin config block the way the Nomad client does
@@ -238,4 +238,50 @@ func FuzzConfigValidate(f *testing.F) {
 			t.Fatalf("accepted invalid settings %+v", s)
 		}
 	})
+}
+
+func TestDynamicConfigDefaultsAndDecoding(t *testing.T) {
+	var c Config
+	hclutils.NewConfigParser(configSpec).ParseHCL(t, `config {}`, &c)
+	if c.Dynamic != DefaultConfig().Dynamic {
+		t.Fatalf("schema defaults %+v differ from DefaultConfig %+v", c.Dynamic, DefaultConfig().Dynamic)
+	}
+	p := New(nil)
+	defer p.Shutdown()
+	err := p.SetConfig(parse(t, `config {
+  backend = "simulated"
+  monitor_period = "250ms"
+  memory_enforcement = "report"
+  spread = false
+  guest_move_timeout = "12s"
+  usage_listen = "127.0.0.1:0"
+  simulated_process_dir = "/tmp/gpushare-sim"
+}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := p.loop.state.cfg
+	if d := s.dynamic; d.MonitorPeriod != 250*time.Millisecond || d.MemoryEnforcement != dynamic.EnforceReport || d.Spread || d.GuestMoveTimeout != 12*time.Second ||
+		d.Headroom != 0.1 || d.UsageListen != "127.0.0.1:0" || s.SimulatedProcessDir != "/tmp/gpushare-sim" {
+		t.Errorf("decoded %+v, simulated_process_dir %q", d, s.SimulatedProcessDir)
+	}
+}
+
+func TestDynamicConfigErrorsNameFieldAndFix(t *testing.T) {
+	for _, c := range []struct{ hcl, want string }{
+		{`monitor_period = "1h"`, "monitor_period: 1h0m0s is too long"},
+		{`monitor_period = "10ms"`, "monitor_period: 10ms is too short; use at least 50ms"},
+		{`memory_enforcement = "warn"`, `memory_enforcement: unknown mode "warn"; use "kill"`},
+		{`guest_move_timeout = "soon"`, "guest_move_timeout"},
+		{`reclaim_headroom = "1.5"`, `reclaim_headroom: "1.5" is not a fraction of a GPU above 0 and at most 1; use e.g. "0.1"`},
+		{`usage_listen = "9410"`, `usage_listen: "9410" is not host:port; use an address such as ":9410"`},
+		{`simulated_process_dir = "relative"`, "simulated_process_dir"},
+	} {
+		p := New(nil)
+		err := p.SetConfig(parse(t, "config {\n backend = \"simulated\"\n "+c.hcl+"\n}"))
+		p.Shutdown()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.hcl, err, c.want)
+		}
+	}
 }

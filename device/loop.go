@@ -109,7 +109,7 @@ func (p *Plugin) stopLoopLocked() error {
 // Nomad every poll period, and publishes after each, and when an Xid error
 // marks a GPU.
 func (p *Plugin) run(ctx context.Context, st *loopState) {
-	go p.monitor(ctx)
+	go p.tenancy.Monitor(ctx)
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
@@ -163,11 +163,11 @@ func (p *Plugin) checkMPS(st *loopState) {
 	st.mpsDown = down
 }
 
-// observe reads usage from Nomad, steps the partition machine and
+// observe reads holdings from Nomad, steps the partition machine and
 // republishes. While Nomad cannot be read the machine is told so (blind)
 // and switches nothing; while the read may leave allocations out it is
 // told so too (Incomplete). The read is consistent while reservations wait
-// to be accounted for (see usage.update), and fresh while a switch waits
+// to be accounted for (see holdings.update), and fresh while a switch waits
 // on the time of the observations (partition.Machine.Settling); otherwise
 // the tracker answers, without a request, from its blocking queries, which
 // learn of every change at once, unless their view is older than
@@ -175,7 +175,7 @@ func (p *Plugin) checkMPS(st *loopState) {
 // change at once would change which of two rules wins a race (a share
 // tenant's guest placement at Reserve against the landing-place switch).
 func (p *Plugin) observe(ctx context.Context, st *loopState) {
-	snap, err := st.tracker.Read(ctx, alloctrack.ReadOptions{Consistent: p.usage.hasPending(), Fresh: st.machine.Settling(),
+	snap, err := st.tracker.Read(ctx, alloctrack.ReadOptions{Consistent: p.holdings.hasPending(), Fresh: st.machine.Settling(),
 		MaxAge: watchedMaxAge(st.cfg.pollPeriod)})
 	if err != nil && ctx.Err() != nil {
 		return
@@ -183,16 +183,16 @@ func (p *Plugin) observe(ctx context.Context, st *loopState) {
 	o := partition.Observation{At: p.now()}
 	if err != nil {
 		p.noteBlind(st, err)
-		p.usage.failed(err)
+		p.holdings.failed(err)
 		o.Blind = true
 	} else {
 		p.noteRead(st, snap)
-		p.usage.update(snap)
-		p.tenancy.update(snap.NodeID, snap.Tenants, snap.Started)
+		p.holdings.update(snap)
+		p.tenancy.Update(snap.NodeID, snap.Tenants, snap.Started)
 		o.At, o.Demand, o.Incomplete = snap.Current, snap.Demand, snap.Hidden
 	}
-	o.GPUs = gpuObservations(p.hw.view(), p.usage.current())
-	p.tenancy.markGuests(o.GPUs)
+	o.GPUs = gpuObservations(p.hw.view(), p.holdings.current())
+	markGuests(o.GPUs, p.tenancy.GuestsByHost())
 	for _, e := range st.machine.Step(o) {
 		p.logger.Info("partition", "uuid", e.UUID, "event", e.Msg)
 	}
@@ -268,14 +268,14 @@ func (p *Plugin) noteForeign(st *loopState, groups []string) {
 // gpuObservations is what the partition machine is told about each GPU. A
 // MIG-enabled GPU is left out: it is in neither family (its MIG devices
 // are offered instead).
-func gpuObservations(hw hwView, use map[string]*alloctrack.GPUUsage) map[string]partition.GPUObs {
+func gpuObservations(hw hwView, holdings map[string]*alloctrack.GPUHolding) map[string]partition.GPUObs {
 	out := make(map[string]partition.GPUObs, len(hw.gpus))
 	for _, h := range hw.gpus {
 		if h.MIG {
 			continue
 		}
 		g := partition.GPUObs{Order: h.Index, Healthy: h.healthy, Shareable: true}
-		if u := use[h.UUID]; u != nil {
+		if u := holdings[h.UUID]; u != nil {
 			g.WholeHeld = len(u.WholeAllocs) > 0
 			g.ShareUnits = u.ShareUnits
 			g.ServerWhole, g.ServerShare = u.ServerWhole, u.ServerShare
@@ -283,6 +283,17 @@ func gpuObservations(hw hwView, use map[string]*alloctrack.GPUUsage) map[string]
 		out[h.UUID] = g
 	}
 	return out
+}
+
+// markGuests counts, in the partition's observation, the guests each GPU
+// hosts: a switch of a GPU completes only once its guests are gone.
+func markGuests(obs map[string]partition.GPUObs, guests map[string]int) {
+	for u, n := range guests {
+		if g, ok := obs[u]; ok {
+			g.Guests += n
+			obs[u] = g
+		}
+	}
 }
 
 // publish rebuilds the device groups and the Reserve view from the
@@ -293,5 +304,11 @@ func (p *Plugin) publish(st *loopState) {
 	iso := shareIsolation{mps: st.cfg.MPSEnabled, down: st.mpsDown}
 	groups := deviceGroups(hw, pubs, iso, st.cfg.SharesPerGPU, st.cfg.fingerprintPeriod)
 	p.pub.set(groups, newReserveView(hw, pubs, iso, st.cfg))
-	p.tenancy.notePublications(pubs)
+	leaving := map[string]bool{}
+	for u, pub := range pubs {
+		if pub.LeavingWhole {
+			leaving[u] = true
+		}
+	}
+	p.tenancy.SetLeaving(leaving)
 }

@@ -18,7 +18,7 @@ import (
 // BenchmarkMonitorCycle is one monitor cycle on 8 GPUs with 20 processes
 // each (160 real processes, 5 share tenants of 4 processes per GPU): NVML
 // listing (go-nvml mocks answering from memory, so NVML's own cost is left
-// out), /proc attribution, accounting, the reclaim rule and the report.
+// out), /proc attribution, accounting, the borrowing rule and the report.
 // %core@1s is the share of one core the monitor takes at a 1 s period.
 func BenchmarkMonitorCycle(b *testing.B) {
 	const gpus, perGPU, perTenant = 8, 20, 4
@@ -56,15 +56,15 @@ func BenchmarkMonitorCycle(b *testing.B) {
 		dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return infos, nvml.SUCCESS }
 		dev.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) { return samples, nvml.SUCCESS }
 	}
-	p.tenancy.update(fakeNodeID, tenants, time.Now())
-	p.monitorCycle(p.ctx)
-	if r := p.tenancy.report.Load(); len(r.Tenants) != gpus*perGPU/perTenant || len(r.Outside) != 0 || len(r.Kills) != 0 {
+	p.tenancy.Update(fakeNodeID, tenants, time.Now())
+	p.tenancy.Cycle(p.ctx)
+	if r := p.tenancy.Report(); len(r.Tenants) != gpus*perGPU/perTenant || len(r.Outside) != 0 || len(r.Kills) != 0 {
 		b.Fatalf("report: %d tenants, %d outside, %d kills", len(r.Tenants), len(r.Outside), len(r.Kills))
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		p.monitorCycle(p.ctx)
+		p.tenancy.Cycle(p.ctx)
 	}
 	b.StopTimer()
 	perCycle := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
@@ -84,7 +84,7 @@ func BenchmarkDetectionToKill(b *testing.B) {
 	u := uuids(p)
 	f.placeTenant(allocA, "capped", "0.5", "gpu-share", shares(u[3], 0, 25)...)
 	cycle(p, f)
-	go p.monitor(p.ctx)
+	go p.tenancy.Monitor(p.ctx)
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -1,3 +1,19 @@
+// Package device is the gpushare Nomad device plugin: it publishes every
+// NVIDIA GPU of a node in one of two families, whole GPUs (vendor "nvidia",
+// type "gpu", one instance per GPU named by its UUID) and shares (type
+// "gpu-share", one device group per GPU with vocab.DefaultSharesPerGPU instances
+// "<UUID>-sNN", each 1% of the GPU; docs/design.md, "Units and device
+// families"), and moves idle GPUs between the families safely (package
+// partition; docs/design.md, "Partition protocol"). A MIG-enabled GPU is in
+// neither family: its MIG devices are offered as whole devices, one group
+// per MIG device name, as HashiCorp's nvidia plugin does. Reserve validates a
+// binding against the cached holdings of allocations and returns the
+// environment that tells the workload which GPU and which fraction it got.
+// Holdings come from the Nomad API (package alloctrack), hardware from NVML or a simulated machine
+// (package gpu). Dynamic fractions (a share task's limit above its
+// request, the node-level scheduler, the monitor that charges GPU
+// processes to tasks and the usage report) are package dynamic, which the
+// plugin hosts.
 package device
 
 import (
@@ -8,6 +24,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/gpushare/nomad-gpushare/device/alloctrack"
+	"github.com/gpushare/nomad-gpushare/device/dynamic"
 	"github.com/gpushare/nomad-gpushare/device/gpu"
 	"github.com/gpushare/nomad-gpushare/device/partition"
 	"github.com/gpushare/nomad-gpushare/vocab"
@@ -37,12 +54,14 @@ var pluginInfo = &base.PluginInfoResponse{
 // held while taking another, except that configure holds the loop's while
 // it resets the others):
 //   - hw (hardware.go): the GPUs as NVML last showed them;
-//   - usage (usage.go): what the Nomad API says the allocations hold, and
-//     the reservations made since;
+//   - holdings (holdings.go): what the Nomad API says the allocations
+//     hold, and the reservations made since;
 //   - pub (publication.go): the device groups streamed to Nomad, their
 //     subscribers, and the view Reserve reads;
 //   - loop (loop.go): the configuration and the one goroutine that reads
-//     the hardware and Nomad, steps the partition machine and publishes.
+//     the hardware and Nomad, steps the partition machine and publishes;
+//   - tenancy (package dynamic): dynamic fractions and the node-level
+//     scheduler, which the loop, Reserve and the monitor goroutine drive.
 //
 // The plugin verbs follow Nomad's device plugin interface, one file each:
 // Fingerprint (fingerprint.go), Reserve (reserve.go), Stats (stats.go).
@@ -58,14 +77,11 @@ type Plugin struct {
 	// tests shorten it).
 	reserveWait time.Duration
 
-	hw    hardware
-	usage usage
-	pub   publication
-	loop  loopControl
-	// tenancy and usageAPI: dynamic fractions and the node-level
-	// scheduler (tenancy.go, monitor.go, usageapi.go).
-	tenancy  tenancy
-	usageAPI usageAPI
+	hw       hardware
+	holdings holdings
+	pub      publication
+	loop     loopControl
+	tenancy  *dynamic.Tenancy
 	// disabled is set by a configuration with enabled = false: every verb
 	// answers dev.ErrPluginDisabled.
 	disabled atomic.Bool
@@ -91,7 +107,8 @@ func New(logger hclog.Logger) *Plugin {
 	p.hw.logger = logger
 	p.hw.changed = make(chan struct{}, 1)
 	p.pub.reset()
-	p.usage.reset()
+	p.holdings.reset()
+	p.tenancy = dynamic.New(logger, tenancyNode{p})
 	return p
 }
 
@@ -138,8 +155,7 @@ func (p *Plugin) configure(c Config) error {
 		DemandHold: demandHold(s.pollPeriod),
 	})}
 
-	p.serveUsage(s.dynamic.UsageListen)
-	p.tenancy.configure(s.dynamic, tr)
+	p.tenancy.Configure(p.ctx, s.dynamic, tr)
 
 	p.loop.mu.Lock()
 	defer p.loop.mu.Unlock()
@@ -149,7 +165,7 @@ func (p *Plugin) configure(c Config) error {
 	}
 	p.hw.reset(hwConfig{src: gpu.NewSource(lib), sim: sim, ignored: s.ignored, critical: s.xidCritical})
 	p.pub.reset()
-	p.usage.reset()
+	p.holdings.reset()
 	p.loop.state = st
 	p.disabled.Store(false)
 	if wasRunning {
@@ -172,7 +188,7 @@ func (p *Plugin) disable() error {
 	p.hw.reset(hwConfig{})
 	p.pub.reset()
 	p.loop.state = nil
-	p.stopUsage()
+	p.tenancy.Stop()
 	p.logger.Info("disabled by the configuration (enabled = false): offering no device")
 	return nil
 }
@@ -185,7 +201,7 @@ func (p *Plugin) backend(s settings) (nvml.Interface, *gpu.Simulated, error) {
 	}
 	sim, err := gpu.NewSimulated(gpu.SimOptions{
 		Preset: s.SimulatedPreset, Count: s.SimulatedCount, Model: s.SimulatedModel,
-		MemoryMiB: uint64(s.SimulatedMemoryMiB), Seed: s.SimulatedSeed, ProcessDir: s.dynamic.SimulatedProcessDir,
+		MemoryMiB: uint64(s.SimulatedMemoryMiB), Seed: s.SimulatedSeed, ProcessDir: s.SimulatedProcessDir,
 	})
 	if err != nil {
 		return nil, nil, &FieldError{"simulated_preset", err.Error(), "fix the simulated_* settings"}
@@ -202,8 +218,29 @@ func (p *Plugin) Shutdown() {
 		p.logger.Warn("shutdown", "error", err)
 	}
 	p.loop.mu.Unlock()
-	p.stopUsage()
+	p.tenancy.Stop()
 	p.hw.close()
+}
+
+// tenancyNode is the plugin as package dynamic reads it: the hardware,
+// the GPUs published whole, and what Nomad holds whole.
+type tenancyNode struct{ p *Plugin }
+
+func (n tenancyNode) GPUs() []dynamic.GPU {
+	hw := n.p.hw.view()
+	offered := offeredWhole(n.p.pub.current())
+	out := make([]dynamic.GPU, 0, len(hw.gpus))
+	for _, g := range hw.gpus {
+		out = append(out, dynamic.GPU{UUID: g.UUID, Index: g.Index, Model: g.Model, MemoryMiB: g.MemoryMiB,
+			Healthy: g.healthy, OfferedWhole: offered[g.UUID]})
+	}
+	return out
+}
+
+func (n tenancyNode) HeldWhole(uuid string) bool { return n.p.holdings.wholeHeld(uuid) }
+
+func (n tenancyNode) Processes(lastSample map[string]uint64) (map[string][]gpu.Process, map[string]error, error) {
+	return n.p.hw.processes(lastSample)
 }
 
 // demandHold is how long demand that is no longer seen keeps GPUs in the

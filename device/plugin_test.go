@@ -167,7 +167,7 @@ func TestNothingAllocatableBeforeNomadIsRead(t *testing.T) {
 	}
 }
 
-func TestPartitionFollowsUsage(t *testing.T) {
+func TestPartitionFollowsHoldings(t *testing.T) {
 	f := newFakeNomad(t)
 	p := newPlugin(t, f, nil)
 	u := uuids(p)

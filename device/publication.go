@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gpushare/nomad-gpushare/vocab"
 	dev "github.com/hashicorp/nomad/plugins/device"
 )
 
@@ -78,4 +79,20 @@ func (p *publication) subscribe() (<-chan struct{}, func()) {
 		defer p.mu.Unlock()
 		delete(p.subs, n)
 	}
+}
+
+// offeredWhole lists the GPUs with a healthy instance in the whole family.
+func offeredWhole(groups []*dev.DeviceGroup) map[string]bool {
+	out := map[string]bool{}
+	for _, g := range groups {
+		if g.Vendor != vocab.Vendor || g.Type != vocab.TypeWhole {
+			continue
+		}
+		for _, d := range g.Devices {
+			if d.Healthy {
+				out[d.ID] = true
+			}
+		}
+	}
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/device/dynamic"
 	"github.com/gpushare/nomad-gpushare/device/partition"
 	"github.com/gpushare/nomad-gpushare/vocab"
 	dev "github.com/hashicorp/nomad/plugins/device"
@@ -130,7 +131,7 @@ func (p *Plugin) Reserve(deviceIDs []string) (*dev.ContainerReservation, error) 
 	if p.disabled.Load() {
 		return nil, dev.ErrPluginDisabled
 	}
-	if err := p.usage.awaitRead(p.reserveWait); err != nil {
+	if err := p.holdings.awaitRead(p.reserveWait); err != nil {
 		return nil, fmt.Errorf("gpushare: refusing %s: %w", strings.Join(deviceIDs, ", "), err)
 	}
 	v := p.pub.view.Load()
@@ -144,16 +145,16 @@ func (p *Plugin) Reserve(deviceIDs []string) (*dev.ContainerReservation, error) 
 	if err := v.healthy(b); err != nil {
 		return nil, err
 	}
-	if err := p.usage.claim(b, v, p.now()); err != nil {
+	if err := p.holdings.claim(b, v, p.now()); err != nil {
 		return nil, err
 	}
 	if len(b.whole) > 0 {
-		if err := p.clearForWhole(b.whole); err != nil {
+		if err := p.tenancy.ClearForWhole(p.ctx, b.whole); err != nil {
 			return nil, err
 		}
 		return v.wholeReservation(b.whole), nil
 	}
-	sb, err := p.bindShare(b)
+	sb, err := p.tenancy.BindShare(p.ctx, b.shareGPU, b.shares)
 	if err != nil {
 		return nil, err
 	}
@@ -244,21 +245,21 @@ func orNone(s string) string {
 // shareReservation tells a share task its GPU (where the node-level
 // scheduler runs it), its request and limit as fractions and MiB, and
 // framework hints; with MPS the limit is the hard cap.
-func shareReservation(v *reserveView, sb shareBinding) *dev.ContainerReservation {
-	info := v.gpus[sb.gpu]
-	frac := strconv.FormatFloat(float64(sb.request)/vocab.UnitsPerGPU, 'f', -1, 64)
-	limFrac := strconv.FormatFloat(float64(sb.limit)/vocab.UnitsPerGPU, 'f', -1, 64)
-	reqMiB := info.memMiB * uint64(sb.request) / vocab.UnitsPerGPU
-	limMiB := info.memMiB * uint64(sb.limit) / vocab.UnitsPerGPU
+func shareReservation(v *reserveView, sb dynamic.ShareBinding) *dev.ContainerReservation {
+	info := v.gpus[sb.GPU]
+	frac := strconv.FormatFloat(float64(sb.Request)/vocab.UnitsPerGPU, 'f', -1, 64)
+	limFrac := strconv.FormatFloat(float64(sb.Limit)/vocab.UnitsPerGPU, 'f', -1, 64)
+	reqMiB := info.memMiB * uint64(sb.Request) / vocab.UnitsPerGPU
+	limMiB := info.memMiB * uint64(sb.Limit) / vocab.UnitsPerGPU
 	env := map[string]string{
-		EnvNvidiaVisibleDevices: sb.gpu,
-		EnvCudaVisibleDevices:   sb.gpu,
+		EnvNvidiaVisibleDevices: sb.GPU,
+		EnvCudaVisibleDevices:   sb.GPU,
 		EnvMemoryLimitMiB:       strconv.FormatUint(limMiB, 10),
 		EnvFraction:             frac,
 		EnvLimitFraction:        limFrac,
 		EnvRequestMiB:           strconv.FormatUint(reqMiB, 10),
 		EnvLimitMiB:             strconv.FormatUint(limMiB, 10),
-		EnvHomeGPU:              sb.home,
+		EnvHomeGPU:              sb.Home,
 		EnvTFAllowGrowth:        "true",
 		EnvXLAPreallocate:       "false",
 		EnvXLAMemFraction:       limFrac,
@@ -267,8 +268,8 @@ func shareReservation(v *reserveView, sb shareBinding) *dev.ContainerReservation
 	r := &dev.ContainerReservation{Envs: env}
 	if v.iso.mps {
 		env[EnvMPSPipeDirectory] = v.mpsDir
-		env[EnvMPSPinnedMemLimit] = fmt.Sprintf("%s=%dM", sb.gpu, limMiB)
-		env[EnvMPSThreadPercentage] = strconv.Itoa(sb.limit)
+		env[EnvMPSPinnedMemLimit] = fmt.Sprintf("%s=%dM", sb.GPU, limMiB)
+		env[EnvMPSThreadPercentage] = strconv.Itoa(sb.Limit)
 		r.Mounts = []*dev.Mount{{TaskPath: v.mpsDir, HostPath: v.mpsDir}}
 	}
 	return r

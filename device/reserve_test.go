@@ -410,7 +410,7 @@ func TestCoarseShares(t *testing.T) {
 	if got := r.Envs["GPUSHARE_FRACTION"]; got != "0.5" {
 		t.Errorf("GPUSHARE_FRACTION = %q, want 0.5", got)
 	}
-	if got := p.usage.current()[u[3]].ShareUnits; got != 25 {
+	if got := p.holdings.current()[u[3]].ShareUnits; got != 25 {
 		t.Errorf("units held on GPU %s = %d, want 25 (one instance of 25)", u[3], got)
 	}
 }

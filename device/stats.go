@@ -81,7 +81,7 @@ func (p *Plugin) collectStats() *dev.StatsResponse {
 		return dev.NewStatsError(err)
 	}
 	b := statsBuilder{now: time.Now(), groups: map[string]*dev.DeviceGroupStats{}}
-	use := p.usage.current()
+	holdings := p.holdings.current()
 	for i := range hw.gpus {
 		g := &hw.gpus[i]
 		if g.MIG {
@@ -94,7 +94,7 @@ func (p *Plugin) collectStats() *dev.StatsResponse {
 		}
 		b.group(vocab.TypeWhole, g.Model).InstanceStats[g.UUID] = gpuStats(r, g.PowerLimitW, b.now)
 		held := 0
-		if u := use[g.UUID]; u != nil {
+		if u := holdings[g.UUID]; u != nil {
 			held = u.ShareUnits
 		}
 		st := withSharesHeld(gpuStats(r, g.PowerLimitW, b.now), held)

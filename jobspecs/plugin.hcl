@@ -72,7 +72,7 @@ plugin "nomad-device-gpushare" {
     # Dynamic fractions and the node-level scheduler (docs/design.md).
     # Every monitor_period the GPU processes are charged to the Nomad
     # tasks that hold GPU devices (read from /proc: raw_exec, exec and
-    # docker tasks), and the reclaim rule is applied: a task above its
+    # docker tasks), and the borrowing rule is applied: a task above its
     # gpushare_limit is killed; a task above its request is killed, the
     # most above first, when a task below its request could no longer grow
     # by reclaim_headroom of the GPU at once. "report" only logs and counts.

@@ -56,8 +56,9 @@ type Config struct {
 	Logger hclog.Logger
 }
 
-// GPUUsage is what Nomad says about one GPU.
-type GPUUsage struct {
+// GPUHolding is what Nomad says holds one GPU: the live allocations that
+// hold it, and whether the servers see it offered.
+type GPUHolding struct {
 	// WholeAllocs are the live allocations holding the GPU whole.
 	WholeAllocs []string
 	// ShareUnits held by live allocations, and by whom.
@@ -84,7 +85,7 @@ type Snapshot struct {
 	// request.
 	Watched bool
 	NodeID  string
-	GPUs    map[string]*GPUUsage
+	GPUs    map[string]*GPUHolding
 	// Tenants are the tasks of the live allocations that hold gpushare
 	// devices.
 	Tenants []Tenant
@@ -363,7 +364,7 @@ func (t *Tracker) readActive(ctx context.Context, nodeID string, consistent bool
 // snapshotLocked builds a snapshot from the view; t.mu must be held.
 func (t *Tracker) snapshotLocked(nodeID string, started time.Time, consistent bool) Snapshot {
 	v := &t.view
-	snap := Snapshot{Started: started, NodeID: nodeID, GPUs: map[string]*GPUUsage{}, Consistent: consistent, Hidden: v.hidden}
+	snap := Snapshot{Started: started, NodeID: nodeID, GPUs: map[string]*GPUHolding{}, Consistent: consistent, Hidden: v.hidden}
 	if v.node.NodeResources != nil {
 		addServerView(snap.GPUs, v.node.NodeResources.Devices)
 		snap.Foreign = foreignGroups(v.node.NodeResources.Devices)
@@ -452,16 +453,16 @@ func (i indexes) after(seen indexes, consistent bool) indexes {
 	return indexes{node: max(i.node, seen.node), allocs: max(i.allocs, seen.allocs)}
 }
 
-func get(m map[string]*GPUUsage, uuid string) *GPUUsage {
+func get(m map[string]*GPUHolding, uuid string) *GPUHolding {
 	u := m[uuid]
 	if u == nil {
-		u = &GPUUsage{}
+		u = &GPUHolding{}
 		m[uuid] = u
 	}
 	return u
 }
 
-func addServerView(m map[string]*GPUUsage, groups []*api.NodeDeviceResource) {
+func addServerView(m map[string]*GPUHolding, groups []*api.NodeDeviceResource) {
 	for _, g := range groups {
 		if g == nil || g.Vendor != vocab.Vendor || (g.Type != vocab.TypeWhole && g.Type != vocab.TypeShare) {
 			continue
@@ -505,7 +506,7 @@ func live(a *api.Allocation) bool {
 }
 
 // addAllocations adds the devices held by the live allocations to m.
-func addAllocations(m map[string]*GPUUsage, allocs []*api.Allocation) {
+func addAllocations(m map[string]*GPUHolding, allocs []*api.Allocation) {
 	for _, a := range allocs {
 		if a == nil || !live(a) {
 			continue

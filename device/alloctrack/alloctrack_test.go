@@ -32,9 +32,9 @@ func TestAddAllocations(t *testing.T) {
 	tests := []struct {
 		name   string
 		allocs []*api.Allocation
-		want   map[string]GPUUsage
+		want   map[string]GPUHolding
 	}{
-		{name: "nothing", want: map[string]GPUUsage{}},
+		{name: "nothing", want: map[string]GPUHolding{}},
 		{
 			name: "whole and shares of different GPUs",
 			allocs: []*api.Allocation{
@@ -42,7 +42,7 @@ func TestAddAllocations(t *testing.T) {
 				alloc("b", "pending", devs("gpu-share", "GPU-2-s00", "GPU-2-s01")),
 				alloc("c", "running", devs("gpu-share", "GPU-2-s02")),
 			},
-			want: map[string]GPUUsage{
+			want: map[string]GPUHolding{
 				"GPU-1": {WholeAllocs: []string{"a"}},
 				"GPU-2": {ShareUnits: 3, ShareAllocs: []string{"b", "c"}},
 			},
@@ -55,7 +55,7 @@ func TestAddAllocations(t *testing.T) {
 				alloc("lost", "lost", devs("gpu", "GPU-3")),
 				alloc("unknown", "unknown", devs("gpu", "GPU-4")),
 			},
-			want: map[string]GPUUsage{"GPU-4": {WholeAllocs: []string{"unknown"}}},
+			want: map[string]GPUHolding{"GPU-4": {WholeAllocs: []string{"unknown"}}},
 		},
 		{
 			name: "other vendors, types and malformed IDs are ignored",
@@ -69,7 +69,7 @@ func TestAddAllocations(t *testing.T) {
 				{ID: "noresources", ClientStatus: "running"},
 				nil,
 			},
-			want: map[string]GPUUsage{},
+			want: map[string]GPUHolding{},
 		},
 		{
 			name: "several tasks of one allocation",
@@ -78,14 +78,14 @@ func TestAddAllocations(t *testing.T) {
 					"a": {Devices: []*api.AllocatedDeviceResource{devs("gpu-share", "GPU-9-s10")}},
 					"b": {Devices: []*api.AllocatedDeviceResource{devs("gpu-share", "GPU-9-s11", "GPU-9-s12")}},
 				}}}},
-			want: map[string]GPUUsage{"GPU-9": {ShareUnits: 3, ShareAllocs: []string{"m"}}},
+			want: map[string]GPUHolding{"GPU-9": {ShareUnits: 3, ShareAllocs: []string{"m"}}},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := map[string]*GPUUsage{}
+			m := map[string]*GPUHolding{}
 			addAllocations(m, tt.allocs)
-			got := map[string]GPUUsage{}
+			got := map[string]GPUHolding{}
 			for u, g := range m {
 				sort.Strings(g.ShareAllocs)
 				got[u] = *g

@@ -71,7 +71,7 @@ func (t *Tracker) listBlocked(ctx context.Context, wait *api.QueryOptions) ([]*a
 // blocked returns the blocked evaluations: the last answer of Watch's
 // blocking query while it follows them and that answer's request was sent
 // after the last change of the allocation list (demand is compared with
-// that usage: an evaluation placed since must not still count as
+// those holdings: an evaluation placed since must not still count as
 // waiting), else a listing now, which the view then keeps.
 func (t *Tracker) blocked(ctx context.Context) ([]*api.Evaluation, error) {
 	t.mu.Lock()

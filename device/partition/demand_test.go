@@ -189,7 +189,7 @@ func TestDemand(t *testing.T) {
 func TestDemandNoFlapping(t *testing.T) {
 	tests := []struct {
 		name   string
-		usage  map[string]string // fixed usage flag per GPU
+		held   map[string]string // fixed holding flag per GPU
 		demand []Demand
 	}{
 		{"whole demand, landing place", map[string]string{"a": "W", "b": "W", "c": "W"}, []Demand{wd("j", 0, 1)}},
@@ -210,8 +210,8 @@ func TestDemandNoFlapping(t *testing.T) {
 				}
 				for j, u := range []string{"a", "b", "c", "d"} {
 					var flags []string
-					// Usage only once the family it needs is published.
-					if f := tt.usage[u]; f != "" && (f == "W" && pub[u].Family == Whole || f != "W" && pub[u].Family == Share) {
+					// Held only once the family it needs is published.
+					if f := tt.held[u]; f != "" && (f == "W" && pub[u].Family == Whole || f != "W" && pub[u].Family == Share) {
 						flags = append(flags, f)
 					}
 					g := gpu(j, flags...)

@@ -1,7 +1,7 @@
 // Package partition decides, for each GPU of a node, whether it is published
 // to Nomad as a whole GPU (device type "gpu") or as 100 shares (device type
 // "gpu-share"). It is a pure state machine: it is fed observations (GPU
-// health and usage as read from the Nomad API, and what the Nomad servers
+// health and holdings as read from the Nomad API, and what the Nomad servers
 // currently see as published) and answers what to publish. It does no I/O
 // and reads no clock. The protocol is stated in docs/design.md, section
 // "Partition protocol"; units (a share is 1/vocab.UnitsPerGPU of a GPU) in
@@ -9,9 +9,9 @@
 //
 // Rules:
 //   - A GPU with share tenants stays in share mode until its last tenant
-//     ends; a GPU held whole stays whole until it is freed. Observed usage
-//     always wins over the machine's own plan, so a placement that raced a
-//     switch aborts the switch.
+//     ends; a GPU held whole stays whole until it is freed. Observed
+//     holdings always win over the machine's own plan, so a placement that
+//     raced a switch aborts the switch.
 //   - Idle GPUs move between the two families by a policy: keep
 //     Policy.MinIdleShareGPUs idle GPUs in share mode as a landing place
 //     while in-use share GPUs lack room (no in-use share GPU has
@@ -44,7 +44,7 @@
 //   - While blind (Nomad API unreachable) nothing is switched or published
 //     anew; the last decisions stay.
 //   - While the view is incomplete (Observation.Incomplete: allocations may
-//     be hidden from the plugin's token) the usage seen still wins and what
+//     be hidden from the plugin's token) the holdings seen still win and what
 //     the servers publish is adopted, but nothing is switched or published
 //     anew: a GPU that looks idle may be held.
 package partition
@@ -152,13 +152,13 @@ func (g GPUObs) idle() bool { return !g.WholeHeld && g.ShareUnits == 0 }
 // began (before the allocations were listed).
 type Observation struct {
 	At time.Time
-	// Blind is set when the Nomad API could not be read; the usage and
+	// Blind is set when the Nomad API could not be read; the holdings and
 	// server fields of GPUs are then ignored.
 	Blind bool
 	GPUs  map[string]GPUObs
 	// Demand waiting for this node; ignored when Blind.
 	Demand []Demand
-	// Incomplete, when set, says why the usage may leave allocations out
+	// Incomplete, when set, says why the holdings may leave allocations out
 	// (the token cannot read every namespace); nothing is switched then.
 	Incomplete string
 }
@@ -307,7 +307,7 @@ func (m *Machine) Settling() bool {
 }
 
 // Step feeds one observation and returns what changed. The steps run in
-// this order: observed usage wins; GPUs never decided adopt what the servers
+// this order: observed holdings win; GPUs never decided adopt what the servers
 // publish; switches in progress advance; the policy splits the idle GPUs.
 // An incomplete observation stops after the adoption.
 func (m *Machine) Step(o Observation) []Event {
@@ -325,7 +325,7 @@ func (m *Machine) Step(o Observation) []Event {
 	}
 	m.holdDemand(o, &ev)
 	uuids := m.sorted()
-	m.followUsage(uuids, &ev)
+	m.followHoldings(uuids, &ev)
 	m.adoptServerView(uuids, &ev)
 	if m.incomplete != "" {
 		return ev
@@ -351,7 +351,7 @@ func (m *Machine) learnGPUs(o Observation, ev *events) {
 	}
 }
 
-// noteCompleteness records whether the observation's usage is complete,
+// noteCompleteness records whether the observation's holdings are complete,
 // with an event when that changes.
 func (m *Machine) noteCompleteness(o Observation, ev *events) {
 	switch {
@@ -364,7 +364,7 @@ func (m *Machine) noteCompleteness(o Observation, ev *events) {
 }
 
 // keepHardwareFacts takes a blind observation's hardware facts but not its
-// usage: nothing switches blind.
+// holdings: nothing switches blind.
 func (m *Machine) keepHardwareFacts(o Observation) {
 	for u, g := range o.GPUs {
 		prev := m.obs[u]
@@ -391,10 +391,10 @@ func (m *Machine) holdDemand(o Observation, ev *events) {
 	}
 }
 
-// followUsage makes observed usage win: a GPU held whole is whole, one with
+// followHoldings makes observed holdings win: a GPU held whole is whole, one with
 // share tenants is shared (aborting any switch), one held both ways is a
 // conflict published nowhere, and one that is never shared is whole.
-func (m *Machine) followUsage(uuids []string, ev *events) {
+func (m *Machine) followHoldings(uuids []string, ev *events) {
 	for _, u := range uuids {
 		g, s := m.obs[u], m.gpus[u]
 		switch {

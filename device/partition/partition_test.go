@@ -13,7 +13,8 @@ import (
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // gpu builds a healthy, shareable, idle GPU observation with its servers'
-// view; usage and flags are set by small option letters to keep tables short.
+// view; holdings and flags are set by small option letters to keep tables
+// short.
 //
 //	"W"  held whole        "S25" 25 shares held
 //	"pw" servers publish it whole   "ps" servers publish it as shares
@@ -47,7 +48,7 @@ func gpu(order int, flags ...string) GPUObs {
 type step struct {
 	at    time.Duration // since t0
 	blind bool
-	// incomplete: the usage may leave allocations out.
+	// incomplete: the holdings may leave allocations out.
 	incomplete bool
 	gpus       map[string]GPUObs
 	// demand waiting for the node.
@@ -153,7 +154,7 @@ func TestFirstAssignment(t *testing.T) {
 			want: map[string]string{"a": "whole", "b": "whole"},
 		},
 		{
-			name: "usage found at start decides; share tenants lacking room keep a landing place",
+			name: "holdings found at start decide; share tenants lacking room keep a landing place",
 			pol:  pol,
 			gpus: map[string]GPUObs{"a": gpu(0, "S60"), "b": gpu(1, "W"), "c": gpu(2), "d": gpu(3)},
 			want: map[string]string{"a": "share", "b": "whole", "c": "whole", "d": "share"},
@@ -201,25 +202,25 @@ func TestNothingPublishedUntilNomadIsRead(t *testing.T) {
 	})
 }
 
-// TestIncompleteUsageAtStart: a plugin that starts with a token that cannot
-// see every allocation keeps what the servers publish, and publishes
-// nothing anew, however long it waits; once the usage is complete, the
-// rest settle and are published.
-func TestIncompleteUsageAtStart(t *testing.T) {
+// TestIncompleteHoldingsAtStart: a plugin that starts with a token that
+// cannot see every allocation keeps what the servers publish, and
+// publishes nothing anew, however long it waits; once the holdings are
+// complete, the rest settle and are published.
+func TestIncompleteHoldingsAtStart(t *testing.T) {
 	type m = map[string]GPUObs
 	type w = map[string]string
 	s := time.Second
 	run(t, pol, []step{
 		{at: 0, incomplete: true, gpus: m{"a": gpu(0, "pw"), "b": gpu(1), "c": gpu(2, "ps")}, want: w{"a": "whole", "b": "none", "c": "share"}},
 		{at: 60 * s, incomplete: true, gpus: m{"a": gpu(0, "pw"), "b": gpu(1), "c": gpu(2, "ps")}, want: w{"a": "whole", "b": "none", "c": "share"}},
-		// Usage it can see still wins.
+		// Holdings it can see still win.
 		{at: 61 * s, incomplete: true, gpus: m{"a": gpu(0, "pw"), "b": gpu(1, "S10"), "c": gpu(2, "ps")}, want: w{"a": "whole", "b": "share", "c": "share"}},
 		{at: 62 * s, gpus: m{"a": gpu(0, "pw"), "b": gpu(1, "ps"), "c": gpu(2, "ps")}, want: w{"a": "whole", "b": "none", "c": "share"}},
 	})
 	p := New(pol)
 	p.Step(Observation{At: t0, Incomplete: "token cannot read namespace secret", GPUs: m{"a": gpu(0)}})
 	if r := p.Publications()["a"].Reason; !strings.Contains(r, "cannot see every allocation") || !strings.Contains(r, "namespace secret") {
-		t.Errorf("reason of a GPU held back while usage is incomplete: %q", r)
+		t.Errorf("reason of a GPU held back while holdings are incomplete: %q", r)
 	}
 }
 
@@ -321,7 +322,7 @@ func TestSwitch(t *testing.T) {
 			},
 		},
 		{
-			name: "incomplete usage: no switch starts or completes; a GPU hidden usage may hold stays where it is",
+			name: "incomplete holdings: no switch starts or completes; a GPU hidden allocations may hold stays where it is",
 			steps: []step{
 				{at: 0, gpus: m{"a": gpu(0), "b": gpu(1)}, want: w{"a": "whole", "b": "share"}},
 				// b lacks room, but a may be held by an allocation the
@@ -329,7 +330,7 @@ func TestSwitch(t *testing.T) {
 				{at: 1 * s, incomplete: true, gpus: m{"a": gpu(0, "pw"), "b": gpu(1, "ps", "S70")}, want: w{"a": "whole", "b": "share"}},
 				{at: 2 * s, gpus: m{"a": gpu(0, "pw"), "b": gpu(1, "ps", "S70")}, want: w{"a": "none"}},
 				{at: 3 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, want: w{"a": "none"}},
-				// A switch in progress waits while usage is incomplete...
+				// A switch in progress waits while holdings are incomplete...
 				{at: 20 * s, incomplete: true, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, want: w{"a": "none", "b": "share"}},
 				// ...and completes once it is complete again.
 				{at: 21 * s, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, want: w{"a": "share", "b": "share"}},
@@ -382,7 +383,7 @@ func TestSwitch(t *testing.T) {
 	}
 }
 
-// TestInvariants drives the machine with pseudo-random usage and waiting
+// TestInvariants drives the machine with pseudo-random holdings and waiting
 // demand and checks the safety rules after every step.
 func TestInvariants(t *testing.T) {
 	uuids := []string{"a", "b", "c", "d"}
@@ -412,7 +413,7 @@ func TestInvariants(t *testing.T) {
 				// The servers see last step's publication.
 				g.ServerWhole = pub[u].Family == Whole
 				g.ServerShare = pub[u].Family == Share
-				// Usage may only appear in the family published (or a race).
+				// Holdings may only appear in the family published (or a race).
 				switch pub[u].Family {
 				case Whole:
 					g.WholeHeld = rnd(3) == 0
@@ -431,11 +432,11 @@ func TestInvariants(t *testing.T) {
 					}
 					continue
 				}
-				// Incomplete usage publishes nothing anew unless the usage
-				// it sees forces it.
+				// Incomplete holdings publish nothing anew unless the
+				// holdings it sees force it.
 				if o.Incomplete != "" && p.Family != Unknown && p.Family != pub[u].Family &&
 					!(g.WholeHeld && p.Family == Whole || g.ShareUnits > 0 && p.Family == Share) {
-					t.Fatalf("seed %d step %d: %s published %v anew while usage is incomplete (was %v)", seed, i, u, p.Family, pub[u].Family)
+					t.Fatalf("seed %d step %d: %s published %v anew while holdings are incomplete (was %v)", seed, i, u, p.Family, pub[u].Family)
 				}
 				if g.WholeHeld && p.Family == Share || g.ShareUnits > 0 && p.Family == Whole {
 					t.Fatalf("seed %d step %d: %s in use %+v but published %v", seed, i, u, g, p.Family)
@@ -474,9 +475,9 @@ func TestEventsAreDeterministic(t *testing.T) {
 // the servers seeing the previous publication, and checks the safety rules
 // after every step.
 func TestExhaustiveTwoGPUs(t *testing.T) {
-	usages := []string{"", "W", "S30", "S70"}
+	holdings := []string{"", "W", "S30", "S70"}
 	const steps = 3
-	choices := len(usages) * len(usages) * 2
+	choices := len(holdings) * len(holdings) * 2
 	total := 1
 	for i := 0; i < steps; i++ {
 		total *= choices
@@ -492,7 +493,7 @@ func TestExhaustiveTwoGPUs(t *testing.T) {
 		for i := 0; i < steps; i++ {
 			c := code % choices
 			code /= choices
-			ua, ub, blind := usages[c%4], usages[c/4%4], c/16 == 1
+			ua, ub, blind := holdings[c%4], holdings[c/4%4], c/16 == 1
 			o := Observation{At: t0.Add(time.Duration(i+2) * pol.SettlePeriod), Blind: blind, GPUs: map[string]GPUObs{}}
 			for u, use := range map[string]string{"a": ua, "b": ub} {
 				flags := []string{}
@@ -527,7 +528,7 @@ func TestExhaustiveTwoGPUs(t *testing.T) {
 				}
 				forced := g.WholeHeld && p == Whole || g.ShareUnits > 0 && p == Share
 				if was != Unknown && p != Unknown && was != p && !forced {
-					t.Fatalf("%v: %s switched %v -> %v without withdrawal or usage", trace, u, was, p)
+					t.Fatalf("%v: %s switched %v -> %v without withdrawal or holdings", trace, u, was, p)
 				}
 				if g.idle() && was == Unknown && p != Unknown && m.gpus[u].Phase == phasePublished {
 					// An idle GPU published after being withdrawn must have

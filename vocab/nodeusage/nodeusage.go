@@ -24,7 +24,7 @@ const Path = "/v1/usage"
 type Report struct {
 	NodeID string    `json:"node_id"`
 	At     time.Time `json:"at"`
-	// Enforcement is "kill" (the reclaim rule kills) or "report" (it only
+	// Enforcement is "kill" (the borrowing rule kills) or "report" (it only
 	// records what it would kill).
 	Enforcement string        `json:"enforcement"`
 	GPUs        []GPU         `json:"gpus"`
@@ -100,7 +100,7 @@ type Process struct {
 }
 
 // Kill is one tenant killed (or, with enforcement "report", that would
-// have been) by the reclaim rule.
+// have been) by the borrowing rule.
 type Kill struct {
 	At         time.Time `json:"at"`
 	AllocID    string    `json:"alloc_id"`

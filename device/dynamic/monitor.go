@@ -1,4 +1,4 @@
-package device
+package dynamic
 
 import (
 	"context"
@@ -12,55 +12,63 @@ import (
 	"github.com/gpushare/nomad-gpushare/vocab/nodeusage"
 )
 
-// monitor runs the monitor cycle every monitor_period until ctx ends: it
-// reads every GPU's processes, charges them to tenants, applies the
-// reclaim rule, moves guests that must move and publishes the usage
-// report (docs/design.md, "Dynamic fractions and the node-level
-// scheduler").
-func (p *Plugin) monitor(ctx context.Context) {
-	cfg, _, _ := p.tenancy.settings()
-	tick := time.NewTicker(cfg.monitorPeriod)
+// Monitor runs Cycle every monitor_period until ctx ends (the plugin's
+// loop runs it).
+func (t *Tenancy) Monitor(ctx context.Context) {
+	cfg, _, _ := t.settings()
+	every(ctx, cfg.MonitorPeriod, func() bool {
+		t.Cycle(ctx)
+		return true
+	})
+}
+
+// every calls f every period until f returns false or ctx ends.
+func every(ctx context.Context, period time.Duration, f func() bool) {
+	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			p.monitorCycle(ctx)
+		}
+		if !f() {
+			return
 		}
 	}
 }
 
-// monitorCycle is one cycle: observe, decide, act, report.
-func (p *Plugin) monitorCycle(ctx context.Context) {
+// Cycle is one monitor cycle (docs/design.md, "Dynamic fractions and the
+// node-level scheduler"): it reads every GPU's processes, charges them to
+// tenants, applies the borrowing rule, moves the guests that must move (in
+// the background, until ctx ends) and publishes the usage report.
+func (t *Tenancy) Cycle(ctx context.Context) {
 	start := time.Now()
-	defer func() { p.usageAPI.observeCycle(time.Since(start)) }()
-	cfg, tr, nodeID := p.tenancy.settings()
-	seen, errs := p.seeProcesses()
-	f := p.facts()
-	t := &p.tenancy
+	defer func() { t.api.observeCycle(time.Since(start)) }()
+	cfg, tr, nodeID := t.settings()
+	seen, errs := t.seeProcesses()
+	gpus := t.node.GPUs()
 	t.mu.Lock()
-	v := t.accountLocked(f.hw, seen, start)
+	v := t.accountLocked(gpus, seen, start)
 	kills := append(t.decideLocked(v), t.overdueGuestsLocked(v)...)
 	var moves []guestMove
 	if tr != nil {
-		moves = t.planMovesLocked(f, start)
+		moves = t.planMovesLocked(gpus, start)
 	}
-	rep := t.reportLocked(v, f, nodeID, cfg, errs)
+	rep := t.reportLocked(v, nodeID, cfg, errs)
 	resolver := t.resolver
 	t.mu.Unlock()
-	p.carryOut(kills, resolver)
+	t.carryOut(kills, resolver)
 	if len(moves) > 0 {
-		go p.moveGuests(ctx, tr, moves)
+		go t.moveGuests(ctx, tr, moves)
 	}
 	t.report.Store(rep)
 }
 
 // seeProcesses lists every GPU's processes and who each is; a process
 // that ends meanwhile is left out. Errors are returned as report lines.
-func (p *Plugin) seeProcesses() ([]seenProcess, []string) {
-	t := &p.tenancy
-	procs, gpuErrs, err := p.hw.processes(t.lastSample)
+func (t *Tenancy) seeProcesses() ([]seenProcess, []string) {
+	procs, gpuErrs, err := t.node.Processes(t.lastSample)
 	if err != nil {
 		return nil, []string{"reading GPU processes: " + err.Error()}
 	}
@@ -94,10 +102,10 @@ func (p *Plugin) seeProcesses() ([]seenProcess, []string) {
 }
 
 // reportLocked builds the usage report of a cycle. t.mu must be held.
-func (t *tenancy) reportLocked(v *cycleView, f nodeFacts, nodeID string, cfg dynamicSettings, errs []string) *nodeusage.Report {
+func (t *Tenancy) reportLocked(v *cycleView, nodeID string, cfg Settings, errs []string) *nodeusage.Report {
 	r := &nodeusage.Report{NodeID: nodeID, At: v.at, Enforcement: cfg.MemoryEnforcement, Outside: v.outside, Errors: errs,
 		Kills: append([]nodeusage.Kill(nil), t.kills...), Moves: append([]nodeusage.Move(nil), t.moves...),
-		Totals: t.totalsLocked(), Period: cfg.monitorPeriod}
+		Totals: t.totalsLocked(), Period: cfg.MonitorPeriod}
 	for _, ga := range v.gpus {
 		g := nodeusage.GPU{UUID: ga.uuid, Index: ga.index, TotalMiB: ga.totalMiB, UsedMiB: ga.otherMiB, SMPct: ga.otherSM, ShortMiB: ga.shortMiB}
 		for _, ta := range ga.tenants {

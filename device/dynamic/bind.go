@@ -1,4 +1,4 @@
-package device
+package dynamic
 
 import (
 	"context"
@@ -9,83 +9,83 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/device/alloctrack"
 	"github.com/gpushare/nomad-gpushare/device/nodesched"
-	"github.com/gpushare/nomad-gpushare/device/partition"
 	"github.com/gpushare/nomad-gpushare/vocab"
 )
 
 // reserveReadTimeout bounds Reserve's read of the node's allocations.
 const reserveReadTimeout = 3 * time.Second
 
-// shareBinding is a share binding as the node-level scheduler completes
-// it: the task's request and limit (in shares) and the GPU it runs on.
-type shareBinding struct {
-	home, gpu      string
-	request, limit int
-	guest          bool
+// ShareBinding is a share binding as the node-level scheduler completes
+// it: the GPU the task's instances name (Home), the GPU it runs on (GPU;
+// a guest's differs), and its request and limit in units.
+type ShareBinding struct {
+	Home, GPU      string
+	Request, Limit int
+	Guest          bool
 }
 
-// bindShare completes a share binding: it finds the task the shares are
-// for (Reserve is given only instance IDs) to read its limit, and places
-// it (package nodesched). When no allocation of the node is found holding
-// exactly these shares, the task is bound as a static share (limit =
-// request) on its home GPU.
-func (p *Plugin) bindShare(b binding) (shareBinding, error) {
-	units := shareUnits(b.shares)
-	sb := shareBinding{home: b.shareGPU, gpu: b.shareGPU, request: units, limit: units}
-	tn, ok := p.findShareTenant(b)
+// BindShare completes Reserve's binding of share instances of GPU home:
+// it finds the task the shares are for (Reserve is given only instance
+// IDs) to read its limit, and places it (package nodesched). When no
+// allocation of the node is found holding exactly these shares, the task
+// is bound as a static share (limit = request) on its home GPU. ctx bounds
+// the read of the node's allocations.
+func (t *Tenancy) BindShare(ctx context.Context, home string, shareIDs []string) (ShareBinding, error) {
+	units := shareUnits(shareIDs)
+	sb := ShareBinding{Home: home, GPU: home, Request: units, Limit: units}
+	tn, ok := t.findShareTenant(ctx, home, shareIDs)
 	if !ok {
-		p.logger.Warn("no allocation of this node is listed holding these shares; bound as a static share (limit = request) on its home GPU",
-			"gpu", b.shareGPU, "shares", units)
+		t.logger.Warn("no allocation of this node is listed holding these shares; bound as a static share (limit = request) on its home GPU",
+			"gpu", home, "shares", units)
 		return sb, nil
 	}
 	lim, err := checkLimit(tn)
 	if err != nil {
 		return sb, err
 	}
-	sb.limit = lim
-	f := p.facts()
-	t := &p.tenancy
+	sb.Limit = lim
+	gpus := t.node.GPUs()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	pl := nodesched.Placement{GPU: sb.home, Why: "spread is off"}
+	pl := nodesched.Placement{GPU: sb.Home, Why: "spread is off"}
 	if t.cfg.Spread {
-		pl = nodesched.Place(nodesched.Ask{Home: sb.home, Burstable: lim > sb.request}, t.schedGPUsLocked(f, tn.Key()))
+		pl = nodesched.Place(nodesched.Ask{Home: sb.Home, Burstable: lim > sb.Request}, t.schedGPUsLocked(gpus, tn.Key()))
 	}
-	t.hosted[tn.Key()] = hosting{home: sb.home, host: pl.GPU, guest: pl.Guest, at: p.now()}
-	sb.gpu, sb.guest = pl.GPU, pl.Guest
-	p.logger.Info("share tenant bound", "alloc_id", tn.AllocID, "namespace", tn.Namespace, "job", tn.Job, "task", tn.Task,
-		"request", sb.request, "limit", sb.limit, "home", sb.home, "gpu", sb.gpu, "guest", sb.guest, "why", pl.Why)
+	t.hosted[tn.Key()] = hosting{home: sb.Home, host: pl.GPU, guest: pl.Guest, at: time.Now()}
+	sb.GPU, sb.Guest = pl.GPU, pl.Guest
+	t.logger.Info("share tenant bound", "alloc_id", tn.AllocID, "namespace", tn.Namespace, "job", tn.Job, "task", tn.Task,
+		"request", sb.Request, "limit", sb.Limit, "home", sb.Home, "gpu", sb.GPU, "guest", sb.Guest, "why", pl.Why)
 	return sb, nil
 }
 
 // findShareTenant reads the node's allocations now (the one being started
 // may be newer than the loop's last read) and returns the task holding
-// exactly the binding's shares: the one not being stopped, else the
-// newest.
-func (p *Plugin) findShareTenant(b binding) (alloctrack.Tenant, bool) {
-	_, tr, nodeID := p.tenancy.settings()
+// exactly the shares: the one not being stopped, else the newest.
+func (t *Tenancy) findShareTenant(ctx context.Context, home string, shareIDs []string) (alloctrack.Tenant, bool) {
+	_, tr, nodeID := t.settings()
 	if tr != nil && nodeID != "" {
-		ctx, cancel := context.WithTimeout(p.ctx, reserveReadTimeout)
-		ts, err := tr.ReadTenants(ctx, nodeID)
+		rctx, cancel := context.WithTimeout(ctx, reserveReadTimeout)
+		ts, err := tr.ReadTenants(rctx, nodeID)
 		cancel()
 		if err != nil {
-			p.logger.Warn("Reserve could not read the node's allocations; using the last read", "error", err)
+			t.logger.Warn("Reserve could not read the node's allocations; using the last read", "error", err)
 		} else {
-			p.tenancy.merge(ts)
+			t.merge(ts)
 		}
 	}
-	return p.tenancy.findShare(b)
+	return t.findShare(home, shareIDs)
 }
 
-// findShare returns the known tenant holding exactly b's shares.
-func (t *tenancy) findShare(b binding) (alloctrack.Tenant, bool) {
-	want := slices.Sorted(slices.Values(b.shares))
+// findShare returns the known tenant holding exactly these shares of GPU
+// home.
+func (t *Tenancy) findShare(home string, shareIDs []string) (alloctrack.Tenant, bool) {
+	want := slices.Sorted(slices.Values(shareIDs))
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var best alloctrack.Tenant
 	found := false
 	for _, tn := range t.tenants {
-		if tn.ShareGPU != b.shareGPU || !slices.Equal(tn.ShareIDs, want) {
+		if tn.ShareGPU != home || !slices.Equal(tn.ShareIDs, want) {
 			continue
 		}
 		if !found || best.Stopping && !tn.Stopping || best.Stopping == tn.Stopping && tn.CreateIndex > best.CreateIndex {
@@ -130,13 +130,13 @@ func fraction(shares int) string {
 	return fmt.Sprintf("%d.%02d", shares/vocab.UnitsPerGPU, shares%vocab.UnitsPerGPU)
 }
 
-// clearForWhole makes sure a whole binding's task gets its GPUs to itself:
+// ClearForWhole makes sure a whole binding's task gets its GPUs to itself:
 // the guests running there are moved (their allocations stopped), and the
 // binding waits until no process of any allocation is left on the GPUs.
-func (p *Plugin) clearForWhole(uuids []string) error {
-	cfg, tr, _ := p.tenancy.settings()
+// ctx is the plugin's lifetime.
+func (t *Tenancy) ClearForWhole(ctx context.Context, uuids []string) error {
+	cfg, tr, _ := t.settings()
 	now := time.Now()
-	t := &p.tenancy
 	t.mu.Lock()
 	var moves []guestMove
 	for _, tn := range t.guestsOnLocked(uuids) {
@@ -148,26 +148,26 @@ func (p *Plugin) clearForWhole(uuids []string) error {
 	}
 	t.mu.Unlock()
 	if tr != nil && len(moves) > 0 {
-		p.moveGuests(p.ctx, tr, moves)
+		t.moveGuests(ctx, tr, moves)
 	}
-	return p.waitGPUsClear(uuids, cfg.guestMoveTimeout)
+	return t.waitGPUsClear(ctx, uuids, cfg.GuestMoveTimeout)
 }
 
 // waitGPUsClear waits until no process of any allocation runs on the GPUs
 // (guests being moved, a previous holder still exiting). Half-way through
 // the bound the processes left are killed; at the bound the binding fails,
 // and the Nomad client retries the task under its restart policy.
-func (p *Plugin) waitGPUsClear(uuids []string, bound time.Duration) error {
+func (t *Tenancy) waitGPUsClear(ctx context.Context, uuids []string, bound time.Duration) error {
 	start := time.Now()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	killed := false
 	for {
-		busy := p.allocationProcessesOn(uuids)
+		busy := t.allocationProcessesOn(uuids)
 		waited := time.Since(start)
 		if len(busy) == 0 {
 			if waited > 100*time.Millisecond {
-				p.logger.Info("whole GPU clear of other tenants' processes", "gpus", uuids, "waited", waited.Round(time.Millisecond))
+				t.logger.Info("whole GPU clear of other tenants' processes", "gpus", uuids, "waited", waited.Round(time.Millisecond))
 			}
 			return nil
 		}
@@ -176,16 +176,16 @@ func (p *Plugin) waitGPUsClear(uuids []string, bound time.Duration) error {
 				strings.Join(uuids, ", "), bound, describe(busy))
 		}
 		if !killed && waited >= bound/2 {
-			p.logger.Warn("killing the processes left on a GPU bound whole", "gpus", uuids, "processes", describe(busy))
+			t.logger.Warn("killing the processes left on a GPU bound whole", "gpus", uuids, "processes", describe(busy))
 			for _, sp := range busy {
-				if err := p.tenancy.resolver.Kill(sp.id); err != nil {
-					p.logger.Error("kill failed", "pid", sp.id.PID, "error", err)
+				if err := t.resolver.Kill(sp.id); err != nil {
+					t.logger.Error("kill failed", "pid", sp.id.PID, "error", err)
 				}
 			}
 			killed = true
 		}
 		select {
-		case <-p.ctx.Done():
+		case <-ctx.Done():
 			return fmt.Errorf("gpushare: plugin shutting down while GPU %s was being cleared", strings.Join(uuids, ", "))
 		case <-tick.C:
 		}
@@ -194,16 +194,16 @@ func (p *Plugin) waitGPUsClear(uuids []string, bound time.Duration) error {
 
 // allocationProcessesOn lists the processes of Nomad allocations on the
 // GPUs, read from NVML now.
-func (p *Plugin) allocationProcessesOn(uuids []string) []seenProcess {
-	procs, _, err := p.hw.processes(map[string]uint64{})
+func (t *Tenancy) allocationProcessesOn(uuids []string) []seenProcess {
+	procs, _, err := t.node.Processes(map[string]uint64{})
 	if err != nil {
-		p.logger.Warn("reading GPU processes", "error", err)
+		t.logger.Warn("reading GPU processes", "error", err)
 		return nil
 	}
 	var out []seenProcess
 	for _, u := range uuids {
 		for _, pr := range procs[u] {
-			id, err := p.tenancy.resolver.Resolve(pr.PID)
+			id, err := t.resolver.Resolve(pr.PID)
 			if err == nil && id.Owner.Known() {
 				out = append(out, seenProcess{gpu: u, proc: pr, id: id})
 			}
@@ -220,22 +220,20 @@ func describe(sps []seenProcess) string {
 	return strings.Join(parts, "; ")
 }
 
-// markGuests counts, in the partition's observation, the guests each GPU
-// hosts: a switch of a GPU completes only once its guests are gone (a
-// guest being stopped is gone once the monitor sees no process of it
-// there).
-func (t *tenancy) markGuests(obs map[string]partition.GPUObs) {
+// GuestsByHost counts the guests each GPU hosts, for the partition: a
+// switch of a GPU completes only once its guests are gone (a guest being
+// stopped is gone once the monitor sees no process of it there).
+func (t *Tenancy) GuestsByHost() map[string]int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	n := map[string]int{}
 	for k, tn := range t.tenants {
 		if tn.ShareGPU == "" {
 			continue
 		}
 		if h := t.hostLocked(tn); h != tn.ShareGPU && (!tn.Stopping || t.present[chargeKey{k, h}]) {
-			if g, ok := obs[h]; ok {
-				g.Guests++
-				obs[h] = g
-			}
+			n[h]++
 		}
 	}
+	return n
 }

@@ -1,4 +1,4 @@
-package device
+package dynamic
 
 import (
 	"context"
@@ -6,54 +6,22 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/device/alloctrack"
 	"github.com/gpushare/nomad-gpushare/device/nodesched"
-	"github.com/gpushare/nomad-gpushare/vocab"
 	"github.com/gpushare/nomad-gpushare/vocab/nodeusage"
-	dev "github.com/hashicorp/nomad/plugins/device"
 )
 
 // moveRetry is how long a move waits before its allocation stop is asked
 // for again (the guest still runs on its host).
 const moveRetry = 10 * time.Second
 
-// nodeFacts is what the node-level scheduler needs to know of the GPUs
-// besides the tenants: the hardware, what is published whole, and what
-// Nomad binds whole. Gathered before t.mu is taken.
-type nodeFacts struct {
-	hw           hwView
-	offeredWhole map[string]bool
-	boundWhole   func(uuid string) bool
-}
-
-// facts gathers the node facts.
-func (p *Plugin) facts() nodeFacts {
-	return nodeFacts{hw: p.hw.view(), offeredWhole: offeredWhole(p.pub.current()), boundWhole: p.usage.wholeHeld}
-}
-
-// offeredWhole lists the GPUs with a healthy instance in the whole family.
-func offeredWhole(groups []*dev.DeviceGroup) map[string]bool {
-	out := map[string]bool{}
-	for _, g := range groups {
-		if g.Vendor != vocab.Vendor || g.Type != vocab.TypeWhole {
-			continue
-		}
-		for _, d := range g.Devices {
-			if d.Healthy {
-				out[d.ID] = true
-			}
-		}
-	}
-	return out
-}
-
 // schedGPUsLocked describes the GPUs for package nodesched, leaving the
 // tenant named skip out of the counts. t.mu must be held.
-func (t *tenancy) schedGPUsLocked(f nodeFacts, skip string) []nodesched.GPU {
+func (t *Tenancy) schedGPUsLocked(gpus []GPU, skip string) []nodesched.GPU {
 	occ := t.occupantsLocked(skip)
-	out := make([]nodesched.GPU, 0, len(f.hw.gpus))
-	for _, g := range f.hw.gpus {
+	out := make([]nodesched.GPU, 0, len(gpus))
+	for _, g := range gpus {
 		out = append(out, nodesched.GPU{UUID: g.UUID, Order: g.Index, Model: g.Model, MemoryMiB: g.MemoryMiB,
-			OfferedWhole: g.healthy && f.offeredWhole[g.UUID], Leaving: !g.healthy || t.leaving[g.UUID],
-			BoundWhole: f.boundWhole(g.UUID), Tenants: occ[g.UUID]})
+			OfferedWhole: g.Healthy && g.OfferedWhole, Leaving: !g.Healthy || t.leaving[g.UUID],
+			BoundWhole: t.node.HeldWhole(g.UUID), Tenants: occ[g.UUID]})
 	}
 	return out
 }
@@ -68,7 +36,7 @@ type guestMove struct {
 // planMovesLocked lists the guests that must move (package nodesched)
 // and whose allocation stop was not asked for within moveRetry, and marks
 // them moving. t.mu must be held.
-func (t *tenancy) planMovesLocked(f nodeFacts, now time.Time) []guestMove {
+func (t *Tenancy) planMovesLocked(gpus []GPU, now time.Time) []guestMove {
 	var guests []nodesched.Guest
 	for k, tn := range t.tenants {
 		if tn.ShareGPU == "" || tn.Stopping {
@@ -79,7 +47,7 @@ func (t *tenancy) planMovesLocked(f nodeFacts, now time.Time) []guestMove {
 		}
 	}
 	var out []guestMove
-	for _, m := range nodesched.Moves(guests, t.schedGPUsLocked(f, "")) {
+	for _, m := range nodesched.Moves(guests, t.schedGPUsLocked(gpus, "")) {
 		if at, ok := t.moving[m.Key]; ok && now.Sub(at) < moveRetry {
 			continue
 		}
@@ -93,17 +61,17 @@ func (t *tenancy) planMovesLocked(f nodeFacts, now time.Time) []guestMove {
 // places a replacement, whose Reserve then binds it at home (its host is
 // no longer free). The guest's processes end when the Nomad client stops
 // its task.
-func (p *Plugin) moveGuests(ctx context.Context, tr *alloctrack.Tracker, moves []guestMove) {
+func (t *Tenancy) moveGuests(ctx context.Context, tr *alloctrack.Tracker, moves []guestMove) {
 	for _, m := range moves {
 		rec := nodeusage.Move{At: time.Now(), AllocID: m.tn.AllocID, Namespace: m.tn.Namespace, Job: m.tn.Job, Task: m.tn.Task,
 			Host: m.host, Home: m.tn.ShareGPU, Why: m.why}
 		args := []any{"alloc_id", m.tn.AllocID, "namespace", m.tn.Namespace, "job", m.tn.Job, "task", m.tn.Task, "host", m.host, "home", m.tn.ShareGPU, "why", m.why}
 		if err := tr.StopAllocation(ctx, m.tn.Namespace, m.tn.AllocID); err != nil {
 			rec.Error = err.Error()
-			p.logger.Error("moving a guest: stopping its allocation failed (the plugin's token needs alloc-lifecycle in its namespace); retrying", append(args, "error", err)...)
+			t.logger.Error("moving a guest: stopping its allocation failed (the plugin's token needs alloc-lifecycle in its namespace); retrying", append(args, "error", err)...)
 		} else {
-			p.logger.Info("moving a guest back: its allocation is stopped and Nomad places a replacement", args...)
+			t.logger.Info("moving a guest back: its allocation is stopped and Nomad places a replacement", args...)
 		}
-		p.tenancy.noteMove(rec)
+		t.noteMove(rec)
 	}
 }

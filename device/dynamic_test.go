@@ -3,12 +3,14 @@ package device
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/device/dynamic"
 	"github.com/gpushare/nomad-gpushare/device/gpu/simproc"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/vocab"
@@ -19,7 +21,6 @@ import (
 const (
 	allocA = "aaaaaaaa-0000-4000-8000-000000000001"
 	allocB = "bbbbbbbb-0000-4000-8000-000000000002"
-	allocC = "cccccccc-0000-4000-8000-000000000003"
 )
 
 // stopAlloc marks an allocation stopped by the API: desired status stop,
@@ -185,13 +186,22 @@ func TestReserveRefusesALimitThatMakesNoSense(t *testing.T) {
 	}
 }
 
-func TestBurstableTenantSpreadsAndMovesBackForAWholeBinding(t *testing.T) {
-	f := newFakeNomad(t)
-	p, dir := newDynamicPlugin(t, f, func(c *Config) { c.GuestMoveTimeout = "4s" })
-	u := uuids(p) // u[0..2] whole, u[3] the share landing place
+// twoBurstable is a dynamic plugin with guest_move_timeout moveTimeout
+// where two burstable tenants (limit 1.0) of half a GPU each are listed on
+// the share landing place u[3] (u[0..2] are whole).
+func twoBurstable(t *testing.T, moveTimeout string) (f *fakeNomad, p *Plugin, dir string, u []string) {
+	t.Helper()
+	f = newFakeNomad(t)
+	p, dir = newDynamicPlugin(t, f, func(c *Config) { c.GuestMoveTimeout = moveTimeout })
+	u = uuids(p)
 	f.placeTenant(allocA, "nb-a", "1.0", "gpu-share", shares(u[3], 0, 50)...)
 	f.placeTenant(allocB, "nb-b", "1.0", "gpu-share", shares(u[3], 50, 50)...)
 	cycle(p, f)
+	return f, p, dir, u
+}
+
+func TestBurstableTenantSpreadsAndMovesBackForAWholeBinding(t *testing.T) {
+	f, p, dir, u := twoBurstable(t, "4s")
 	// Both are listed on u[3]: the first bound spreads to the lowest idle
 	// whole GPU, the second is then alone at home.
 	env := reserveOK(t, p, shares(u[3], 0, 50))
@@ -222,50 +232,8 @@ func TestBurstableTenantSpreadsAndMovesBackForAWholeBinding(t *testing.T) {
 	t.Logf("whole binding returned %s after it was asked for", time.Since(start).Round(time.Millisecond))
 }
 
-func TestWholeBindingFailsWhenTheGPUStaysBusy(t *testing.T) {
-	f := newFakeNomad(t)
-	p, dir := newDynamicPlugin(t, f, func(c *Config) { c.GuestMoveTimeout = "2s" })
-	u := uuids(p)
-	// A process of an allocation that restarts in place every time it is
-	// killed.
-	stop := make(chan struct{})
-	defer close(stop)
-	sp := startSim(t, dir, allocC, u[1], 1000)
-	p.hw.simulated().ReadProcessesAgain()
-	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case err := <-sp.done:
-				sp.done <- err
-			}
-			sp = startSim(t, dir, allocC, u[1], 1000)
-		}
-	}()
-	_, err := p.Reserve([]string{u[1]})
-	if err == nil || !strings.Contains(err.Error(), "refusing whole GPU "+u[1]+": processes of other allocations are still on it after 2s") ||
-		!strings.Contains(err.Error(), allocC) {
-		t.Fatalf("Reserve: %v", err)
-	}
-}
-
-func mustStart(t *testing.T, sp *simProcess) uint64 {
-	t.Helper()
-	s, err := simproc.StartTicks(sp.cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 func TestAGuestMovesWhenItsHostIsSwitchedToShares(t *testing.T) {
-	f := newFakeNomad(t)
-	p, dir := newDynamicPlugin(t, f, func(c *Config) { c.GuestMoveTimeout = "2s" })
-	u := uuids(p) // u[0..2] whole, u[3] the share landing place
-	f.placeTenant(allocA, "nb-a", "1.0", "gpu-share", shares(u[3], 0, 50)...)
-	f.placeTenant(allocB, "nb-b", "1.0", "gpu-share", shares(u[3], 50, 50)...)
-	cycle(p, f)
+	f, p, dir, u := twoBurstable(t, "2s")
 	if env := reserveOK(t, p, shares(u[3], 0, 50)); env["NVIDIA_VISIBLE_DEVICES"] != u[0] {
 		t.Fatalf("want a guest on %s, got %s", u[0], env["NVIDIA_VISIBLE_DEVICES"])
 	}
@@ -301,7 +269,7 @@ func TestAGuestMovesWhenItsHostIsSwitchedToShares(t *testing.T) {
 	if !guest.killed(t) {
 		t.Fatal("the guest was not killed")
 	}
-	if k := p.tenancy.report.Load().Kills; len(k) == 0 || k[len(k)-1].Reason != ReasonMove {
+	if k := p.tenancy.Report().Kills; len(k) == 0 || k[len(k)-1].Reason != dynamic.ReasonMove {
 		t.Errorf("kills: %+v", k)
 	}
 	testcluster.Eventually(t, 10*time.Second, func() error {
@@ -323,19 +291,35 @@ func TestAGuestIsFoundAgainAfterAPluginRestart(t *testing.T) {
 	cycle(p, f)
 	startSim(t, dir, allocA, u[0], 30000)
 	monitorNow(p)
-	r := p.tenancy.report.Load()
+	r := p.tenancy.Report()
 	if len(r.Tenants) != 1 || !r.Tenants[0].Guest || r.Tenants[0].GPU != u[0] || r.Tenants[0].UsedMiB != 30000 || len(r.Outside) != 0 {
 		t.Fatalf("report: tenants %+v, outside %+v", r.Tenants, r.Outside)
 	}
-	p.tenancy.mu.Lock()
-	guests := p.tenancy.guestsOnLocked([]string{u[0]})
-	p.tenancy.mu.Unlock()
-	if len(guests) != 1 || guests[0].AllocID != allocA {
-		t.Fatalf("guests on %s: %+v", u[0], guests)
-	}
-	obs := gpuObservations(p.hw.view(), p.usage.current())
-	p.tenancy.markGuests(obs)
+	obs := gpuObservations(p.hw.view(), p.holdings.current())
+	markGuests(obs, p.tenancy.GuestsByHost())
 	if obs[u[0]].Guests != 1 {
 		t.Errorf("the partition is not told of the guest: %+v", obs[u[0]])
+	}
+}
+
+// monitorNow runs one monitor cycle on what the simulated processes use
+// now.
+func monitorNow(p *Plugin) {
+	p.hw.simulated().ReadProcessesAgain()
+	p.tenancy.Cycle(p.ctx)
+}
+
+// TestABusyUsageAddressKeepsTheGPUsOffered: the usage endpoint is tried
+// again in the background (package dynamic); the plugin goes on.
+func TestABusyUsageAddressKeepsTheGPUsOffered(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	f := newFakeNomad(t)
+	p, _ := newDynamicPlugin(t, f, func(c *Config) { c.UsageListen = busy.Addr().String() })
+	if fams := families(p); fams[0] == "none" {
+		t.Fatalf("the GPUs are not offered while the usage address is busy: %v", fams)
 	}
 }

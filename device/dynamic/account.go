@@ -1,4 +1,4 @@
-package device
+package dynamic
 
 import (
 	"maps"
@@ -56,9 +56,9 @@ type tenantAccount struct {
 
 // accountLocked charges the processes of a cycle to the tenants. t.mu must
 // be held.
-func (t *tenancy) accountLocked(hw hwView, seen []seenProcess, now time.Time) *cycleView {
-	v := &cycleView{at: now, byUUID: make(map[string]*gpuAccount, len(hw.gpus))}
-	for _, g := range hw.gpus {
+func (t *Tenancy) accountLocked(gpus []GPU, seen []seenProcess, now time.Time) *cycleView {
+	v := &cycleView{at: now, byUUID: make(map[string]*gpuAccount, len(gpus))}
+	for _, g := range gpus {
 		a := &gpuAccount{uuid: g.UUID, index: g.Index, totalMiB: g.MemoryMiB}
 		v.gpus = append(v.gpus, a)
 		v.byUUID[g.UUID] = a
@@ -86,7 +86,7 @@ type chargeKey struct{ tenant, gpu string }
 
 // dropKilledLocked leaves out the processes killed within killedGrace:
 // their memory counts as freed. t.mu must be held.
-func (t *tenancy) dropKilledLocked(seen []seenProcess, now time.Time) []seenProcess {
+func (t *Tenancy) dropKilledLocked(seen []seenProcess, now time.Time) []seenProcess {
 	live := make([]seenProcess, 0, len(seen))
 	for _, sp := range seen {
 		if !t.recentlyKilledLocked(sp.id, now) {
@@ -100,7 +100,7 @@ func (t *tenancy) dropKilledLocked(seen []seenProcess, now time.Time) []seenProc
 // away from their home (after a plugin restart, Reserve's placements are
 // gone): all their processes on one other GPU make it their host. t.mu
 // must be held.
-func (t *tenancy) adoptHostsLocked(seen []seenProcess) {
+func (t *Tenancy) adoptHostsLocked(seen []seenProcess) {
 	on := map[string]map[string]bool{} // tenant key -> GPUs of its processes
 	for _, sp := range seen {
 		k := sp.id.Owner.AllocID + "/" + sp.id.Owner.Task
@@ -125,7 +125,7 @@ func (t *tenancy) adoptHostsLocked(seen []seenProcess) {
 
 // openAccountsLocked opens an account for every tenant on each GPU it
 // physically uses, and returns them by tenant and GPU. t.mu must be held.
-func (t *tenancy) openAccountsLocked(v *cycleView) map[chargeKey]*tenantAccount {
+func (t *Tenancy) openAccountsLocked(v *cycleView) map[chargeKey]*tenantAccount {
 	owned := map[chargeKey]*tenantAccount{}
 	for _, k := range slices.Sorted(maps.Keys(t.tenants)) {
 		tn := t.tenants[k]
@@ -164,7 +164,7 @@ func limitShares(tn alloctrack.Tenant) int {
 
 // whyOutsideLocked says why a process is charged to no tenant of its GPU.
 // t.mu must be held.
-func (t *tenancy) whyOutsideLocked(sp seenProcess) string {
+func (t *Tenancy) whyOutsideLocked(sp seenProcess) string {
 	o := sp.id.Owner
 	if !o.Known() {
 		return "belongs to no Nomad allocation"

@@ -11,7 +11,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/device/partition"
 )
 
-// usage is what the Nomad API last said the node's allocations hold, and
+// holdings is what the Nomad API last said the node's allocations hold, and
 // the reservations Reserve granted since: Nomad tells a device plugin
 // nothing when a reservation ends, so the loop reads it back from the API,
 // and two Reserve calls between two reads must still not give one GPU both
@@ -19,74 +19,74 @@ import (
 // the new one replaces it), so a reservation granted just before still
 // counts; but Reserve decides nothing until the new configuration's first
 // read (awaitRead). mu guards every field.
-type usage struct {
+type holdings struct {
 	mu sync.Mutex
 	// gpus is the last successful read, by GPU UUID. Each read replaces
 	// the map and nothing modifies it afterwards, so holders of a copy of
 	// the reference read it without the lock.
-	gpus map[string]*alloctrack.GPUUsage
+	gpus map[string]*alloctrack.GPUHolding
 	// hidden says why the last read may have left allocations out (see
 	// alloctrack.Snapshot.Hidden); "" when it was complete.
 	hidden string
 	// pending are the reservations granted since the last consistent read
 	// that began after them.
-	pending map[string]*pendingUse
+	pending map[string]*pendingHold
 	// read is closed by the first successful read since reset; readErr is
 	// the last failed read's error until then.
 	read    chan struct{}
 	readErr error
 }
 
-// pendingUse records how a GPU was reserved since the last Nomad read.
-type pendingUse struct {
+// pendingHold records how a GPU was reserved since the last Nomad read.
+type pendingHold struct {
 	whole, share bool
 	at           time.Time
 }
 
 // reset makes Reserve wait for the next successful read (a new
-// configuration); the last usage and the pending reservations stay.
-func (u *usage) reset() {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	u.read, u.readErr = make(chan struct{}), nil
+// configuration); the last holdings and the pending reservations stay.
+func (h *holdings) reset() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.read, h.readErr = make(chan struct{}), nil
 }
 
 // hasPending reports whether reservations wait for a read that accounts for
 // them: the next read should then be consistent.
-func (u *usage) hasPending() bool {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return len(u.pending) > 0
+func (h *holdings) hasPending() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.pending) > 0
 }
 
-// update takes a successful read: its usage replaces the last. A
+// update takes a successful read: its holdings replace the last. A
 // consistent read includes every allocation placed before it began, so the
 // reservations made before then are forgotten; a stale one may lag, so they
 // stay.
-func (u *usage) update(snap alloctrack.Snapshot) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	u.gpus, u.hidden = snap.GPUs, snap.Hidden
+func (h *holdings) update(snap alloctrack.Snapshot) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.gpus, h.hidden = snap.GPUs, snap.Hidden
 	if snap.Consistent {
-		for id, pu := range u.pending {
+		for id, pu := range h.pending {
 			if pu.at.Before(snap.Started) {
-				delete(u.pending, id)
+				delete(h.pending, id)
 			}
 		}
 	}
-	u.readErr = nil
+	h.readErr = nil
 	select {
-	case <-u.read:
+	case <-h.read:
 	default:
-		close(u.read)
+		close(h.read)
 	}
 }
 
 // failed records a failed read, for Reserve's error while it waits.
-func (u *usage) failed(err error) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	u.readErr = err
+func (h *holdings) failed(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.readErr = err
 }
 
 // errNoRead is returned by awaitRead when no read succeeded in time.
@@ -94,10 +94,10 @@ var errNoRead = errors.New("the plugin has not read this node's allocations from
 
 // awaitRead waits, at most timeout, for the first successful read since
 // reset.
-func (u *usage) awaitRead(timeout time.Duration) error {
-	u.mu.Lock()
-	read := u.read
-	u.mu.Unlock()
+func (h *holdings) awaitRead(timeout time.Duration) error {
+	h.mu.Lock()
+	read := h.read
+	h.mu.Unlock()
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
@@ -105,19 +105,19 @@ func (u *usage) awaitRead(timeout time.Duration) error {
 		return nil
 	case <-t.C:
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.readErr != nil {
-		return fmt.Errorf("%w (waited %s; last attempt: %v)", errNoRead, timeout, u.readErr)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.readErr != nil {
+		return fmt.Errorf("%w (waited %s; last attempt: %v)", errNoRead, timeout, h.readErr)
 	}
 	return fmt.Errorf("%w (waited %s; no read finished yet)", errNoRead, timeout)
 }
 
-// current returns the last read (nil before the first); see usage.gpus.
-func (u *usage) current() map[string]*alloctrack.GPUUsage {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.gpus
+// current returns the last read (nil before the first); see holdings.gpus.
+func (h *holdings) current() map[string]*alloctrack.GPUHolding {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.gpus
 }
 
 // claim records the reservation of binding b at now, or refuses it when it
@@ -125,40 +125,40 @@ func (u *usage) current() map[string]*alloctrack.GPUUsage {
 // or the reservations since hold it the other way (conflict), or when the
 // last read may have hidden allocations and the binding is not in the
 // family the GPU is offered in now (hiddenRisk).
-func (u *usage) claim(b binding, v *reserveView, now time.Time) error {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if err := u.conflict(b); err != nil {
+func (h *holdings) claim(b binding, v *reserveView, now time.Time) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.conflict(b); err != nil {
 		return err
 	}
-	if err := u.hiddenRisk(b, v); err != nil {
+	if err := h.hiddenRisk(b, v); err != nil {
 		return err
 	}
 	if b.shareGPU != "" {
-		u.record(b.shareGPU, now).share = true
+		h.record(b.shareGPU, now).share = true
 		return nil
 	}
 	for _, id := range b.whole {
-		u.record(id, now).whole = true
+		h.record(id, now).whole = true
 	}
 	return nil
 }
 
 // conflict refuses a binding that the allocations Nomad listed, or the
 // reservations since, hold the other way.
-func (u *usage) conflict(b binding) error {
+func (h *holdings) conflict(b binding) error {
 	if b.shareGPU != "" {
-		if g := u.gpus[b.shareGPU]; g != nil && len(g.WholeAllocs) > 0 || u.pending[b.shareGPU] != nil && u.pending[b.shareGPU].whole {
+		if g := h.gpus[b.shareGPU]; g != nil && len(g.WholeAllocs) > 0 || h.pending[b.shareGPU] != nil && h.pending[b.shareGPU].whole {
 			return fmt.Errorf("gpushare: refusing shares %s: GPU %s is held whole by another allocation", strings.Join(b.shares, ", "), b.shareGPU)
 		}
 		return nil
 	}
 	for _, id := range b.whole {
 		held := 0
-		if g := u.gpus[id]; g != nil {
+		if g := h.gpus[id]; g != nil {
 			held = g.ShareUnits
 		}
-		if held > 0 || u.pending[id] != nil && u.pending[id].share {
+		if held > 0 || h.pending[id] != nil && h.pending[id].share {
 			return fmt.Errorf("gpushare: refusing whole GPU %s: it has share tenants (%d shares held)", id, held)
 		}
 	}
@@ -170,8 +170,8 @@ func (u *usage) conflict(b binding) error {
 // switches nothing, so the GPU has stayed in that family and hidden
 // allocations can only hold it that way; a placement in the other family
 // (planned against an older publication) could share the GPU with one.
-func (u *usage) hiddenRisk(b binding, v *reserveView) error {
-	if u.hidden == "" {
+func (h *holdings) hiddenRisk(b binding, v *reserveView) error {
+	if h.hidden == "" {
 		return nil
 	}
 	want, gpus := partition.Whole, b.whole
@@ -181,21 +181,21 @@ func (u *usage) hiddenRisk(b binding, v *reserveView) error {
 	for _, id := range gpus {
 		if v.gpus[id].family != want {
 			return fmt.Errorf("gpushare: refusing %s of GPU %s: it is not offered as %s now, and allocations on this node may be hidden from the plugin: %s",
-				map[partition.Mode]string{partition.Whole: "the whole GPU", partition.Share: "shares"}[want], id, want, u.hidden)
+				map[partition.Mode]string{partition.Whole: "the whole GPU", partition.Share: "shares"}[want], id, want, h.hidden)
 		}
 	}
 	return nil
 }
 
-// record returns the pending use of a GPU, stamped now.
-func (u *usage) record(id string, now time.Time) *pendingUse {
-	if u.pending == nil {
-		u.pending = map[string]*pendingUse{}
+// record returns the pending hold of a GPU, stamped now.
+func (h *holdings) record(id string, now time.Time) *pendingHold {
+	if h.pending == nil {
+		h.pending = map[string]*pendingHold{}
 	}
-	pu := u.pending[id]
+	pu := h.pending[id]
 	if pu == nil {
-		pu = &pendingUse{}
-		u.pending[id] = pu
+		pu = &pendingHold{}
+		h.pending[id] = pu
 	}
 	pu.at = now
 	return pu
@@ -203,11 +203,11 @@ func (u *usage) record(id string, now time.Time) *pendingUse {
 
 // wholeHeld reports whether a GPU is held whole: by an allocation the
 // Nomad API listed, or by a whole binding Reserve granted since.
-func (u *usage) wholeHeld(uuid string) bool {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if g := u.gpus[uuid]; g != nil && len(g.WholeAllocs) > 0 {
+func (h *holdings) wholeHeld(uuid string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if g := h.gpus[uuid]; g != nil && len(g.WholeAllocs) > 0 {
 		return true
 	}
-	return u.pending[uuid] != nil && u.pending[uuid].whole
+	return h.pending[uuid] != nil && h.pending[uuid].whole
 }

@@ -1,7 +1,8 @@
-// Package reclaim is the rule that keeps every tenant of a GPU able to
-// reach its request while others borrow the memory nobody else needs
-// (docs/design.md, "Dynamic fractions and the node-level scheduler"). It
-// is a pure function of one GPU's state as a monitor cycle saw it:
+// Package borrow is the borrowing rule of a GPU's memory: tenants may
+// borrow, up to their limit, the memory nobody else needs, and every
+// tenant stays able to reach its request (docs/design.md, "Dynamic
+// fractions and the node-level scheduler", "Borrowing rule"). It is a pure
+// function of one GPU's state as a monitor cycle saw it:
 //
 //  1. A tenant using more than its limit is killed (reason "limit").
 //  2. On every GPU, free memory stays at least the sum over its tenants of
@@ -15,11 +16,11 @@
 //     With less, borrowers also use the idle part of others' requests, and
 //     give it back as their owners grow.
 //  3. While that does not hold, the tenant most above its request is
-//     killed (reason "reclaim"), the newest on ties. A tenant within its
-//     request is never killed: when only such tenants are left and the
-//     rule still fails (processes of no tenant hold the memory), the
-//     shortfall is reported instead.
-package reclaim
+//     killed (reason "reclaim": an owner takes its memory back), the
+//     newest on ties. A tenant within its request is never killed: when
+//     only such tenants are left and the rule still fails (processes of no
+//     tenant hold the memory), the shortfall is reported instead.
+package borrow
 
 import (
 	"cmp"

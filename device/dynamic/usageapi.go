@@ -1,4 +1,4 @@
-package device
+package dynamic
 
 import (
 	"context"
@@ -21,7 +21,6 @@ import (
 // so tenants that are gone leave no series behind. mu guards the fields
 // below it.
 type usageAPI struct {
-	once  sync.Once
 	reg   *prometheus.Registry
 	cycle prometheus.Histogram
 
@@ -39,24 +38,20 @@ type usageAPI struct {
 // still there).
 const usageRetry = 5 * time.Second
 
-func (u *usageAPI) init(p *Plugin) {
-	u.once.Do(func() {
-		u.reg = prometheus.NewRegistry()
-		u.cycle = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "gpushare", Name: "monitor_cycle_seconds",
-			Help: "Duration of one monitor cycle: read GPU processes, charge them to tenants, apply the reclaim rule.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)})
-		u.reg.MustRegister(u.cycle, &tenancyCollector{p: p})
-	})
+// init makes the metrics of t.
+func (u *usageAPI) init(t *Tenancy) {
+	u.reg = prometheus.NewRegistry()
+	u.cycle = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "gpushare", Name: "monitor_cycle_seconds",
+		Help: "Duration of one monitor cycle: read GPU processes, charge them to tenants, apply the reclaim rule.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)})
+	u.reg.MustRegister(u.cycle, &tenancyCollector{t: t})
 }
 
 // observeCycle records a monitor cycle's duration.
-func (u *usageAPI) observeCycle(d time.Duration) {
-	if u.cycle != nil {
-		u.cycle.Observe(d.Seconds())
-	}
-}
+func (u *usageAPI) observeCycle(d time.Duration) { u.cycle.Observe(d.Seconds()) }
 
-// Addr is the address the endpoint listens on ("" when not listening).
-func (u *usageAPI) Addr() string {
+// listenAddr is the address the endpoint listens on ("" when not
+// listening).
+func (u *usageAPI) listenAddr() string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.addr
@@ -65,9 +60,8 @@ func (u *usageAPI) Addr() string {
 // serveUsage (re)starts the endpoint on addr ("" stops it). An address
 // that cannot be listened on is logged and tried again every usageRetry:
 // the GPUs stay offered without it.
-func (p *Plugin) serveUsage(addr string) {
-	u := &p.usageAPI
-	u.init(p)
+func (t *Tenancy) serveUsage(ctx context.Context, addr string) {
+	u := &t.api
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if addr == u.want {
@@ -75,61 +69,51 @@ func (p *Plugin) serveUsage(addr string) {
 	}
 	u.stopLocked()
 	u.want = addr
-	if addr == "" || p.listenLocked(addr) == nil {
+	if addr == "" || t.listenLocked(addr) == nil {
 		return
 	}
-	ctx, cancel := context.WithCancel(p.ctx)
+	ctx, cancel := context.WithCancel(ctx)
 	u.stopRetry = cancel
-	go p.retryUsage(ctx, addr)
+	go t.retryUsage(ctx, addr)
 }
 
 // retryUsage tries a busy address again until it works or ctx ends.
-func (p *Plugin) retryUsage(ctx context.Context, addr string) {
-	tick := time.NewTicker(usageRetry)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		p.usageAPI.mu.Lock()
-		done := ctx.Err() != nil || p.listenLocked(addr) == nil
-		p.usageAPI.mu.Unlock()
-		if done {
-			return
-		}
-	}
+func (t *Tenancy) retryUsage(ctx context.Context, addr string) {
+	every(ctx, usageRetry, func() bool {
+		t.api.mu.Lock()
+		defer t.api.mu.Unlock()
+		return ctx.Err() == nil && t.listenLocked(addr) != nil
+	})
 }
 
-// listenLocked starts serving on addr. p.usageAPI.mu must be held.
-func (p *Plugin) listenLocked(addr string) error {
-	u := &p.usageAPI
+// listenLocked starts serving on addr. t.api.mu must be held.
+func (t *Tenancy) listenLocked(addr string) error {
+	u := &t.api
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		p.logger.Error("cannot serve GPU usage on usage_listen; retrying", "address", addr, "retry_every", usageRetry, "error", err)
+		t.logger.Error("cannot serve GPU usage on usage_listen; retrying", "address", addr, "retry_every", usageRetry, "error", err)
 		return err
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+nodeusage.Path, p.serveReport)
+	mux.HandleFunc("GET "+nodeusage.Path, t.serveReport)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(u.reg, promhttp.HandlerOpts{}))
 	u.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	u.addr = ln.Addr().String()
 	go func(srv *http.Server) {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			p.logger.Error("usage endpoint stopped", "address", ln.Addr(), "error", err)
+			t.logger.Error("usage endpoint stopped", "address", ln.Addr(), "error", err)
 		}
 	}(u.srv)
-	p.logger.Info("serving GPU usage", "address", u.addr, "paths", []string{nodeusage.Path, "/metrics"})
+	t.logger.Info("serving GPU usage", "address", u.addr, "paths", []string{nodeusage.Path, "/metrics"})
 	return nil
 }
 
 // stopUsage stops the endpoint.
-func (p *Plugin) stopUsage() {
-	p.usageAPI.mu.Lock()
-	defer p.usageAPI.mu.Unlock()
-	p.usageAPI.stopLocked()
-	p.usageAPI.want = ""
+func (t *Tenancy) stopUsage() {
+	t.api.mu.Lock()
+	defer t.api.mu.Unlock()
+	t.api.stopLocked()
+	t.api.want = ""
 }
 
 func (u *usageAPI) stopLocked() {
@@ -146,8 +130,8 @@ func (u *usageAPI) stopLocked() {
 	u.srv, u.addr = nil, ""
 }
 
-func (p *Plugin) serveReport(w http.ResponseWriter, _ *http.Request) {
-	r := p.tenancy.report.Load()
+func (t *Tenancy) serveReport(w http.ResponseWriter, _ *http.Request) {
+	r := t.report.Load()
 	w.Header().Set("Content-Type", "application/json")
 	if r == nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -160,7 +144,7 @@ func (p *Plugin) serveReport(w http.ResponseWriter, _ *http.Request) {
 }
 
 // tenancyCollector turns the last report into metrics at each scrape.
-type tenancyCollector struct{ p *Plugin }
+type tenancyCollector struct{ t *Tenancy }
 
 var (
 	tenantLabels = []string{"namespace", "job", "group", "task", "alloc_id", "gpu", "home_gpu"}
@@ -181,7 +165,7 @@ var (
 func (c *tenancyCollector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
 
 func (c *tenancyCollector) Collect(ch chan<- prometheus.Metric) {
-	t := &c.p.tenancy
+	t := c.t
 	t.mu.Lock()
 	kills := make(map[killLabels]int, len(t.killCount))
 	for l, n := range t.killCount {
