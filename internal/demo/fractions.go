@@ -8,10 +8,10 @@ import "fmt"
 // a whole-GPU job arrives and Nomad gives it that GPU; the guest moves
 // back home, the borrower is reclaimed, and the whole-GPU job runs alone.
 const (
-	fractionsDir      = "jobspecs/demo/fractions"
-	storyNotebookA    = fractionsDir + "/notebook-a.nomad.hcl"
-	storyNotebookB    = fractionsDir + "/notebook-b.nomad.hcl"
-	storyWholeGPU     = fractionsDir + "/train.nomad.hcl"
+	fractionsDir   = "jobspecs/demo/fractions"
+	storyNotebookA = fractionsDir + "/notebook-a.nomad.hcl"
+	storyNotebookB = fractionsDir + "/notebook-b.nomad.hcl"
+	storyWholeGPU  = fractionsDir + "/train.nomad.hcl"
 )
 
 // storyStoppedFirst are the examples the story stops to free their GPUs.
