@@ -73,6 +73,11 @@ func TestReportModeKillsNothing(t *testing.T) {
 	if len(r.Kills) != 1 || r.Kills[0].Enforced || r.Enforcement != EnforceReport || r.Totals.Kills["limit"] != 0 {
 		t.Errorf("kills recorded: %+v (totals %+v), want one, not enforced nor counted", r.Kills, r.Totals)
 	}
+	// The process lives on: its memory stays charged to its tenant, not
+	// counted as freed by a kill that never happened.
+	if len(r.Tenants) != 1 || r.Tenants[0].UsedMiB != 30000 {
+		t.Errorf("tenants %+v, want the capped tenant still charged 30000 MiB", r.Tenants)
+	}
 }
 
 func TestAGuestIsFoundAgainAfterAPluginRestart(t *testing.T) {

@@ -297,15 +297,18 @@ func (t *Tenancy) recentlyKilledLocked(id tenants.Identity, now time.Time) bool 
 	return ok
 }
 
-// noteKillLocked records a kill for reports and metrics. t.mu must be held.
+// noteKillLocked records a kill for reports and metrics. Only an enforced
+// kill frees the processes' memory in the accounts (killedGrace): with
+// enforcement "report" they live on. t.mu must be held.
 func (t *Tenancy) noteKillLocked(k nodeusage.Kill, ids []tenants.Identity) {
+	t.kills = appendRecent(t.kills, k)
+	if !k.Enforced {
+		return
+	}
 	for _, id := range ids {
 		t.killed[procKey{id.PID, id.StartTicks}] = k.At
 	}
-	t.kills = appendRecent(t.kills, k)
-	if k.Enforced {
-		t.killCount[killLabels{k.Reason, k.Namespace, k.Job}]++
-	}
+	t.killCount[killLabels{k.Reason, k.Namespace, k.Job}]++
 }
 
 // SetLeaving takes the GPUs the partition is taking out of the whole
