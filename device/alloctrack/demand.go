@@ -28,15 +28,16 @@ type Demand = partition.Demand
 //     names devices (the "missing devices" constraint or an exhausted
 //     "devices: ..." dimension); count is its failed allocations
 //     (CoalescedFailures + 1);
-//   - the job's datacenters and node pool admit this node, as Nomad reads
-//     them (feasible.JobAdmits);
+//   - this node admits the group as Nomad decides it, devices left aside:
+//     the job's datacenters and node pool, and the job's, group's and
+//     tasks' constraints on the node (feasible.Node.NodeRejection);
 //   - the request names vendor nvidia (or none) and type gpu or gpu-share,
 //     and if it names a device group, a group of this node of that type.
 //
-// Other constraints and device constraints or affinities are not
-// evaluated: such demand may switch a GPU it cannot use. It then still
-// waits, so it keeps that GPU from going back, but it never takes more
-// than it asks for, and older demand is served first.
+// Device constraints are not evaluated (the family the demand waits for
+// may not be published yet): such demand may switch a GPU it cannot use.
+// It then still waits, so it keeps that GPU from going back, but it never
+// takes more than it asks for, and older demand is served first.
 
 // jobCache keeps job specifications by namespace/ID at the evaluation's job
 // modify index, so each job version is read once.
@@ -128,7 +129,7 @@ func (t *Tracker) readDemand(ctx context.Context, node *api.Node) ([]Demand, err
 			delete(t.jobs, k)
 		}
 	}
-	groups, unit := deviceGroupNames(node), shareUnit(node)
+	groups, unit, facts := deviceGroupNames(node), shareUnit(node), feasible.NodeOf(node)
 	var out []Demand
 	for _, k := range slices.Sorted(maps.Keys(latest)) {
 		e := latest[k]
@@ -149,12 +150,23 @@ func (t *Tracker) readDemand(ctx context.Context, node *api.Node) ([]Demand, err
 			}
 			t.jobs[k] = job
 		}
-		if !feasible.JobAdmits(job, node.Datacenter, node.NodePool) {
-			continue
-		}
-		out = append(out, jobDemand(k, job, e.FailedTGAllocs, groups, unit)...)
+		out = append(out, jobDemand(k, job, admitted(facts, job, e.FailedTGAllocs), groups, unit)...)
 	}
 	return out, nil
+}
+
+// admitted is the failed task groups of job that this node admits.
+func admitted(facts feasible.Node, job *api.Job, failed map[string]*api.AllocationMetric) map[string]*api.AllocationMetric {
+	out := map[string]*api.AllocationMetric{}
+	for _, tg := range job.TaskGroups {
+		if tg == nil || tg.Name == nil || failed[*tg.Name] == nil {
+			continue
+		}
+		if facts.NodeRejection(job, tg) == "" {
+			out[*tg.Name] = failed[*tg.Name]
+		}
+	}
+	return out
 }
 
 func (t *Tracker) debug(msg string, args ...any) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/internal/feasible"
 	"github.com/gpushare/nomad-gpushare/vocab"
 	"github.com/hashicorp/nomad/api"
 )
@@ -95,6 +96,42 @@ func TestJobDemand(t *testing.T) {
 				if !d.Since.Equal(sub) {
 					t.Errorf("%s: since %v, want the submission time", d.Key, d.Since)
 				}
+			}
+		})
+	}
+}
+
+// TestAdmittedGroups: only the failed groups this node admits count as its
+// demand: the job's datacenters and pool, and constraints on the node at
+// job, group or task level.
+func TestAdmittedGroups(t *testing.T) {
+	node := feasible.NodeOf(&api.Node{ID: "n1", Datacenter: "dc1", NodePool: "gpu",
+		Attributes: map[string]string{"kernel.name": "linux"}, Meta: map[string]string{"rack": "r1"}})
+	failed := map[string]*api.AllocationMetric{"g": {ConstraintFiltered: map[string]int{"missing devices": 1}}}
+	constraint := func(target, value string) []*api.Constraint {
+		return []*api.Constraint{{LTarget: target, RTarget: value, Operand: "="}}
+	}
+	tests := []struct {
+		name  string
+		job   *api.Job
+		group *api.TaskGroup
+		want  bool
+	}{
+		{"admitted", &api.Job{Datacenters: []string{"dc*"}, NodePool: new("gpu")}, &api.TaskGroup{}, true},
+		{"other datacenter", &api.Job{Datacenters: []string{"dc2"}, NodePool: new("gpu")}, &api.TaskGroup{}, false},
+		{"other pool", &api.Job{Datacenters: []string{"dc1"}, NodePool: new("cpu")}, &api.TaskGroup{}, false},
+		{"job constraint not met", &api.Job{Datacenters: []string{"dc1"}, NodePool: new("gpu"), Constraints: constraint("${attr.kernel.name}", "windows")}, &api.TaskGroup{}, false},
+		{"group constraint met", &api.Job{Datacenters: []string{"dc1"}, NodePool: new("gpu")}, &api.TaskGroup{Constraints: constraint("${meta.rack}", "r1")}, true},
+		{"task constraint not met", &api.Job{Datacenters: []string{"dc1"}, NodePool: new("gpu")},
+			&api.TaskGroup{Tasks: []*api.Task{{Name: "t", Constraints: constraint("${meta.rack}", "r2")}}}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.group.Name = new("g")
+			tt.job.TaskGroups = []*api.TaskGroup{tt.group}
+			got := admitted(node, tt.job, failed)
+			if (got["g"] != nil) != tt.want {
+				t.Errorf("group admitted: %v, want %v", got["g"] != nil, tt.want)
 			}
 		})
 	}

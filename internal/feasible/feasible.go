@@ -92,12 +92,6 @@ func InPool(job *nomadapi.Job, nodePool string) bool {
 	return pool == AllPools || pool == nodePool
 }
 
-// JobAdmits reports whether the job's datacenters and node pool admit a
-// node of datacenter dc and pool nodePool.
-func JobAdmits(job *nomadapi.Job, dc, nodePool string) bool {
-	return InDatacenters(job.Datacenters, dc) && InPool(job, nodePool)
-}
-
 // GroupConstraints are the constraints on nodes that apply to the group:
 // its job's, its own and its tasks'.
 func GroupConstraints(job *nomadapi.Job, tg *nomadapi.TaskGroup) []*nomadapi.Constraint {
@@ -129,16 +123,8 @@ func GPURequests(tg *nomadapi.TaskGroup) []*nomadapi.RequestedDevice {
 // them). A device request with constraints, or naming a device group,
 // limits the models to those of the device groups that satisfy it.
 func (n *Node) Rejection(job *nomadapi.Job, tg *nomadapi.TaskGroup) (string, []string) {
-	if !InDatacenters(job.Datacenters, n.Datacenter) {
-		return fmt.Sprintf("datacenters %v", job.Datacenters), nil
-	}
-	if !InPool(job, n.Pool) {
-		return fmt.Sprintf("node pool %q", JobPool(job)), nil
-	}
-	for _, c := range GroupConstraints(job, tg) {
-		if !nodeConstraintHolds(c, n) {
-			return "constraint " + DescribeConstraint(c), nil
-		}
+	if why := n.NodeRejection(job, tg); why != "" {
+		return why, nil
 	}
 	var models []string
 	for _, d := range GPURequests(tg) {
@@ -152,6 +138,30 @@ func (n *Node) Rejection(job *nomadapi.Job, tg *nomadapi.TaskGroup) (string, []s
 		}
 	}
 	return "", models
+}
+
+// NodeRejection returns why node n itself does not admit the group of
+// job, its devices left unread: the job's datacenters and node pool, and
+// the job's, group's and tasks' constraints. "" when it admits it.
+func (n *Node) NodeRejection(job *nomadapi.Job, tg *nomadapi.TaskGroup) string {
+	if !InDatacenters(job.Datacenters, n.Datacenter) {
+		return fmt.Sprintf("datacenters %v", job.Datacenters)
+	}
+	if !InPool(job, n.Pool) {
+		return fmt.Sprintf("node pool %q", JobPool(job))
+	}
+	for _, c := range GroupConstraints(job, tg) {
+		if !nodeConstraintHolds(c, n) {
+			return "constraint " + DescribeConstraint(c)
+		}
+	}
+	return ""
+}
+
+// NodeOf is what the checks read of a node as Nomad's API returns it,
+// devices left out.
+func NodeOf(n *nomadapi.Node) Node {
+	return Node{ID: n.ID, Name: n.Name, Datacenter: n.Datacenter, Class: n.NodeClass, Pool: n.NodePool, Attributes: n.Attributes, Meta: n.Meta}
 }
 
 // DescribeConstraint renders a constraint as a job file would.

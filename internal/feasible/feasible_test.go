@@ -7,6 +7,13 @@ import (
 	"github.com/hashicorp/nomad/nomad/structs"
 )
 
+// admits reports whether the job's datacenters and node pool admit a node
+// of datacenter dc and pool nodePool (its group has no constraint).
+func admits(job *nomadapi.Job, dc, nodePool string) bool {
+	n := Node{Datacenter: dc, Pool: nodePool}
+	return n.NodeRejection(job, &nomadapi.TaskGroup{}) == ""
+}
+
 // TestJobAdmits: a job's datacenters (with wildcards) and node pool admit
 // a node as Nomad's do.
 func TestJobAdmits(t *testing.T) {
@@ -32,14 +39,14 @@ func TestJobAdmits(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			job := &nomadapi.Job{Datacenters: tt.dcs, NodePool: &tt.pool}
-			if got := JobAdmits(job, tt.dc, tt.node); got != tt.want {
-				t.Errorf("JobAdmits = %v, want %v", got, tt.want)
+			if got := admits(job, tt.dc, tt.node); got != tt.want {
+				t.Errorf("admits = %v, want %v", got, tt.want)
 			}
 		})
 	}
 }
 
-// TestJobAdmitsAsNomad checks JobAdmits against Nomad's own checks
+// TestJobAdmitsAsNomad checks the datacenter and pool checks against Nomad's own checks
 // (structs.Node.IsInAnyDC and IsInPool) on jobs and nodes as Nomad's
 // servers canonicalize them (a job names at least one datacenter and a
 // pool, a node its pool).
@@ -55,8 +62,8 @@ func TestJobAdmitsAsNomad(t *testing.T) {
 					node := &structs.Node{Datacenter: dc, NodePool: np}
 					want := node.IsInAnyDC(ps) && node.IsInPool(pool)
 					job := &nomadapi.Job{Datacenters: ps, NodePool: &pool}
-					if got := JobAdmits(job, dc, np); got != want {
-						t.Errorf("datacenters %q pool %q, node in %q pool %q: JobAdmits = %v, Nomad %v", ps, pool, dc, np, got, want)
+					if got := admits(job, dc, np); got != want {
+						t.Errorf("datacenters %q pool %q, node in %q pool %q: admits = %v, Nomad %v", ps, pool, dc, np, got, want)
 					}
 				}
 			}
