@@ -71,6 +71,22 @@ build() {
   mv "$tools_dir/bin/$name.new" "$tools_dir/bin/$name"
 }
 
+if ! check nomad "$NOMAD_VERSION"; then
+  build nomad github.com/hashicorp/nomad "$NOMAD_VERSION" \
+    "require github.com/hashicorp/nomad/api $NOMAD_API_VERSION" \
+    "replace github.com/Microsoft/go-winio => github.com/endocrimes/go-winio v0.4.13-0.20190628114223-fb47a8b41948" \
+    "replace github.com/hashicorp/hcl => github.com/hashicorp/hcl v1.0.1-nomad-1"
+fi
+if ! check consul "$CONSUL_VERSION"; then
+  GONOSUMDB=${GONOSUMDB:+$GONOSUMDB,}github.com/hashicorp/consul-awsauth \
+    build consul github.com/hashicorp/consul "$CONSUL_VERSION"
+fi
+
+if ! check tofu "$TOFU_VERSION"; then
+  PKG=github.com/opentofu/opentofu/cmd/tofu LDFLAGS="-X github.com/opentofu/opentofu/version.dev=no" \
+    build tofu github.com/opentofu/opentofu "$TOFU_VERSION" "replace $TOFU_HCL_REPLACE"
+fi
+
 # The provider has no version command: its file name carries the version
 # (the name a provider mirror wants) and its build info the module path.
 nomad_provider=terraform-provider-nomad_v$NOMAD_PROVIDER_VERSION
@@ -108,43 +124,7 @@ build_nomad_provider() {
   fi
   mv "$tools_dir/bin/$nomad_provider.new" "$tools_dir/bin/$nomad_provider"
 }
-
-build_nomad() {
-  build nomad github.com/hashicorp/nomad "$NOMAD_VERSION" \
-    "require github.com/hashicorp/nomad/api $NOMAD_API_VERSION" \
-    "replace github.com/Microsoft/go-winio => github.com/endocrimes/go-winio v0.4.13-0.20190628114223-fb47a8b41948" \
-    "replace github.com/hashicorp/hcl => github.com/hashicorp/hcl v1.0.1-nomad-1"
-}
-build_consul() {
-  GONOSUMDB=${GONOSUMDB:+$GONOSUMDB,}github.com/hashicorp/consul-awsauth \
-    build consul github.com/hashicorp/consul "$CONSUL_VERSION"
-}
-build_tofu() {
-  PKG=github.com/opentofu/opentofu/cmd/tofu LDFLAGS="-X github.com/opentofu/opentofu/version.dev=no" \
-    build tofu github.com/opentofu/opentofu "$TOFU_VERSION" "replace $TOFU_HCL_REPLACE"
-}
-
-# The missing tools build side by side: each spends part of its time
-# fetching modules or linking on one core, which the others fill.
-pids=()
-names=()
-start() {
-  names+=("$1")
-  "$2" &
-  pids+=($!)
-}
-check nomad "$NOMAD_VERSION" || start nomad build_nomad
-check consul "$CONSUL_VERSION" || start consul build_consul
-check tofu "$TOFU_VERSION" || start tofu build_tofu
-check_provider || start "$nomad_provider" build_nomad_provider
-failed=()
-for i in "${!pids[@]}"; do
-  wait "${pids[$i]}" || failed+=("${names[$i]}")
-done
-if [ ${#failed[@]} -gt 0 ]; then
-  echo "build-agents: failed to build: ${failed[*]}" >&2
-  exit 1
-fi
+check_provider || build_nomad_provider
 
 for name in nomad consul tofu; do
   case $name in
