@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -82,6 +84,15 @@ func startSim(t *testing.T, dir, allocID, gpu string, mib uint64) *simProcess {
 	sp := &simProcess{cmd: cmd, done: make(chan error, 1)}
 	go func() { sp.done <- cmd.Wait() }()
 	t.Cleanup(func() { cmd.Process.Kill(); <-sp.done; sp.done <- nil })
+	// Until exec, the child is a copy of this test with its environment:
+	// a real GPU process is one only once it runs its own program.
+	testcluster.Eventually(t, 10*time.Second, func() error {
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid))
+		if err != nil || filepath.Base(exe) != "sleep" {
+			return fmt.Errorf("process %d has not run sleep yet", cmd.Process.Pid)
+		}
+		return nil
+	})
 	start, err := simproc.StartTicks(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
