@@ -33,7 +33,7 @@ func Apply(snap *model.Snapshot, res Result, now int64) *model.Snapshot {
 			next.Allocations = append(next.Allocations, a)
 			continue
 		}
-		k := groupKey{a.Job, a.Group, fmt.Sprint(a.Ask, a.Priority, a.Preemptible)}
+		k := groupKey{a.Job, a.Group, fmt.Sprint(a.Ask, a.Priority, a.Preemptible, a.Gang, a.MinCount)}
 		if i, ok := resumed[k]; ok {
 			next.Pending[i].Count++
 			next.Pending[i].Submit = min(next.Pending[i].Submit, a.Start)
@@ -42,7 +42,7 @@ func Apply(snap *model.Snapshot, res Result, now int64) *model.Snapshot {
 		resumed[k] = len(next.Pending)
 		next.Pending = append(next.Pending, model.Pending{
 			Project: a.Project, Job: a.Job, Group: a.Group, Priority: a.Priority, Preemptible: a.Preemptible,
-			Ask: a.Ask, Count: 1, Submit: a.Start, Suspended: true,
+			Ask: a.Ask, Count: 1, Submit: a.Start, Suspended: true, Gang: a.Gang, MinCount: a.MinCount,
 		})
 	}
 	for i, w := range snap.Pending {
@@ -61,6 +61,7 @@ func Apply(snap *model.Snapshot, res Result, now int64) *model.Snapshot {
 		next.Allocations = append(next.Allocations, model.Allocation{
 			ID: fmt.Sprintf("%s/%s/%d@%d", w.Job, w.Group, k, now), Project: w.Project, Job: w.Job, Group: w.Group,
 			Priority: w.Priority, Preemptible: w.Preemptible, Ask: w.Ask, Node: a.Node, GPUs: a.GPUs, Start: now,
+			Gang: w.Gang, MinCount: w.MinCount,
 		})
 	}
 	return next
