@@ -40,6 +40,13 @@
 // (listVictims). Suspended jobs come back as pending workloads and are
 // resumed by the same walk when they fit.
 //
+// The pending groups of a gang (model.Pending.Gang) are one unit too, placed
+// all together with the victims that make room for all of them, or not at
+// all. A gang that runs in part is completed in its turn or waits whole:
+// its running part is suspended (Result.GangsWaiting); the partial gangs
+// later in fairness order give way to an earlier one that does not fit
+// otherwise, so two partial gangs never deadlock (completeGang).
+//
 // Work placed earlier in the cycle is a victim like running work, ordered as
 // the next cycle will see it (newer than any running job): taking it back
 // removes its placements from the plan instead of suspending it, and the
@@ -166,6 +173,10 @@ type Result struct {
 	// on no node that admits them, even idle); they are not part of their
 	// projects' demand.
 	Unplaceable []Unplaced
+	// GangsWaiting are the gangs that ran in part and wait whole: the
+	// plan suspends their running part (see GangWait), in the order of
+	// their waiting workloads in Snapshot.Pending.
+	GangsWaiting []GangWait
 }
 
 // ErrPlacement is wrapped when the policy returns a choice that does not
@@ -189,7 +200,7 @@ func Plan(snap *model.Snapshot, opts Options) (Result, error) {
 // result is the outcome of the cycle once the walk is done.
 func (s *state) result() Result {
 	res := Result{Actions: s.plan.actions, Unplaced: s.plan.unplaced, Unplaceable: s.plan.unplaceable,
-		Shares: make([]ProjectShare, len(s.snap.Projects))}
+		Shares: make([]ProjectShare, len(s.snap.Projects)), GangsWaiting: s.gangsWaiting()}
 	if len(s.plan.cancelled) > 0 {
 		res.Actions = make([]Action, 0, len(s.plan.actions)-len(s.plan.cancelled))
 		for i, a := range s.plan.actions {

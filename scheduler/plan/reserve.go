@@ -102,7 +102,8 @@ func (s *state) tryReserve(j int32) (bool, error) {
 }
 
 // shapesOf is suspended job j as the next cycle will see it: one pending
-// workload per task group and ask, counting its allocations.
+// workload per task group and ask, counting its allocations, and for a
+// gang that ran in part, its waiting workloads too.
 func (s *state) shapesOf(j int32) []model.Pending {
 	job := &s.jobs[j]
 	var shapes []model.Pending
@@ -115,6 +116,12 @@ func (s *state) shapesOf(j int32) []model.Pending {
 		}
 		shapes = append(shapes, model.Pending{Project: a.Project, Job: a.Job, Group: a.Group, Priority: a.Priority,
 			Preemptible: a.Preemptible, Ask: a.Ask, Count: 1, Suspended: true})
+	}
+	if l, ok := s.gangs.lead[j]; ok {
+		// A gang waiting whole comes back with its waiting part.
+		for _, m := range s.units.of(int(l)) {
+			shapes = append(shapes, s.snap.Pending[m])
+		}
 	}
 	slices.SortStableFunc(shapes, func(x, y model.Pending) int { return cmp.Compare(x.Group, y.Group) })
 	return shapes

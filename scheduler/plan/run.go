@@ -20,6 +20,7 @@ import (
 func (s *state) run() error {
 	s.cluster.initSummaries()
 	s.holdToLimits()
+	s.waitUnplaceableGangs()
 	for w := range s.snap.Pending {
 		if !s.plan.never[w] {
 			s.enqueue(w)
@@ -171,27 +172,34 @@ func (s *state) compareFairness(a, b int) int {
 // tryUnit places every instance of every workload of the unit led by
 // pending workload w of project p, or none: a failure undoes the instances
 // already planned.
+//
+// The unit of a gang that runs in part (see completeGang) that does not fit
+// even once the partial gangs later in fairness order give way waits
+// whole: its running part is suspended (waitWhole).
 func (s *state) tryUnit(w, p int) error {
 	a := s.startAttempt(w, p)
 	s.plan.failedAt[w] = s.plan.changes
 	if reason := s.refusal(a); reason != "" {
 		s.plan.unplaced = append(s.plan.unplaced, Unplaced{w, reason})
+		if s.partialGang(w) >= 0 {
+			s.waitWhole(w, reason)
+		}
 		return nil
 	}
-	for _, m := range a.unit {
-		s.member(a, int(m))
-		for range a.wl.Count {
-			placed, overLimit, err := s.placeInstance(a)
-			if err != nil {
-				return err
-			}
-			if !placed {
-				s.rollback(a)
-				s.plan.failedAt[w] = s.plan.changes
-				s.plan.unplaced = append(s.plan.unplaced, Unplaced{w, s.failReason(a, overLimit)})
-				return nil
-			}
+	placed, reason, err := s.placeUnit(a)
+	if err == nil && !placed && s.partialGang(w) >= 0 {
+		placed, err = s.completeGang(a)
+	}
+	if err != nil {
+		return err
+	}
+	if !placed {
+		s.plan.failedAt[w] = s.plan.changes
+		s.plan.unplaced = append(s.plan.unplaced, Unplaced{w, reason})
+		if s.partialGang(w) >= 0 {
+			s.waitWhole(w, reason)
 		}
+		return nil
 	}
 	s.plan.placements++
 	for _, m := range a.unit {
@@ -199,6 +207,25 @@ func (s *state) tryUnit(w, p int) error {
 	}
 	s.registerPlanned(a)
 	return nil
+}
+
+// placeUnit places every instance of every workload of the attempt's unit,
+// or none: a failure rolls back every change of the attempt and says why.
+func (s *state) placeUnit(a *attempt) (placed bool, reason string, err error) {
+	for _, m := range a.unit {
+		s.member(a, int(m))
+		for range a.wl.Count {
+			placed, overLimit, err := s.placeInstance(a)
+			if err != nil {
+				return false, "", err
+			}
+			if !placed {
+				s.rollback(a)
+				return false, s.failReason(a, overLimit), nil
+			}
+		}
+	}
+	return true, "", nil
 }
 
 // startAttempt begins trying the unit led by pending workload w of
@@ -246,6 +273,9 @@ func (s *state) member(a *attempt, w int) {
 // returns "".
 func (s *state) refusal(a *attempt) string {
 	if j := a.exclude; j >= 0 && s.jobs[j].suspended && !s.jobs[j].planned {
+		if reason, ok := s.gangs.waiting[j]; ok {
+			return reason
+		}
 		return "its job is suspended in this plan"
 	}
 	ps := &s.projects[a.p]

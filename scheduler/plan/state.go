@@ -28,8 +28,10 @@ type state struct {
 	jobs     []jobState
 	jobByKey map[string]int32
 	allocs   allocTable
-	// units groups the pending workloads placed together (see unitOf).
+	// units groups the pending workloads placed together (see unitOf);
+	// gangs are the gangs that run in part (see findPartialGangs).
 	units units
+	gangs gangs
 	// plan is the plan built so far.
 	plan planProgress
 	// attempt is the workload being tried.
@@ -259,6 +261,7 @@ func newState(snap *model.Snapshot, opts Options) (*state, error) {
 	s.projects = newProjects(snap, x, s.plan.never)
 	s.addRunningJobs()
 	s.listVictims()
+	s.findPartialGangs()
 	return s, nil
 }
 

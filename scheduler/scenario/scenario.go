@@ -22,6 +22,7 @@
 //	expect unplaced JOB [round R]
 //	expect unplaceable JOB [round R]             (fits nowhere; no demand)
 //	expect actions N [round R]                   (number of actions in round R)
+//	expect gangwait JOB... | none [round R]      (exactly these gangs wait whole)
 //	expect running JOB...                        (running after the last round)
 //	expect waiting JOB...                        (pending after the last round)
 //	expect usage A 2                             (GPUs held after the last round)
@@ -92,7 +93,8 @@ type Finish struct {
 type Expect struct {
 	Line int
 	// What is the expectation's keyword: deserved, suspend, place,
-	// unplaced, unplaceable, actions, running, waiting, usage or stable.
+	// unplaced, unplaceable, actions, gangwait, running, waiting, usage or
+	// stable.
 	What   string
 	Round  int
 	Jobs   []string
@@ -664,7 +666,7 @@ func (p *parser) expect(num int, words []string) error {
 	switch e.What {
 	case "deserved", "usage":
 		err = p.expectAmount(l, &e)
-	case "suspend", "running", "waiting":
+	case "suspend", "gangwait", "running", "waiting":
 		err = p.expectJobs(l, &e)
 	case "place", "unplaced", "unplaceable":
 		err = p.expectPlace(l, &e)
