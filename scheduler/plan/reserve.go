@@ -108,6 +108,9 @@ func (s *state) shapesOf(j int32) []model.Pending {
 	job := &s.jobs[j]
 	var shapes []model.Pending
 	for _, al := range job.allocs {
+		if s.allocs.get(al).gone {
+			continue // shrunk away: it comes back by growth
+		}
 		a := &s.snap.Allocations[al]
 		k := slices.IndexFunc(shapes, func(w model.Pending) bool { return w.Group == a.Group && sameAsk(&w.Ask, &a.Ask) })
 		if k >= 0 {

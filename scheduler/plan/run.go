@@ -22,7 +22,7 @@ func (s *state) run() error {
 	s.holdToLimits()
 	s.waitUnplaceableGangs()
 	for w := range s.snap.Pending {
-		if !s.plan.never[w] {
+		if !s.plan.never[w] && !s.snap.Pending[w].Shrunk {
 			s.enqueue(w)
 		}
 	}
@@ -49,7 +49,7 @@ func (s *state) run() error {
 			s.plan.unplaced = append(s.plan.unplaced, Unplaced{int(w), "its placement was taken back in this plan by work entitled to reclaim it"})
 		}
 	}
-	return nil
+	return s.grow()
 }
 
 // enqueue adds the unit of pending workload w to its project's queue,
@@ -115,9 +115,13 @@ func (s *state) walkQueues() error {
 		e := ps.queue[0]
 		ps.queue = ps.queue[1:]
 		var err error
-		if e < 0 {
+		switch {
+		case e < 0:
 			err = s.reserveFor(reservationJob(e))
-		} else {
+		case s.growing:
+			s.plan.queued[e] = false
+			err = s.tryGrow(int(e), best)
+		default:
 			s.plan.queued[e] = false
 			err = s.tryUnit(int(e), best)
 		}
@@ -366,11 +370,29 @@ func (s *state) reclaim(a *attempt) (bool, error) {
 	name := s.snap.Projects[a.p].Name
 	for _, j := range victims {
 		q := s.jobs[j].project
-		s.suspend(a, j, fmt.Sprintf("reclaim for project %s (within its %s): project %s holds %s, above its %s %s; makes room for %s/%s on %s",
+		s.take(a, j, fmt.Sprintf("reclaim for project %s (within its %s): project %s holds %s, above its %s %s; makes room for %s/%s on %s",
 			name, what, s.snap.Projects[q].Name, s.projects[q].usage, what, floor(q), a.wl.Job, a.wl.Group, s.cluster.Nodes[n].Name))
 	}
-	return true, s.placeOn(a, n, fmt.Sprintf("%sreclaimed %d job(s) from projects above their %s; project %s stays within its %s",
-		a.resume, len(victims), what, name, what))
+	return true, s.placeOn(a, n, fmt.Sprintf("%sreclaimed %s from projects above their %s; project %s stays within its %s",
+		a.resume, s.countVictims(victims), what, name, what))
+}
+
+// countVictims says, for reasons, what the victims are: "N job(s)", with
+// the elastic instances shrunk among them.
+func (s *state) countVictims(victims []int32) string {
+	shrunk := 0
+	for _, j := range victims {
+		if s.jobs[j].shrink {
+			shrunk++
+		}
+	}
+	switch shrunk {
+	case 0:
+		return fmt.Sprintf("%d job(s)", len(victims))
+	case len(victims):
+		return fmt.Sprintf("%d elastic instance(s)", shrunk)
+	}
+	return fmt.Sprintf("%d elastic instance(s) and %d job(s)", shrunk, len(victims)-shrunk)
 }
 
 // preempt suspends lower-priority jobs of the workload's own project to fit
@@ -392,8 +414,11 @@ func (s *state) preempt(a *attempt, mustFree model.Shares) (bool, error) {
 	}
 	name := s.snap.Projects[a.p].Name
 	for _, j := range victims {
-		s.suspend(a, j, fmt.Sprintf("preempt inside project %s: job priority %d below pending %s/%s priority %d; makes room on %s",
+		s.take(a, j, fmt.Sprintf("preempt inside project %s: job priority %d below pending %s/%s priority %d; makes room on %s",
 			name, s.jobs[j].priority, a.wl.Job, a.wl.Group, prio, s.cluster.Nodes[n].Name))
 	}
-	return true, s.placeOn(a, n, fmt.Sprintf("%spreempted %d lower-priority job(s) of project %s", a.resume, len(victims), name))
+	if !s.shrinking {
+		return true, s.placeOn(a, n, fmt.Sprintf("%spreempted %d lower-priority job(s) of project %s", a.resume, len(victims), name))
+	}
+	return true, s.placeOn(a, n, fmt.Sprintf("%spreempted %s of lower priority in project %s", a.resume, s.countVictims(victims), name))
 }

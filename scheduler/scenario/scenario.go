@@ -23,10 +23,12 @@
 //	expect unplaceable JOB [round R]             (fits nowhere; no demand)
 //	expect actions N [round R]                   (number of actions in round R)
 //	expect gangwait JOB... | none [round R]      (exactly these gangs wait whole)
+//	expect shrink JOB... | none [round R]        (exactly these jobs shrink)
+//	expect grow JOB... | none [round R]          (exactly these jobs grow back)
 //	expect running JOB...                        (running after the last round)
 //	expect waiting JOB...                        (pending after the last round)
 //	expect usage A 2                             (GPUs held after the last round)
-//	expect stable                                (the last round plans nothing)
+//	expect stable                                (the last round plans nothing, grows nothing)
 //
 // "gpus N" is always a count of whole GPUs (on node, run and pending
 // lines); "gpu 0,1" always names GPU indexes on a node (the GPUs a run line
@@ -93,8 +95,8 @@ type Finish struct {
 type Expect struct {
 	Line int
 	// What is the expectation's keyword: deserved, suspend, place,
-	// unplaced, unplaceable, actions, gangwait, running, waiting, usage or
-	// stable.
+	// unplaced, unplaceable, actions, gangwait, shrink, grow, running,
+	// waiting, usage or stable.
 	What   string
 	Round  int
 	Jobs   []string
@@ -666,7 +668,7 @@ func (p *parser) expect(num int, words []string) error {
 	switch e.What {
 	case "deserved", "usage":
 		err = p.expectAmount(l, &e)
-	case "suspend", "gangwait", "running", "waiting":
+	case "suspend", "gangwait", "shrink", "grow", "running", "waiting":
 		err = p.expectJobs(l, &e)
 	case "place", "unplaced", "unplaceable":
 		err = p.expectPlace(l, &e)
