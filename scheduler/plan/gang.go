@@ -110,25 +110,25 @@ func (s *state) waitWhole(w int, why string) {
 // whether the unit was placed.
 func (s *state) completeGang(a *attempt) (bool, error) {
 	later := s.laterGangs(a.lead)
+	reason := fmt.Sprintf("%s: its GPUs go to gang %s, earlier in fairness order, which completes with them",
+		gangReason, s.snap.Pending[a.lead].Job)
 	for k := 1; k <= len(later); k++ {
 		s.startAttempt(a.lead, a.p)
 		for _, g := range later[:k] {
-			j := s.gangs.job[g]
-			s.suspend(a, j, fmt.Sprintf("%s: its GPUs go to gang %s, earlier in fairness order, which completes with them",
-				gangReason, a.wl.Job))
+			s.suspend(a, s.gangs.job[g], reason)
 		}
 		ps := &s.projects[a.p]
 		a.withinGuarantee = ps.usage+a.total <= ps.guaranteed
 		a.withinDeserved = ps.usage+a.total <= ps.deserved
 		placed, _, err := s.placeUnit(a)
-		if err != nil || placed {
-			if placed {
-				for _, g := range later[:k] {
-					j := s.gangs.job[g]
-					s.gangs.waiting[j] = fmt.Sprintf("%s: its GPUs go to gang %s, earlier in fairness order, which completes with them", gangReason, a.wl.Job)
-				}
+		if err != nil {
+			return false, err
+		}
+		if placed {
+			for _, g := range later[:k] {
+				s.gangs.waiting[s.gangs.job[g]] = reason
 			}
-			return placed, err
+			return true, nil
 		}
 	}
 	return false, nil
