@@ -122,7 +122,7 @@ func (s *state) release(j int32) {
 			s.shift(al, +1)
 		}
 	}
-	for _, k := range job.shrinks {
+	for _, k := range s.unitsOf[j] {
 		if unit := &s.jobs[k]; !unit.suspended {
 			unit.suspended, unit.byParent = true, true
 		}
@@ -148,7 +148,7 @@ func (s *state) unrelease(j int32) {
 			s.shift(al, -1)
 		}
 	}
-	for _, k := range job.shrinks {
+	for _, k := range s.unitsOf[j] {
 		if unit := &s.jobs[k]; unit.byParent {
 			unit.suspended, unit.byParent = false, false
 		}

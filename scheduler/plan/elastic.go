@@ -23,16 +23,16 @@ import (
 // many as the group runs above its minimum. An instance held in several
 // shapes (several allocations with one ID) is one unit.
 func (s *state) listShrinks() {
-	type instance struct {
+	type member struct {
 		id     string
 		start  int64
 		allocs []int32
 	}
 	type group struct {
-		job       int32
-		name      string
-		min       int
-		instances []instance
+		job     int32
+		name    string
+		min     int
+		members []member
 	}
 	var groups []group
 	index := map[string]int{}
@@ -54,26 +54,26 @@ func (s *state) listShrinks() {
 		}
 		gr := &groups[g]
 		gr.min = max(gr.min, al.MinCount)
-		k := slices.IndexFunc(gr.instances, func(in instance) bool { return in.id == al.ID })
+		k := slices.IndexFunc(gr.members, func(m member) bool { return m.id == al.ID })
 		if k < 0 {
-			gr.instances = append(gr.instances, instance{id: al.ID, start: al.Start})
-			k = len(gr.instances) - 1
+			gr.members = append(gr.members, member{id: al.ID, start: al.Start})
+			k = len(gr.members) - 1
 		}
-		gr.instances[k].allocs = append(gr.instances[k].allocs, int32(i))
-		gr.instances[k].start = max(gr.instances[k].start, al.Start)
+		gr.members[k].allocs = append(gr.members[k].allocs, int32(i))
+		gr.members[k].start = max(gr.members[k].start, al.Start)
 	}
 	for _, gr := range groups {
-		if len(gr.instances) <= gr.min {
+		if len(gr.members) <= gr.min {
 			continue
 		}
-		slices.SortFunc(gr.instances, func(x, y instance) int {
+		slices.SortFunc(gr.members, func(x, y member) int {
 			if c := cmp.Compare(y.start, x.start); c != 0 {
 				return c
 			}
 			return cmp.Compare(y.id, x.id)
 		})
-		for _, in := range gr.instances[:len(gr.instances)-gr.min] {
-			s.addShrink(gr.job, gr.name, in.id, in.start, in.allocs)
+		for _, m := range gr.members[:len(gr.members)-gr.min] {
+			s.addShrink(gr.job, shrinkUnit{group: gr.name, id: m.id}, m.start, m.allocs)
 		}
 	}
 	if s.shrinking {
@@ -83,9 +83,17 @@ func (s *state) listShrinks() {
 	}
 }
 
+// shrinkUnit is what a shrink unit stops: one instance (allocation ID id)
+// of an elastic group.
+type shrinkUnit struct {
+	group, id string
+}
+
 // addShrink records one instance of parent job j's group as a shrink unit.
-func (s *state) addShrink(j int32, group, id string, start int64, allocs []int32) {
-	if s.allocShrink == nil {
+func (s *state) addShrink(j int32, what shrinkUnit, start int64, allocs []int32) {
+	if !s.shrinking {
+		s.shrinking = true
+		s.shrinkUnits, s.unitsOf = map[int32]shrinkUnit{}, map[int32][]int32{}
 		s.allocShrink = make([]int32, len(s.snap.Allocations))
 		for i := range s.allocShrink {
 			s.allocShrink[i] = -1
@@ -95,15 +103,15 @@ func (s *state) addShrink(j int32, group, id string, start int64, allocs []int32
 	k := int32(len(s.jobs))
 	unit := jobState{name: parent.name, project: parent.project, priority: parent.priority,
 		nonPreemptible: parent.nonPreemptible, exposed: parent.exposed, newest: start, allocs: allocs,
-		shrink: true, parent: j, group: group, instance: id}
+		shrink: true, parent: j, rank: int32(len(s.unitsOf[j]))}
 	for _, a := range allocs {
 		unit.usage += s.snap.Allocations[a].Ask.GPUShares()
 		s.allocShrink[a] = k
 	}
 	s.jobs = append(s.jobs, unit)
-	s.jobs[j].shrinks = append(s.jobs[j].shrinks, k)
+	s.shrinkUnits[k] = what
+	s.unitsOf[j] = append(s.unitsOf[j], k)
 	s.projects[parent.project].shrinks = append(s.projects[parent.project].shrinks, k)
-	s.shrinking = true
 }
 
 // shrinkOf is the shrink unit allocation a belongs to, or -1.
@@ -130,9 +138,9 @@ func (s *state) shrink(a *attempt, k int32, reason string) {
 	s.setShrunk(k, true)
 	s.cluster.releases++
 	s.plan.changes++
-	unit := &s.jobs[k]
+	unit, what := &s.jobs[k], s.shrinkUnits[k]
 	s.plan.actions = append(s.plan.actions, Action{Kind: Shrink, Project: s.snap.Projects[unit.project].Name, Job: unit.name,
-		Group: unit.group, Allocations: []string{unit.instance}, Workload: a.w, Reason: reason})
+		Group: what.group, Allocations: []string{what.id}, Workload: a.w, Reason: reason})
 	a.undo = append(a.undo, func() { s.setShrunk(k, false) })
 }
 

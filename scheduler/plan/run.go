@@ -373,6 +373,10 @@ func (s *state) reclaim(a *attempt) (bool, error) {
 		s.take(a, j, fmt.Sprintf("reclaim for project %s (within its %s): project %s holds %s, above its %s %s; makes room for %s/%s on %s",
 			name, what, s.snap.Projects[q].Name, s.projects[q].usage, what, floor(q), a.wl.Job, a.wl.Group, s.cluster.Nodes[n].Name))
 	}
+	if !s.shrinking {
+		return true, s.placeOn(a, n, fmt.Sprintf("%sreclaimed %d job(s) from projects above their %s; project %s stays within its %s",
+			a.resume, len(victims), what, name, what))
+	}
 	return true, s.placeOn(a, n, fmt.Sprintf("%sreclaimed %s from projects above their %s; project %s stays within its %s",
 		a.resume, s.countVictims(victims), what, name, what))
 }

@@ -40,10 +40,13 @@ type state struct {
 	// next.
 	walk walkState
 	// shrinking says that some elastic group runs above its minimum;
-	// allocShrink is then, per running allocation, its shrink unit or -1
-	// (see listShrinks). growing marks the walk of growth (see grow).
+	// allocShrink is then, per running allocation, its shrink unit or -1,
+	// shrinkUnits what each unit stops and unitsOf each job's units (see
+	// listShrinks). growing marks the walk of growth (see grow).
 	shrinking   bool
 	allocShrink []int32
+	shrinkUnits map[int32]shrinkUnit
+	unitsOf     map[int32][]int32
 	growing     bool
 }
 
@@ -101,13 +104,12 @@ type jobState struct {
 	// its project's queue (see reserveFor).
 	queued bool
 	// shrink marks a shrink unit: one instance of parent's elastic group
-	// above its minimum, named instance (see listShrinks); shrinks are a
-	// job's own units, and byParent marks a unit stopped because its
-	// parent was suspended whole.
+	// above its minimum (see listShrinks), rank its place among the
+	// parent's units, newest first; byParent marks a unit stopped because
+	// its parent was suspended whole. The group and allocation ID are in
+	// state.shrinkUnits.
 	shrink, byParent bool
-	parent           int32
-	group, instance  string
-	shrinks          []int32
+	parent, rank     int32
 }
 
 // plannedStart is the start of work placed in this cycle: after every

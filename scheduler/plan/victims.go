@@ -22,8 +22,9 @@ type victim struct {
 // project priority first, then the project most over its deserved share,
 // then lowest job priority, then the newest job; the job name breaks
 // remaining ties so that plans are deterministic (between two instances of
-// one elastic group started together, the higher allocation ID first). It
-// returns a negative number when a is suspended before b.
+// one job started together, the one listShrinks ranks first: the higher
+// allocation ID). It returns a negative number when a is suspended before
+// b.
 //
 // Every victim list the planner walks is in this order: each project's jobs
 // are sorted by it (compareJobs), and victimQueue merges the projects by it.
@@ -49,7 +50,7 @@ func compareVictims(a, b victim) int {
 	if c := cmp.Compare(a.job.name, b.job.name); c != 0 {
 		return c
 	}
-	return cmp.Compare(b.job.instance, a.job.instance)
+	return cmp.Compare(a.job.rank, b.job.rank)
 }
 
 // overDeserved is how far the project is above its deserved share
@@ -235,7 +236,8 @@ func (s *state) admits(nodes nodeSet, n int) bool {
 func (s *state) refine(n int, t placement.Task, vs victimSearch, found []int32) []int32 {
 	cands := s.candidatesOn(n, vs)
 	var taken []int32
-	var lowered []model.Shares
+	lowered := s.walk.lowered[:0]
+	defer func() { s.walk.lowered = lowered[:0] }()
 	fits := false
 	for !fits {
 		best := -1
@@ -335,6 +337,9 @@ type walkState struct {
 	// per GPU (global index)
 	gpuStamp []int32
 	freed    []int32
+	// lowered is refine's scratch: what each victim taken lowered its
+	// project's usage by.
+	lowered []model.Shares
 }
 
 func (w *walkState) reset(s *state) {
@@ -578,7 +583,7 @@ func (s *state) freedBy(j int32, taken []int32) model.Shares {
 		return 0
 	}
 	freed := job.usage
-	for _, k := range job.shrinks {
+	for _, k := range s.unitsOf[j] {
 		if slices.Contains(taken, k) {
 			freed -= s.jobs[k].usage
 		}

@@ -84,12 +84,12 @@ func TestVictimQueueFollowsCompareVictims(t *testing.T) {
 		q := s.newVictimQueue(projects, false, nil)
 		var got []string
 		for j := q.next(); j >= 0; j = q.next() {
-			got = append(got, s.jobs[j].name+"/"+s.jobs[j].instance)
+			got = append(got, fmt.Sprintf("%s/%d", s.jobs[j].name, s.jobs[j].rank))
 		}
 		slices.SortFunc(all, func(a, b int32) int { return compareVictims(s.victim(a), s.victim(b)) })
 		var want []string
 		for _, j := range all {
-			want = append(want, s.jobs[j].name+"/"+s.jobs[j].instance)
+			want = append(want, fmt.Sprintf("%s/%d", s.jobs[j].name, s.jobs[j].rank))
 		}
 		if !slices.Equal(got, want) {
 			t.Fatalf("seed %d: victim walk %v, compareVictims order %v", seed, got, want)
