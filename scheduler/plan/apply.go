@@ -58,10 +58,12 @@ func Apply(snap *model.Snapshot, res Result, now int64) *model.Snapshot {
 	}
 	for _, a := range snap.Allocations {
 		switch {
+		case shrunk[a.Job+"\x00"+a.ID]:
+			// Shrunk first: a job suspended after a shrink comes back
+			// at its shrunk size.
+			comeBack(a, true)
 		case suspended[a.Job]:
 			comeBack(a, false)
-		case shrunk[a.Job+"\x00"+a.ID]:
-			comeBack(a, true)
 		default:
 			next.Allocations = append(next.Allocations, a)
 		}

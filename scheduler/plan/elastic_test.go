@@ -98,3 +98,50 @@ func TestShrinkVictims(t *testing.T) {
 		})
 	}
 }
+
+// TestApplyShrinkAndGrow checks the snapshot after a plan: a shrunk
+// instance comes back as Shrunk pending work of its group (also when its
+// job is then suspended whole), and growth turns Shrunk pending work into
+// allocations.
+func TestApplyShrinkAndGrow(t *testing.T) {
+	snap := &model.Snapshot{Nodes: []model.Node{node("n1", 4)}, Projects: []model.Project{{Name: "b"}},
+		Allocations: elastic("e", "b", 3, 1)}
+	shrink := func(id string) Action {
+		return Action{Kind: Shrink, Project: "b", Job: "e", Group: "main", Allocations: []string{id}, Workload: -1}
+	}
+	tests := []struct {
+		name          string
+		res           Result
+		wantRunning   int
+		wantShrunk    int
+		wantSuspended int
+	}{
+		{"shrink one", Result{Actions: []Action{shrink("e-2")}}, 2, 1, 0},
+		{"shrink, then suspend the job whole", Result{Actions: []Action{shrink("e-2"),
+			{Kind: Suspend, Project: "b", Job: "e", Allocations: []string{"e-0", "e-1"}, Workload: -1}}}, 0, 1, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			next := Apply(snap, tt.res, 100)
+			shrunk, suspended := 0, 0
+			for _, w := range next.Pending {
+				switch {
+				case w.Shrunk && w.MinCount == 1:
+					shrunk += w.Count
+				case w.Suspended:
+					suspended += w.Count
+				}
+			}
+			if len(next.Allocations) != tt.wantRunning || shrunk != tt.wantShrunk || suspended != tt.wantSuspended {
+				t.Errorf("running %d, shrunk %d, suspended %d; want %d, %d, %d",
+					len(next.Allocations), shrunk, suspended, tt.wantRunning, tt.wantShrunk, tt.wantSuspended)
+			}
+		})
+	}
+	next := Apply(snap, Result{Actions: []Action{shrink("e-2"), shrink("e-1")}}, 100)
+	grown := Apply(next, Result{Grow: []Growth{{Workload: 0, Project: "b", Job: "e", Group: "main", Count: 1,
+		Places: []Placement{{Node: "n1", GPUs: []int{1}}}}}}, 200)
+	if len(grown.Allocations) != 2 || len(grown.Pending) != 1 || grown.Pending[0].Count != 1 || grown.Allocations[1].MinCount != 1 {
+		t.Errorf("after growth by 1 of 2: allocations %+v, pending %+v", grown.Allocations, grown.Pending)
+	}
+}
