@@ -8,5 +8,8 @@
 //   - trace and sim: the openb trace format and the trace-driven simulator
 //     behind the placement benchmark (cmd/tracesim).
 //   - model, fairshare and plan: the cluster snapshot, deserved shares, and
-//     reclaim/preempt planning.
+//     reclaim/preempt planning, gangs (placed whole or not at all) and
+//     elastic groups (shrunk before any whole job is suspended) included.
+//   - scenario: declarative scheduling scenarios run through the planner
+//     over several rounds.
 package scheduler

@@ -165,6 +165,9 @@ func (x *Index) addAllocations(s *Snapshot) error {
 		if err := a.Ask.Validate(); err != nil {
 			return fmt.Errorf("%w: allocation %q: %w", ErrInvalid, a.ID, err)
 		}
+		if a.MinCount < 0 {
+			return fmt.Errorf("%w: allocation %q: negative minimum count %d", ErrInvalid, a.ID, a.MinCount)
+		}
 		if err := x.bind(s, n, a); err != nil {
 			return fmt.Errorf("%w: allocation %q: %w", ErrInvalid, a.ID, err)
 		}
@@ -192,6 +195,12 @@ func (x *Index) addPending(s *Snapshot) error {
 		}
 		if w.Count < 1 {
 			return fmt.Errorf("%w: pending %s/%s: count %d below 1", ErrInvalid, w.Job, w.Group, w.Count)
+		}
+		if w.MinCount < 0 {
+			return fmt.Errorf("%w: pending %s/%s: negative minimum count %d", ErrInvalid, w.Job, w.Group, w.MinCount)
+		}
+		if w.Shrunk && w.Suspended {
+			return fmt.Errorf("%w: pending %s/%s: both shrunk and suspended", ErrInvalid, w.Job, w.Group)
 		}
 		x.PendingProject[i] = int32(p)
 		id, err := x.nodeTable(w.Nodes, tables)

@@ -47,6 +47,7 @@ func TestIndexRejectsContradictions(t *testing.T) {
 		{"share too big", Allocation{ID: "x", Project: "a", Node: "n1", GPUs: []int{0}, Ask: Ask{Shares: 100}}, "not below one GPU"},
 		{"wrong GPU count", Allocation{ID: "x", Project: "a", Node: "n1", GPUs: []int{0}, Ask: Ask{WholeGPUs: 2}}, "needs 2 GPUs"},
 		{"cpu", Allocation{ID: "x", Project: "a", Node: "n1", GPUs: []int{0}, Ask: Ask{Shares: 10, CPUMilli: 9000}}, "CPU or memory"},
+		{"negative minimum", Allocation{ID: "x", Project: "a", Node: "n1", GPUs: []int{0}, Ask: Ask{Shares: 10}, MinCount: -1}, "negative minimum"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -65,6 +66,26 @@ func TestIndexRejectsContradictions(t *testing.T) {
 	}
 	if _, err := snap.Index(); err == nil || !strings.Contains(err.Error(), "over-committed") {
 		t.Errorf("over-commit error %v", err)
+	}
+}
+
+func TestIndexRejectsContradictoryPending(t *testing.T) {
+	tests := []struct {
+		name string
+		w    Pending
+		want string
+	}{
+		{"negative minimum", Pending{Project: "a", Job: "j", Count: 2, MinCount: -1}, "negative minimum"},
+		{"shrunk and suspended", Pending{Project: "a", Job: "j", Count: 1, Shrunk: true, Suspended: true}, "both shrunk and suspended"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			snap := &Snapshot{Projects: []Project{{Name: "a"}}, Pending: []Pending{tt.w}}
+			_, err := snap.Index()
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want ErrInvalid mentioning %q", err, tt.want)
+			}
+		})
 	}
 }
 

@@ -225,6 +225,15 @@ type Allocation struct {
 	// Start is when the allocation started (any monotonic unit, e.g. Unix
 	// seconds); newer allocations are preempted first.
 	Start int64
+	// Gang marks an allocation of a gang: a job whose GPU task groups run
+	// all together or not at all (docs/design.md, Gangs and elastic
+	// groups). False for every other job.
+	Gang bool
+	// MinCount, when above 0, makes the allocation's task group elastic:
+	// it runs with MinCount instances up to its count, and the instances
+	// above MinCount are shrunk away (newest first) before any whole job
+	// is suspended. 0 means not elastic.
+	MinCount int
 }
 
 // Pending is a workload waiting to run: Count instances of one task group,
@@ -248,6 +257,21 @@ type Pending struct {
 	// example which constraint filtered them).
 	Nodes       []string
 	NodesReason string
+	// Gang marks a workload of a gang job: every pending workload of the
+	// job that is not Shrunk is placed with the others, and with the
+	// job's running allocations, or none of it is (docs/design.md, Gangs
+	// and elastic groups). False for every other job.
+	Gang bool
+	// MinCount is the elastic minimum of the workload's task group (see
+	// Allocation.MinCount); 0 means not elastic. A pending group is
+	// admitted at its Count like any other; the minimum matters once it
+	// runs.
+	MinCount int
+	// Shrunk marks instances a shrink took from a running elastic group:
+	// they grow back only as the plan's lowest priority, on capacity
+	// nothing else waits for (plan.Result.Grow), never by reclaim or
+	// preemption, and never hold up the rest of their gang.
+	Shrunk bool
 }
 
 // GPUShares is the GPU amount of all instances, in shares.

@@ -8,60 +8,103 @@ import (
 
 // Apply returns the snapshot that results from carrying out res on snap:
 // suspended jobs leave the allocations and come back as pending workloads
-// (Suspended, submitted at their oldest start), placed workloads leave the
-// pending list and become allocations started at now. Nodes and projects are
-// shared with snap. Multi-round tests and simulations use it to run the
-// planner again on its own decisions.
+// (Suspended, submitted at their oldest start), shrunk instances leave the
+// allocations and come back as Shrunk pending workloads of their group,
+// placed workloads leave the pending list and become allocations started
+// at now, and so do the instances that grow back (Result.Grow). Nodes and
+// projects are shared with snap. Multi-round tests and simulations use it
+// to run the planner again on its own decisions.
 func Apply(snap *model.Snapshot, res Result, now int64) *model.Snapshot {
 	next := &model.Snapshot{Nodes: snap.Nodes, Projects: snap.Projects}
 	suspended := map[string]bool{}
+	shrunk := map[string]bool{}
 	placed := map[int]bool{}
 	for _, a := range res.Actions {
-		if a.Kind == Suspend {
+		switch a.Kind {
+		case Suspend:
 			suspended[a.Job] = true
-		} else {
+		case Shrink:
+			for _, id := range a.Allocations {
+				shrunk[a.Job+"\x00"+id] = true
+			}
+		default:
 			placed[a.Workload] = true
 		}
+	}
+	grown := map[int]int{}
+	for _, g := range res.Grow {
+		grown[g.Workload] += g.Count
 	}
 	type groupKey struct {
 		job, group string
 		ask        string
+		shrunk     bool
 	}
-	resumed := map[groupKey]int{}
-	for _, a := range snap.Allocations {
-		if !suspended[a.Job] {
-			next.Allocations = append(next.Allocations, a)
-			continue
-		}
-		k := groupKey{a.Job, a.Group, fmt.Sprint(a.Ask, a.Priority, a.Preemptible)}
-		if i, ok := resumed[k]; ok {
+	back := map[groupKey]int{}
+	// comeBack turns running allocation a into pending work: a suspended
+	// job's, or a shrunk instance of an elastic group.
+	comeBack := func(a model.Allocation, isShrunk bool) {
+		k := groupKey{a.Job, a.Group, fmt.Sprint(a.Ask, a.Priority, a.Preemptible, a.Gang, a.MinCount), isShrunk}
+		if i, ok := back[k]; ok {
 			next.Pending[i].Count++
 			next.Pending[i].Submit = min(next.Pending[i].Submit, a.Start)
-			continue
+			return
 		}
-		resumed[k] = len(next.Pending)
+		back[k] = len(next.Pending)
 		next.Pending = append(next.Pending, model.Pending{
 			Project: a.Project, Job: a.Job, Group: a.Group, Priority: a.Priority, Preemptible: a.Preemptible,
-			Ask: a.Ask, Count: 1, Submit: a.Start, Suspended: true,
+			Ask: a.Ask, Count: 1, Submit: a.Start, Suspended: !isShrunk, Gang: a.Gang, MinCount: a.MinCount, Shrunk: isShrunk,
 		})
+	}
+	for _, a := range snap.Allocations {
+		switch {
+		case shrunk[a.Job+"\x00"+a.ID]:
+			// Shrunk first: a job suspended after a shrink comes back
+			// at its shrunk size.
+			comeBack(a, true)
+		case suspended[a.Job]:
+			comeBack(a, false)
+		default:
+			next.Allocations = append(next.Allocations, a)
+		}
 	}
 	for i, w := range snap.Pending {
-		if !placed[i] {
-			next.Pending = append(next.Pending, w)
-		}
-	}
-	seq := map[int]int{}
-	for _, a := range res.Actions {
-		if a.Kind != Place {
+		if placed[i] {
 			continue
 		}
-		w := &snap.Pending[a.Workload]
-		k := seq[a.Workload]
-		seq[a.Workload]++
+		if w.Count -= grown[i]; w.Count <= 0 {
+			continue
+		}
+		if w.Shrunk {
+			k := groupKey{w.Job, w.Group, fmt.Sprint(w.Ask, w.Priority, w.Preemptible, w.Gang, w.MinCount), true}
+			if j, ok := back[k]; ok {
+				next.Pending[j].Count += w.Count
+				next.Pending[j].Submit = min(next.Pending[j].Submit, w.Submit)
+				continue
+			}
+		}
+		next.Pending = append(next.Pending, w)
+	}
+	seq := map[int]int{}
+	add := func(w int, node string, gpus []int) {
+		wl := &snap.Pending[w]
+		k := seq[w]
+		seq[w]++
 		next.Allocations = append(next.Allocations, model.Allocation{
-			ID: fmt.Sprintf("%s/%s/%d@%d", w.Job, w.Group, k, now), Project: w.Project, Job: w.Job, Group: w.Group,
-			Priority: w.Priority, Preemptible: w.Preemptible, Ask: w.Ask, Node: a.Node, GPUs: a.GPUs, Start: now,
+			ID: fmt.Sprintf("%s/%s/%d@%d", wl.Job, wl.Group, k, now), Project: wl.Project, Job: wl.Job, Group: wl.Group,
+			Priority: wl.Priority, Preemptible: wl.Preemptible, Ask: wl.Ask, Node: node, GPUs: gpus, Start: now,
+			Gang: wl.Gang, MinCount: wl.MinCount,
 		})
+	}
+	for _, a := range res.Actions {
+		if a.Kind == Place {
+			add(a.Workload, a.Node, a.GPUs)
+		}
+	}
+	for _, g := range res.Grow {
+		for _, pl := range g.Places {
+			add(g.Workload, pl.Node, pl.GPUs)
+		}
 	}
 	return next
 }

@@ -78,9 +78,12 @@ func (s *state) suspend(a *attempt, j int32, reason string) {
 func (s *state) suspendAction(j int32, w int, reason string) Action {
 	job := &s.jobs[j]
 	ids := make([]string, 0, len(job.allocs))
-	for i, al := range job.allocs {
+	for _, al := range job.allocs {
+		if s.allocs.get(al).gone {
+			continue // shrunk away in this plan
+		}
 		// An allocation in several shapes is listed once per shape.
-		if id := s.snap.Allocations[al].ID; i == 0 || id != ids[len(ids)-1] {
+		if id := s.snap.Allocations[al].ID; len(ids) == 0 || id != ids[len(ids)-1] {
 			ids = append(ids, id)
 		}
 	}
@@ -110,11 +113,19 @@ func (s *state) takeBack(a *attempt, j int32) {
 	})
 }
 
-// release marks job j suspended and gives its capacity back.
+// release marks job j suspended and gives its capacity back. Its shrink
+// units still running stop with it.
 func (s *state) release(j int32) {
 	job := &s.jobs[j]
 	for _, al := range job.allocs {
-		s.shift(al, +1)
+		if !s.allocs.get(al).gone {
+			s.shift(al, +1)
+		}
+	}
+	for _, k := range s.unitsOf[j] {
+		if unit := &s.jobs[k]; !unit.suspended {
+			unit.suspended, unit.byParent = true, true
+		}
 	}
 	job.suspended = true
 	ps := &s.projects[job.project]
@@ -133,7 +144,14 @@ func (s *state) release(j int32) {
 func (s *state) unrelease(j int32) {
 	job := &s.jobs[j]
 	for _, al := range job.allocs {
-		s.shift(al, -1)
+		if !s.allocs.get(al).gone {
+			s.shift(al, -1)
+		}
+	}
+	for _, k := range s.unitsOf[j] {
+		if unit := &s.jobs[k]; unit.byParent {
+			unit.suspended, unit.byParent = false, false
+		}
 	}
 	job.suspended = false
 	ps := &s.projects[job.project]

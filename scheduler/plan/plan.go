@@ -31,14 +31,27 @@
 // are placed together or not at all, because a job is resumed as a whole
 // (units).
 //
-// Victims are whole jobs (the quota service suspends jobs), taken in the
-// order of compareVictims (docs/design.md, Victim order) until the workload
-// fits on one node (for a share, on one GPU); then every victim not needed is
-// put back (findVictims). System jobs are never victims. Non-preemptible work
+// Victims are whole jobs (the quota service suspends jobs) and, before any
+// of them, the instances of elastic groups above their minimum (shrink
+// units, see listShrinks), taken in the order of compareVictims
+// (docs/design.md, Victim order) until the workload fits on one node (for a
+// share, on one GPU); then every victim not needed is put back
+// (findVictims). System jobs are never victims. Non-preemptible work
 // is protected only within its project's guarantee: it is admitted only
 // there, and what Nomad placed above it is a victim like preemptible work
 // (listVictims). Suspended jobs come back as pending workloads and are
 // resumed by the same walk when they fit.
+//
+// The pending groups of a gang (model.Pending.Gang) are one unit too, placed
+// all together with the victims that make room for all of them, or not at
+// all. A gang that runs in part is completed in its turn or waits whole:
+// its running part is suspended (Result.GangsWaiting); the partial gangs
+// later in fairness order give way to an earlier one that does not fit
+// otherwise, so two partial gangs never deadlock (completeGang).
+//
+// Shrunk instances grow back as the plan's lowest priority: only in a plan
+// that leaves nothing waiting and stops nothing, on idle capacity, in
+// fairness order (grow, Result.Grow).
 //
 // Work placed earlier in the cycle is a victim like running work, ordered as
 // the next cycle will see it (newer than any running job): taking it back
@@ -87,15 +100,22 @@ const (
 	Suspend Kind = iota + 1
 	// Place starts one instance of a pending workload on a node and GPUs.
 	Place
+	// Shrink stops one instance of an elastic group above its minimum
+	// (model.Allocation.MinCount): its job keeps running with the rest,
+	// and the instance comes back as Shrunk pending work that may grow
+	// back later (Result.Grow).
+	Shrink
 )
 
-// String returns "suspend" or "place".
+// String returns "suspend", "place" or "shrink".
 func (k Kind) String() string {
 	switch k {
 	case Suspend:
 		return "suspend"
 	case Place:
 		return "place"
+	case Shrink:
+		return "shrink"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -107,14 +127,16 @@ type Action struct {
 	Project string
 	Job     string
 	// Allocations, for Suspend, are the IDs of the job's running
-	// allocations, all of which stop.
+	// allocations, all of which stop; for Shrink, the ID of the one
+	// instance that stops.
 	Allocations []string
 	// Workload is the position in Snapshot.Pending of the workload placed
 	// (Place) or made room for (Suspend); it is -1 for a suspension that
 	// holds a project to its limit (see holdToLimits).
 	Workload int
 	// Group, Node and GPUs, for Place, say which task group goes where
-	// (GPU indexes on the node; none for CPU-only work).
+	// (GPU indexes on the node; none for CPU-only work). Group, for
+	// Shrink, is the elastic group that shrinks.
 	Group string
 	Node  string
 	GPUs  []int
@@ -124,8 +146,11 @@ type Action struct {
 
 // String is a one-line rendering of the action.
 func (a Action) String() string {
-	if a.Kind == Suspend {
+	switch a.Kind {
+	case Suspend:
 		return fmt.Sprintf("suspend %s (project %s): %s", a.Job, a.Project, a.Reason)
+	case Shrink:
+		return fmt.Sprintf("shrink %s/%s by %v (project %s): %s", a.Job, a.Group, a.Allocations, a.Project, a.Reason)
 	}
 	return fmt.Sprintf("place %s/%s on %s GPUs %v (project %s): %s", a.Job, a.Group, a.Node, a.GPUs, a.Project, a.Reason)
 }
@@ -134,7 +159,8 @@ func (a Action) String() string {
 type ProjectShare struct {
 	Name       string
 	Guaranteed model.Shares
-	// Demand is what the project runs plus what it has pending.
+	// Demand is what the project runs plus what it has pending (not
+	// counting shrunk instances of elastic groups).
 	Demand model.Shares
 	// Deserved is its fair share this cycle (see package fairshare).
 	Deserved model.Shares
@@ -166,6 +192,14 @@ type Result struct {
 	// on no node that admits them, even idle); they are not part of their
 	// projects' demand.
 	Unplaceable []Unplaced
+	// GangsWaiting are the gangs that ran in part and wait whole: the
+	// plan suspends their running part (see GangWait), in the order of
+	// their waiting workloads in Snapshot.Pending.
+	GangsWaiting []GangWait
+	// Grow are the elastic groups that may grow back toward their count
+	// now, in fairness order: the plan's lowest priority, only in a plan
+	// that leaves nothing waiting and stops nothing (see Growth).
+	Grow []Growth
 }
 
 // ErrPlacement is wrapped when the policy returns a choice that does not
@@ -189,7 +223,7 @@ func Plan(snap *model.Snapshot, opts Options) (Result, error) {
 // result is the outcome of the cycle once the walk is done.
 func (s *state) result() Result {
 	res := Result{Actions: s.plan.actions, Unplaced: s.plan.unplaced, Unplaceable: s.plan.unplaceable,
-		Shares: make([]ProjectShare, len(s.snap.Projects))}
+		Shares: make([]ProjectShare, len(s.snap.Projects)), GangsWaiting: s.gangsWaiting(), Grow: s.plan.grow}
 	if len(s.plan.cancelled) > 0 {
 		res.Actions = make([]Action, 0, len(s.plan.actions)-len(s.plan.cancelled))
 		for i, a := range s.plan.actions {
@@ -215,12 +249,13 @@ func (s *state) result() Result {
 }
 
 // demand is, per project, what it runs plus what it has pending, less the
-// workloads never marks (they fit nowhere).
+// workloads never marks (they fit nowhere) and the shrunk instances of
+// elastic groups (they grow back only on capacity nobody else wants).
 func demand(snap *model.Snapshot, x *model.Index, never []bool) []model.Shares {
 	d := make([]model.Shares, len(snap.Projects))
 	copy(d, x.Usage)
 	for i := range snap.Pending {
-		if !never[i] {
+		if !never[i] && !snap.Pending[i].Shrunk {
 			d[x.PendingProject[i]] += snap.Pending[i].GPUShares()
 		}
 	}

@@ -66,16 +66,25 @@ func (s *state) reserveFor(j int32) error {
 }
 
 // tryReserve tries to reserve room for suspended job j, all of it or
-// nothing.
+// nothing: for a gang that ran in part (see findPartialGangs), its waiting
+// part too, on the nodes that part admits.
 func (s *state) tryReserve(j int32) (bool, error) {
 	job := &s.jobs[j]
 	ps := &s.projects[job.project]
 	shapes := s.shapesOf(j)
+	var waiting []int32
+	if l, ok := s.gangs.lead[j]; ok {
+		waiting = s.units.of(int(l))
+	}
+	total := job.usage
+	for _, m := range waiting {
+		total += s.snap.Pending[m].GPUShares()
+	}
 	a := &s.attempt
 	*a = attempt{
-		lead: -1, p: int(job.project), total: job.usage, exclude: j,
-		withinGuarantee: ps.usage+job.usage <= ps.guaranteed,
-		withinDeserved:  ps.usage+job.usage <= ps.deserved,
+		lead: -1, p: int(job.project), total: total, exclude: j,
+		withinGuarantee: ps.usage+total <= ps.guaranteed,
+		withinDeserved:  ps.usage+total <= ps.deserved,
 		reserve:         true,
 		firstAction:     len(s.plan.actions),
 		undo:            a.undo[:0],
@@ -84,9 +93,14 @@ func (s *state) tryReserve(j int32) (bool, error) {
 	if job.nonPreemptible && ps.nonPreemptible+job.usage > ps.guaranteed {
 		return false, nil
 	}
-	for i := range shapes {
-		a.w, a.wl = -1, &shapes[i]
-		a.task, a.inst, a.nodes = s.cluster.task(a.wl.Ask), a.wl.Ask.GPUShares(), everyNode
+	for i := range len(shapes) + len(waiting) {
+		if i < len(shapes) {
+			a.w, a.wl, a.nodes = -1, &shapes[i], everyNode
+		} else {
+			m := int(waiting[i-len(shapes)])
+			a.w, a.wl, a.nodes = -1, &s.snap.Pending[m], pendingNodes(s.index, m)
+		}
+		a.task, a.inst = s.cluster.task(a.wl.Ask), a.wl.Ask.GPUShares()
 		for range a.wl.Count {
 			placed, _, err := s.placeInstance(a)
 			if err != nil {
@@ -102,11 +116,15 @@ func (s *state) tryReserve(j int32) (bool, error) {
 }
 
 // shapesOf is suspended job j as the next cycle will see it: one pending
-// workload per task group and ask, counting its allocations.
+// workload per task group and ask, counting its allocations (not those
+// shrunk away).
 func (s *state) shapesOf(j int32) []model.Pending {
 	job := &s.jobs[j]
 	var shapes []model.Pending
 	for _, al := range job.allocs {
+		if s.allocs.get(al).gone {
+			continue // shrunk away: it comes back by growth
+		}
 		a := &s.snap.Allocations[al]
 		k := slices.IndexFunc(shapes, func(w model.Pending) bool { return w.Group == a.Group && sameAsk(&w.Ask, &a.Ask) })
 		if k >= 0 {

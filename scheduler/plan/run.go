@@ -20,8 +20,9 @@ import (
 func (s *state) run() error {
 	s.cluster.initSummaries()
 	s.holdToLimits()
+	s.waitUnplaceableGangs()
 	for w := range s.snap.Pending {
-		if !s.plan.never[w] {
+		if !s.plan.never[w] && !s.snap.Pending[w].Shrunk {
 			s.enqueue(w)
 		}
 	}
@@ -48,7 +49,7 @@ func (s *state) run() error {
 			s.plan.unplaced = append(s.plan.unplaced, Unplaced{int(w), "its placement was taken back in this plan by work entitled to reclaim it"})
 		}
 	}
-	return nil
+	return s.grow()
 }
 
 // enqueue adds the unit of pending workload w to its project's queue,
@@ -114,9 +115,13 @@ func (s *state) walkQueues() error {
 		e := ps.queue[0]
 		ps.queue = ps.queue[1:]
 		var err error
-		if e < 0 {
+		switch {
+		case e < 0:
 			err = s.reserveFor(reservationJob(e))
-		} else {
+		case s.growing:
+			s.plan.queued[e] = false
+			err = s.tryGrow(int(e), best)
+		default:
 			s.plan.queued[e] = false
 			err = s.tryUnit(int(e), best)
 		}
@@ -171,27 +176,34 @@ func (s *state) compareFairness(a, b int) int {
 // tryUnit places every instance of every workload of the unit led by
 // pending workload w of project p, or none: a failure undoes the instances
 // already planned.
+//
+// The unit of a gang that runs in part (see completeGang) that does not fit
+// even once the partial gangs later in fairness order give way waits
+// whole: its running part is suspended (waitWhole).
 func (s *state) tryUnit(w, p int) error {
 	a := s.startAttempt(w, p)
 	s.plan.failedAt[w] = s.plan.changes
 	if reason := s.refusal(a); reason != "" {
 		s.plan.unplaced = append(s.plan.unplaced, Unplaced{w, reason})
+		if s.partialGang(w) >= 0 {
+			s.waitWhole(w, reason)
+		}
 		return nil
 	}
-	for _, m := range a.unit {
-		s.member(a, int(m))
-		for range a.wl.Count {
-			placed, overLimit, err := s.placeInstance(a)
-			if err != nil {
-				return err
-			}
-			if !placed {
-				s.rollback(a)
-				s.plan.failedAt[w] = s.plan.changes
-				s.plan.unplaced = append(s.plan.unplaced, Unplaced{w, s.failReason(a, overLimit)})
-				return nil
-			}
+	placed, reason, err := s.placeUnit(a)
+	if err == nil && !placed && s.partialGang(w) >= 0 {
+		placed, err = s.completeGang(a)
+	}
+	if err != nil {
+		return err
+	}
+	if !placed {
+		s.plan.failedAt[w] = s.plan.changes
+		s.plan.unplaced = append(s.plan.unplaced, Unplaced{w, reason})
+		if s.partialGang(w) >= 0 {
+			s.waitWhole(w, reason)
 		}
+		return nil
 	}
 	s.plan.placements++
 	for _, m := range a.unit {
@@ -199,6 +211,25 @@ func (s *state) tryUnit(w, p int) error {
 	}
 	s.registerPlanned(a)
 	return nil
+}
+
+// placeUnit places every instance of every workload of the attempt's unit,
+// or none: a failure rolls back every change of the attempt and says why.
+func (s *state) placeUnit(a *attempt) (placed bool, reason string, err error) {
+	for _, m := range a.unit {
+		s.member(a, int(m))
+		for range a.wl.Count {
+			placed, overLimit, err := s.placeInstance(a)
+			if err != nil {
+				return false, "", err
+			}
+			if !placed {
+				s.rollback(a)
+				return false, s.failReason(a, overLimit), nil
+			}
+		}
+	}
+	return true, "", nil
 }
 
 // startAttempt begins trying the unit led by pending workload w of
@@ -246,6 +277,9 @@ func (s *state) member(a *attempt, w int) {
 // returns "".
 func (s *state) refusal(a *attempt) string {
 	if j := a.exclude; j >= 0 && s.jobs[j].suspended && !s.jobs[j].planned {
+		if reason, ok := s.gangs.waiting[j]; ok {
+			return reason
+		}
 		return "its job is suspended in this plan"
 	}
 	ps := &s.projects[a.p]
@@ -336,11 +370,33 @@ func (s *state) reclaim(a *attempt) (bool, error) {
 	name := s.snap.Projects[a.p].Name
 	for _, j := range victims {
 		q := s.jobs[j].project
-		s.suspend(a, j, fmt.Sprintf("reclaim for project %s (within its %s): project %s holds %s, above its %s %s; makes room for %s/%s on %s",
+		s.take(a, j, fmt.Sprintf("reclaim for project %s (within its %s): project %s holds %s, above its %s %s; makes room for %s/%s on %s",
 			name, what, s.snap.Projects[q].Name, s.projects[q].usage, what, floor(q), a.wl.Job, a.wl.Group, s.cluster.Nodes[n].Name))
 	}
-	return true, s.placeOn(a, n, fmt.Sprintf("%sreclaimed %d job(s) from projects above their %s; project %s stays within its %s",
-		a.resume, len(victims), what, name, what))
+	if !s.shrinking {
+		return true, s.placeOn(a, n, fmt.Sprintf("%sreclaimed %d job(s) from projects above their %s; project %s stays within its %s",
+			a.resume, len(victims), what, name, what))
+	}
+	return true, s.placeOn(a, n, fmt.Sprintf("%sreclaimed %s from projects above their %s; project %s stays within its %s",
+		a.resume, s.countVictims(victims), what, name, what))
+}
+
+// countVictims says, for reasons, what the victims are: "N job(s)", with
+// the elastic instances shrunk among them.
+func (s *state) countVictims(victims []int32) string {
+	shrunk := 0
+	for _, j := range victims {
+		if s.jobs[j].shrink {
+			shrunk++
+		}
+	}
+	switch shrunk {
+	case 0:
+		return fmt.Sprintf("%d job(s)", len(victims))
+	case len(victims):
+		return fmt.Sprintf("%d elastic instance(s)", shrunk)
+	}
+	return fmt.Sprintf("%d elastic instance(s) and %d job(s)", shrunk, len(victims)-shrunk)
 }
 
 // preempt suspends lower-priority jobs of the workload's own project to fit
@@ -362,8 +418,11 @@ func (s *state) preempt(a *attempt, mustFree model.Shares) (bool, error) {
 	}
 	name := s.snap.Projects[a.p].Name
 	for _, j := range victims {
-		s.suspend(a, j, fmt.Sprintf("preempt inside project %s: job priority %d below pending %s/%s priority %d; makes room on %s",
+		s.take(a, j, fmt.Sprintf("preempt inside project %s: job priority %d below pending %s/%s priority %d; makes room on %s",
 			name, s.jobs[j].priority, a.wl.Job, a.wl.Group, prio, s.cluster.Nodes[n].Name))
 	}
-	return true, s.placeOn(a, n, fmt.Sprintf("%spreempted %d lower-priority job(s) of project %s", a.resume, len(victims), name))
+	if !s.shrinking {
+		return true, s.placeOn(a, n, fmt.Sprintf("%spreempted %d lower-priority job(s) of project %s", a.resume, len(victims), name))
+	}
+	return true, s.placeOn(a, n, fmt.Sprintf("%spreempted %s of lower priority in project %s", a.resume, s.countVictims(victims), name))
 }

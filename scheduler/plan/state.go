@@ -28,8 +28,10 @@ type state struct {
 	jobs     []jobState
 	jobByKey map[string]int32
 	allocs   allocTable
-	// units groups the pending workloads placed together (see unitOf).
+	// units groups the pending workloads placed together (see unitOf);
+	// gangs are the gangs that run in part (see findPartialGangs).
 	units units
+	gangs gangs
 	// plan is the plan built so far.
 	plan planProgress
 	// attempt is the workload being tried.
@@ -37,6 +39,15 @@ type state struct {
 	// walk is findVictims' scratch space, reused from one search to the
 	// next.
 	walk walkState
+	// shrinking says that some elastic group runs above its minimum;
+	// allocShrink is then, per running allocation, its shrink unit or -1,
+	// shrinkUnits what each unit stops and unitsOf each job's units (see
+	// listShrinks). growing marks the walk of growth (see grow).
+	shrinking   bool
+	allocShrink []int32
+	shrinkUnits map[int32]shrinkUnit
+	unitsOf     map[int32][]int32
+	growing     bool
 }
 
 // projectState is a project's quota numbers during the walk.
@@ -60,6 +71,8 @@ type projectState struct {
 	// suspended are its running jobs this plan suspends, in order (see
 	// reserveFor).
 	suspended []int32
+	// shrinks are its shrink units in victim order (see listShrinks).
+	shrinks []int32
 	// queue is the project's pending units (by their lead workload) and
 	// reservations (see reservationEntry) in the order they are tried.
 	queue []int32
@@ -90,6 +103,13 @@ type jobState struct {
 	// queued marks a job suspended in this plan whose reservation is in
 	// its project's queue (see reserveFor).
 	queued bool
+	// shrink marks a shrink unit: one instance of parent's elastic group
+	// above its minimum (see listShrinks), rank its place among the
+	// parent's units, newest first; byParent marks a unit stopped because
+	// its parent was suspended whole. The group and allocation ID are in
+	// state.shrinkUnits.
+	shrink, byParent bool
+	parent, rank     int32
 }
 
 // plannedStart is the start of work placed in this cycle: after every
@@ -120,6 +140,9 @@ type allocInfo struct {
 	node         int32
 	perGPU       int32
 	gpuOff, gpuN int32
+	// gone marks an allocation shrunk away in this plan: its job no
+	// longer holds it (see shrink).
+	gone bool
 }
 
 // get returns allocation a.
@@ -179,6 +202,8 @@ type planProgress struct {
 	// reserved for it, else the change count when a reservation last
 	// failed (see reserveFor).
 	reservations map[int32]int
+	// grow lists the elastic groups that grow back (see grow).
+	grow []Growth
 }
 
 // plannedJob is what a job placed in this cycle consists of: the workloads
@@ -259,6 +284,8 @@ func newState(snap *model.Snapshot, opts Options) (*state, error) {
 	s.projects = newProjects(snap, x, s.plan.never)
 	s.addRunningJobs()
 	s.listVictims()
+	s.listShrinks()
+	s.findPartialGangs()
 	return s, nil
 }
 

@@ -4,9 +4,10 @@ import "github.com/gpushare/nomad-gpushare/scheduler/model"
 
 // units groups the pending workloads that are placed together, all or
 // none: every task group of a suspended job, because the quota service
-// resumes a job as a whole (docs/design.md, Suspension and resumption).
-// Every other workload is a unit by itself: Nomad places the groups of a
-// queued job one by one.
+// resumes a job as a whole (docs/design.md, Suspension and resumption),
+// and every task group of a gang but its shrunk instances (docs/design.md,
+// Gangs and elastic groups). Every other workload is a unit by itself:
+// Nomad places the groups of a queued job one by one.
 type units struct {
 	// lead is, per workload, the first workload of its unit.
 	lead []int32
@@ -22,7 +23,7 @@ func newUnits(snap *model.Snapshot) units {
 	for i := range snap.Pending {
 		w := &snap.Pending[i]
 		u.lead[i], u.self[i] = int32(i), int32(i)
-		if !w.Suspended {
+		if !w.Suspended && !w.Gang || w.Shrunk {
 			continue
 		}
 		l, ok := first[w.Job]

@@ -16,15 +16,25 @@ type victim struct {
 	job     *jobState
 }
 
-// compareVictims is THE victim order (docs/design.md, Victim order): lowest
+// compareVictims is THE victim order (docs/design.md, Victim order): the
+// instances above the minimum of elastic groups (shrink units, see
+// listShrinks) before any whole job; then lowest
 // project priority first, then the project most over its deserved share,
 // then lowest job priority, then the newest job; the job name breaks
-// remaining ties so that plans are deterministic. It returns a negative
-// number when a is suspended before b.
+// remaining ties so that plans are deterministic (between two instances of
+// one job started together, the one listShrinks ranks first: the higher
+// allocation ID). It returns a negative number when a is suspended before
+// b.
 //
 // Every victim list the planner walks is in this order: each project's jobs
 // are sorted by it (compareJobs), and victimQueue merges the projects by it.
 func compareVictims(a, b victim) int {
+	if a.job.shrink != b.job.shrink {
+		if a.job.shrink {
+			return -1
+		}
+		return 1
+	}
 	if c := cmp.Compare(a.project.priority, b.project.priority); c != 0 {
 		return c
 	}
@@ -37,7 +47,10 @@ func compareVictims(a, b victim) int {
 	if c := cmp.Compare(b.job.newest, a.job.newest); c != 0 {
 		return c
 	}
-	return cmp.Compare(a.job.name, b.job.name)
+	if c := cmp.Compare(a.job.name, b.job.name); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.job.rank, b.job.rank)
 }
 
 // overDeserved is how far the project is above its deserved share
@@ -74,7 +87,7 @@ type victimQueue struct {
 }
 
 // newVictimQueue is the queue over the jobs of projects (only those placed
-// in this cycle, when plannedOnly), built in buf.
+// in this cycle, when plannedOnly) and their shrink units, built in buf.
 func (s *state) newVictimQueue(projects []int32, plannedOnly bool, buf []victimSource) victimQueue {
 	q := victimQueue{s: s, sources: buf[:0]}
 	for _, p := range projects {
@@ -84,6 +97,9 @@ func (s *state) newVictimQueue(projects []int32, plannedOnly bool, buf []victimS
 		}
 		if len(jobs) > 0 {
 			q.sources = append(q.sources, victimSource{next: s.victim(jobs[0]), jobs: jobs})
+		}
+		if shrinks := s.projects[p].shrinks; !plannedOnly && len(shrinks) > 0 {
+			q.sources = append(q.sources, victimSource{next: s.victim(shrinks[0]), jobs: shrinks})
 		}
 	}
 	for i := len(q.sources)/2 - 1; i >= 0; i-- {
@@ -164,8 +180,8 @@ type victimSearch struct {
 
 // allows reports whether job j may be a victim at all.
 func (vs *victimSearch) allows(job *jobState, j int32) bool {
-	return !job.suspended && j != vs.exclude && (vs.belowPriority == nil || job.priority < *vs.belowPriority) &&
-		(!vs.plannedOnly || job.planned)
+	return !job.suspended && j != vs.exclude && !(job.shrink && job.parent == vs.exclude) &&
+		(vs.belowPriority == nil || job.priority < *vs.belowPriority) && (!vs.plannedOnly || job.planned)
 }
 
 // findVictims finds the victims that make room for t on one node, in two
@@ -193,11 +209,11 @@ func (s *state) findVictims(t placement.Task, vs victimSearch) (node int, victim
 		}
 		for _, a := range job.allocs {
 			n := s.allocs.get(a).node
-			if !s.admits(vs.nodes, int(n)) || !w.accepts(s, n, j, t, &vs) {
+			if s.allocs.get(a).gone || !s.admits(vs.nodes, int(n)) || !w.accepts(s, n, j, t, &vs) {
 				continue
 			}
 			if w.add(s, n, j, a, t) && s.enough(int(n), t, w.victims[n], vs.mustFree) {
-				return int(n), s.refine(int(n), t, vs, w.victims[n]), true
+				return int(n), s.uncovered(s.refine(int(n), t, vs, w.victims[n])), true
 			}
 		}
 	}
@@ -220,6 +236,8 @@ func (s *state) admits(nodes nodeSet, n int) bool {
 func (s *state) refine(n int, t placement.Task, vs victimSearch, found []int32) []int32 {
 	cands := s.candidatesOn(n, vs)
 	var taken []int32
+	lowered := s.walk.lowered[:0]
+	defer func() { s.walk.lowered = lowered[:0] }()
 	fits := false
 	for !fits {
 		best := -1
@@ -228,7 +246,7 @@ func (s *state) refine(n int, t placement.Task, vs victimSearch, found []int32) 
 				continue
 			}
 			job := &s.jobs[j]
-			if !s.keepsFloor(j, s.projects[job.project].usage-job.usage, taken, &vs) {
+			if !s.keepsFloor(j, s.projects[job.project].usage-s.freedBy(j, taken), taken, &vs) {
 				cands[i] = -1
 				continue
 			}
@@ -241,12 +259,14 @@ func (s *state) refine(n int, t placement.Task, vs victimSearch, found []int32) 
 		}
 		j := cands[best]
 		cands[best] = -1
+		freed := s.freedBy(j, taken)
 		taken = append(taken, j)
-		s.projects[s.jobs[j].project].usage -= s.jobs[j].usage
+		lowered = append(lowered, freed)
+		s.projects[s.jobs[j].project].usage -= freed
 		fits = s.enough(n, t, taken, vs.mustFree)
 	}
-	for _, j := range taken {
-		s.projects[s.jobs[j].project].usage += s.jobs[j].usage
+	for i, j := range taken {
+		s.projects[s.jobs[j].project].usage += lowered[i]
 	}
 	if !fits {
 		taken = found
@@ -264,13 +284,20 @@ func (s *state) candidatesOn(n int, vs victimSearch) []int32 {
 	}
 	var cands []int32
 	for _, a := range s.allocs.onNode[n] {
-		j := s.allocs.get(a).job
-		job := &s.jobs[j]
-		if w.projectStamp[job.project] != w.stamp || !vs.allows(job, j) || !job.holds(a) || slices.Contains(cands, j) {
+		if s.allocs.get(a).gone {
 			continue
 		}
-		if job.victim() {
-			cands = append(cands, j)
+		for _, j := range [2]int32{s.allocs.get(a).job, s.shrinkOf(a)} {
+			if j < 0 {
+				continue
+			}
+			job := &s.jobs[j]
+			if w.projectStamp[job.project] != w.stamp || !vs.allows(job, j) || !job.holds(a) || slices.Contains(cands, j) {
+				continue
+			}
+			if job.victim() {
+				cands = append(cands, j)
+			}
 		}
 	}
 	return cands
@@ -310,6 +337,9 @@ type walkState struct {
 	// per GPU (global index)
 	gpuStamp []int32
 	freed    []int32
+	// lowered is refine's scratch: what each victim taken lowered its
+	// project's usage by.
+	lowered []model.Shares
 }
 
 func (w *walkState) reset(s *state) {
@@ -356,9 +386,13 @@ func (w *walkState) accepts(s *state, n int32, j int32, t placement.Task, vs *vi
 	}
 	job := &s.jobs[j]
 	left := s.projects[job.project].usage - job.usage
-	for _, k := range w.victims[n] {
-		if s.jobs[k].project == job.project {
-			left -= s.jobs[k].usage
+	if s.shrinking {
+		left = s.projects[job.project].usage - s.setFreed(job.project, append(w.victims[n][:len(w.victims[n]):len(w.victims[n])], j))
+	} else {
+		for _, k := range w.victims[n] {
+			if s.jobs[k].project == job.project {
+				left -= s.jobs[k].usage
+			}
 		}
 	}
 	w.decided[n], w.accepted[n] = j, s.keepsFloor(j, left, w.victims[n], vs)
@@ -382,7 +416,9 @@ func (s *state) keepsFloor(j int32, left model.Shares, taken []int32, vs *victim
 	if left < floor {
 		return false
 	}
-	if !vs.comeback {
+	if !vs.comeback || job.shrink {
+		// A shrunk instance comes back only by growth, which displaces
+		// nothing.
 		return true
 	}
 	lower := s.walk.lowerRunning(s, job)
@@ -425,6 +461,10 @@ func (w *walkState) add(s *state, n int32, j int32, a int32, t placement.Task) b
 	if list := w.victims[n]; len(list) == 0 || list[len(list)-1] != j {
 		w.victims[n] = append(list, j)
 	}
+	if k := s.shrinkOf(a); k >= 0 && k != j && slices.Contains(w.victims[n], k) {
+		// Freed already with its shrink unit.
+		return w.open[n] >= int32(t.GPUCount) && w.cpu[n] >= t.CPUMilli && w.mem[n] >= t.MemoryMiB
+	}
 	al := s.allocs.get(a)
 	w.cpu[n] += al.cpu
 	w.mem[n] += al.mem
@@ -463,12 +503,7 @@ func (s *state) putBack(n int, t placement.Task, victims []int32, vs *victimSear
 func (s *state) floorsKept(victims []int32, vs *victimSearch) bool {
 	for _, j := range victims {
 		job := &s.jobs[j]
-		left := s.projects[job.project].usage
-		for _, k := range victims {
-			if s.jobs[k].project == job.project {
-				left -= s.jobs[k].usage
-			}
-		}
+		left := s.projects[job.project].usage - s.setFreed(job.project, victims)
 		if !s.keepsFloor(j, left, victims, vs) {
 			return false
 		}
@@ -488,10 +523,13 @@ func (s *state) enough(n int, t placement.Task, victims []int32, mustFree model.
 		free = append(free, g.Free)
 	}
 	for _, j := range victims {
+		if s.covered(j, victims) {
+			continue
+		}
 		freed += s.jobs[j].usage
 		for _, a := range s.jobs[j].allocs {
 			al := s.allocs.get(a)
-			if int(al.node) != n {
+			if int(al.node) != n || al.gone {
 				continue
 			}
 			cpu += al.cpu
@@ -511,4 +549,59 @@ func (s *state) enough(n int, t placement.Task, victims []int32, mustFree model.
 		}
 	}
 	return found >= t.GPUCount
+}
+
+// covered reports whether victim j frees nothing beyond the other victims:
+// a shrink unit whose job is among them (suspending the job stops the
+// instance too).
+func (s *state) covered(j int32, victims []int32) bool {
+	job := &s.jobs[j]
+	return job.shrink && slices.Contains(victims, job.parent)
+}
+
+// setFreed is what the victims free of project p's usage, each allocation
+// counted once.
+func (s *state) setFreed(p int32, victims []int32) model.Shares {
+	var freed model.Shares
+	for _, k := range victims {
+		if s.jobs[k].project == p && !s.covered(k, victims) {
+			freed += s.jobs[k].usage
+		}
+	}
+	return freed
+}
+
+// freedBy is what victim j frees of its project's usage on top of the
+// victims taken: nothing for a shrink unit whose job is taken, its usage
+// less that of its shrink units taken for a job, else its usage.
+func (s *state) freedBy(j int32, taken []int32) model.Shares {
+	job := &s.jobs[j]
+	if !s.shrinking {
+		return job.usage
+	}
+	if s.covered(j, taken) {
+		return 0
+	}
+	freed := job.usage
+	for _, k := range s.unitsOf[j] {
+		if slices.Contains(taken, k) {
+			freed -= s.jobs[k].usage
+		}
+	}
+	return freed
+}
+
+// uncovered drops the shrink units whose job is also a victim: the job's
+// suspension stops them.
+func (s *state) uncovered(victims []int32) []int32 {
+	if !s.shrinking {
+		return victims
+	}
+	kept := victims[:0:0]
+	for _, j := range victims {
+		if !s.covered(j, victims) {
+			kept = append(kept, j)
+		}
+	}
+	return kept
 }

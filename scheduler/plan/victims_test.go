@@ -22,6 +22,11 @@ func TestCompareVictims(t *testing.T) {
 		name  string
 		first victim // suspended before base
 	}{
+		{"an instance above an elastic group's minimum before any whole job", func() victim {
+			v := key(9, -500, 99, 0, "z")
+			v.job.shrink = true
+			return v
+		}()},
 		{"lower project priority first", key(0, -500, 99, 0, "z")},
 		{"then most over its fair share", key(1, 101, 99, 0, "z")},
 		{"then lowest job priority", key(1, 100, 4, 0, "z")},
@@ -42,8 +47,8 @@ func TestCompareVictims(t *testing.T) {
 
 // TestVictimQueueFollowsCompareVictims checks that the planner's fast
 // victim walk (one heap over per-project sources) yields exactly the order
-// of sorting all jobs by compareVictims (docs/design.md, Victim order), on
-// random clusters with ties in every field.
+// of sorting all jobs and shrink units by compareVictims (docs/design.md,
+// Victim order), on random clusters with ties in every field.
 func TestVictimQueueFollowsCompareVictims(t *testing.T) {
 	for seed := int64(1); seed <= 200; seed++ {
 		rng := rand.New(rand.NewSource(seed))
@@ -57,6 +62,11 @@ func TestVictimQueueFollowsCompareVictims(t *testing.T) {
 				continue
 			}
 			a := running(fmt.Sprintf("j%d", gpu), fmt.Sprintf("p%d", rng.Intn(nprojects)), rng.Intn(3), int64(rng.Intn(3)), "n1", gpu)
+			if rng.Intn(3) == 0 {
+				// An instance of the project's elastic job: those above
+				// its minimum are shrink units, walked before whole jobs.
+				a.Job, a.Priority, a.MinCount = "e-"+a.Project, 1, 1
+			}
 			snap.Allocations = append(snap.Allocations, a)
 		}
 		s, err := newState(snap, Options{})
@@ -68,17 +78,18 @@ func TestVictimQueueFollowsCompareVictims(t *testing.T) {
 			p := &s.projects[i]
 			p.deserved = model.Shares(rng.Intn(4) * 100)
 			all = append(all, p.jobs...)
+			all = append(all, p.shrinks...)
 			projects = append(projects, int32(i))
 		}
 		q := s.newVictimQueue(projects, false, nil)
 		var got []string
 		for j := q.next(); j >= 0; j = q.next() {
-			got = append(got, s.jobs[j].name)
+			got = append(got, fmt.Sprintf("%s/%d", s.jobs[j].name, s.jobs[j].rank))
 		}
 		slices.SortFunc(all, func(a, b int32) int { return compareVictims(s.victim(a), s.victim(b)) })
 		var want []string
 		for _, j := range all {
-			want = append(want, s.jobs[j].name)
+			want = append(want, fmt.Sprintf("%s/%d", s.jobs[j].name, s.jobs[j].rank))
 		}
 		if !slices.Equal(got, want) {
 			t.Fatalf("seed %d: victim walk %v, compareVictims order %v", seed, got, want)

@@ -34,7 +34,7 @@ func (sc *Scenario) CheckPolicy(out *Outcome, firstFit bool) []error {
 // checkOne checks one expectation against the outcome.
 func checkOne(e Expect, out *Outcome) error {
 	switch e.What {
-	case "deserved", "suspend", "place", "unplaced", "unplaceable", "actions":
+	case "deserved", "suspend", "shrink", "grow", "place", "unplaced", "unplaceable", "actions", "gangwait":
 		if e.Round > len(out.Rounds) {
 			return fmt.Errorf("round %d not run (rounds %d)", e.Round, len(out.Rounds))
 		}
@@ -55,7 +55,7 @@ func checkOne(e Expect, out *Outcome) error {
 		return checkUsage(e, out.Final)
 	case "stable":
 		last := &out.Rounds[len(out.Rounds)-1]
-		if len(last.Result.Actions) > 0 {
+		if len(last.Result.Actions) > 0 || len(last.Result.Grow) > 0 {
 			return fmt.Errorf("last round still plans:\n%s", describe(last))
 		}
 		return nil
@@ -84,6 +84,26 @@ func checkRound(e Expect, rd *Round) error {
 			}
 		}
 		return sameSet("suspended in round "+fmt.Sprint(e.Round), got, e.Jobs, rd)
+	case "shrink":
+		var got []string
+		for _, a := range rd.Result.Actions {
+			if a.Kind == plan.Shrink {
+				got = append(got, a.Job)
+			}
+		}
+		return sameSet("shrunk in round "+fmt.Sprint(e.Round), got, e.Jobs, rd)
+	case "grow":
+		var got []string
+		for _, g := range rd.Result.Grow {
+			got = append(got, g.Job)
+		}
+		return sameSet("grown in round "+fmt.Sprint(e.Round), got, e.Jobs, rd)
+	case "gangwait":
+		var got []string
+		for _, g := range rd.Result.GangsWaiting {
+			got = append(got, g.Job)
+		}
+		return sameSet("gangs waiting whole in round "+fmt.Sprint(e.Round), got, e.Jobs, rd)
 	case "place":
 		for _, a := range rd.Result.Actions {
 			if a.Kind == plan.Place && a.Job == e.Name && (e.Group == "" || a.Group == e.Group) &&
@@ -160,6 +180,15 @@ func describe(rd *Round) string {
 	for _, u := range rd.Result.Unplaceable {
 		w := rd.Snapshot.Pending[u.Workload]
 		fmt.Fprintf(&b, "\tunplaceable %s/%s: %s\n", w.Job, w.Group, u.Reason)
+	}
+	for _, g := range rd.Result.Grow {
+		fmt.Fprintf(&b, "\tgrow %s/%s by %d on %v (project %s)\n", g.Job, g.Group, g.Count, g.Places, g.Project)
+	}
+	for _, g := range rd.Result.Grow {
+		fmt.Fprintf(&b, "\tgrow %s/%s by %d on %v (project %s)\n", g.Job, g.Group, g.Count, g.Places, g.Project)
+	}
+	for _, g := range rd.Result.GangsWaiting {
+		fmt.Fprintf(&b, "\tgang %s (project %s): %s\n", g.Job, g.Project, g.Reason)
 	}
 	for _, s := range rd.Result.Shares {
 		fmt.Fprintf(&b, "\tproject %s: guaranteed %s deserved %s usage %s -> %s\n", s.Name, s.Guaranteed, s.Deserved, s.Usage, s.Planned)

@@ -44,6 +44,10 @@ func TestParseErrorsNameFileLineAndField(t *testing.T) {
 		{"a count in gpu on a run line", head + "run j project a gpu 2 node n1\n", 3, "gpu", ErrMissing},
 		{"a count in gpu on a pending line", head + "pending j project a gpu 2\n", 3, "gpu", ErrMissing},
 		{"a binding on a pending line", head + "pending j project a gpus 1 gpu 0\n", 3, "gpu", ErrBadValue},
+		{"minimum of zero", head + "pending j project a gpus 1 count 2 min 0\n", 3, "min", ErrBadValue},
+		{"shrunk without a minimum", head + "pending j project a gpus 1 shrunk\n", 3, "shrunk", ErrBadValue},
+		{"shrunk and suspended", head + "pending j project a gpus 1 min 1 shrunk suspended\n", 3, "shrunk", ErrBadValue},
+		{"gang on some allocations only", head + "run j project a gpus 1 node n1 gpu 0 gang\nrun j project a gpus 1 node n1 gpu 1\n", 4, "gang", ErrBadValue},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -93,6 +97,30 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("accepted scenario fails to plan: %v", err)
 		}
 	})
+}
+
+// TestParseGangAndElastic: the gang, min and shrunk fields reach the
+// snapshot, and a job may be named like a flag ("gang").
+func TestParseGangAndElastic(t *testing.T) {
+	sc, err := Parse("t.scn", strings.NewReader(`node n1 gpus 4
+project p guaranteed 1
+run gang project p gpus 1 node n1 gpu 0 gang min 1
+pending gang project p gpus 1 count 2 gang
+pending e project p gpus 1 min 2 shrunk
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, w := sc.Initial.Allocations[0], sc.Initial.Pending
+	if a.Job != "gang" || !a.Gang || a.MinCount != 1 {
+		t.Errorf("run line: %+v", a)
+	}
+	if w[0].Job != "gang" || !w[0].Gang || w[0].Shrunk || w[0].Count != 2 {
+		t.Errorf("gang pending line: %+v", w[0])
+	}
+	if w[1].Gang || !w[1].Shrunk || w[1].MinCount != 2 {
+		t.Errorf("shrunk pending line: %+v", w[1])
+	}
 }
 
 func TestParseFirstFitFlag(t *testing.T) {

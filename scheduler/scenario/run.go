@@ -101,7 +101,7 @@ func cloneSnapshot(s *model.Snapshot) *model.Snapshot {
 // jobEvent is something the planner did to a job in one round.
 type jobEvent struct {
 	round int
-	kind  byte // 'S' suspend, 'R' resume, 'P' place
+	kind  byte // 'S' suspend, 'R' resume, 'P' place, 'K' shrink, 'G' grow
 }
 
 // history lists, per job in first-seen order, what the planner did to it.
@@ -116,23 +116,40 @@ func history(out *Outcome) ([]string, map[string][]jobEvent) {
 			}
 			seen[a.Job] = true
 			kind := byte('S')
-			if a.Kind == plan.Place {
+			switch a.Kind {
+			case plan.Place:
 				kind = 'P'
 				if rd.Snapshot.Pending[a.Workload].Suspended {
 					kind = 'R'
 				}
+			case plan.Shrink:
+				kind = 'K'
 			}
 			if _, ok := h[a.Job]; !ok {
 				jobs = append(jobs, a.Job)
 			}
 			h[a.Job] = append(h[a.Job], jobEvent{i + 1, kind})
 		}
+		for _, g := range rd.Result.Grow {
+			if seen[g.Job] {
+				continue
+			}
+			seen[g.Job] = true
+			if _, ok := h[g.Job]; !ok {
+				jobs = append(jobs, g.Job)
+			}
+			h[g.Job] = append(h[g.Job], jobEvent{i + 1, 'G'})
+		}
 	}
 	return jobs, h
 }
 
+// stops reports whether the event stops work: a suspension or a shrink.
+func (e jobEvent) stops() bool { return e.kind == 'S' || e.kind == 'K' }
+
 // Stability finds oscillation across rounds: a job suspended, then placed
-// again, then suspended again. Each oscillating job is one error.
+// again, then suspended again, or shrunk, grown and shrunk again. Each
+// oscillating job is one error.
 func (sc *Scenario) Stability(out *Outcome) []error {
 	jobs, h := history(out)
 	var errs []error
@@ -141,23 +158,24 @@ func (sc *Scenario) Stability(out *Outcome) []error {
 		for _, e := range h[job] {
 			pattern.WriteByte(e.kind)
 		}
-		if p := pattern.String(); strings.Contains(p, "SRS") || strings.Contains(p, "SPS") {
+		if p := pattern.String(); strings.Contains(p, "SRS") || strings.Contains(p, "SPS") || strings.Contains(p, "KGK") {
 			errs = append(errs, fmt.Errorf("%s: job %s oscillates: %s over rounds %v", sc.File, job, p, h[job]))
 		}
 	}
 	return errs
 }
 
-// Churn finds jobs placed (or resumed) in one round and suspended in a later
-// one although nothing arrived or finished in between: not an oscillation,
-// but wasted work. Hand-written scenarios must have none.
+// Churn finds jobs placed (or resumed, or grown) in one round and suspended
+// or shrunk in a later one although nothing arrived or finished in between:
+// not an oscillation, but wasted work. Hand-written scenarios must have
+// none.
 func (sc *Scenario) Churn(out *Outcome) []error {
 	jobs, h := history(out)
 	var errs []error
 	for _, job := range jobs {
 		events := h[job]
 		for k := 1; k < len(events); k++ {
-			if events[k].kind != 'S' || events[k-1].kind == 'S' {
+			if !events[k].stops() || events[k-1].stops() {
 				continue
 			}
 			quiet := true
@@ -165,7 +183,7 @@ func (sc *Scenario) Churn(out *Outcome) []error {
 				quiet = quiet && !sc.eventful(r)
 			}
 			if quiet {
-				errs = append(errs, fmt.Errorf("%s: job %s placed in round %d and suspended in round %d with nothing changed in between",
+				errs = append(errs, fmt.Errorf("%s: job %s placed in round %d and stopped in round %d with nothing changed in between",
 					sc.File, job, events[k-1].round, events[k].round))
 			}
 		}

@@ -11,9 +11,10 @@
 //	project A guaranteed 2 [limit 4] [priority 1] [weight 1]
 //	run JOB project A (gpus N | share 0.5) node n1 gpu 0[,1..] [group g] [priority 0]
 //	    [nonpreemptible] [system] [start 10] [cpu 1] [mem 1024] [id ID] [model A100[,H100]]
+//	    [gang] [min N]
 //	pending JOB project B (gpus N | share 0.5) [count 2] [submit 5] [round R]
 //	    [group g] [priority 0] [nonpreemptible] [suspended] [cpu 1] [mem 1024] [model ...]
-//	    [nodes n1[,n2..] | nodes none]
+//	    [nodes n1[,n2..] | nodes none] [gang] [min N] [shrunk]
 //	finish JOB round R                           (the job ends before round R)
 //	expect deserved A 2 [round R]                (deserved share in round R, default 1)
 //	expect suspend JOB... | none [round R]       (exactly these jobs are suspended)
@@ -21,10 +22,13 @@
 //	expect unplaced JOB [round R]
 //	expect unplaceable JOB [round R]             (fits nowhere; no demand)
 //	expect actions N [round R]                   (number of actions in round R)
+//	expect gangwait JOB... | none [round R]      (exactly these gangs wait whole)
+//	expect shrink JOB... | none [round R]        (exactly these jobs shrink)
+//	expect grow JOB... | none [round R]          (exactly these jobs grow back)
 //	expect running JOB...                        (running after the last round)
 //	expect waiting JOB...                        (pending after the last round)
 //	expect usage A 2                             (GPUs held after the last round)
-//	expect stable                                (the last round plans nothing)
+//	expect stable                                (the last round plans nothing, grows nothing)
 //
 // "gpus N" is always a count of whole GPUs (on node, run and pending
 // lines); "gpu 0,1" always names GPU indexes on a node (the GPUs a run line
@@ -35,7 +39,11 @@
 // node that take no work. "weight 0" gives a project no share of the
 // surplus (model.Project.NoOverQuota). "system" marks a system job's
 // allocation, never a victim. "nodes" lists the only nodes a pending
-// workload may run on, as its constraints would.
+// workload may run on, as its constraints would. "gang" marks a job whose
+// GPU groups run all together or not at all, on its run and pending lines
+// alike; "min N" makes a group elastic with minimum N (model.Allocation.
+// MinCount); "shrunk" marks pending instances a shrink took from a running
+// elastic group, which come back only by growth (plan.Result.Grow).
 //
 // Any expect line may end with the flag "firstfit": the expectation depends
 // on which node and GPUs first-fit placement picks, and runs with other
@@ -87,7 +95,8 @@ type Finish struct {
 type Expect struct {
 	Line int
 	// What is the expectation's keyword: deserved, suspend, place,
-	// unplaced, unplaceable, actions, running, waiting, usage or stable.
+	// unplaced, unplaceable, actions, gangwait, shrink, grow, running,
+	// waiting, usage or stable.
 	What   string
 	Round  int
 	Jobs   []string
@@ -213,6 +222,18 @@ func (p *parser) split(num int, words []string, keys, flags []string) (line, err
 		}
 	}
 	return l, nil
+}
+
+// splitNamed is split for a line that starts with a name (run, pending):
+// the first word is the name even where it is also a flag ("gang"), unless
+// it is a key that takes a value (the name is missing).
+func (p *parser) splitNamed(num int, words []string, keys, flags []string) (line, error) {
+	if len(words) == 0 || slices.Contains(keys, words[0]) {
+		return p.split(num, words, keys, flags)
+	}
+	l, err := p.split(num, words[1:], keys, flags)
+	l.words = append([]string{words[0]}, l.words...)
+	return l, err
 }
 
 func (p *parser) line(num int, words []string) error {
@@ -422,9 +443,11 @@ type workload struct {
 	priority            int
 	preemptible         bool
 	ask                 model.Ask
+	gang                bool
+	minCount            int
 }
 
-var workloadKeys = []string{"project", "group", "priority", "gpus", "share", "cpu", "mem", "model"}
+var workloadKeys = []string{"project", "group", "priority", "gpus", "share", "cpu", "mem", "model", "min"}
 
 func (p *parser) workload(l line) (workload, error) {
 	var w workload
@@ -447,6 +470,12 @@ func (p *parser) workload(l line) (workload, error) {
 	}
 	w.priority = int(prio)
 	w.preemptible = !l.flags["nonpreemptible"]
+	w.gang = l.flags["gang"]
+	minCount, err := p.intField(l, "min", 0, 1, 10_000)
+	if err != nil {
+		return w, err
+	}
+	w.minCount = int(minCount)
 	w.ask, err = p.ask(l)
 	return w, err
 }
@@ -499,7 +528,7 @@ func (p *parser) ask(l line) (model.Ask, error) {
 }
 
 func (p *parser) run(num int, words []string) error {
-	l, err := p.split(num, words, append([]string{"node", "gpu", "start", "id"}, workloadKeys...), []string{"nonpreemptible", "system"})
+	l, err := p.splitNamed(num, words, append([]string{"node", "gpu", "start", "id"}, workloadKeys...), []string{"nonpreemptible", "system", "gang"})
 	if err != nil {
 		return err
 	}
@@ -533,10 +562,13 @@ func (p *parser) run(num int, words []string) error {
 		if a.Job == w.job && (a.Project != w.project || a.Priority != w.priority) {
 			return p.errf(num, "project", ErrBadValue, "job %q already runs with another project or priority", w.job)
 		}
+		if a.Job == w.job && a.Gang != w.gang {
+			return p.errf(num, "gang", ErrBadValue, "job %q already runs with gang %v", w.job, a.Gang)
+		}
 	}
 	p.sc.Initial.Allocations = append(p.sc.Initial.Allocations, model.Allocation{
 		ID: id, Project: w.project, Job: w.job, Group: w.group, Priority: w.priority, Preemptible: w.preemptible,
-		System: l.flags["system"], Ask: w.ask, Node: node, GPUs: gpus, Start: start,
+		System: l.flags["system"], Ask: w.ask, Node: node, GPUs: gpus, Start: start, Gang: w.gang, MinCount: w.minCount,
 	})
 	p.refs = append(p.refs, ref{line: num, project: w.project, node: node, gpus: gpus, ask: w.ask, unbound: !bound})
 	return nil
@@ -553,7 +585,7 @@ func (p *parser) unavailable(name string) bool {
 }
 
 func (p *parser) pending(num int, words []string) error {
-	l, err := p.split(num, words, append([]string{"count", "submit", "round", "gpu", "nodes"}, workloadKeys...), []string{"nonpreemptible", "suspended"})
+	l, err := p.splitNamed(num, words, append([]string{"count", "submit", "round", "gpu", "nodes"}, workloadKeys...), []string{"nonpreemptible", "suspended", "gang", "shrunk"})
 	if err != nil {
 		return err
 	}
@@ -576,9 +608,13 @@ func (p *parser) pending(num int, words []string) error {
 	if err != nil {
 		return err
 	}
+	if l.flags["shrunk"] && (l.flags["suspended"] || w.minCount == 0) {
+		return p.errf(num, "shrunk", ErrBadValue, "shrunk instances belong to an elastic group (min N) and are not suspended")
+	}
 	pw := model.Pending{
 		Project: w.project, Job: w.job, Group: w.group, Priority: w.priority, Preemptible: w.preemptible,
 		Ask: w.ask, Count: int(count), Submit: submit, Suspended: l.flags["suspended"],
+		Gang: w.gang, MinCount: w.minCount, Shrunk: l.flags["shrunk"],
 	}
 	if v, ok := l.fields["nodes"]; ok {
 		pw.Nodes, pw.NodesReason = []string{}, "the scenario's nodes list"
@@ -632,7 +668,7 @@ func (p *parser) expect(num int, words []string) error {
 	switch e.What {
 	case "deserved", "usage":
 		err = p.expectAmount(l, &e)
-	case "suspend", "running", "waiting":
+	case "suspend", "gangwait", "shrink", "grow", "running", "waiting":
 		err = p.expectJobs(l, &e)
 	case "place", "unplaced", "unplaceable":
 		err = p.expectPlace(l, &e)
