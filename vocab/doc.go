@@ -9,7 +9,7 @@
 //
 // Units. A unit is a hundredth of a GPU, memory and compute alike
 // (UnitsPerGPU to a GPU): asks, quotas and held devices all count in it
-// (the scheduler calls it a share, model.Shares).
+// (the scheduler calls it a share, cluster.Shares).
 //
 // Instance IDs. A whole GPU is published under its NVML UUID (for example
 // "GPU-5b2e0c8a-...") in the family Vendor/TypeWhole. By default each of

@@ -15,7 +15,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	"github.com/hashicorp/go-hclog"
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -57,7 +57,7 @@ func (w *world) run(ns, id string) {
 
 // view reads the records and Nomad as package nomadwatch's Build does,
 // with extra pending work appended.
-func (w *world) view(extra ...model.Pending) *nomadwatch.View {
+func (w *world) view(extra ...cluster.Pending) *nomadwatch.View {
 	w.t.Helper()
 	recs, err := w.store.Suspensions(context.Background())
 	if err != nil {
@@ -112,7 +112,7 @@ func (w *world) apply(v *nomadwatch.View, actions ...plan.Action) Report {
 // suspend suspends ns/id for a made-up pending workload of team-b.
 func (w *world) suspend(ns, id string) {
 	w.t.Helper()
-	v := w.view(model.Pending{Project: "team-b", Job: "team-b/big", Group: "g", Count: 1, Ask: model.Ask{WholeGPUs: 1}})
+	v := w.view(cluster.Pending{Project: "team-b", Job: "team-b/big", Group: "g", Count: 1, Ask: cluster.Ask{WholeGPUs: 1}})
 	w.apply(v, plan.Action{Kind: plan.Suspend, Project: ns, Job: ns + "/" + id, Workload: len(v.Snapshot.Pending) - 1, Reason: "reclaim for team-b"})
 }
 
@@ -332,7 +332,7 @@ func TestGuardStopsALeaderThatLostItsLock(t *testing.T) {
 		return leader.Held(ctx, w.consul.Client(), "gs/leader", "q1")
 	}
 	w.run("team-a", "train")
-	v := w.view(model.Pending{Project: "team-b", Job: "team-b/big", Group: "g", Count: 1, Ask: model.Ask{WholeGPUs: 1}})
+	v := w.view(cluster.Pending{Project: "team-b", Job: "team-b/big", Group: "g", Count: 1, Ask: cluster.Ask{WholeGPUs: 1}})
 	rep, err := w.act.Apply(context.Background(), v, plan.Result{Actions: []plan.Action{{Kind: plan.Suspend, Project: "team-a", Job: "team-a/train", Workload: len(v.Snapshot.Pending) - 1}}})
 	if err != nil || len(rep.Errors) == 0 || !strings.Contains(rep.Errors[0].Error(), `held by "q2"`) {
 		t.Fatalf("Apply: %v, report %+v; want the suspension refused by the guard", err, rep)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -17,7 +17,7 @@ import (
 // suspension that was never stopped (a leader died in between) is finished
 // here, when the current plan suspends the same job.
 func (ap *applying) suspendFor(ctx context.Context, act plan.Action) {
-	var w model.Pending // none, for a suspension that holds a project to its limit
+	var w cluster.Pending // none, for a suspension that holds a project to its limit
 	forWorkload := ""
 	if act.Workload >= 0 {
 		w = ap.v.Snapshot.Pending[act.Workload]

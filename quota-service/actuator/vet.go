@@ -17,7 +17,7 @@ type vetted struct {
 // Vet keeps the planner from choosing victims the service could not bring
 // back: every running GPU job whose record would not fit in Consul, or
 // that the service's token could not register again, is marked never to
-// be a victim in v's snapshot (model.Allocation.NeverVictim, with the
+// be a victim in v's snapshot (cluster.Allocation.NeverVictim, with the
 // reason; a non-preemptible job would still be a victim above its
 // project's guarantee), with a warning saying why. The plan names such
 // jobs in their project's status line. Verdicts are cached by the job's

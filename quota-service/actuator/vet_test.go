@@ -11,7 +11,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -39,9 +39,9 @@ func TestVetKeepsUnreturnableJobsOffTheVictimList(t *testing.T) {
 	fits, elsewhere := gpuJobWith("team-a", nil), gpuJobWith("team-b", nil)
 	fits.ID, elsewhere.ID = ptr("fits"), ptr("elsewhere")
 	fits.ModifyIndex, elsewhere.ModifyIndex = ptr(uint64(8)), ptr(uint64(9))
-	v := &nomadwatch.View{Snapshot: &model.Snapshot{}, Specs: map[string]*nomadapi.Job{"team-a/big": big, "team-a/fits": fits, "team-b/elsewhere": elsewhere}}
+	v := &nomadwatch.View{Snapshot: &cluster.Snapshot{}, Specs: map[string]*nomadapi.Job{"team-a/big": big, "team-a/fits": fits, "team-b/elsewhere": elsewhere}}
 	for _, key := range []string{"team-a/big", "team-a/fits", "team-b/elsewhere"} {
-		v.Snapshot.Allocations = append(v.Snapshot.Allocations, model.Allocation{ID: key, Job: key, Preemptible: true})
+		v.Snapshot.Allocations = append(v.Snapshot.Allocations, cluster.Allocation{ID: key, Job: key, Preemptible: true})
 	}
 	a.Vet(context.Background(), v)
 	want := map[string]string{"team-a/big": "would exceed", "team-a/fits": "", "team-b/elsewhere": "may not submit jobs in namespace team-b"}

@@ -1,5 +1,5 @@
 // Package nomadwatch keeps the service's view of Nomad and builds the
-// planner's model.Snapshot from it.
+// planner's cluster.Snapshot from it.
 //
 // The view (cache.go; docs/design.md, The service's view of Nomad) holds
 // every node (its attributes, meta and device inventory, decoded once per
@@ -24,7 +24,7 @@
 // The snapshot plans on what Nomad will really do. A node that is not
 // ready, ineligible or draining, and a node holding an allocation the
 // snapshot cannot account for (a GPU it does not publish, more shares than
-// a GPU has), is out of planning with the reason (model.Node.Unavailable);
+// a GPU has), is out of planning with the reason (cluster.Node.Unavailable);
 // so is a GPU unhealthy for a reason other than the plugin's own switch
 // between device families (see withdrawnPrefixes). A pending group may run
 // only on the nodes its job's datacenters, node pool and constraints (on
@@ -49,7 +49,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
 	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/vocab"
 	"github.com/gpushare/nomad-gpushare/vocab/nomadread"
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -96,7 +96,7 @@ func Key(namespace, id string) string { return namespace + "/" + id }
 
 // View is one consistent reading of Nomad.
 type View struct {
-	Snapshot *model.Snapshot
+	Snapshot *cluster.Snapshot
 	// Jobs by Key.
 	Jobs map[string]*JobInfo
 	// Records are the suspension records by job Key, each with its
@@ -178,7 +178,7 @@ func Assemble(in Inputs) *View {
 type assembler struct {
 	in       Inputs
 	v        *View
-	snap     *model.Snapshot
+	snap     *cluster.Snapshot
 	resolver *projectResolver
 	// projects are the names in snap.Projects.
 	projects map[string]bool
@@ -195,7 +195,7 @@ type assembler struct {
 }
 
 func newAssembler(in Inputs) *assembler {
-	v := &View{Snapshot: &model.Snapshot{}, Jobs: map[string]*JobInfo{}, Records: map[string]*Record{}, Specs: in.Specs, ListedAt: in.Now,
+	v := &View{Snapshot: &cluster.Snapshot{}, Jobs: map[string]*JobInfo{}, Records: map[string]*Record{}, Specs: in.Specs, ListedAt: in.Now,
 		Unverified: map[string]uint64{}, Keys: in.Keys}
 	a := &assembler{in: in, v: v, snap: v.Snapshot, resolver: newResolver(in.Settings),
 		projects: map[string]bool{}, nodes: map[string]*nodeGPUs{}, readDevs: map[string]*nodeDevices{}, jobKeys: map[[2]string]string{}}
@@ -253,7 +253,7 @@ func (a *assembler) jobKey(namespace, id string) string {
 func (a *assembler) addProject(name string) {
 	if !a.projects[name] {
 		a.projects[name] = true
-		a.snap.Projects = append(a.snap.Projects, model.Project{Name: name})
+		a.snap.Projects = append(a.snap.Projects, cluster.Project{Name: name})
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/vocab"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -98,12 +98,12 @@ func TestAssemble(t *testing.T) {
 	if _, err := snap.Index(); err != nil {
 		t.Fatalf("snapshot does not index: %v", err)
 	}
-	wantAllocs := map[string]model.Allocation{
-		"al4": {ID: "al4", Project: "a", Job: "a/unfinished", Group: "g", Priority: 50, Preemptible: true, Ask: model.Ask{Shares: 2}, Node: "n1", GPUs: []int{3}, Start: 100},
-		"al5": {ID: "al5", Project: "a", Job: "a/unfinished", Group: "g", Priority: 50, Preemptible: true, Ask: model.Ask{Shares: 2}, Node: "n1", GPUs: []int{3}, Start: 100},
-		"al1": {ID: "al1", Project: "a", Job: "a/train", Group: "g", Priority: 50, Preemptible: true, Ask: model.Ask{WholeGPUs: 1}, Node: "n1", GPUs: []int{0}, Start: 100},
-		"al2": {ID: "al2", Project: "b", Job: "b/nb", Group: "g", Priority: 50, Preemptible: true, Ask: model.Ask{Shares: 3}, Node: "n1", GPUs: []int{2}, Start: 100},
-		"al3": {ID: "al3", Project: "research", Job: "x/meta", Group: "g", Priority: 50, Preemptible: false, Ask: model.Ask{WholeGPUs: 1}, Node: "n1", GPUs: []int{1}, Start: 100},
+	wantAllocs := map[string]cluster.Allocation{
+		"al4": {ID: "al4", Project: "a", Job: "a/unfinished", Group: "g", Priority: 50, Preemptible: true, Ask: cluster.Ask{Shares: 2}, Node: "n1", GPUs: []int{3}, Start: 100},
+		"al5": {ID: "al5", Project: "a", Job: "a/unfinished", Group: "g", Priority: 50, Preemptible: true, Ask: cluster.Ask{Shares: 2}, Node: "n1", GPUs: []int{3}, Start: 100},
+		"al1": {ID: "al1", Project: "a", Job: "a/train", Group: "g", Priority: 50, Preemptible: true, Ask: cluster.Ask{WholeGPUs: 1}, Node: "n1", GPUs: []int{0}, Start: 100},
+		"al2": {ID: "al2", Project: "b", Job: "b/nb", Group: "g", Priority: 50, Preemptible: true, Ask: cluster.Ask{Shares: 3}, Node: "n1", GPUs: []int{2}, Start: 100},
+		"al3": {ID: "al3", Project: "research", Job: "x/meta", Group: "g", Priority: 50, Preemptible: false, Ask: cluster.Ask{WholeGPUs: 1}, Node: "n1", GPUs: []int{1}, Start: 100},
 	}
 	if len(snap.Allocations) != len(wantAllocs) {
 		t.Fatalf("allocations %+v: want %d", snap.Allocations, len(wantAllocs))
@@ -115,9 +115,9 @@ func TestAssemble(t *testing.T) {
 			t.Errorf("allocation %s = %+v, want %+v", a.ID, a, w)
 		}
 	}
-	wantPending := []model.Pending{
-		{Project: "a", Job: "a/parked", Group: "g", Priority: 50, Preemptible: true, Ask: model.Ask{Shares: 30}, Count: 2, Submit: 70, Suspended: true},
-		{Project: "b", Job: "b/waiting", Group: "g", Priority: 50, Preemptible: true, Ask: model.Ask{WholeGPUs: 1}, Count: 2, Submit: 50},
+	wantPending := []cluster.Pending{
+		{Project: "a", Job: "a/parked", Group: "g", Priority: 50, Preemptible: true, Ask: cluster.Ask{Shares: 30}, Count: 2, Submit: 70, Suspended: true},
+		{Project: "b", Job: "b/waiting", Group: "g", Priority: 50, Preemptible: true, Ask: cluster.Ask{WholeGPUs: 1}, Count: 2, Submit: 50},
 	}
 	if len(snap.Pending) != len(wantPending) {
 		t.Fatalf("pending %+v: want %+v", snap.Pending, wantPending)
@@ -157,15 +157,15 @@ func TestGroupAsk(t *testing.T) {
 	tests := []struct {
 		device string
 		count  uint64
-		want   model.Ask
+		want   cluster.Ask
 		ok     bool
 	}{
-		{"nvidia/gpu", 2, model.Ask{WholeGPUs: 2}, true},
-		{"gpu", 1, model.Ask{WholeGPUs: 1}, true},
-		{"nvidia/gpu-share", 25, model.Ask{Shares: 25}, true},
-		{"nvidia/gpu/H100", 1, model.Ask{WholeGPUs: 1, Models: []string{"H100"}}, true},
-		{"amd/gpu", 1, model.Ask{}, false},
-		{"nvidia/gpu-share", 150, model.Ask{}, false},
+		{"nvidia/gpu", 2, cluster.Ask{WholeGPUs: 2}, true},
+		{"gpu", 1, cluster.Ask{WholeGPUs: 1}, true},
+		{"nvidia/gpu-share", 25, cluster.Ask{Shares: 25}, true},
+		{"nvidia/gpu/H100", 1, cluster.Ask{WholeGPUs: 1, Models: []string{"H100"}}, true},
+		{"amd/gpu", 1, cluster.Ask{}, false},
+		{"nvidia/gpu-share", 150, cluster.Ask{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.device, func(t *testing.T) {
@@ -241,7 +241,7 @@ func TestAssembleCoarseShares(t *testing.T) {
 		},
 		Now: time.Unix(1000, 0),
 	})
-	var pending model.Shares
+	var pending cluster.Shares
 	for _, p := range v.Snapshot.Pending {
 		if p.Job == "a/waiting" {
 			pending = p.Ask.Shares

@@ -14,7 +14,7 @@ import (
 // that its job admits as Nomad's feasibility checks would (package
 // feasible: datacenters, node pool, constraints on node fields, attributes
 // and meta, each GPU device request's constraints on device attributes),
-// as model.Pending.Nodes. A device request with constraints, or naming a
+// as cluster.Pending.Nodes. A device request with constraints, or naming a
 // device group, also limits the GPU models the group may use to those of
 // the device groups that satisfy it. A group no node admits is left for
 // the planner to report unplaceable, with the reason (which filters left

@@ -4,7 +4,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -196,6 +196,6 @@ func (a *assembler) addPendingGroup(key string, tg *nomadapi.TaskGroup, count in
 	}
 	info.Pending[*tg.Name] += count
 	a.addProject(info.Project)
-	a.snap.Pending = append(a.snap.Pending, model.Pending{Project: info.Project, Job: key, Group: *tg.Name,
+	a.snap.Pending = append(a.snap.Pending, cluster.Pending{Project: info.Project, Job: key, Group: *tg.Name,
 		Priority: info.Priority, Preemptible: info.Preemptible, Ask: ask, Count: count, Submit: submit, Suspended: suspended})
 }

@@ -1,7 +1,7 @@
 package nomadwatch
 
 import (
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/vocab"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -19,7 +19,7 @@ type gpuHealth struct {
 	model string
 	// mig is, for a MIG device, the part of its GPU it is (see migShares);
 	// 0 for a GPU.
-	mig model.Shares
+	mig cluster.Shares
 	// healthy is set when some instance of the GPU is healthy (it is
 	// published in one family); reason is the first other health
 	// description.

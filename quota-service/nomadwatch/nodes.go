@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/vocab"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -19,8 +19,8 @@ type nodeGPUs struct {
 	// left of each GPU, in shares. mig is the part of its GPU each MIG
 	// device of the node is, by UUID (see migShares).
 	index map[string]int
-	free  []model.Shares
-	mig   map[string]model.Shares
+	free  []cluster.Shares
+	mig   map[string]cluster.Shares
 	// snap is the node's index in the snapshot's nodes; cpu and mem are
 	// what the snapshot's allocations on it hold, otherCPU and otherMem
 	// what the rest holds.
@@ -54,9 +54,9 @@ func (a *assembler) addNodes() {
 		node.CPUMilli, node.MemoryMiB = nodeCapacity(n)
 		for i, gpu := range dev.gpus {
 			h := gpu.health
-			g := model.GPU{ID: gpu.uuid, Model: h.model, Unavailable: h.unavailable()}
+			g := cluster.GPU{ID: gpu.uuid, Model: h.model, Unavailable: h.unavailable()}
 			if h.mig > 0 {
-				g.Mode, g.Shares = model.ModeMIG, h.mig
+				g.Mode, g.Shares = cluster.ModeMIG, h.mig
 				ng.mig[gpu.uuid] = h.mig
 			}
 			ng.index[gpu.uuid] = i
@@ -82,10 +82,10 @@ func (a *assembler) devicesOf(n *nomadapi.NodeListStub) *nodeDevices {
 
 // newNode adds a node without GPUs to the snapshot and the tables.
 func (a *assembler) newNode(id, unavailable string) *nodeGPUs {
-	ng := &nodeGPUs{id: id, index: map[string]int{}, mig: map[string]model.Shares{}, snap: len(a.snap.Nodes)}
+	ng := &nodeGPUs{id: id, index: map[string]int{}, mig: map[string]cluster.Shares{}, snap: len(a.snap.Nodes)}
 	a.nodes[id] = ng
 	a.nodeOrder = append(a.nodeOrder, ng)
-	a.snap.Nodes = append(a.snap.Nodes, model.Node{Name: id, CPUMilli: model.Unbounded, MemoryMiB: model.Unbounded, Unavailable: unavailable})
+	a.snap.Nodes = append(a.snap.Nodes, cluster.Node{Name: id, CPUMilli: cluster.Unbounded, MemoryMiB: cluster.Unbounded, Unavailable: unavailable})
 	return ng
 }
 
@@ -116,7 +116,7 @@ const gpuSlicesAssumed = 7
 // the end of the group name, "... MIG 1g.10gb") over gpuSlicesAssumed;
 // failing both, one whole GPU, with a warning (docs/design.md, Units and
 // device families).
-func migShares(g *nomadapi.NodeDeviceResource) (model.Shares, string) {
+func migShares(g *nomadapi.NodeDeviceResource) (cluster.Shares, string) {
 	if g.Type != vocab.TypeWhole {
 		return 0, ""
 	}
@@ -127,13 +127,13 @@ func migShares(g *nomadapi.NodeDeviceResource) (model.Shares, string) {
 	if attrString(g.Attributes[vocab.SharingAttr]) != vocab.SharingMIG && profile == "" {
 		return 0, ""
 	}
-	if a := g.Attributes[vocab.MIGSharesAttr]; a != nil && a.IntVal != nil && *a.IntVal > 0 && *a.IntVal <= model.SharesPerGPU {
-		return model.Shares(*a.IntVal), ""
+	if a := g.Attributes[vocab.MIGSharesAttr]; a != nil && a.IntVal != nil && *a.IntVal > 0 && *a.IntVal <= cluster.SharesPerGPU {
+		return cluster.Shares(*a.IntVal), ""
 	}
 	if s := vocab.MIGShares(vocab.MIGProfileSlices(profile), gpuSlicesAssumed); s > 0 {
-		return model.Shares(s), ""
+		return cluster.Shares(s), ""
 	}
-	return model.SharesPerGPU, fmt.Sprintf("MIG device group %q says neither %s nor a MIG profile: each of its devices counts as one GPU", g.Name, vocab.MIGSharesAttr)
+	return cluster.SharesPerGPU, fmt.Sprintf("MIG device group %q says neither %s nor a MIG profile: each of its devices counts as one GPU", g.Name, vocab.MIGSharesAttr)
 }
 
 // attrString is a device attribute's string value, or "".
@@ -145,11 +145,11 @@ func attrString(a *nomadapi.Attribute) string {
 }
 
 // nodeCapacity is the node's CPU and memory less Nomad's reservation, or
-// model.Unbounded when the node reports none.
+// cluster.Unbounded when the node reports none.
 func nodeCapacity(n *nomadapi.NodeListStub) (cpu, mem int64) {
 	cpu, mem = n.NodeResources.Cpu.CpuShares, n.NodeResources.Memory.MemoryMB
 	if cpu <= 0 || mem <= 0 {
-		return model.Unbounded, model.Unbounded
+		return cluster.Unbounded, cluster.Unbounded
 	}
 	if r := n.ReservedResources; r != nil {
 		cpu -= int64(r.Cpu.CpuShares)
@@ -168,7 +168,7 @@ func (a *assembler) addAllocations() {
 	}
 	// Most allocations hold one part (parts: bindGPUs); growing a slice
 	// of a hundred thousand allocations is most of what a cycle allocates.
-	a.snap.Allocations = make([]model.Allocation, 0, len(allocs)+len(allocs)/8)
+	a.snap.Allocations = make([]cluster.Allocation, 0, len(allocs)+len(allocs)/8)
 	for _, al := range allocs {
 		if al.DesiredStatus == "run" && (al.ClientStatus == "pending" || al.ClientStatus == "running") {
 			a.addAllocation(al)
@@ -216,7 +216,7 @@ func (a *assembler) addAllocation(al *nomadapi.AllocationListStub) {
 		ng = a.newNode(al.NodeID, "")
 		a.outOfPlanning(ng, "allocation %s holds GPUs the node does not publish", al.ID)
 	}
-	base := model.Allocation{ID: al.ID, Project: info.Project, Job: key, Group: al.TaskGroup, Priority: info.Priority,
+	base := cluster.Allocation{ID: al.ID, Project: info.Project, Job: key, Group: al.TaskGroup, Priority: info.Priority,
 		Preemptible: info.Preemptible, System: info.System(), Node: al.NodeID, Start: al.CreateTime / int64(time.Second)}
 	for i, part := range a.bindGPUs(ng, al.ID, held) {
 		alloc := base
@@ -265,7 +265,7 @@ func allocatedCPUMemory(r *nomadapi.AllocatedResources) (cpu, mem int64) {
 // part is one shape of what an allocation holds: whole GPUs, or shares of
 // one GPU (a full GPU's worth of shares counts as a whole GPU).
 type part struct {
-	ask  model.Ask
+	ask  cluster.Ask
 	gpus []int
 }
 
@@ -285,9 +285,9 @@ func (a *assembler) bindGPUs(ng *nodeGPUs, id string, held vocab.Held) []part {
 		}
 	}
 	if len(whole) > 0 {
-		p := part{ask: model.Ask{WholeGPUs: len(whole)}}
+		p := part{ask: cluster.Ask{WholeGPUs: len(whole)}}
 		for _, u := range whole {
-			if g, ok := a.take(ng, id, u, model.SharesPerGPU); ok {
+			if g, ok := a.take(ng, id, u, cluster.SharesPerGPU); ok {
 				p.gpus = append(p.gpus, g)
 			}
 		}
@@ -297,14 +297,14 @@ func (a *assembler) bindGPUs(ng *nodeGPUs, id string, held vocab.Held) []part {
 		parts = append(parts, p)
 	}
 	for _, u := range held.ShareUUIDs() {
-		n := model.Shares(held.Shares[u])
-		p := part{ask: model.Ask{Shares: n}}
-		if n == model.SharesPerGPU {
-			p.ask = model.Ask{WholeGPUs: 1}
+		n := cluster.Shares(held.Shares[u])
+		p := part{ask: cluster.Ask{Shares: n}}
+		if n == cluster.SharesPerGPU {
+			p.ask = cluster.Ask{WholeGPUs: 1}
 		}
-		if n > model.SharesPerGPU {
+		if n > cluster.SharesPerGPU {
 			a.outOfPlanning(ng, "allocation %s holds %d shares of GPU %s, more than one GPU has", id, n, u)
-			p.ask = model.Ask{WholeGPUs: int(n+model.SharesPerGPU-1) / model.SharesPerGPU}
+			p.ask = cluster.Ask{WholeGPUs: int(n+cluster.SharesPerGPU-1) / cluster.SharesPerGPU}
 		} else if g, ok := a.take(ng, id, u, n); ok {
 			p.gpus = []int{g}
 		}
@@ -315,10 +315,10 @@ func (a *assembler) bindGPUs(ng *nodeGPUs, id string, held vocab.Held) []part {
 
 // bindMIG is the part of allocation id that is MIG device u, n shares of
 // its GPU: it counts n, not a whole GPU.
-func (a *assembler) bindMIG(ng *nodeGPUs, id, u string, n model.Shares) part {
-	p := part{ask: model.Ask{Shares: n}}
-	if n == model.SharesPerGPU {
-		p.ask = model.Ask{WholeGPUs: 1}
+func (a *assembler) bindMIG(ng *nodeGPUs, id, u string, n cluster.Shares) part {
+	p := part{ask: cluster.Ask{Shares: n}}
+	if n == cluster.SharesPerGPU {
+		p.ask = cluster.Ask{WholeGPUs: 1}
 	}
 	if g, ok := a.take(ng, id, u, n); ok {
 		p.gpus = []int{g}
@@ -329,7 +329,7 @@ func (a *assembler) bindMIG(ng *nodeGPUs, id, u string, n model.Shares) part {
 // take takes n shares of GPU u on node ng for allocation id and returns
 // the GPU's index; a GPU the node does not publish or that has less than n
 // free takes the node out of planning.
-func (a *assembler) take(ng *nodeGPUs, id, u string, n model.Shares) (int, bool) {
+func (a *assembler) take(ng *nodeGPUs, id, u string, n cluster.Shares) (int, bool) {
 	g, ok := ng.index[u]
 	switch {
 	case !ok:
@@ -350,7 +350,7 @@ func (a *assembler) take(ng *nodeGPUs, id, u string, n model.Shares) (int, bool)
 func (a *assembler) settleNodeResources() {
 	for _, ng := range a.nodeOrder {
 		node := &a.snap.Nodes[ng.snap]
-		if node.CPUMilli == model.Unbounded {
+		if node.CPUMilli == cluster.Unbounded {
 			continue
 		}
 		cpu, mem := node.CPUMilli-ng.otherCPU, node.MemoryMiB-ng.otherMem

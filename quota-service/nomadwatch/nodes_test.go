@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	"github.com/gpushare/nomad-gpushare/vocab"
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -113,7 +113,7 @@ func TestAssembleHoldsWhereverTheyLand(t *testing.T) {
 	tests := []struct {
 		name  string
 		alloc *nomadapi.AllocationListStub
-		want  model.Shares
+		want  cluster.Shares
 	}{
 		{"shares of two GPUs through two tasks", twoTasks, 5},
 		{"100 shares of one GPU", full, 100},
@@ -130,8 +130,8 @@ func TestAssembleHoldsWhereverTheyLand(t *testing.T) {
 			if err != nil {
 				t.Fatalf("snapshot does not index: %v", err)
 			}
-			if x.Usage[0] != tt.want {
-				t.Errorf("usage %s, want %s", x.Usage[0], tt.want)
+			if x.Held[0] != tt.want {
+				t.Errorf("usage %s, want %s", x.Held[0], tt.want)
 			}
 			for _, al := range v.Snapshot.Allocations {
 				if al.ID != tt.alloc.ID {
@@ -168,7 +168,7 @@ func TestAssembleMIGDevices(t *testing.T) {
 		name    string
 		group   string
 		attrs   map[string]*nomadapi.Attribute
-		want    model.Shares
+		want    cluster.Shares
 		warning string
 	}{
 		{"gpushare plugin, 1g of 7 slices", "NVIDIA A100-SXM4-80GB MIG 1g.10gb",
@@ -203,9 +203,9 @@ func TestAssembleMIGDevices(t *testing.T) {
 			if u := snap.Nodes[0].Unavailable; u != "" {
 				t.Fatalf("node out of planning: %s", u)
 			}
-			var mig []model.GPU
+			var mig []cluster.GPU
 			for _, g := range snap.Nodes[0].GPUs {
-				if g.Mode == model.ModeMIG {
+				if g.Mode == cluster.ModeMIG {
 					mig = append(mig, g)
 				}
 			}
@@ -216,18 +216,18 @@ func TestAssembleMIGDevices(t *testing.T) {
 			if err != nil {
 				t.Fatalf("snapshot does not index: %v", err)
 			}
-			if want := 4*model.SharesPerGPU + 2*tt.want; x.Capacity != want {
+			if want := 4*cluster.SharesPerGPU + 2*tt.want; x.Capacity != want {
 				t.Errorf("capacity %s, want %s (four GPUs and two MIG devices)", x.Capacity, want)
 			}
-			if x.Usage[0] != tt.want {
-				t.Errorf("usage %s, want the MIG device's %s", x.Usage[0], tt.want)
+			if x.Held[0] != tt.want {
+				t.Errorf("usage %s, want the MIG device's %s", x.Held[0], tt.want)
 			}
 			// Fill the four GPUs: the pending shares may go anywhere but
 			// on the free MIG device.
 			for i, g := range snap.Nodes[0].GPUs {
-				if g.Mode != model.ModeMIG {
-					snap.Allocations = append(snap.Allocations, model.Allocation{ID: "fill" + string(rune('a'+i)), Project: "a", Job: "a/fill",
-						Group: "g", Ask: model.Ask{WholeGPUs: 1}, Node: "n1", GPUs: []int{i}})
+				if g.Mode != cluster.ModeMIG {
+					snap.Allocations = append(snap.Allocations, cluster.Allocation{ID: "fill" + string(rune('a'+i)), Project: "a", Job: "a/fill",
+						Group: "g", Ask: cluster.Ask{WholeGPUs: 1}, Node: "n1", GPUs: []int{i}})
 				}
 			}
 			res, err := plan.Plan(snap, plan.Options{})
@@ -236,7 +236,7 @@ func TestAssembleMIGDevices(t *testing.T) {
 			}
 			for _, a := range res.Actions {
 				for _, g := range a.GPUs {
-					if a.Kind == plan.Place && snap.Nodes[0].GPUs[g].Mode == model.ModeMIG {
+					if a.Kind == plan.Place && snap.Nodes[0].GPUs[g].Mode == cluster.ModeMIG {
 						t.Errorf("placed on a MIG device: %v", a)
 					}
 				}

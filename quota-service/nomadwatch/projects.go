@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/vocab/nomadread"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -59,7 +59,7 @@ func (r *projectResolver) Project(namespace string, meta map[string]string) stri
 // (whose ask still holds their CPU and memory). A share request's count is
 // in instances of unit shares each (assembler.shareUnitOf; 1 for a plugin
 // with shares_per_gpu 100).
-func GroupAsk(tg *nomadapi.TaskGroup, unit int) (ask model.Ask, ok bool, err error) {
+func GroupAsk(tg *nomadapi.TaskGroup, unit int) (ask cluster.Ask, ok bool, err error) {
 	for _, task := range tg.Tasks {
 		if task == nil || task.Resources == nil {
 			continue
@@ -79,7 +79,7 @@ func GroupAsk(tg *nomadapi.TaskGroup, unit int) (ask model.Ask, ok bool, err err
 			case req.Whole():
 				ask.WholeGPUs += req.Count
 			case req.Share():
-				ask.Shares += model.Shares(req.Count * unit)
+				ask.Shares += cluster.Shares(req.Count * unit)
 			default:
 				continue
 			}
@@ -91,7 +91,7 @@ func GroupAsk(tg *nomadapi.TaskGroup, unit int) (ask model.Ask, ok bool, err err
 	}
 	if ok {
 		if verr := ask.Validate(); verr != nil {
-			return model.Ask{}, false, fmt.Errorf("group %q: %w", groupName(tg), verr)
+			return cluster.Ask{}, false, fmt.Errorf("group %q: %w", groupName(tg), verr)
 		}
 	}
 	return ask, ok, nil

@@ -30,17 +30,17 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // Settings are one project's quota settings with defaults applied.
 type Settings struct {
-	Project         string       `json:"project"`
-	Guaranteed      model.Shares `json:"guaranteed_shares"`
-	Limit           model.Shares `json:"limit_shares,omitempty"`
-	HasLimit        bool         `json:"has_limit"`
-	Priority        int          `json:"priority"`
-	OverQuotaWeight int64        `json:"over_quota_weight"`
+	Project         string         `json:"project"`
+	Guaranteed      cluster.Shares `json:"guaranteed_shares"`
+	Limit           cluster.Shares `json:"limit_shares,omitempty"`
+	HasLimit        bool           `json:"has_limit"`
+	Priority        int            `json:"priority"`
+	OverQuotaWeight int64          `json:"over_quota_weight"`
 	// Namespace is the Nomad namespace whose jobs belong to the project.
 	Namespace string `json:"namespace"`
 	// JobMetaKey, when set, names a job meta key: a job whose meta value
@@ -50,8 +50,8 @@ type Settings struct {
 }
 
 // Model returns the settings as the planner's project record.
-func (s Settings) Model() model.Project {
-	return model.Project{
+func (s Settings) Model() cluster.Project {
+	return cluster.Project{
 		Name:            s.Project,
 		Guaranteed:      s.Guaranteed,
 		Limit:           s.Limit,
@@ -229,7 +229,7 @@ func number(raw json.RawMessage) (json.Number, error) {
 }
 
 // gpuAmount converts a JSON number to shares exactly.
-func gpuAmount(raw json.RawMessage) (model.Shares, error) {
+func gpuAmount(raw json.RawMessage) (cluster.Shares, error) {
 	n, err := number(raw)
 	if err != nil {
 		return 0, err
@@ -238,7 +238,7 @@ func gpuAmount(raw json.RawMessage) (model.Shares, error) {
 	if strings.ContainsAny(s, "eE") {
 		return 0, fmt.Errorf("%s uses an exponent", s)
 	}
-	v, err := model.ParseShares(s)
+	v, err := cluster.ParseShares(s)
 	if err != nil {
 		return 0, err
 	}

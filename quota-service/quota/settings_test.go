@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 func TestParse(t *testing.T) {
@@ -76,7 +76,7 @@ func TestModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := model.Project{Name: "ml", Guaranteed: 150, Limit: 200, HasLimit: true, Priority: 3, OverQuotaWeight: 2}
+	want := cluster.Project{Name: "ml", Guaranteed: 150, Limit: 200, HasLimit: true, Priority: 3, OverQuotaWeight: 2}
 	if got := s.Model(); got != want {
 		t.Fatalf("Model = %+v, want %+v", got, want)
 	}

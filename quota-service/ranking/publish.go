@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/hashicorp/go-hclog"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -78,7 +78,7 @@ func (p *Publisher) Forget() {
 
 // Publish computes the ranks of snap and specs (Compute) and writes every
 // node whose published values differ from them.
-func (p *Publisher) Publish(ctx context.Context, snap *model.Snapshot, specs map[string]*nomadapi.Job) (Report, error) {
+func (p *Publisher) Publish(ctx context.Context, snap *cluster.Snapshot, specs map[string]*nomadapi.Job) (Report, error) {
 	ranks, err := Compute(snap, specs)
 	if err != nil {
 		return Report{}, err

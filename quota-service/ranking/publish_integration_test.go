@@ -10,19 +10,19 @@ import (
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/quota-service/ranking"
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
 // snapshotOn is a snapshot of the real node id with two GPUs, running the
 // i-th ask on GPU i.
-func snapshotOn(id string, asks ...model.Ask) *model.Snapshot {
-	s := &model.Snapshot{
-		Nodes:    []model.Node{{Name: id, CPUMilli: 8000, MemoryMiB: 16384, GPUs: []model.GPU{{Model: "H100"}, {Model: "H100"}}}},
-		Projects: []model.Project{{Name: "p"}},
+func snapshotOn(id string, asks ...cluster.Ask) *cluster.Snapshot {
+	s := &cluster.Snapshot{
+		Nodes:    []cluster.Node{{Name: id, CPUMilli: 8000, MemoryMiB: 16384, GPUs: []cluster.GPU{{Model: "H100"}, {Model: "H100"}}}},
+		Projects: []cluster.Project{{Name: "p"}},
 	}
 	for i, a := range asks {
-		s.Allocations = append(s.Allocations, model.Allocation{ID: fmt.Sprint(i), Project: "p", Job: fmt.Sprint(i), Node: id, GPUs: []int{i}, Ask: a})
+		s.Allocations = append(s.Allocations, cluster.Allocation{ID: fmt.Sprint(i), Project: "p", Job: fmt.Sprint(i), Node: id, GPUs: []int{i}, Ask: a})
 	}
 	return s
 }
@@ -36,12 +36,12 @@ func TestPublisherWritesOnlyChanges(t *testing.T) {
 	c := testcluster.Start(t, localcluster.Options{})
 	ctx := context.Background()
 	id := c.NodeID
-	share := model.Ask{CPUMilli: 100, MemoryMiB: 64, Shares: 50}
-	whole := model.Ask{CPUMilli: 100, MemoryMiB: 64, WholeGPUs: 1}
+	share := cluster.Ask{CPUMilli: 100, MemoryMiB: 64, Shares: 50}
+	whole := cluster.Ask{CPUMilli: 100, MemoryMiB: 64, WholeGPUs: 1}
 
 	pub := ranking.NewPublisher(c.Nomad, nil)
 	pub.MinInterval = time.Hour
-	publish := func(p *ranking.Publisher, s *model.Snapshot) ranking.Report {
+	publish := func(p *ranking.Publisher, s *cluster.Snapshot) ranking.Report {
 		t.Helper()
 		rep, err := p.Publish(ctx, s, nil)
 		if err != nil || len(rep.Errors) > 0 {

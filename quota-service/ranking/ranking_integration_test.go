@@ -13,7 +13,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/ranking"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/vocab"
 	"github.com/hashicorp/go-hclog"
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -246,7 +246,7 @@ func published(ctx context.Context, c *localcluster.Cluster, pub *ranking.Publis
 }
 
 // gpus counts the snapshot's partly used and idle GPUs.
-func gpus(snap *model.Snapshot) (outcome, error) {
+func gpus(snap *cluster.Snapshot) (outcome, error) {
 	x, err := snap.Index()
 	if err != nil {
 		return outcome{}, err
@@ -255,7 +255,7 @@ func gpus(snap *model.Snapshot) (outcome, error) {
 	for n := range snap.Nodes {
 		for g := range snap.Nodes[n].GPUs {
 			switch free := x.Free(n, g); {
-			case free == model.SharesPerGPU:
+			case free == cluster.SharesPerGPU:
 				out.idle++
 			case free > 0:
 				out.partial++

@@ -5,7 +5,7 @@ import (
 	"sort"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -27,7 +27,7 @@ type Ranks struct {
 // level that placement.Ranking, with its default threshold, gives the
 // class's typical task there. Unavailable nodes get no values (Nomad
 // places nothing there).
-func Compute(snap *model.Snapshot, specs map[string]*nomadapi.Job) (Ranks, error) {
+func Compute(snap *cluster.Snapshot, specs map[string]*nomadapi.Job) (Ranks, error) {
 	x, err := snap.Index()
 	if err != nil {
 		return Ranks{}, fmt.Errorf("ranking: indexing the snapshot: %w", err)
@@ -83,7 +83,7 @@ func CPUTasks(specs map[string]*nomadapi.Job) []placement.Task {
 }
 
 // placementNode is node i of the snapshot with what is free on it.
-func placementNode(n *model.Node, i int, x *model.Index) placement.Node {
+func placementNode(n *cluster.Node, i int, x *cluster.Index) placement.Node {
 	gpus := make([]placement.GPU, len(n.GPUs))
 	for g := range n.GPUs {
 		gpus[g] = placement.GPU{Model: n.GPUs[g].Model, MemoryMiB: n.GPUs[g].MemoryMiB, Free: x.Free(i, g)}

@@ -4,24 +4,24 @@ import (
 	"maps"
 	"testing"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
 // twoNodes is the state the integration test reaches before its second
 // share job: node x runs a half-GPU share, node y one whole-GPU job.
-func twoNodes() *model.Snapshot {
-	gpus := []model.GPU{{Model: "H100"}, {Model: "H100"}}
-	return &model.Snapshot{
-		Nodes: []model.Node{
+func twoNodes() *cluster.Snapshot {
+	gpus := []cluster.GPU{{Model: "H100"}, {Model: "H100"}}
+	return &cluster.Snapshot{
+		Nodes: []cluster.Node{
 			{Name: "x", CPUMilli: 8000, MemoryMiB: 16384, GPUs: gpus},
 			{Name: "y", CPUMilli: 8000, MemoryMiB: 16384, GPUs: gpus},
 		},
-		Allocations: []model.Allocation{
-			{ID: "s1", Project: "p", Job: "s1", Node: "x", GPUs: []int{0}, Ask: model.Ask{CPUMilli: 100, MemoryMiB: 64, Shares: 50}},
-			{ID: "w1", Project: "p", Job: "w1", Node: "y", GPUs: []int{0}, Ask: model.Ask{CPUMilli: 2000, MemoryMiB: 1024, WholeGPUs: 1}},
+		Allocations: []cluster.Allocation{
+			{ID: "s1", Project: "p", Job: "s1", Node: "x", GPUs: []int{0}, Ask: cluster.Ask{CPUMilli: 100, MemoryMiB: 64, Shares: 50}},
+			{ID: "w1", Project: "p", Job: "w1", Node: "y", GPUs: []int{0}, Ask: cluster.Ask{CPUMilli: 2000, MemoryMiB: 1024, WholeGPUs: 1}},
 		},
-		Projects: []model.Project{{Name: "p"}},
+		Projects: []cluster.Project{{Name: "p"}},
 	}
 }
 

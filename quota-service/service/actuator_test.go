@@ -14,7 +14,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -135,7 +135,7 @@ func TestActuatorSuspendsAndResumesARealJob(t *testing.T) {
 
 	// Suspend for a (made-up) pending workload of team-b.
 	v := view()
-	v.Snapshot.Pending = append(v.Snapshot.Pending, model.Pending{Project: "team-b", Job: "team-b/big", Group: "g", Count: 1, Ask: model.Ask{WholeGPUs: 1}})
+	v.Snapshot.Pending = append(v.Snapshot.Pending, cluster.Pending{Project: "team-b", Job: "team-b/big", Group: "g", Count: 1, Ask: cluster.Ask{WholeGPUs: 1}})
 	res := plan.Result{Actions: []plan.Action{{Kind: plan.Suspend, Project: "team-a", Job: key, Workload: len(v.Snapshot.Pending) - 1, Reason: "reclaim for team-b"}}}
 	rep, err := act.Apply(ctx, v, res)
 	if err != nil || len(rep.Errors) > 0 || len(rep.Done) != 1 {
@@ -190,7 +190,7 @@ func TestActuatorSuspendsAndResumesARealJob(t *testing.T) {
 	// A resumed job is not suspended again for work above its project's
 	// guarantee within the resume hold.
 	v = view()
-	v.Snapshot.Pending = append(v.Snapshot.Pending, model.Pending{Project: "team-b", Job: "team-b/big", Group: "g", Count: 1, Ask: model.Ask{WholeGPUs: 1}})
+	v.Snapshot.Pending = append(v.Snapshot.Pending, cluster.Pending{Project: "team-b", Job: "team-b/big", Group: "g", Count: 1, Ask: cluster.Ask{WholeGPUs: 1}})
 	res = plan.Result{Shares: []plan.ProjectShare{{Name: "team-b", Guaranteed: 0, Planned: 100}},
 		Actions: []plan.Action{{Kind: plan.Suspend, Project: "team-a", Job: key, Workload: len(v.Snapshot.Pending) - 1, Reason: "over quota"}}}
 	rep, err = act.Apply(ctx, v, res)
@@ -222,7 +222,7 @@ func TestActuatorRefusesStaleView(t *testing.T) {
 		t.Fatal(err)
 	}
 	v.ListedAt = time.Now().Add(-time.Minute)
-	v.Snapshot.Pending = append(v.Snapshot.Pending, model.Pending{Project: "x", Job: "x/y", Group: "g", Count: 1})
+	v.Snapshot.Pending = append(v.Snapshot.Pending, cluster.Pending{Project: "x", Job: "x/y", Group: "g", Count: 1})
 	act := actuator.New(c.Nomad, store, logger(t), "test", actuator.Options{})
 	_, err = act.Apply(ctx, v, plan.Result{Actions: []plan.Action{{Kind: plan.Suspend, Job: "team-s/busy", Workload: 0}}})
 	if !errors.Is(err, actuator.ErrStale) {

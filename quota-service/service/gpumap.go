@@ -4,7 +4,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/vocab/nodeusage"
 )
 
@@ -79,7 +79,7 @@ type TenantMemory struct {
 
 // gpuMap lays out the snapshot's GPU nodes, sorted by name, each GPU's
 // tenants by job.
-func gpuMap(snap *model.Snapshot) []NodeView {
+func gpuMap(snap *cluster.Snapshot) []NodeView {
 	byNode := map[string]*NodeView{}
 	var out []NodeView
 	for _, n := range snap.Nodes {
@@ -117,7 +117,7 @@ func gpuMap(snap *model.Snapshot) []NodeView {
 	for _, n := range out {
 		for i := range n.GPUs {
 			g := &n.GPUs[i]
-			if g.Family == model.ModeAny.String() {
+			if g.Family == cluster.ModeAny.String() {
 				g.Family = heldAs(g.Tenants, g.Capacity)
 			}
 			sort.Slice(g.Tenants, func(i, j int) bool {

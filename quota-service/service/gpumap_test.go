@@ -3,23 +3,23 @@ package service
 import (
 	"testing"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/vocab/nodeusage"
 )
 
 // TestGPUMap: each GPU shows its family and what its tenants hold: a
 // whole-GPU job all of each GPU it binds, a share job its shares.
 func TestGPUMap(t *testing.T) {
-	snap := &model.Snapshot{
-		Nodes: []model.Node{
-			{Name: "n2", GPUs: []model.GPU{{Model: "H100", Mode: model.ModeAny}, {Model: "H100", Mode: model.ModeShared}}},
+	snap := &cluster.Snapshot{
+		Nodes: []cluster.Node{
+			{Name: "n2", GPUs: []cluster.GPU{{Model: "H100", Mode: cluster.ModeAny}, {Model: "H100", Mode: cluster.ModeShared}}},
 			{Name: "cpu-only"},
-			{Name: "n1", GPUs: []model.GPU{{Model: "A100", Mode: model.ModeAny, Unavailable: "Xid 79"}}},
+			{Name: "n1", GPUs: []cluster.GPU{{Model: "A100", Mode: cluster.ModeAny, Unavailable: "Xid 79"}}},
 		},
-		Allocations: []model.Allocation{
-			{Job: "team-a/train", Project: "team-a", Node: "n2", GPUs: []int{0}, Ask: model.Ask{WholeGPUs: 1}},
-			{Job: "team-b/infer", Project: "team-b", Node: "n2", GPUs: []int{1}, Ask: model.Ask{Shares: 25}},
-			{Job: "team-b/nb", Project: "team-b", Node: "n2", GPUs: []int{1}, Ask: model.Ask{Shares: 50}},
+		Allocations: []cluster.Allocation{
+			{Job: "team-a/train", Project: "team-a", Node: "n2", GPUs: []int{0}, Ask: cluster.Ask{WholeGPUs: 1}},
+			{Job: "team-b/infer", Project: "team-b", Node: "n2", GPUs: []int{1}, Ask: cluster.Ask{Shares: 25}},
+			{Job: "team-b/nb", Project: "team-b", Node: "n2", GPUs: []int{1}, Ask: cluster.Ask{Shares: 50}},
 			{Job: "team-c/cpu", Project: "team-c", Node: "cpu-only"},
 		},
 	}
@@ -43,15 +43,15 @@ func TestGPUMap(t *testing.T) {
 // tenant's use against its request and limit with what it borrows, and a
 // guest under the GPU it runs on; a node that did not answer shows none.
 func TestGPUMapMemory(t *testing.T) {
-	snap := &model.Snapshot{
-		Nodes: []model.Node{
-			{Name: "n1", GPUs: []model.GPU{{ID: "GPU-a", Model: "H100", Mode: model.ModeShared}, {ID: "GPU-b", Model: "H100", Mode: model.ModeAny}}},
-			{Name: "n2", GPUs: []model.GPU{{ID: "GPU-c", Model: "H100", Mode: model.ModeShared}}},
+	snap := &cluster.Snapshot{
+		Nodes: []cluster.Node{
+			{Name: "n1", GPUs: []cluster.GPU{{ID: "GPU-a", Model: "H100", Mode: cluster.ModeShared}, {ID: "GPU-b", Model: "H100", Mode: cluster.ModeAny}}},
+			{Name: "n2", GPUs: []cluster.GPU{{ID: "GPU-c", Model: "H100", Mode: cluster.ModeShared}}},
 		},
-		Allocations: []model.Allocation{
-			{ID: "a1", Job: "default/nb-a", Project: "default", Node: "n1", GPUs: []int{0}, Ask: model.Ask{Shares: 50}},
-			{ID: "a2", Job: "default/nb-b", Project: "default", Node: "n1", GPUs: []int{0}, Ask: model.Ask{Shares: 50}},
-			{ID: "a3", Job: "team-b/infer", Project: "team-b", Node: "n2", GPUs: []int{0}, Ask: model.Ask{Shares: 25}},
+		Allocations: []cluster.Allocation{
+			{ID: "a1", Job: "default/nb-a", Project: "default", Node: "n1", GPUs: []int{0}, Ask: cluster.Ask{Shares: 50}},
+			{ID: "a2", Job: "default/nb-b", Project: "default", Node: "n1", GPUs: []int{0}, Ask: cluster.Ask{Shares: 50}},
+			{ID: "a3", Job: "team-b/infer", Project: "team-b", Node: "n2", GPUs: []int{0}, Ask: cluster.Ask{Shares: 25}},
 		},
 	}
 	reports := []nodeusage.Report{{

@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-var cluster *localcluster.Cluster
+var agents *localcluster.Cluster
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "starting test cluster:", err)
 		os.Exit(1)
 	}
-	cluster = c
+	agents = c
 	code := m.Run()
 	if err := c.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, "stopping test cluster:", err)
@@ -33,10 +33,10 @@ func TestMain(m *testing.M) {
 
 func needCluster(t testing.TB) *localcluster.Cluster {
 	t.Helper()
-	if cluster == nil {
+	if agents == nil {
 		t.Skip("integration test: needs real agents; run without -short")
 	}
-	return cluster
+	return agents
 }
 
 func logger(t testing.TB) hclog.Logger {

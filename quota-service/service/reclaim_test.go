@@ -130,7 +130,7 @@ func TestReclaimVictimOrder(t *testing.T) {
 // TestReclaimWholeGPUFromShareTenants, on the demo's plugin configuration
 // (one idle GPU kept in the share family): a project under its guarantee
 // that needs a whole GPU gets one held by two 0.5 share tenants (count = 50
-// each) of an over-quota project. It runs its own cluster.
+// each) of an over-quota project. It runs its own agents.
 func TestReclaimWholeGPUFromShareTenants(t *testing.T) {
 	needCluster(t)
 	c, err := newGPUCluster(demoPluginConfig, "nvidia/gpu", "nvidia/gpu-share")

@@ -10,7 +10,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 )
 
@@ -130,7 +130,7 @@ func (s *Service) record(ctx context.Context, c *cycleData) {
 
 // pendingSummary is the cycle's pending work by project and as lines.
 type pendingSummary struct {
-	shares map[string]model.Shares
+	shares map[string]cluster.Shares
 	count  map[string]int
 	// pending are "namespace/job/group" lines, sorted.
 	pending []string
@@ -141,7 +141,7 @@ type pendingSummary struct {
 }
 
 func summarizePending(v *nomadwatch.View) pendingSummary {
-	sum := pendingSummary{shares: map[string]model.Shares{}, count: map[string]int{}, suspendedJobs: map[string]int{}}
+	sum := pendingSummary{shares: map[string]cluster.Shares{}, count: map[string]int{}, suspendedJobs: map[string]int{}}
 	for _, p := range v.Snapshot.Pending {
 		sum.shares[p.Project] += p.GPUShares()
 		sum.count[p.Project]++
@@ -208,7 +208,7 @@ func (s *Service) projectViews(c *cycleData, sum pendingSummary) []ProjectView {
 
 // setProjectMetrics sets the per-project gauges (in GPUs) and the queue.
 func (s *Service) setProjectMetrics(c *cycleData, sum pendingSummary) {
-	gpus := func(x model.Shares) float64 { return float64(x) / float64(model.SharesPerGPU) }
+	gpus := func(x cluster.Shares) float64 { return float64(x) / float64(cluster.SharesPerGPU) }
 	for _, sh := range c.res.Shares {
 		s.metrics.Guaranteed.WithLabelValues(sh.Name).Set(gpus(sh.Guaranteed))
 		s.metrics.Allocated.WithLabelValues(sh.Name).Set(gpus(sh.Usage))
@@ -262,7 +262,7 @@ func unplacedLines(c *cycleData, unplaced []plan.Unplaced) []string {
 
 // outOfPlanning lists the snapshot's unavailable nodes and GPUs with the
 // reason.
-func outOfPlanning(snap *model.Snapshot) []string {
+func outOfPlanning(snap *cluster.Snapshot) []string {
 	var out []string
 	for _, n := range snap.Nodes {
 		if n.Unavailable != "" {

@@ -7,7 +7,7 @@
 // inside a tier, never above a project's limit. Inside a tier the split is
 // water-filling: a project capped by its demand or limit leaves its part to
 // the others of the tier, and what the tier cannot use goes to the next tier.
-// A project with over-quota weight 0 (model.Project.NoOverQuota, as in
+// A project with over-quota weight 0 (cluster.Project.NoOverQuota, as in
 // KAI-Scheduler and Kueue) gets no part of the surplus at all: its deserved
 // share is min(guaranteed, demand), and what nobody else can use is left
 // unassigned rather than given to it.
@@ -28,18 +28,18 @@ import (
 	"math/bits"
 	"slices"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // Deserved returns the deserved share of every project, in the order of
 // projects. demand[i] is what project i could use this cycle: what it runs
 // plus what it has pending. capacity is the cluster's GPU capacity.
-func Deserved(capacity model.Shares, projects []model.Project, demand []model.Shares) []model.Shares {
+func Deserved(capacity cluster.Shares, projects []cluster.Project, demand []cluster.Shares) []cluster.Shares {
 	n := len(projects)
-	deserved := make([]model.Shares, n)
-	want := make([]model.Shares, n) // demand capped by limit
-	first := make([]model.Shares, n)
-	var firstTotal model.Shares
+	deserved := make([]cluster.Shares, n)
+	want := make([]cluster.Shares, n) // demand capped by limit
+	first := make([]cluster.Shares, n)
+	var firstTotal cluster.Shares
 	for i := range projects {
 		want[i] = max(0, min(demand[i], projects[i].Cap()))
 		first[i] = min(max(projects[i].Guaranteed, 0), want[i])
@@ -71,7 +71,7 @@ func Deserved(capacity model.Shares, projects []model.Project, demand []model.Sh
 
 // priorityTiers groups project positions by priority, highest first; inside
 // a tier positions are in name order.
-func priorityTiers(projects []model.Project) [][]int {
+func priorityTiers(projects []cluster.Project) [][]int {
 	order := make([]int, len(projects))
 	for i := range order {
 		order[i] = i
@@ -98,8 +98,8 @@ func priorityTiers(projects []model.Project) [][]int {
 // member i may grow from given[i] up to upto[i], in proportion to
 // weight(i).
 type filling struct {
-	projects    []model.Project
-	given, upto []model.Shares
+	projects    []cluster.Project
+	given, upto []cluster.Shares
 	weight      func(int) int64
 }
 
@@ -107,7 +107,7 @@ type filling struct {
 // Members whose remaining room is within their part are filled and leave;
 // the others share the rest in the next pass, until nobody is capped (see
 // split).
-func (f filling) fill(avail model.Shares, tier []int) model.Shares {
+func (f filling) fill(avail cluster.Shares, tier []int) cluster.Shares {
 	active := make([]int, 0, len(tier))
 	for _, i := range tier {
 		if f.given[i] < f.upto[i] && f.weight(i) > 0 {
@@ -131,7 +131,7 @@ func (f filling) fill(avail model.Shares, tier []int) model.Shares {
 // fillCapped gives every active member whose remaining room is within its
 // part of avail that room. It returns what is left of avail and the members
 // still short of their room (active, filtered in place).
-func (f filling) fillCapped(avail model.Shares, active []int, total uint64) (model.Shares, []int) {
+func (f filling) fillCapped(avail cluster.Shares, active []int, total uint64) (cluster.Shares, []int) {
 	left := avail
 	kept := active[:0]
 	for _, i := range active {
@@ -149,7 +149,7 @@ func (f filling) fillCapped(avail model.Shares, active []int, total uint64) (mod
 // split gives every active member its part of avail, none of them capped,
 // rounded down; the shares left by rounding go one by one to the largest
 // remainders (then larger weight, then name). It returns what is left.
-func (f filling) split(avail model.Shares, active []int, total uint64) model.Shares {
+func (f filling) split(avail cluster.Shares, active []int, total uint64) cluster.Shares {
 	type rest struct {
 		i   int
 		rem uint64
@@ -185,8 +185,8 @@ func (f filling) split(avail model.Shares, active []int, total uint64) model.Sha
 
 // portion is avail*w/total rounded down, and the remainder, without
 // overflow (w <= total).
-func portion(avail model.Shares, w int64, total uint64) (model.Shares, uint64) {
+func portion(avail cluster.Shares, w int64, total uint64) (cluster.Shares, uint64) {
 	hi, lo := bits.Mul64(uint64(avail), uint64(w))
 	q, r := bits.Div64(hi, lo, total)
-	return model.Shares(q), r
+	return cluster.Shares(q), r
 }

@@ -5,22 +5,22 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 func TestDeserved(t *testing.T) {
 	type proj struct {
 		name      string
-		g, limit  model.Shares
+		g, limit  cluster.Shares
 		hasLimit  bool
 		priority  int
 		weight    int64
-		demand    model.Shares
-		wantShare model.Shares
+		demand    cluster.Shares
+		wantShare cluster.Shares
 	}
 	tests := []struct {
 		name     string
-		capacity model.Shares
+		capacity cluster.Shares
 		projects []proj
 	}{
 		{"guarantees then the rest split evenly", 400, []proj{
@@ -69,10 +69,10 @@ func TestDeserved(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var projects []model.Project
-			var demand, want []model.Shares
+			var projects []cluster.Project
+			var demand, want []cluster.Shares
 			for _, p := range tt.projects {
-				projects = append(projects, model.Project{Name: p.name, Guaranteed: p.g, Limit: p.limit, HasLimit: p.hasLimit, Priority: p.priority, OverQuotaWeight: p.weight})
+				projects = append(projects, cluster.Project{Name: p.name, Guaranteed: p.g, Limit: p.limit, HasLimit: p.hasLimit, Priority: p.priority, OverQuotaWeight: p.weight})
 				demand = append(demand, p.demand)
 				want = append(want, p.wantShare)
 			}
@@ -92,26 +92,26 @@ func TestDeservedInvariants(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 500 {
 		n := 1 + rng.IntN(8)
-		capacity := model.Shares(rng.IntN(2000))
-		projects := make([]model.Project, n)
-		demand := make([]model.Shares, n)
-		var wantTotal, guaranteeTotal model.Shares
+		capacity := cluster.Shares(rng.IntN(2000))
+		projects := make([]cluster.Project, n)
+		demand := make([]cluster.Shares, n)
+		var wantTotal, guaranteeTotal cluster.Shares
 		for i := range projects {
-			projects[i] = model.Project{
+			projects[i] = cluster.Project{
 				Name:            string(rune('a' + i)),
-				Guaranteed:      model.Shares(rng.IntN(400)),
+				Guaranteed:      cluster.Shares(rng.IntN(400)),
 				Priority:        rng.IntN(3),
 				OverQuotaWeight: int64(rng.IntN(4)),
 			}
 			if rng.IntN(3) == 0 {
-				projects[i].HasLimit, projects[i].Limit = true, model.Shares(rng.IntN(600))
+				projects[i].HasLimit, projects[i].Limit = true, cluster.Shares(rng.IntN(600))
 			}
-			demand[i] = model.Shares(rng.IntN(900))
+			demand[i] = cluster.Shares(rng.IntN(900))
 			wantTotal += min(demand[i], projects[i].Cap())
 			guaranteeTotal += min(projects[i].Guaranteed, demand[i], projects[i].Cap())
 		}
 		got := Deserved(capacity, projects, demand)
-		var total model.Shares
+		var total cluster.Shares
 		for i, d := range got {
 			total += d
 			if d < 0 || d > min(demand[i], projects[i].Cap()) {

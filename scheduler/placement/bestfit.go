@@ -3,14 +3,14 @@ package placement
 import (
 	"math/rand"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // Normalizers of the Best-Fit score: the largest node's CPU and GPU
 // capacity in the paper's cluster (128 cores, 8 GPUs).
 const (
 	bestFitMaxCPUMilli = 128000
-	bestFitMaxShares   = 8 * model.SharesPerGPU
+	bestFitMaxShares   = 8 * cluster.SharesPerGPU
 )
 
 // BestFit is the Best-Fit baseline of the "Beware of Fragmentation" paper

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // Cluster is the nodes a policy chooses among. Assign and Release keep the
@@ -25,26 +25,26 @@ type Cluster struct {
 // can draw only on some pools, which the gpushare policy weighs.
 type Pool struct {
 	Model string
-	Mode  model.Mode
+	Mode  cluster.Mode
 	GPUs  int
-	Free  model.Shares
+	Free  cluster.Shares
 }
 
 // MayUse reports whether t may run on a GPU of model m in mode, whatever
 // its free capacity: t names no models or names m, and the mode admits
-// t's kind (model.ModeAny both kinds, model.ModeWhole whole GPUs,
-// model.ModeShared shares, model.ModeMIG neither).
-func (t Task) MayUse(m string, mode model.Mode) bool {
+// t's kind (cluster.ModeAny both kinds, cluster.ModeWhole whole GPUs,
+// cluster.ModeShared shares, cluster.ModeMIG neither).
+func (t Task) MayUse(m string, mode cluster.Mode) bool {
 	switch mode {
-	case model.ModeWhole:
+	case cluster.ModeWhole:
 		if isShare(t) {
 			return false
 		}
-	case model.ModeShared:
+	case cluster.ModeShared:
 		if !isShare(t) {
 			return false
 		}
-	case model.ModeMIG:
+	case cluster.ModeMIG:
 		return false
 	}
 	return len(t.Models) == 0 || slices.Contains(t.Models, m)

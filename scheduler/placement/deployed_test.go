@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 func TestNomadLimit(t *testing.T) {
@@ -62,14 +62,14 @@ func familiesOf(fam []family) string {
 func TestPublish(t *testing.T) {
 	tests := []struct {
 		name string
-		free []model.Shares
+		free []cluster.Shares
 		want string
 	}{
-		{"fresh node: the highest GPU is the share landing place", []model.Shares{100, 100, 100, 100}, "wwws"},
-		{"share tenants without room keep a landing place", []model.Shares{30, 100, 0, 100}, "sw-s"},
-		{"a share GPU with 50 free is room: no landing place", []model.Shares{50, 100, 100}, "sww"},
-		{"full GPUs are published nowhere", []model.Shares{0, 0}, "--"},
-		{"single-GPU node idle: it is the landing place", []model.Shares{100}, "s"},
+		{"fresh node: the highest GPU is the share landing place", []cluster.Shares{100, 100, 100, 100}, "wwws"},
+		{"share tenants without room keep a landing place", []cluster.Shares{30, 100, 0, 100}, "sw-s"},
+		{"a share GPU with 50 free is room: no landing place", []cluster.Shares{50, 100, 100}, "sww"},
+		{"full GPUs are published nowhere", []cluster.Shares{0, 0}, "--"},
+		{"single-GPU node idle: it is the landing place", []cluster.Shares{100}, "s"},
 	}
 	for _, tc := range tests {
 		n := node("n", 64000, 1<<20, len(tc.free), "T4")

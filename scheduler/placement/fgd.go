@@ -4,7 +4,7 @@ import (
 	"math"
 	"math/rand"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // FGD is Fragmentation Gradient Descent (Weng et al., "Beware of
@@ -39,7 +39,7 @@ func (*FGD) SamplesNodes() bool { return false }
 // fgdScore turns a growth of fragmentation (shares) into the paper
 // simulator's integer node score: 100 * sigmoid(-delta in GPUs), truncated.
 func fgdScore(delta float64) int64 {
-	return int64(100 / (1 + math.Exp(delta/model.SharesPerGPU)))
+	return int64(100 / (1 + math.Exp(delta/cluster.SharesPerGPU)))
 }
 
 // Place implements Policy.

@@ -1,6 +1,6 @@
 package placement
 
-import "github.com/gpushare/nomad-gpushare/scheduler/model"
+import "github.com/gpushare/nomad-gpushare/scheduler/cluster"
 
 // fragMeter measures the expected GPU fragmentation of a node against a
 // workload, two ways (fragValue):
@@ -33,7 +33,7 @@ type fragMeter struct {
 	byModel bool
 	memo    map[fragKey]fragValue
 	memoCap int
-	scratch []model.Shares
+	scratch []cluster.Shares
 	memAsk  int64
 }
 
@@ -82,7 +82,7 @@ func nodeModel(n *Node) (string, bool) {
 
 // frag is the fragmentation of node n if its free CPU were cpu and its GPUs
 // had the given free capacities (free[i] for n.GPUs[i]).
-func (f *fragMeter) frag(n *Node, cpu int64, free []model.Shares) fragValue {
+func (f *fragMeter) frag(n *Node, cpu int64, free []cluster.Shares) fragValue {
 	model, same := nodeModel(n)
 	if !same || len(free) > maxMemoGPUs {
 		return f.compute(n, cpu, free)
@@ -112,7 +112,7 @@ func (f *fragMeter) frag(n *Node, cpu int64, free []model.Shares) fragValue {
 	return v
 }
 
-func (f *fragMeter) compute(n *Node, cpu int64, free []model.Shares) fragValue {
+func (f *fragMeter) compute(n *Node, cpu int64, free []cluster.Shares) fragValue {
 	v := fragValue{fgd: f.computeFGD(n, cpu, free)}
 	if f.fill {
 		v.fill = f.computeFill(n, cpu, free)
@@ -120,8 +120,8 @@ func (f *fragMeter) compute(n *Node, cpu int64, free []model.Shares) fragValue {
 	return v
 }
 
-func (f *fragMeter) computeFGD(n *Node, cpu int64, free []model.Shares) float64 {
-	var total model.Shares
+func (f *fragMeter) computeFGD(n *Node, cpu int64, free []cluster.Shares) float64 {
+	var total cluster.Shares
 	for _, v := range free {
 		total += v
 	}
@@ -144,7 +144,7 @@ func (f *fragMeter) computeFGD(n *Node, cpu int64, free []model.Shares) float64 
 			sum += tt.Weight * float64(usable)
 			continue
 		}
-		fit, unusable := 0, model.Shares(0)
+		fit, unusable := 0, cluster.Shares(0)
 		for i, v := range free {
 			allowed := tt.modelAllowed(n.GPUs[i].Model)
 			if v >= tt.Shares && allowed {
@@ -234,8 +234,8 @@ func choice(c *Cluster, i int, t Task, gpu int) Choice {
 // fitByGPU counts partial GPUs for whole-GPU types and leftover slivers for
 // shares; a type's memory ask is the mean of its tasks'. The memory left
 // is the node's free memory less memAsk (the ask of the task being tried).
-func (f *fragMeter) computeFill(n *Node, cpu int64, free []model.Shares) float64 {
-	var total model.Shares
+func (f *fragMeter) computeFill(n *Node, cpu int64, free []cluster.Shares) float64 {
+	var total cluster.Shares
 	for _, v := range free {
 		total += v
 	}
@@ -260,13 +260,13 @@ func (f *fragMeter) computeFill(n *Node, cpu int64, free []model.Shares) float64
 			if f.byModel {
 				usable += v
 			}
-			if tt.Shares < model.SharesPerGPU {
+			if tt.Shares < cluster.SharesPerGPU {
 				byGPU += int64(v / tt.Shares)
-			} else if v == model.SharesPerGPU {
+			} else if v == cluster.SharesPerGPU {
 				byGPU++
 			}
 		}
-		if tt.Shares >= model.SharesPerGPU {
+		if tt.Shares >= cluster.SharesPerGPU {
 			byGPU /= int64(tt.GPUCount)
 		}
 		k := byGPU
@@ -280,7 +280,7 @@ func (f *fragMeter) computeFill(n *Node, cpu int64, free []model.Shares) float64
 				k = byCPU
 			}
 		}
-		sum += tt.Weight * float64(usable-model.Shares(k*int64(tt.GPUCount))*tt.Shares)
+		sum += tt.Weight * float64(usable-cluster.Shares(k*int64(tt.GPUCount))*tt.Shares)
 	}
 	return sum
 }

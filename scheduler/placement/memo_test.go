@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // TestFragMemoBounded places many tasks with the fragmentation-aware
@@ -88,6 +88,6 @@ func cloneTestNodes(nodes []Node) []Node {
 func resetNode(n *Node) {
 	n.FreeCPUMilli, n.FreeMemoryMiB = n.CPUMilli, n.MemoryMiB
 	for i := range n.GPUs {
-		n.GPUs[i].Free = model.SharesPerGPU
+		n.GPUs[i].Free = cluster.SharesPerGPU
 	}
 }

@@ -5,25 +5,25 @@
 // not use this package: inside a node it publishes GPUs for Nomad to choose
 // from (device/partition), and the "deployed" policy models that choice.
 //
-// Units: CPU in milli-cores, memory in MiB, GPU in model.Shares (0.01 GPU;
-// model.SharesPerGPU is one whole GPU), the project's one unit of GPU. A
+// Units: CPU in milli-cores, memory in MiB, GPU in cluster.Shares (0.01 GPU;
+// cluster.SharesPerGPU is one whole GPU), the project's one unit of GPU. A
 // task asks either for a share of one GPU (GPUCount 1, Shares below
-// model.SharesPerGPU), for GPUCount whole GPUs (Shares model.SharesPerGPU),
+// cluster.SharesPerGPU), for GPUCount whole GPUs (Shares cluster.SharesPerGPU),
 // or for no GPU at all (GPUCount 0).
 package placement
 
-import "github.com/gpushare/nomad-gpushare/scheduler/model"
+import "github.com/gpushare/nomad-gpushare/scheduler/cluster"
 
 // GPU is the state of one physical GPU.
 type GPU struct {
 	Model string
-	// Mode says which tasks the GPU may take (Task.MayUse): model.ModeAny
-	// any, model.ModeWhole only whole GPUs, model.ModeShared only shares,
-	// model.ModeMIG none (Nomad places on MIG devices by itself).
-	Mode      model.Mode
+	// Mode says which tasks the GPU may take (Task.MayUse): cluster.ModeAny
+	// any, cluster.ModeWhole only whole GPUs, cluster.ModeShared only shares,
+	// cluster.ModeMIG none (Nomad places on MIG devices by itself).
+	Mode      cluster.Mode
 	MemoryMiB int64
-	// Free is the unallocated part of the GPU, 0 to model.SharesPerGPU.
-	Free model.Shares
+	// Free is the unallocated part of the GPU, 0 to cluster.SharesPerGPU.
+	Free cluster.Shares
 }
 
 // Node is the state of one node: its capacity and what is still free.
@@ -43,15 +43,15 @@ type Task struct {
 	// GPUCount is the number of GPUs: 0 for a CPU-only task, 1 for a
 	// share, N for N whole GPUs.
 	GPUCount int
-	// Shares is the ask on each GPU: below model.SharesPerGPU for a share
-	// (GPUCount 1), model.SharesPerGPU for whole GPUs.
-	Shares model.Shares
+	// Shares is the ask on each GPU: below cluster.SharesPerGPU for a share
+	// (GPUCount 1), cluster.SharesPerGPU for whole GPUs.
+	Shares cluster.Shares
 	// Models, when not empty, restricts the GPU models the task may use.
 	Models []string
 }
 
 // Demand is the GPU capacity t takes in all: GPUCount times Shares.
-func (t Task) Demand() model.Shares { return model.Shares(t.GPUCount) * t.Shares }
+func (t Task) Demand() cluster.Shares { return cluster.Shares(t.GPUCount) * t.Shares }
 
 // Choice is a placement: the index of the node in Cluster.Nodes and the
 // indexes of the GPUs on that node the task is bound to.
@@ -83,11 +83,11 @@ type Policy interface {
 // TaskOf is the placement task of one instance of ask, without its model
 // restrictions: whole GPUs take all of each GPU's shares, a fraction its
 // shares of one GPU.
-func TaskOf(a model.Ask) Task {
+func TaskOf(a cluster.Ask) Task {
 	t := Task{CPUMilli: a.CPUMilli, MemoryMiB: a.MemoryMiB}
 	switch {
 	case a.WholeGPUs > 0:
-		t.GPUCount, t.Shares = a.WholeGPUs, model.SharesPerGPU
+		t.GPUCount, t.Shares = a.WholeGPUs, cluster.SharesPerGPU
 	case a.Shares > 0:
 		t.GPUCount, t.Shares = 1, a.Shares
 	}
@@ -97,7 +97,7 @@ func TaskOf(a model.Ask) Task {
 // SnapshotTasks is snap's work as placement tasks (TaskOf): one per
 // allocation and one per waiting instance, the workload that policies
 // built from a task mix (NewWorkload) learn from.
-func SnapshotTasks(snap *model.Snapshot) []Task {
+func SnapshotTasks(snap *cluster.Snapshot) []Task {
 	out := make([]Task, 0, len(snap.Allocations)+len(snap.Pending))
 	for _, a := range snap.Allocations {
 		out = append(out, TaskOf(a.Ask))

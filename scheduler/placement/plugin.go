@@ -3,7 +3,7 @@ package placement
 import (
 	"math/rand"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/vocab"
 )
 
@@ -14,7 +14,7 @@ import (
 //
 //   - Each GPU is published in one family: whole (one instance; the GPUs of
 //     a model form one device group) or share (its own device group of
-//     model.SharesPerGPU instances), or in neither while it is full.
+//     cluster.SharesPerGPU instances), or in neither while it is full.
 //   - A GPU with share tenants stays share; a GPU held whole stays whole.
 //     Of the idle GPUs, the highest-numbered one is kept in share mode as a
 //     landing place while no in-use share GPU has pluginShareHeadroom free
@@ -56,7 +56,7 @@ func publish(n *Node, fam []family) []family {
 		switch {
 		case f == 0:
 			fam = append(fam, offeredNone)
-		case f < model.SharesPerGPU:
+		case f < cluster.SharesPerGPU:
 			fam = append(fam, offeredShare)
 			if f >= pluginShareHeadroom {
 				landing = 0
@@ -66,7 +66,7 @@ func publish(n *Node, fam []family) []family {
 		}
 	}
 	for i := len(fam) - 1; i >= 0 && landing > 0; i-- {
-		if n.GPUs[i].Free == model.SharesPerGPU {
+		if n.GPUs[i].Free == cluster.SharesPerGPU {
 			fam[i] = offeredShare
 			landing--
 		}
@@ -84,7 +84,7 @@ func publishForDemand(n *Node, t Task, fam []family) []family {
 		want = offeredShare
 	}
 	for i := range n.GPUs {
-		if n.GPUs[i].Free == model.SharesPerGPU {
+		if n.GPUs[i].Free == cluster.SharesPerGPU {
 			fam[i] = want
 		}
 	}

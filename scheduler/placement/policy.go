@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // Option configures a policy built by ByName.
@@ -112,12 +112,12 @@ func lowestGPUs(n *Node, t Task) []int {
 
 // isShare reports whether t asks for part of one GPU.
 func isShare(t Task) bool {
-	return t.GPUCount == 1 && t.Shares < model.SharesPerGPU
+	return t.GPUCount == 1 && t.Shares < cluster.SharesPerGPU
 }
 
 // freeShares is the unallocated GPU capacity of n, summed over its GPUs.
-func freeShares(n *Node) model.Shares {
-	var s model.Shares
+func freeShares(n *Node) cluster.Shares {
+	var s cluster.Shares
 	for i := range n.GPUs {
 		s += n.GPUs[i].Free
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // node builds an empty node with gpus GPUs of the model.
@@ -18,9 +18,9 @@ func node(name string, cpu, mem int64, gpus int, model string) Node {
 	return n
 }
 
-func share(cpu int64, s model.Shares) Task { return Task{CPUMilli: cpu, GPUCount: 1, Shares: s} }
+func share(cpu int64, s cluster.Shares) Task { return Task{CPUMilli: cpu, GPUCount: 1, Shares: s} }
 func whole(cpu int64, n int) Task {
-	return Task{CPUMilli: cpu, GPUCount: n, Shares: model.SharesPerGPU}
+	return Task{CPUMilli: cpu, GPUCount: n, Shares: cluster.SharesPerGPU}
 }
 
 func testWorkload() *Workload {
@@ -187,19 +187,19 @@ func TestFragMeasures(t *testing.T) {
 	tests := []struct {
 		name      string
 		cpu       int64
-		free      []model.Shares
+		free      []cluster.Shares
 		fgd, fill float64
 	}{
 		// Both GPUs idle, CPU for two tasks: FGD sees no waste; fill sees
 		// that two shares (all the CPU feeds) leave one GPU's worth.
-		{"idle", 8000, []model.Shares{100, 100}, 0, 0.5 * 100},
+		{"idle", 8000, []cluster.Shares{100, 100}, 0, 0.5 * 100},
 		// 0.70 free on one GPU: the 1-GPU type cannot use it (FGD and fill);
 		// fill also sees the 0.20 a 0.50 share leaves.
-		{"partial", 8000, []model.Shares{70, 100}, 0.5 * 70, 0.5*(170-100) + 0.5*(170-100)},
+		{"partial", 8000, []cluster.Shares{70, 100}, 0.5 * 70, 0.5*(170-100) + 0.5*(170-100)},
 		// CPU for one task only: FGD sees no waste, fill sees one GPU stranded.
-		{"cpu short", 4000, []model.Shares{100, 100}, 0, 0.5*(200-50) + 0.5*(200-100)},
+		{"cpu short", 4000, []cluster.Shares{100, 100}, 0, 0.5*(200-50) + 0.5*(200-100)},
 		// No CPU: everything is stranded for both.
-		{"no cpu", 0, []model.Shares{100, 100}, 200, 200},
+		{"no cpu", 0, []cluster.Shares{100, 100}, 200, 200},
 	}
 	for _, tc := range tests {
 		fgd := newFragMeter(w)
@@ -303,12 +303,12 @@ func TestFragMeasureCPUOnlyType(t *testing.T) {
 	tests := []struct {
 		name string
 		cpu  int64
-		free []model.Shares
+		free []cluster.Shares
 		want float64
 	}{
-		{"fits", 8000, []model.Shares{100, 60}, 0.5*160 + 0.5*60},
-		{"no cpu", 0, []model.Shares{100, 60}, 160},
-		{"no gpu free", 8000, []model.Shares{0, 0}, 0},
+		{"fits", 8000, []cluster.Shares{100, 60}, 0.5*160 + 0.5*60},
+		{"no cpu", 0, []cluster.Shares{100, 60}, 160},
+		{"no gpu free", 8000, []cluster.Shares{0, 0}, 0},
 	}
 	for _, tc := range tests {
 		if got := newFragMeter(w).frag(&n, tc.cpu, tc.free).fgd; got != tc.want {

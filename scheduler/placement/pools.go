@@ -5,13 +5,13 @@ import (
 	"math"
 	"slices"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // poolKey names a pool: a GPU model in one mode.
 type poolKey struct {
 	model string
-	mode  model.Mode
+	mode  cluster.Mode
 }
 
 // pools weighs the free capacity of each GPU pool (model and mode) against
@@ -20,7 +20,7 @@ type pools struct {
 	w *Workload
 	// free is each pool's free capacity and gpus its size, from the
 	// cluster of the current placement (Cluster.Pools, else its nodes).
-	free map[poolKey]model.Shares
+	free map[poolKey]cluster.Shares
 	gpus map[poolKey]int
 	// rate is demandRates for the pool sizes sized (recomputed when the
 	// sizes change).
@@ -28,13 +28,13 @@ type pools struct {
 	sized map[poolKey]int
 	// perTask is the GPU demand per arriving task; total the free capacity.
 	perTask float64
-	total   model.Shares
+	total   cluster.Shares
 }
 
 func newPools(w *Workload) *pools {
-	p := &pools{w: w, free: map[poolKey]model.Shares{}, gpus: map[poolKey]int{}}
+	p := &pools{w: w, free: map[poolKey]cluster.Shares{}, gpus: map[poolKey]int{}}
 	for _, t := range w.Types {
-		p.perTask += t.Weight * float64(model.Shares(t.GPUCount)*t.Shares)
+		p.perTask += t.Weight * float64(cluster.Shares(t.GPUCount)*t.Shares)
 	}
 	return p
 }
@@ -74,7 +74,7 @@ func (p *pools) load(c *Cluster) {
 // demand expected until the cluster is full has taken its part, after d
 // more shares land there. "Until the cluster is full" is the free
 // capacity over the GPU demand per arriving task, in arriving tasks.
-func (p *pools) excess(k poolKey, d model.Shares) float64 {
+func (p *pools) excess(k poolKey, d cluster.Shares) float64 {
 	h := float64(p.total-d) / p.perTask
 	return float64(p.free[k]-d) - p.rate[k]*h
 }
@@ -112,16 +112,16 @@ func demandRates(w *Workload, gpus map[poolKey]int) map[poolKey]float64 {
 		var sum float64
 		for k, n := range gpus {
 			if slices.Contains(t.Models, k.model) {
-				sum += float64(n * model.SharesPerGPU)
+				sum += float64(n * cluster.SharesPerGPU)
 			}
 		}
 		if sum == 0 {
 			continue
 		}
-		d := t.Weight * float64(model.Shares(t.GPUCount)*t.Shares)
+		d := t.Weight * float64(cluster.Shares(t.GPUCount)*t.Shares)
 		for k, n := range gpus {
 			if slices.Contains(t.Models, k.model) {
-				rate[k] += d * float64(n*model.SharesPerGPU) / sum
+				rate[k] += d * float64(n*cluster.SharesPerGPU) / sum
 			}
 		}
 	}

@@ -3,7 +3,7 @@ package placement
 import (
 	"fmt"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // Ranking is the mechanism by which real Nomad placements follow gpushare's
@@ -118,7 +118,7 @@ func NewRanking(w *Workload) *Ranking {
 // classKey identifies a class: the GPU ask and the CPU bound.
 type classKey struct {
 	count    int
-	shares   model.Shares
+	shares   cluster.Shares
 	cpuBound int64
 }
 
@@ -152,7 +152,7 @@ func ClassKey(t Task) string {
 	switch {
 	case t.GPUCount == 0:
 		ask = "cpu"
-	case t.Shares < model.SharesPerGPU:
+	case t.Shares < cluster.SharesPerGPU:
 		ask = fmt.Sprintf("s%d", t.Shares)
 	}
 	return fmt.Sprintf("%s-c%d", ask, cpuBound(t.CPUMilli)/1000)
@@ -224,7 +224,7 @@ func (r *Ranking) nodeScore(c *Cluster, i int, t Task) float64 {
 
 // gpuLadder is the slack, in shares, above a share job's ask of each step
 // of its device-affinity ladder on a share GPU's free shares.
-var gpuLadder = []model.Shares{0, 10, 25, 50}
+var gpuLadder = []cluster.Shares{0, 10, 25, 50}
 
 // gpuScore is Nomad's device-affinity score of share GPU g for share t
 // when the job carries the ladder `${device.attr.free_shares} <= ask+slack`

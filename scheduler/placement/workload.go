@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // DefaultCoverage is the share of tasks whose types a Workload keeps: the
@@ -22,7 +22,7 @@ type TaskType struct {
 	// MemoryMiB is the mean memory ask of the type's tasks.
 	MemoryMiB int64
 	GPUCount  int
-	Shares    model.Shares
+	Shares    cluster.Shares
 	Models    []string
 	Weight    float64
 }
@@ -67,7 +67,7 @@ func NewWorkloadBy(tasks []Task, coverage float64, weight func(Task) float64) *W
 type typeKey struct {
 	cpu    int64
 	count  int
-	shares model.Shares
+	shares cluster.Shares
 	models string
 }
 

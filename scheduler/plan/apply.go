@@ -3,7 +3,7 @@ package plan
 import (
 	"fmt"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // Apply returns the snapshot that results from carrying out res on snap:
@@ -14,8 +14,8 @@ import (
 // at now, and so do the instances that grow back (Result.Grow). Nodes and
 // projects are shared with snap. Multi-round tests and simulations use it
 // to run the planner again on its own decisions.
-func Apply(snap *model.Snapshot, res Result, now int64) *model.Snapshot {
-	next := &model.Snapshot{Nodes: snap.Nodes, Projects: snap.Projects}
+func Apply(snap *cluster.Snapshot, res Result, now int64) *cluster.Snapshot {
+	next := &cluster.Snapshot{Nodes: snap.Nodes, Projects: snap.Projects}
 	suspended := map[string]bool{}
 	shrunk := map[string]bool{}
 	placed := map[int]bool{}
@@ -43,7 +43,7 @@ func Apply(snap *model.Snapshot, res Result, now int64) *model.Snapshot {
 	back := map[groupKey]int{}
 	// comeBack turns running allocation a into pending work: a suspended
 	// job's, or a shrunk instance of an elastic group.
-	comeBack := func(a model.Allocation, isShrunk bool) {
+	comeBack := func(a cluster.Allocation, isShrunk bool) {
 		k := groupKey{a.Job, a.Group, fmt.Sprint(a.Ask, a.Priority, a.Preemptible, a.Gang, a.MinCount), isShrunk}
 		if i, ok := back[k]; ok {
 			next.Pending[i].Count++
@@ -51,7 +51,7 @@ func Apply(snap *model.Snapshot, res Result, now int64) *model.Snapshot {
 			return
 		}
 		back[k] = len(next.Pending)
-		next.Pending = append(next.Pending, model.Pending{
+		next.Pending = append(next.Pending, cluster.Pending{
 			Project: a.Project, Job: a.Job, Group: a.Group, Priority: a.Priority, Preemptible: a.Preemptible,
 			Ask: a.Ask, Count: 1, Submit: a.Start, Suspended: !isShrunk, Gang: a.Gang, MinCount: a.MinCount, Shrunk: isShrunk,
 		})
@@ -90,7 +90,7 @@ func Apply(snap *model.Snapshot, res Result, now int64) *model.Snapshot {
 		wl := &snap.Pending[w]
 		k := seq[w]
 		seq[w]++
-		next.Allocations = append(next.Allocations, model.Allocation{
+		next.Allocations = append(next.Allocations, cluster.Allocation{
 			ID: fmt.Sprintf("%s/%s/%d@%d", wl.Job, wl.Group, k, now), Project: wl.Project, Job: wl.Job, Group: wl.Group,
 			Priority: wl.Priority, Preemptible: wl.Preemptible, Ask: wl.Ask, Node: node, GPUs: gpus, Start: now,
 			Gang: wl.Gang, MinCount: wl.MinCount,

@@ -1,7 +1,7 @@
 package plan
 
 import (
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
@@ -27,7 +27,7 @@ func candidateBound(n int, p placement.Policy) int {
 }
 
 // nodeSet is the nodes a workload may run on: a table by node position
-// and its number in the snapshot's index (model.Index.PendingTable), or
+// and its number in the snapshot's index (cluster.Index.PendingTable), or
 // every node (everyNode: id -1, in nil).
 type nodeSet struct {
 	id int32
@@ -37,7 +37,7 @@ type nodeSet struct {
 var everyNode = nodeSet{id: -1}
 
 // pendingNodes is the node set of pending workload w.
-func pendingNodes(x *model.Index, w int) nodeSet {
+func pendingNodes(x *cluster.Index, w int) nodeSet {
 	return nodeSet{id: x.PendingTable[w], in: x.PendingNodes[w]}
 }
 
@@ -54,7 +54,7 @@ type poolTally struct {
 	// counted, both flat in node order from start[n].
 	start  []int32
 	poolOf []int32
-	seen   []model.Shares
+	seen   []cluster.Shares
 }
 
 // initPools counts every GPU of the cluster into the pool tally, once per
@@ -63,7 +63,7 @@ func (c *clusterState) initPools() {
 	p := &c.pools
 	type key struct {
 		model string
-		mode  model.Mode
+		mode  cluster.Mode
 	}
 	index := map[key]int32{}
 	p.start = make([]int32, len(c.Nodes)+1)
@@ -71,7 +71,7 @@ func (c *clusterState) initPools() {
 	for n := range c.Nodes {
 		total += len(c.Nodes[n].GPUs)
 	}
-	p.poolOf, p.seen = make([]int32, 0, total), make([]model.Shares, 0, total)
+	p.poolOf, p.seen = make([]int32, 0, total), make([]cluster.Shares, 0, total)
 	for n := range c.Nodes {
 		p.start[n] = int32(len(p.poolOf))
 		for _, g := range c.Nodes[n].GPUs {
@@ -170,7 +170,7 @@ func (c *clusterState) hasRoom(n int, t placement.Task) bool {
 		return false
 	}
 	sum := c.summaries[n]
-	return t.GPUCount == 0 || sum.maxFree >= t.Shares && (t.Shares < model.SharesPerGPU || sum.idle >= t.GPUCount)
+	return t.GPUCount == 0 || sum.maxFree >= t.Shares && (t.Shares < cluster.SharesPerGPU || sum.idle >= t.GPUCount)
 }
 
 // fitsExactly reports whether t fits node n's GPUs, models and modes

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
@@ -20,29 +20,29 @@ type clusterShape struct {
 	h100Models        []string
 }
 
-func (c clusterShape) snapshot() *model.Snapshot {
-	snap := &model.Snapshot{Projects: []model.Project{{Name: "a"}, {Name: "b", Guaranteed: 400}}}
+func (c clusterShape) snapshot() *cluster.Snapshot {
+	snap := &cluster.Snapshot{Projects: []cluster.Project{{Name: "a"}, {Name: "b", Guaranteed: 400}}}
 	for n := range c.nodes {
 		gpuModel := "A100"
 		if n/10%2 == 1 {
 			gpuModel = "H100"
 		}
-		node := model.Node{Name: fmt.Sprintf("n%03d", n), CPUMilli: 64000, MemoryMiB: 1 << 20, GPUs: make([]model.GPU, c.gpus)}
+		node := cluster.Node{Name: fmt.Sprintf("n%03d", n), CPUMilli: 64000, MemoryMiB: 1 << 20, GPUs: make([]cluster.GPU, c.gpus)}
 		for g := range node.GPUs {
-			node.GPUs[g] = model.GPU{Model: gpuModel}
-			ask := model.Ask{WholeGPUs: 1}
+			node.GPUs[g] = cluster.GPU{Model: gpuModel}
+			ask := cluster.Ask{WholeGPUs: 1}
 			switch {
 			case n >= c.full:
-				if ask = (model.Ask{Shares: model.Shares(25 * ((n + g) % 4))}); ask.Shares == 0 {
+				if ask = (cluster.Ask{Shares: cluster.Shares(25 * ((n + g) % 4))}); ask.Shares == 0 {
 					continue
 				}
 			case c.slivers && gpuModel == "A100":
-				ask = model.Ask{Shares: 80, Models: []string{"A100"}}
+				ask = cluster.Ask{Shares: 80, Models: []string{"A100"}}
 			case c.slivers:
 				ask.Models = c.h100Models
 			}
 			id := fmt.Sprintf("a-%d-%d", n, g)
-			snap.Allocations = append(snap.Allocations, model.Allocation{ID: id, Project: "a", Job: id, Group: "main",
+			snap.Allocations = append(snap.Allocations, cluster.Allocation{ID: id, Project: "a", Job: id, Group: "main",
 				Preemptible: true, Ask: ask, Node: node.Name, GPUs: []int{g}, Start: int64(len(snap.Allocations))})
 		}
 		snap.Nodes = append(snap.Nodes, node)
@@ -53,9 +53,9 @@ func (c clusterShape) snapshot() *model.Snapshot {
 // constrainedPolicy is gpushare with the snapshot's work, model
 // constraints included, as its expected task mix (PolicyByName leaves the
 // constraints out), so that the pool loss weighs in.
-func constrainedPolicy(snap *model.Snapshot) (placement.Policy, error) {
+func constrainedPolicy(snap *cluster.Snapshot) (placement.Policy, error) {
 	var tasks []placement.Task
-	add := func(a model.Ask, count int) {
+	add := func(a cluster.Ask, count int) {
 		t := placement.TaskOf(a)
 		t.Models = a.Models
 		for range count {
@@ -71,8 +71,8 @@ func constrainedPolicy(snap *model.Snapshot) (placement.Policy, error) {
 	return placement.ByName("gpushare", 1, placement.WithWorkload(placement.NewWorkload(tasks, placement.DefaultCoverage)))
 }
 
-func pending(job string, ask model.Ask, count int) model.Pending {
-	return model.Pending{Project: "b", Job: job, Group: "main", Preemptible: true, Ask: ask, Count: count, Submit: int64(len(job))}
+func pending(job string, ask cluster.Ask, count int) cluster.Pending {
+	return cluster.Pending{Project: "b", Job: job, Group: "main", Preemptible: true, Ask: ask, Count: count, Submit: int64(len(job))}
 }
 
 // TestBoundedSearchFindsRoomFarDown: with a bound of 4 candidates, work
@@ -80,9 +80,9 @@ func pending(job string, ask model.Ask, count int) model.Pending {
 // search skips the nodes without room instead of giving up after 4.
 func TestBoundedSearchFindsRoomFarDown(t *testing.T) {
 	snap := clusterShape{nodes: 300, gpus: 2, full: 299}.snapshot()
-	snap.Pending = []model.Pending{
-		pending("whole", model.Ask{WholeGPUs: 1}, 1),
-		pending("share", model.Ask{Shares: 50}, 1),
+	snap.Pending = []cluster.Pending{
+		pending("whole", cluster.Ask{WholeGPUs: 1}, 1),
+		pending("share", cluster.Ask{Shares: 50}, 1),
 	}
 	for _, policy := range []string{"gpushare", "fgd", "bestfit"} {
 		t.Run(policy, func(t *testing.T) {
@@ -116,12 +116,12 @@ func TestBoundedSearchFindsRoomFarDown(t *testing.T) {
 // loss takes part in the choices: it weighs each model's free capacity
 // (the slivers too) and the models' sizes over the whole cluster.
 func TestBoundedSearchMatchesUnbounded(t *testing.T) {
-	work := []model.Pending{
-		pending("h100-whole", model.Ask{WholeGPUs: 1, Models: []string{"H100"}, CPUMilli: 4000}, 3),
-		pending("h100-share", model.Ask{Shares: 25, Models: []string{"H100"}}, 6),
-		pending("any-share", model.Ask{Shares: 50, CPUMilli: 2000}, 5),
-		pending("a100-share", model.Ask{Shares: 75, Models: []string{"A100"}}, 4),
-		pending("any-whole", model.Ask{WholeGPUs: 2}, 2),
+	work := []cluster.Pending{
+		pending("h100-whole", cluster.Ask{WholeGPUs: 1, Models: []string{"H100"}, CPUMilli: 4000}, 3),
+		pending("h100-share", cluster.Ask{Shares: 25, Models: []string{"H100"}}, 6),
+		pending("any-share", cluster.Ask{Shares: 50, CPUMilli: 2000}, 5),
+		pending("a100-share", cluster.Ask{Shares: 75, Models: []string{"A100"}}, 4),
+		pending("any-whole", cluster.Ask{WholeGPUs: 2}, 2),
 	}
 	tests := []struct {
 		name  string
@@ -217,8 +217,8 @@ func TestCandidateBound(t *testing.T) {
 // at that point of the plan.
 func TestBoundedSearchShowsPools(t *testing.T) {
 	snap := clusterShape{nodes: 12, gpus: 2, full: 11}.snapshot()
-	snap.Nodes[11].GPUs[1].Mode = model.ModeShared
-	snap.Pending = []model.Pending{pending("share", model.Ask{Shares: 50}, 2)}
+	snap.Nodes[11].GPUs[1].Mode = cluster.ModeShared
+	snap.Pending = []cluster.Pending{pending("share", cluster.Ask{Shares: 50}, 2)}
 	var seen [][]placement.Pool
 	spy := &spyPolicy{seen: &seen}
 	if _, err := Plan(snap, Options{Policy: spy, PlacementCandidates: 4}); err != nil {
@@ -228,8 +228,8 @@ func TestBoundedSearchShowsPools(t *testing.T) {
 	// has GPU 0 in no mode with 75 shares taken and GPU 1 in shared mode,
 	// idle, where the first share goes.
 	want := [][]placement.Pool{
-		{{Model: "A100", GPUs: 20}, {Model: "H100", GPUs: 3, Free: 25}, {Model: "H100", Mode: model.ModeShared, GPUs: 1, Free: 100}},
-		{{Model: "A100", GPUs: 20}, {Model: "H100", GPUs: 3, Free: 25}, {Model: "H100", Mode: model.ModeShared, GPUs: 1, Free: 50}},
+		{{Model: "A100", GPUs: 20}, {Model: "H100", GPUs: 3, Free: 25}, {Model: "H100", Mode: cluster.ModeShared, GPUs: 1, Free: 100}},
+		{{Model: "A100", GPUs: 20}, {Model: "H100", GPUs: 3, Free: 25}, {Model: "H100", Mode: cluster.ModeShared, GPUs: 1, Free: 50}},
 	}
 	if fmt.Sprint(seen) != fmt.Sprint(want) {
 		t.Errorf("pools seen %v, want %v", seen, want)

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
@@ -21,11 +21,11 @@ func (s *state) place(a *attempt, ch placement.Choice, reason string) error {
 	s.cluster.summarize(ch.Node)
 	wl, t, inst := a.wl, a.task, a.inst
 	ps := &s.projects[a.p]
-	ps.usage += inst
+	ps.held += inst
 	if !wl.Preemptible {
 		ps.nonPreemptible += inst
 	}
-	reserved := model.Shares(0)
+	reserved := cluster.Shares(0)
 	if a.reserve {
 		reserved = inst
 	}
@@ -41,7 +41,7 @@ func (s *state) place(a *attempt, ch placement.Choice, reason string) error {
 		s.cluster.Release(placement.Choice{Node: ch.Node, GPUs: gpus}, t)
 		s.cluster.summarize(ch.Node)
 		s.cluster.releases++
-		ps.usage -= inst
+		ps.held -= inst
 		ps.reserved -= reserved
 		if !wl.Preemptible {
 			ps.nonPreemptible -= inst
@@ -129,9 +129,9 @@ func (s *state) release(j int32) {
 	}
 	job.suspended = true
 	ps := &s.projects[job.project]
-	ps.usage -= job.usage
+	ps.held -= job.held
 	if job.nonPreemptible {
-		ps.nonPreemptible -= job.usage
+		ps.nonPreemptible -= job.held
 	}
 	if !job.planned {
 		ps.suspended = append(ps.suspended, j)
@@ -155,9 +155,9 @@ func (s *state) unrelease(j int32) {
 	}
 	job.suspended = false
 	ps := &s.projects[job.project]
-	ps.usage += job.usage
+	ps.held += job.held
 	if job.nonPreemptible {
-		ps.nonPreemptible += job.usage
+		ps.nonPreemptible += job.held
 	}
 	if !job.planned {
 		ps.suspended = ps.suspended[:len(ps.suspended)-1]
@@ -173,7 +173,7 @@ func (s *state) shift(a int32, sign int) {
 	node.FreeCPUMilli += int64(sign) * al.cpu
 	node.FreeMemoryMiB += int64(sign) * al.mem
 	for _, g := range s.allocs.gpusOf(al) {
-		node.GPUs[g].Free += model.Shares(sign) * model.Shares(al.perGPU)
+		node.GPUs[g].Free += cluster.Shares(sign) * cluster.Shares(al.perGPU)
 	}
 	s.cluster.summarize(n)
 }
@@ -218,7 +218,7 @@ func (s *state) registerWorkload(a *attempt, w int) {
 		job := &s.jobs[j]
 		if job.suspended {
 			job.suspended = false
-			job.allocs, job.usage = nil, 0
+			job.allocs, job.held = nil, 0
 			*s.plan.planned[j] = plannedJob{}
 		}
 		ps.jobs = deleteJob(ps.jobs, j)
@@ -234,7 +234,7 @@ func (s *state) registerWorkload(a *attempt, w int) {
 		}
 	}
 	pj.workloads = append(pj.workloads, int32(w))
-	job.usage += wl.GPUShares()
+	job.held += wl.GPUShares()
 	ps.jobs = s.insertJob(ps.jobs, j)
 	ps.planned = s.insertJob(ps.planned, j)
 }

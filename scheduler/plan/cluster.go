@@ -1,14 +1,14 @@
 package plan
 
 import (
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
 // perGPU is what an ask takes on each GPU it is bound to.
-func perGPU(a *model.Ask) model.Shares {
+func perGPU(a *cluster.Ask) cluster.Shares {
 	if a.WholeGPUs > 0 {
-		return model.SharesPerGPU
+		return cluster.SharesPerGPU
 	}
 	return a.Shares
 }
@@ -45,7 +45,7 @@ type clusterState struct {
 // placement cluster. An unavailable node shows no room at all (free CPU
 // and memory -1, below any ask, and no free GPU), so that neither a policy
 // nor first fit puts anything there.
-func newClusterState(snap *model.Snapshot, x *model.Index, opts Options) clusterState {
+func newClusterState(snap *cluster.Snapshot, x *cluster.Index, opts Options) clusterState {
 	c := clusterState{
 		policy: opts.Policy,
 		bound:  candidateBound(opts.PlacementCandidates, opts.Policy),
@@ -76,7 +76,7 @@ func newClusterState(snap *model.Snapshot, x *model.Index, opts Options) cluster
 
 // task converts an ask to a placement task, with the models it may use
 // (a GPU's mode admits it or not by the task's kind: placement.Task.MayUse).
-func (c *clusterState) task(a model.Ask) placement.Task {
+func (c *clusterState) task(a cluster.Ask) placement.Task {
 	t := placement.TaskOf(a)
 	if t.GPUCount > 0 {
 		t.Models = a.Models

@@ -6,7 +6,7 @@ import (
 	"slices"
 )
 
-// An elastic task group (model.Allocation.MinCount above 0) runs between
+// An elastic task group (cluster.Allocation.MinCount above 0) runs between
 // its minimum and its count. Reclaim and preemption shrink elastic groups
 // toward their minimum before they suspend any whole job (docs/design.md,
 // Victim order): every instance above a group's minimum, newest first, is
@@ -105,7 +105,7 @@ func (s *state) addShrink(j int32, what shrinkUnit, start int64, allocs []int32)
 		nonPreemptible: parent.nonPreemptible, exposed: parent.exposed, newest: start, allocs: allocs,
 		shrink: true, parent: j, rank: int32(len(s.unitsOf[j]))}
 	for _, a := range allocs {
-		unit.usage += s.snap.Allocations[a].Ask.GPUShares()
+		unit.held += s.snap.Allocations[a].Ask.GPUShares()
 		s.allocShrink[a] = k
 	}
 	s.jobs = append(s.jobs, unit)
@@ -149,7 +149,7 @@ func (s *state) shrink(a *attempt, k int32, reason string) {
 // and project.
 func (s *state) setShrunk(k int32, on bool) {
 	unit := &s.jobs[k]
-	sign, usage := 1, unit.usage
+	sign, usage := 1, unit.held
 	if !on {
 		sign, usage = -1, -usage
 	}
@@ -158,9 +158,9 @@ func (s *state) setShrunk(k int32, on bool) {
 		s.allocs.get(al).gone = on
 	}
 	unit.suspended = on
-	s.jobs[unit.parent].usage -= usage
+	s.jobs[unit.parent].held -= usage
 	ps := &s.projects[unit.project]
-	ps.usage -= usage
+	ps.held -= usage
 	if unit.nonPreemptible {
 		ps.nonPreemptible -= usage
 	}
@@ -234,7 +234,7 @@ func (s *state) tryGrow(w, p int) error {
 	ps := &s.projects[p]
 	g := Growth{Workload: w, Project: wl.Project, Job: wl.Job, Group: wl.Group}
 	for range wl.Count {
-		if ps.usage+a.inst > ps.cap || !wl.Preemptible && ps.nonPreemptible+a.inst > ps.guaranteed {
+		if ps.held+a.inst > ps.cap || !wl.Preemptible && ps.nonPreemptible+a.inst > ps.guaranteed {
 			break
 		}
 		ch, ok := s.cluster.placeIdle(a.task, a.nodes)
@@ -245,7 +245,7 @@ func (s *state) tryGrow(w, p int) error {
 			return fmt.Errorf("%w: %w", ErrPlacement, err)
 		}
 		s.cluster.summarize(ch.Node)
-		ps.usage += a.inst
+		ps.held += a.inst
 		if !wl.Preemptible {
 			ps.nonPreemptible += a.inst
 		}

@@ -5,13 +5,13 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // elastic returns the running instances of an elastic group of job on
 // node n1, one GPU each from GPU 0, started at 1, 2, ...
-func elastic(job, project string, instances, minCount int) []model.Allocation {
-	var out []model.Allocation
+func elastic(job, project string, instances, minCount int) []cluster.Allocation {
+	var out []cluster.Allocation
 	for i := range instances {
 		a := running(fmt.Sprintf("%s-%d", job, i), project, 0, int64(i+1), "n1", i)
 		a.Job, a.MinCount = job, minCount
@@ -25,14 +25,14 @@ func elastic(job, project string, instances, minCount int) []model.Allocation {
 // whole job; never below the minimum; and growth only in a plan that
 // leaves nothing waiting.
 func TestShrinkVictims(t *testing.T) {
-	projects := []model.Project{{Name: "a", Guaranteed: model.GPUs(4)}, {Name: "b"}}
-	need := func(n int) model.Pending {
-		return model.Pending{Project: "a", Job: "need", Group: "main", Preemptible: true, Ask: model.Ask{WholeGPUs: 1}, Count: n}
+	projects := []cluster.Project{{Name: "a", Guaranteed: cluster.GPUs(4)}, {Name: "b"}}
+	need := func(n int) cluster.Pending {
+		return cluster.Pending{Project: "a", Job: "need", Group: "main", Preemptible: true, Ask: cluster.Ask{WholeGPUs: 1}, Count: n}
 	}
 	tests := []struct {
 		name        string
-		allocs      []model.Allocation
-		pending     []model.Pending
+		allocs      []cluster.Allocation
+		pending     []cluster.Pending
 		wantShrunk  []string // allocation IDs, in order
 		wantSuspend []string
 		wantGrow    map[string]int
@@ -40,35 +40,35 @@ func TestShrinkVictims(t *testing.T) {
 		{
 			name:       "newest instances above the minimum first",
 			allocs:     append(elastic("e", "b", 3, 1), running("w", "b", 0, 10, "n1", 3)),
-			pending:    []model.Pending{need(2)},
+			pending:    []cluster.Pending{need(2)},
 			wantShrunk: []string{"e-2", "e-1"},
 		},
 		{
 			name:        "never below the minimum: then whole jobs",
 			allocs:      append(elastic("e", "b", 3, 2), running("w", "b", 0, 10, "n1", 3)),
-			pending:     []model.Pending{need(2)},
+			pending:     []cluster.Pending{need(2)},
 			wantShrunk:  []string{"e-2"},
 			wantSuspend: []string{"w"},
 		},
 		{
 			name:   "a shrunk instance grows back when nothing waits",
 			allocs: elastic("e", "b", 2, 1),
-			pending: []model.Pending{{Project: "b", Job: "e", Group: "main", Preemptible: true,
-				Ask: model.Ask{WholeGPUs: 1}, Count: 3, MinCount: 1, Shrunk: true}},
+			pending: []cluster.Pending{{Project: "b", Job: "e", Group: "main", Preemptible: true,
+				Ask: cluster.Ask{WholeGPUs: 1}, Count: 3, MinCount: 1, Shrunk: true}},
 			wantGrow: map[string]int{"e": 2},
 		},
 		{
 			name:   "no growth while other work waits",
 			allocs: append(elastic("e", "b", 2, 1), running("x", "a", 0, 1, "n1", 2)),
-			pending: []model.Pending{
-				{Project: "b", Job: "e", Group: "main", Preemptible: true, Ask: model.Ask{WholeGPUs: 1}, Count: 1, MinCount: 1, Shrunk: true},
-				{Project: "a", Job: "big", Group: "main", Preemptible: true, Ask: model.Ask{WholeGPUs: 4}, Count: 1},
+			pending: []cluster.Pending{
+				{Project: "b", Job: "e", Group: "main", Preemptible: true, Ask: cluster.Ask{WholeGPUs: 1}, Count: 1, MinCount: 1, Shrunk: true},
+				{Project: "a", Job: "big", Group: "main", Preemptible: true, Ask: cluster.Ask{WholeGPUs: 4}, Count: 1},
 			},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			snap := &model.Snapshot{Nodes: []model.Node{node("n1", 4)}, Projects: projects, Allocations: tt.allocs, Pending: tt.pending}
+			snap := &cluster.Snapshot{Nodes: []cluster.Node{node("n1", 4)}, Projects: projects, Allocations: tt.allocs, Pending: tt.pending}
 			res, err := Plan(snap, Options{})
 			if err != nil {
 				t.Fatal(err)
@@ -104,7 +104,7 @@ func TestShrinkVictims(t *testing.T) {
 // job is then suspended whole), and growth turns Shrunk pending work into
 // allocations.
 func TestApplyShrinkAndGrow(t *testing.T) {
-	snap := &model.Snapshot{Nodes: []model.Node{node("n1", 4)}, Projects: []model.Project{{Name: "b"}},
+	snap := &cluster.Snapshot{Nodes: []cluster.Node{node("n1", 4)}, Projects: []cluster.Project{{Name: "b"}},
 		Allocations: elastic("e", "b", 3, 1)}
 	shrink := func(id string) Action {
 		return Action{Kind: Shrink, Project: "b", Job: "e", Group: "main", Allocations: []string{id}, Workload: -1}

@@ -6,7 +6,7 @@ import (
 )
 
 // A gang is a job whose GPU task groups run all together or not at all
-// (model.Pending.Gang, docs/design.md, Gangs and elastic groups). Its
+// (cluster.Pending.Gang, docs/design.md, Gangs and elastic groups). Its
 // pending groups are one unit (see units): placed together, with the
 // victims that make room for all of them, or not at all. Nomad places the
 // allocations of a job one by one, so a gang may run in part: some
@@ -61,7 +61,7 @@ func (s *state) findPartialGangs() {
 		if !ok {
 			continue
 		}
-		if job := &s.jobs[j]; job.system || job.neverVictim != "" || job.usage == 0 {
+		if job := &s.jobs[j]; job.system || job.neverVictim != "" || job.held == 0 {
 			continue
 		}
 		s.gangs.partial = append(s.gangs.partial, int32(w))
@@ -118,8 +118,8 @@ func (s *state) completeGang(a *attempt) (bool, error) {
 			s.suspend(a, s.gangs.job[g], reason)
 		}
 		ps := &s.projects[a.p]
-		a.withinGuarantee = ps.usage+a.total <= ps.guaranteed
-		a.withinDeserved = ps.usage+a.total <= ps.deserved
+		a.withinGuarantee = ps.held+a.total <= ps.guaranteed
+		a.withinDeserved = ps.held+a.total <= ps.deserved
 		placed, _, err := s.placeUnit(a)
 		if err != nil {
 			return false, err

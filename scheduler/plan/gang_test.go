@@ -4,19 +4,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // gangPart is one running allocation of a gang.
-func gangPart(id, job, project string, start int64, nodeName string, gpu int) model.Allocation {
+func gangPart(id, job, project string, start int64, nodeName string, gpu int) cluster.Allocation {
 	a := running(id, project, 0, start, nodeName, gpu)
 	a.Job, a.Gang = job, true
 	return a
 }
 
 // gangRest is the waiting part of a gang.
-func gangRest(job, project string, count int, submit int64) model.Pending {
-	return model.Pending{Project: project, Job: job, Group: "main", Preemptible: true, Ask: model.Ask{WholeGPUs: 1},
+func gangRest(job, project string, count int, submit int64) cluster.Pending {
+	return cluster.Pending{Project: project, Job: job, Group: "main", Preemptible: true, Ask: cluster.Ask{WholeGPUs: 1},
 		Count: count, Submit: submit, Gang: true}
 }
 
@@ -25,10 +25,10 @@ func gangRest(job, project string, count int, submit int64) model.Pending {
 // for (-1: none, the gang could not complete; the earlier gang's waiting
 // workload: it gave way), and that a gang that completes is placed.
 func TestPartialGangs(t *testing.T) {
-	projects := []model.Project{{Name: "a", Guaranteed: model.GPUs(2)}, {Name: "b", Guaranteed: model.GPUs(2)}}
+	projects := []cluster.Project{{Name: "a", Guaranteed: cluster.GPUs(2)}, {Name: "b", Guaranteed: cluster.GPUs(2)}}
 	tests := []struct {
 		name    string
-		snap    model.Snapshot
+		snap    cluster.Snapshot
 		waiting []string
 		// forWorkload is, per suspended job, Action.Workload.
 		forWorkload map[string]int
@@ -36,32 +36,32 @@ func TestPartialGangs(t *testing.T) {
 	}{
 		{
 			name: "completes on idle capacity",
-			snap: model.Snapshot{
-				Nodes:       []model.Node{node("n1", 2)},
-				Allocations: []model.Allocation{gangPart("g/0", "g", "a", 1, "n1", 0)},
-				Pending:     []model.Pending{gangRest("g", "a", 1, 1)},
+			snap: cluster.Snapshot{
+				Nodes:       []cluster.Node{node("n1", 2)},
+				Allocations: []cluster.Allocation{gangPart("g/0", "g", "a", 1, "n1", 0)},
+				Pending:     []cluster.Pending{gangRest("g", "a", 1, 1)},
 			},
 			placed: []string{"g"},
 		},
 		{
 			name: "cannot complete: waits whole for no workload",
-			snap: model.Snapshot{
-				Nodes:       []model.Node{node("n1", 2)},
-				Allocations: []model.Allocation{gangPart("g/0", "g", "a", 1, "n1", 0), running("x", "a", 0, 2, "n1", 1)},
-				Pending:     []model.Pending{gangRest("g", "a", 1, 1)},
+			snap: cluster.Snapshot{
+				Nodes:       []cluster.Node{node("n1", 2)},
+				Allocations: []cluster.Allocation{gangPart("g/0", "g", "a", 1, "n1", 0), running("x", "a", 0, 2, "n1", 1)},
+				Pending:     []cluster.Pending{gangRest("g", "a", 1, 1)},
 			},
 			waiting:     []string{"g"},
 			forWorkload: map[string]int{"g": -1},
 		},
 		{
 			name: "the later of two partial gangs gives way to the earlier",
-			snap: model.Snapshot{
-				Nodes: []model.Node{node("n1", 2)},
-				Allocations: []model.Allocation{
+			snap: cluster.Snapshot{
+				Nodes: []cluster.Node{node("n1", 2)},
+				Allocations: []cluster.Allocation{
 					gangPart("late/0", "late", "b", 2, "n1", 1),
 					gangPart("early/0", "early", "a", 1, "n1", 0),
 				},
-				Pending: []model.Pending{gangRest("late", "b", 1, 2), gangRest("early", "a", 1, 1)},
+				Pending: []cluster.Pending{gangRest("late", "b", 1, 2), gangRest("early", "a", 1, 1)},
 			},
 			waiting:     []string{"late"},
 			forWorkload: map[string]int{"late": 1},
@@ -69,10 +69,10 @@ func TestPartialGangs(t *testing.T) {
 		},
 		{
 			name: "a gang whose waiting part fits nowhere waits whole",
-			snap: model.Snapshot{
-				Nodes:       []model.Node{node("n1", 2)},
-				Allocations: []model.Allocation{gangPart("g/0", "g", "a", 1, "n1", 0)},
-				Pending: []model.Pending{func() model.Pending {
+			snap: cluster.Snapshot{
+				Nodes:       []cluster.Node{node("n1", 2)},
+				Allocations: []cluster.Allocation{gangPart("g/0", "g", "a", 1, "n1", 0)},
+				Pending: []cluster.Pending{func() cluster.Pending {
 					w := gangRest("g", "a", 1, 1)
 					w.Ask.WholeGPUs = 4
 					return w

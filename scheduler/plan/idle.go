@@ -3,14 +3,14 @@ package plan
 import (
 	"strings"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
 // nodeSummary is what the first-fit search reads to skip a node quickly.
 type nodeSummary struct {
-	maxFree model.Shares // the largest free amount of one GPU
-	idle    int          // fully free GPUs
+	maxFree cluster.Shares // the largest free amount of one GPU
+	idle    int            // fully free GPUs
 }
 
 // nodeTally counts the nodes by their summary, so that a task no node
@@ -18,7 +18,7 @@ type nodeSummary struct {
 // GPUs, byFree[f] nodes have f shares free on their emptiest GPU.
 type nodeTally struct {
 	byIdle []int32
-	byFree [model.SharesPerGPU + 1]int32
+	byFree [cluster.SharesPerGPU + 1]int32
 }
 
 func (c *clusterState) initSummaries() {
@@ -46,7 +46,7 @@ func (c *clusterState) summarize(n int) {
 	var sum nodeSummary
 	for _, g := range c.Nodes[n].GPUs {
 		sum.maxFree = max(sum.maxFree, g.Free)
-		if g.Free >= model.SharesPerGPU {
+		if g.Free >= cluster.SharesPerGPU {
 			sum.idle++
 		}
 	}
@@ -68,7 +68,7 @@ func (c *clusterState) mayFit(t placement.Task) bool {
 	switch {
 	case t.GPUCount == 0 || c.summaries == nil:
 		return true
-	case t.Shares >= model.SharesPerGPU:
+	case t.Shares >= cluster.SharesPerGPU:
 		counts, from = c.tally.byIdle, t.GPUCount
 	default:
 		counts, from = c.tally.byFree[:], int(t.Shares)
@@ -86,7 +86,7 @@ func (c *clusterState) mayFit(t placement.Task) bool {
 type shapeKey struct {
 	cpu, mem int64
 	count    int
-	shares   model.Shares
+	shares   cluster.Shares
 	models   string
 	nodes    int32
 }

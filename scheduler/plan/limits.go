@@ -3,7 +3,7 @@ package plan
 import (
 	"fmt"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // holdToLimits suspends work beyond a project's hard limit. Nomad places
@@ -17,21 +17,21 @@ import (
 func (s *state) holdToLimits() {
 	for p := range s.projects {
 		ps := &s.projects[p]
-		if ps.usage <= ps.cap {
+		if ps.held <= ps.cap {
 			continue
 		}
-		held := ps.usage
+		held := ps.held
 		var taken []int32
-		var freed model.Shares
+		var freed cluster.Shares
 		for _, j := range ps.jobs {
 			if held-freed <= ps.cap {
 				break
 			}
 			taken = append(taken, j)
-			freed += s.jobs[j].usage
+			freed += s.jobs[j].held
 		}
 		for i := len(taken) - 2; i >= 0; i-- {
-			if u := s.jobs[taken[i]].usage; held-(freed-u) <= ps.cap {
+			if u := s.jobs[taken[i]].held; held-(freed-u) <= ps.cap {
 				freed -= u
 				taken = append(taken[:i], taken[i+1:]...)
 			}

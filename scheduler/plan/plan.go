@@ -1,7 +1,7 @@
 // Package plan decides, for one scheduling cycle, which pending workloads to
 // place where and which running jobs to suspend to make room for them.
 //
-// Plan reads a model.Snapshot, computes every project's deserved share
+// Plan reads a cluster.Snapshot, computes every project's deserved share
 // (package fairshare) over the capacity that can be given (available GPUs of
 // available nodes, plus what runs where nothing else can go), and first
 // holds every project to its hard limit: Nomad places queued work on idle
@@ -42,7 +42,7 @@
 // (listVictims). Suspended jobs come back as pending workloads and are
 // resumed by the same walk when they fit.
 //
-// The pending groups of a gang (model.Pending.Gang) are one unit too, placed
+// The pending groups of a gang (cluster.Pending.Gang) are one unit too, placed
 // all together with the victims that make room for all of them, or not at
 // all. A gang that runs in part is completed in its turn or waits whole:
 // its running part is suspended (Result.GangsWaiting); the partial gangs
@@ -71,7 +71,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
@@ -101,7 +101,7 @@ const (
 	// Place starts one instance of a pending workload on a node and GPUs.
 	Place
 	// Shrink stops one instance of an elastic group above its minimum
-	// (model.Allocation.MinCount): its job keeps running with the rest,
+	// (cluster.Allocation.MinCount): its job keeps running with the rest,
 	// and the instance comes back as Shrunk pending work that may grow
 	// back later (Result.Grow).
 	Shrink
@@ -158,20 +158,20 @@ func (a Action) String() string {
 // ProjectShare is one project's quota picture for the cycle.
 type ProjectShare struct {
 	Name       string
-	Guaranteed model.Shares
+	Guaranteed cluster.Shares
 	// Demand is what the project runs plus what it has pending (not
 	// counting shrunk instances of elastic groups).
-	Demand model.Shares
+	Demand cluster.Shares
 	// Deserved is its fair share this cycle (see package fairshare).
-	Deserved model.Shares
+	Deserved cluster.Shares
 	// Usage is what it held before the plan, Planned what it holds after.
-	Usage   model.Shares
-	Planned model.Shares
+	Usage   cluster.Shares
+	Planned cluster.Shares
 	// Exposed names its non-preemptible jobs that run above its guarantee
 	// (Nomad placed them by itself): they count as preemptible.
 	Exposed []string
 	// NeverVictims are "job: reason" for its jobs that are never victims
-	// (model.Allocation.NeverVictim), in the order of their first
+	// (cluster.Allocation.NeverVictim), in the order of their first
 	// allocation in the snapshot.
 	NeverVictims []string
 }
@@ -207,9 +207,9 @@ type Result struct {
 var ErrPlacement = errors.New("placement policy returned a choice that does not fit")
 
 // Plan computes deserved shares and the ordered actions for one cycle. It
-// returns an error, wrapping model.ErrInvalid, when the snapshot contradicts
+// returns an error, wrapping cluster.ErrInvalid, when the snapshot contradicts
 // itself.
-func Plan(snap *model.Snapshot, opts Options) (Result, error) {
+func Plan(snap *cluster.Snapshot, opts Options) (Result, error) {
 	s, err := newState(snap, opts)
 	if err != nil {
 		return Result{}, err
@@ -239,8 +239,8 @@ func (s *state) result() Result {
 			Guaranteed:   p.guaranteed,
 			Demand:       p.demand,
 			Deserved:     p.deserved,
-			Usage:        s.index.Usage[i],
-			Planned:      p.usage - p.reserved,
+			Usage:        s.index.Held[i],
+			Planned:      p.held - p.reserved,
 			Exposed:      p.exposed,
 			NeverVictims: p.neverVictims,
 		}
@@ -251,9 +251,9 @@ func (s *state) result() Result {
 // demand is, per project, what it runs plus what it has pending, less the
 // workloads never marks (they fit nowhere) and the shrunk instances of
 // elastic groups (they grow back only on capacity nobody else wants).
-func demand(snap *model.Snapshot, x *model.Index, never []bool) []model.Shares {
-	d := make([]model.Shares, len(snap.Projects))
-	copy(d, x.Usage)
+func demand(snap *cluster.Snapshot, x *cluster.Index, never []bool) []cluster.Shares {
+	d := make([]cluster.Shares, len(snap.Projects))
+	copy(d, x.Held)
 	for i := range snap.Pending {
 		if !never[i] && !snap.Pending[i].Shrunk {
 			d[x.PendingProject[i]] += snap.Pending[i].GPUShares()

@@ -3,7 +3,7 @@ package plan
 import (
 	"testing"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // BenchmarkPlanCycle is one full planning cycle (fair share, reclaim,
@@ -21,7 +21,7 @@ func BenchmarkPlanCyclePolicy(b *testing.B) {
 }
 
 func benchmarkPlanCycle(b *testing.B, policy string) {
-	snap := model.Synthetic(model.ScaleSpec)
+	snap := cluster.Synthetic(cluster.ScaleSpec)
 	b.ReportAllocs()
 	var res Result
 	for b.Loop() {

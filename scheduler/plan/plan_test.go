@@ -5,24 +5,24 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // builder helpers keep the table rows short.
-func node(name string, gpus int) model.Node {
-	n := model.Node{Name: name, CPUMilli: 64000, MemoryMiB: 1 << 20, GPUs: make([]model.GPU, gpus)}
+func node(name string, gpus int) cluster.Node {
+	n := cluster.Node{Name: name, CPUMilli: 64000, MemoryMiB: 1 << 20, GPUs: make([]cluster.GPU, gpus)}
 	for i := range n.GPUs {
-		n.GPUs[i] = model.GPU{Model: "A100"}
+		n.GPUs[i] = cluster.GPU{Model: "A100"}
 	}
 	return n
 }
 
-func running(id, project string, prio int, start int64, nodeName string, gpu int) model.Allocation {
-	return model.Allocation{ID: id, Project: project, Job: id, Group: "main", Priority: prio, Preemptible: true,
-		Ask: model.Ask{WholeGPUs: 1}, Node: nodeName, GPUs: []int{gpu}, Start: start}
+func running(id, project string, prio int, start int64, nodeName string, gpu int) cluster.Allocation {
+	return cluster.Allocation{ID: id, Project: project, Job: id, Group: "main", Priority: prio, Preemptible: true,
+		Ask: cluster.Ask{WholeGPUs: 1}, Node: nodeName, GPUs: []int{gpu}, Start: start}
 }
 
-func neverVictim(a model.Allocation, why string) model.Allocation {
+func neverVictim(a cluster.Allocation, why string) cluster.Allocation {
 	a.NeverVictim = why
 	return a
 }
@@ -30,67 +30,67 @@ func neverVictim(a model.Allocation, why string) model.Allocation {
 func TestPlanVictims(t *testing.T) {
 	tests := []struct {
 		name        string
-		nodes       []model.Node // n1 with two GPUs when empty
-		projects    []model.Project
-		allocs      []model.Allocation
-		incoming    model.Pending
+		nodes       []cluster.Node // n1 with two GPUs when empty
+		projects    []cluster.Project
+		allocs      []cluster.Allocation
+		incoming    cluster.Pending
 		wantVictims []string
 		wantPlaced  bool
 	}{
 		{
 			name:     "newest job of the over-quota project",
-			projects: []model.Project{{Name: "a"}, {Name: "b", Guaranteed: 100}},
-			allocs: []model.Allocation{
+			projects: []cluster.Project{{Name: "a"}, {Name: "b", Guaranteed: 100}},
+			allocs: []cluster.Allocation{
 				running("a1", "a", 0, 1, "n1", 0), running("a2", "a", 0, 2, "n1", 1),
 			},
-			incoming:    model.Pending{Project: "b", Job: "b1", Ask: model.Ask{WholeGPUs: 1}, Count: 1, Preemptible: true},
+			incoming:    cluster.Pending{Project: "b", Job: "b1", Ask: cluster.Ask{WholeGPUs: 1}, Count: 1, Preemptible: true},
 			wantVictims: []string{"a2"},
 			wantPlaced:  true,
 		},
 		{
 			name:     "no victim below the guarantee",
-			projects: []model.Project{{Name: "a", Guaranteed: 200}, {Name: "b", Guaranteed: 100}},
-			allocs: []model.Allocation{
+			projects: []cluster.Project{{Name: "a", Guaranteed: 200}, {Name: "b", Guaranteed: 100}},
+			allocs: []cluster.Allocation{
 				running("a1", "a", 0, 1, "n1", 0), running("a2", "a", 0, 2, "n1", 1),
 			},
-			incoming: model.Pending{Project: "b", Job: "b1", Ask: model.Ask{WholeGPUs: 1}, Count: 1, Preemptible: true},
+			incoming: cluster.Pending{Project: "b", Job: "b1", Ask: cluster.Ask{WholeGPUs: 1}, Count: 1, Preemptible: true},
 		},
 		{
 			name:     "lower-priority project first",
-			projects: []model.Project{{Name: "a", Priority: 5}, {Name: "c", Priority: 1}, {Name: "b", Guaranteed: 100}},
-			allocs: []model.Allocation{
+			projects: []cluster.Project{{Name: "a", Priority: 5}, {Name: "c", Priority: 1}, {Name: "b", Guaranteed: 100}},
+			allocs: []cluster.Allocation{
 				running("a1", "a", 0, 9, "n1", 0), running("c1", "c", 9, 1, "n1", 1),
 			},
-			incoming:    model.Pending{Project: "b", Job: "b1", Ask: model.Ask{WholeGPUs: 1}, Count: 1, Preemptible: true},
+			incoming:    cluster.Pending{Project: "b", Job: "b1", Ask: cluster.Ask{WholeGPUs: 1}, Count: 1, Preemptible: true},
 			wantVictims: []string{"c1"},
 			wantPlaced:  true,
 		},
 		{
 			name:     "a job marked never a victim is passed over",
-			projects: []model.Project{{Name: "a"}, {Name: "b", Guaranteed: 100}},
-			allocs: []model.Allocation{
+			projects: []cluster.Project{{Name: "a"}, {Name: "b", Guaranteed: 100}},
+			allocs: []cluster.Allocation{
 				running("a1", "a", 0, 1, "n1", 0), neverVictim(running("a2", "a", 0, 2, "n1", 1), "cannot come back"),
 			},
-			incoming:    model.Pending{Project: "b", Job: "b1", Ask: model.Ask{WholeGPUs: 1}, Count: 1, Preemptible: true},
+			incoming:    cluster.Pending{Project: "b", Job: "b1", Ask: cluster.Ask{WholeGPUs: 1}, Count: 1, Preemptible: true},
 			wantVictims: []string{"a1"},
 			wantPlaced:  true,
 		},
 		{
 			name:     "nothing to reclaim when every job above the guarantee is never a victim",
-			projects: []model.Project{{Name: "a"}, {Name: "b", Guaranteed: 100}},
-			allocs: []model.Allocation{
+			projects: []cluster.Project{{Name: "a"}, {Name: "b", Guaranteed: 100}},
+			allocs: []cluster.Allocation{
 				neverVictim(running("a1", "a", 0, 1, "n1", 0), "x"), neverVictim(running("a2", "a", 0, 2, "n1", 1), "y"),
 			},
-			incoming: model.Pending{Project: "b", Job: "b1", Ask: model.Ask{WholeGPUs: 1}, Count: 1, Preemptible: true},
+			incoming: cluster.Pending{Project: "b", Job: "b1", Ask: cluster.Ask{WholeGPUs: 1}, Count: 1, Preemptible: true},
 		},
 		{
 			name:     "two GPUs on one node, unneeded victim put back",
-			nodes:    []model.Node{node("n1", 2), node("n2", 1)},
-			projects: []model.Project{{Name: "a"}, {Name: "b", Guaranteed: 200}},
-			allocs: []model.Allocation{
+			nodes:    []cluster.Node{node("n1", 2), node("n2", 1)},
+			projects: []cluster.Project{{Name: "a"}, {Name: "b", Guaranteed: 200}},
+			allocs: []cluster.Allocation{
 				running("a1", "a", 0, 4, "n1", 0), running("a2", "a", 0, 3, "n2", 0), running("a3", "a", 0, 2, "n1", 1),
 			},
-			incoming:    model.Pending{Project: "b", Job: "b1", Ask: model.Ask{WholeGPUs: 2}, Count: 1, Preemptible: true},
+			incoming:    cluster.Pending{Project: "b", Job: "b1", Ask: cluster.Ask{WholeGPUs: 2}, Count: 1, Preemptible: true},
 			wantVictims: []string{"a1", "a3"},
 			wantPlaced:  true,
 		},
@@ -99,13 +99,13 @@ func TestPlanVictims(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			nodes := tt.nodes
 			if nodes == nil {
-				nodes = []model.Node{node("n1", 2)}
+				nodes = []cluster.Node{node("n1", 2)}
 			}
-			snap := &model.Snapshot{
+			snap := &cluster.Snapshot{
 				Nodes:       nodes,
 				Projects:    tt.projects,
 				Allocations: tt.allocs,
-				Pending:     []model.Pending{tt.incoming},
+				Pending:     []cluster.Pending{tt.incoming},
 			}
 			res, err := Plan(snap, Options{})
 			if err != nil {
@@ -135,15 +135,15 @@ func TestPlanVictims(t *testing.T) {
 }
 
 func TestPlanRejectsInvalidSnapshot(t *testing.T) {
-	snap := &model.Snapshot{Nodes: []model.Node{node("n1", 1)}, Projects: []model.Project{{Name: "a"}},
-		Allocations: []model.Allocation{running("x", "nope", 0, 0, "n1", 0)}}
-	if _, err := Plan(snap, Options{}); !errors.Is(err, model.ErrInvalid) {
-		t.Errorf("error %v, want model.ErrInvalid", err)
+	snap := &cluster.Snapshot{Nodes: []cluster.Node{node("n1", 1)}, Projects: []cluster.Project{{Name: "a"}},
+		Allocations: []cluster.Allocation{running("x", "nope", 0, 0, "n1", 0)}}
+	if _, err := Plan(snap, Options{}); !errors.Is(err, cluster.ErrInvalid) {
+		t.Errorf("error %v, want cluster.ErrInvalid", err)
 	}
 }
 
 func TestPlanIsDeterministicAndLeavesSnapshotAlone(t *testing.T) {
-	snap := model.Synthetic(model.SyntheticSpec{Nodes: 200, GPUsPerNode: 8, Allocations: 4000, Projects: 20, Pending: 100, Seed: 3})
+	snap := cluster.Synthetic(cluster.SyntheticSpec{Nodes: 200, GPUsPerNode: 8, Allocations: 4000, Projects: 20, Pending: 100, Seed: 3})
 	before := slices.Clone(snap.Allocations)
 	a, err := Plan(snap, Options{})
 	if err != nil {
@@ -163,7 +163,7 @@ func TestPlanIsDeterministicAndLeavesSnapshotAlone(t *testing.T) {
 			t.Fatal("Plan changed the snapshot")
 		}
 	}
-	var total model.Shares
+	var total cluster.Shares
 	for _, s := range a.Shares {
 		total += s.Deserved
 	}
@@ -180,13 +180,13 @@ func TestPlanIsDeterministicAndLeavesSnapshotAlone(t *testing.T) {
 func TestNeverVictimsNamedWithReason(t *testing.T) {
 	np := running("np", "a", 0, 3, "n1", 2)
 	np.Preemptible = false
-	snap := &model.Snapshot{Nodes: []model.Node{node("n1", 3)},
-		Projects: []model.Project{{Name: "a", HasLimit: true, Limit: 100}, {Name: "b", Guaranteed: 300}},
-		Allocations: []model.Allocation{
+	snap := &cluster.Snapshot{Nodes: []cluster.Node{node("n1", 3)},
+		Projects: []cluster.Project{{Name: "a", HasLimit: true, Limit: 100}, {Name: "b", Guaranteed: 300}},
+		Allocations: []cluster.Allocation{
 			neverVictim(running("kept", "a", 0, 1, "n1", 0), "its record would exceed 64 KiB"),
 			neverVictim(running("vol", "a", 0, 2, "n1", 1), "may not mount host volume data"), np,
 		},
-		Pending: []model.Pending{{Project: "b", Job: "b1", Ask: model.Ask{WholeGPUs: 3}, Count: 1, Preemptible: true}}}
+		Pending: []cluster.Pending{{Project: "b", Job: "b1", Ask: cluster.Ask{WholeGPUs: 3}, Count: 1, Preemptible: true}}}
 	res, err := Plan(snap, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -206,13 +206,13 @@ func TestNeverVictimsNamedWithReason(t *testing.T) {
 // that run above their project's guarantee (the newest first past it), so
 // that the status can say they count as preemptible.
 func TestExposedNonPreemptibleWork(t *testing.T) {
-	np := func(id string, start int64, gpu int) model.Allocation {
+	np := func(id string, start int64, gpu int) cluster.Allocation {
 		a := running(id, "a", 0, start, "n1", gpu)
 		a.Preemptible = false
 		return a
 	}
-	snap := &model.Snapshot{Nodes: []model.Node{node("n1", 4)}, Projects: []model.Project{{Name: "a", Guaranteed: 150}},
-		Allocations: []model.Allocation{np("old", 1, 0), np("newer", 2, 1), np("newest", 3, 2), running("pre", "a", 0, 4, "n1", 3)}}
+	snap := &cluster.Snapshot{Nodes: []cluster.Node{node("n1", 4)}, Projects: []cluster.Project{{Name: "a", Guaranteed: 150}},
+		Allocations: []cluster.Allocation{np("old", 1, 0), np("newer", 2, 1), np("newest", 3, 2), running("pre", "a", 0, 4, "n1", 3)}}
 	res, err := Plan(snap, Options{})
 	if err != nil {
 		t.Fatal(err)

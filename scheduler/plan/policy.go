@@ -3,7 +3,7 @@ package plan
 import (
 	"fmt"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
@@ -12,7 +12,7 @@ import (
 // task mix (fgd, gpushare) get the snapshot's own: the asks of every running
 // allocation and of every pending instance. Build one per planning cycle,
 // so the mix follows the cluster.
-func PolicyByName(name string, seed int64, snap *model.Snapshot) (placement.Policy, error) {
+func PolicyByName(name string, seed int64, snap *cluster.Snapshot) (placement.Policy, error) {
 	if !placement.NeedsWorkload(name) {
 		return placement.ByName(name, seed)
 	}

@@ -3,7 +3,7 @@ package plan
 import (
 	"testing"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
@@ -11,12 +11,12 @@ import (
 // is usable on a snapshot, including an empty one (a new cluster), and that
 // an unknown name is refused.
 func TestPolicyByNameBuildsEveryPolicy(t *testing.T) {
-	busy := &model.Snapshot{
-		Allocations: []model.Allocation{{Ask: model.Ask{WholeGPUs: 1}}, {Ask: model.Ask{Shares: 25}}},
-		Pending:     []model.Pending{{Ask: model.Ask{Shares: 50}, Count: 3}},
+	busy := &cluster.Snapshot{
+		Allocations: []cluster.Allocation{{Ask: cluster.Ask{WholeGPUs: 1}}, {Ask: cluster.Ask{Shares: 25}}},
+		Pending:     []cluster.Pending{{Ask: cluster.Ask{Shares: 50}, Count: 3}},
 	}
 	for _, name := range placement.Names() {
-		for _, snap := range []*model.Snapshot{{}, busy} {
+		for _, snap := range []*cluster.Snapshot{{}, busy} {
 			p, err := PolicyByName(name, 1, snap)
 			if err != nil {
 				t.Fatalf("PolicyByName(%q) on %d allocations: %v", name, len(snap.Allocations), err)

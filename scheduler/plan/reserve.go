@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // A reservation holds, for a running job this plan suspends, the room it
@@ -76,21 +76,21 @@ func (s *state) tryReserve(j int32) (bool, error) {
 	if l, ok := s.gangs.lead[j]; ok {
 		waiting = s.units.of(int(l))
 	}
-	total := job.usage
+	total := job.held
 	for _, m := range waiting {
 		total += s.snap.Pending[m].GPUShares()
 	}
 	a := &s.attempt
 	*a = attempt{
 		lead: -1, p: int(job.project), total: total, exclude: j,
-		withinGuarantee: ps.usage+total <= ps.guaranteed,
-		withinDeserved:  ps.usage+total <= ps.deserved,
+		withinGuarantee: ps.held+total <= ps.guaranteed,
+		withinDeserved:  ps.held+total <= ps.deserved,
 		reserve:         true,
 		firstAction:     len(s.plan.actions),
 		undo:            a.undo[:0],
 		instances:       a.instances[:0],
 	}
-	if job.nonPreemptible && ps.nonPreemptible+job.usage > ps.guaranteed {
+	if job.nonPreemptible && ps.nonPreemptible+job.held > ps.guaranteed {
 		return false, nil
 	}
 	for i := range len(shapes) + len(waiting) {
@@ -118,28 +118,28 @@ func (s *state) tryReserve(j int32) (bool, error) {
 // shapesOf is suspended job j as the next cycle will see it: one pending
 // workload per task group and ask, counting its allocations (not those
 // shrunk away).
-func (s *state) shapesOf(j int32) []model.Pending {
+func (s *state) shapesOf(j int32) []cluster.Pending {
 	job := &s.jobs[j]
-	var shapes []model.Pending
+	var shapes []cluster.Pending
 	for _, al := range job.allocs {
 		if s.allocs.get(al).gone {
 			continue // shrunk away: it comes back by growth
 		}
 		a := &s.snap.Allocations[al]
-		k := slices.IndexFunc(shapes, func(w model.Pending) bool { return w.Group == a.Group && sameAsk(&w.Ask, &a.Ask) })
+		k := slices.IndexFunc(shapes, func(w cluster.Pending) bool { return w.Group == a.Group && sameAsk(&w.Ask, &a.Ask) })
 		if k >= 0 {
 			shapes[k].Count++
 			continue
 		}
-		shapes = append(shapes, model.Pending{Project: a.Project, Job: a.Job, Group: a.Group, Priority: a.Priority,
+		shapes = append(shapes, cluster.Pending{Project: a.Project, Job: a.Job, Group: a.Group, Priority: a.Priority,
 			Preemptible: a.Preemptible, Ask: a.Ask, Count: 1, Suspended: true})
 	}
-	slices.SortStableFunc(shapes, func(x, y model.Pending) int { return cmp.Compare(x.Group, y.Group) })
+	slices.SortStableFunc(shapes, func(x, y cluster.Pending) int { return cmp.Compare(x.Group, y.Group) })
 	return shapes
 }
 
 // sameAsk reports whether two asks are equal.
-func sameAsk(x, y *model.Ask) bool {
+func sameAsk(x, y *cluster.Ask) bool {
 	return x.CPUMilli == y.CPUMilli && x.MemoryMiB == y.MemoryMiB && x.WholeGPUs == y.WholeGPUs && x.Shares == y.Shares &&
 		slices.Equal(x.Models, y.Models)
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // run holds every project to its limit, then walks the pending workloads
@@ -134,9 +134,9 @@ func (s *state) walkQueues() error {
 // fairnessClass: 0 below guarantee, 1 below deserved share, 2 otherwise.
 func (p *projectState) fairnessClass() int {
 	switch {
-	case p.usage < p.guaranteed:
+	case p.held < p.guaranteed:
 		return 0
-	case p.usage < p.deserved:
+	case p.held < p.deserved:
 		return 1
 	}
 	return 2
@@ -155,11 +155,11 @@ func (s *state) compareFairness(a, b int) int {
 	var c int
 	switch ca {
 	case 0:
-		c = cmp.Compare(pa.usage*pb.guaranteed, pb.usage*pa.guaranteed)
+		c = cmp.Compare(pa.held*pb.guaranteed, pb.held*pa.guaranteed)
 	case 1:
-		c = cmp.Compare(pa.usage*pb.deserved, pb.usage*pa.deserved)
+		c = cmp.Compare(pa.held*pb.deserved, pb.held*pa.deserved)
 	default:
-		c = cmp.Compare(pa.usage-pa.deserved, pb.usage-pb.deserved)
+		c = cmp.Compare(pa.held-pa.deserved, pb.held-pb.deserved)
 	}
 	if c != 0 {
 		return c
@@ -238,7 +238,7 @@ func (s *state) startAttempt(w, p int) *attempt {
 	unit := s.units.of(w)
 	wl := &s.snap.Pending[w]
 	ps := &s.projects[p]
-	var total model.Shares
+	var total cluster.Shares
 	for _, m := range unit {
 		total += s.snap.Pending[m].GPUShares()
 	}
@@ -254,8 +254,8 @@ func (s *state) startAttempt(w, p int) *attempt {
 	*a = attempt{
 		lead: w, p: p, unit: unit, total: total,
 		exclude:         exclude,
-		withinGuarantee: ps.usage+total <= ps.guaranteed,
-		withinDeserved:  ps.usage+total <= ps.deserved,
+		withinGuarantee: ps.held+total <= ps.guaranteed,
+		withinDeserved:  ps.held+total <= ps.deserved,
 		resume:          resume,
 		firstAction:     len(s.plan.actions),
 		undo:            a.undo[:0],
@@ -299,7 +299,7 @@ func (s *state) refusal(a *attempt) string {
 // whether the instance would take the project above its limit.
 func (s *state) placeInstance(a *attempt) (placed, overLimit bool, err error) {
 	ps := &s.projects[a.p]
-	over := ps.usage + a.inst - ps.cap
+	over := ps.held + a.inst - ps.cap
 	if over <= 0 {
 		if ch, ok := s.cluster.placeIdle(a.task, a.nodes); ok {
 			return true, false, s.place(a, ch, a.resume+s.idleReason(a.p, a.inst))
@@ -321,19 +321,19 @@ func (s *state) failReason(a *attempt, overLimit bool) string {
 	switch {
 	case overLimit:
 		return fmt.Sprintf("project %s would exceed its limit %s (uses %s, asks %s) and has no lower-priority job to preempt",
-			name, ps.cap, ps.usage, total)
+			name, ps.cap, ps.held, total)
 	case a.withinGuarantee:
 		return fmt.Sprintf("no idle capacity fits, and no set of jobs from over-quota projects or lower-priority jobs of project %s makes it fit", name)
 	case a.withinDeserved:
 		return fmt.Sprintf("no idle capacity fits, and no set of jobs from projects above their deserved share or lower-priority jobs of project %s makes it fit", name)
 	}
 	return fmt.Sprintf("no idle capacity fits; project %s would go above its guarantee %s and deserved share %s (uses %s, asks %s), so it may not reclaim",
-		name, ps.guaranteed, ps.deserved, ps.usage, total)
+		name, ps.guaranteed, ps.deserved, ps.held, total)
 }
 
-func (s *state) idleReason(p int, inst model.Shares) string {
+func (s *state) idleReason(p int, inst cluster.Shares) string {
 	ps := &s.projects[p]
-	after := ps.usage + inst
+	after := ps.held + inst
 	switch {
 	case after <= ps.guaranteed:
 		return fmt.Sprintf("fits on idle capacity; project %s within its guarantee (%s of %s)", s.snap.Projects[p].Name, after, ps.guaranteed)
@@ -348,15 +348,15 @@ func (s *state) idleReason(p int, inst model.Shares) string {
 // the workload's project is above its guarantee, above their deserved share)
 // to fit one instance.
 func (s *state) reclaim(a *attempt) (bool, error) {
-	floor := func(q int32) model.Shares { return s.projects[q].deserved }
+	floor := func(q int32) cluster.Shares { return s.projects[q].deserved }
 	what := "deserved share"
 	if a.withinGuarantee {
-		floor = func(q int32) model.Shares { return s.projects[q].guaranteed }
+		floor = func(q int32) cluster.Shares { return s.projects[q].guaranteed }
 		what = "guarantee"
 	}
 	var from []int32
 	for q := range s.projects {
-		if q != a.p && s.projects[q].usage > floor(int32(q)) {
+		if q != a.p && s.projects[q].held > floor(int32(q)) {
 			from = append(from, int32(q))
 		}
 	}
@@ -371,7 +371,7 @@ func (s *state) reclaim(a *attempt) (bool, error) {
 	for _, j := range victims {
 		q := s.jobs[j].project
 		s.take(a, j, fmt.Sprintf("reclaim for project %s (within its %s): project %s holds %s, above its %s %s; makes room for %s/%s on %s",
-			name, what, s.snap.Projects[q].Name, s.projects[q].usage, what, floor(q), a.wl.Job, a.wl.Group, s.cluster.Nodes[n].Name))
+			name, what, s.snap.Projects[q].Name, s.projects[q].held, what, floor(q), a.wl.Job, a.wl.Group, s.cluster.Nodes[n].Name))
 	}
 	if !s.shrinking {
 		return true, s.placeOn(a, n, fmt.Sprintf("%sreclaimed %d job(s) from projects above their %s; project %s stays within its %s",
@@ -402,11 +402,11 @@ func (s *state) countVictims(victims []int32) string {
 // preempt suspends lower-priority jobs of the workload's own project to fit
 // one instance; mustFree is what they must free to keep the project within
 // its limit.
-func (s *state) preempt(a *attempt, mustFree model.Shares) (bool, error) {
+func (s *state) preempt(a *attempt, mustFree cluster.Shares) (bool, error) {
 	prio := a.wl.Priority
 	n, victims, ok := s.findVictims(a.task, victimSearch{
 		projects:      []int32{int32(a.p)},
-		floor:         func(int32) model.Shares { return 0 },
+		floor:         func(int32) cluster.Shares { return 0 },
 		belowPriority: &prio,
 		exclude:       a.exclude,
 		mustFree:      mustFree,

@@ -5,8 +5,8 @@ import (
 	"math"
 	"slices"
 
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/fairshare"
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
@@ -14,8 +14,8 @@ import (
 type state struct {
 	// snap is the snapshot planned on and index its lookup tables; both
 	// are read-only.
-	snap  *model.Snapshot
-	index *model.Index
+	snap  *cluster.Snapshot
+	index *cluster.Index
 	// projects are the projects' quota numbers, in Snapshot.Projects
 	// order, as the plan so far leaves them.
 	projects []projectState
@@ -52,11 +52,11 @@ type state struct {
 
 // projectState is a project's quota numbers during the walk.
 type projectState struct {
-	guaranteed, deserved, demand, cap model.Shares
-	usage, nonPreemptible             model.Shares
+	guaranteed, deserved, demand, cap cluster.Shares
+	held, nonPreemptible              cluster.Shares
 	// reserved is the part of usage held for its jobs this plan suspends
 	// (see reserveFor).
-	reserved model.Shares
+	reserved cluster.Shares
 	priority int
 	// jobs are the project's suspendable jobs in victim order; planned
 	// the part of them placed in this cycle (a reservation's only
@@ -90,12 +90,12 @@ type jobState struct {
 	nonPreemptible, exposed bool
 	system                  bool
 	// neverVictim, when set, says why the job is never a victim
-	// (model.Allocation.NeverVictim).
+	// (cluster.Allocation.NeverVictim).
 	neverVictim string
 	suspended   bool
 	// newest is the latest start among its allocations.
 	newest int64
-	usage  model.Shares
+	held   cluster.Shares
 	// allocs are its positions in state.allocs.
 	allocs []int32
 	// planned marks work placed in this cycle (see registerPlanned).
@@ -155,7 +155,7 @@ func (t *allocTable) gpusOf(al *allocInfo) []int32 {
 
 // add records an allocation of job on node n (running, or placed in this
 // cycle) and returns its position.
-func (t *allocTable) add(job int32, n int, node *model.Node, ask *model.Ask, gpus []int) int32 {
+func (t *allocTable) add(job int32, n int, node *cluster.Node, ask *cluster.Ask, gpus []int) int32 {
 	off := int32(len(t.gpus))
 	info := allocInfo{job: job, node: int32(n), perGPU: int32(perGPU(ask)), gpuOff: off}
 	if node.Unavailable == "" {
@@ -231,7 +231,7 @@ type attempt struct {
 	// workload of it, total their GPU amount.
 	lead, p int
 	unit    []int32
-	total   model.Shares
+	total   cluster.Shares
 	// exclude is the unit's own job, never its victim (-1 if none).
 	exclude int32
 	// withinGuarantee and withinDeserved say whether the project stays
@@ -247,9 +247,9 @@ type attempt struct {
 	// instance as placement sees it, inst its GPU amount, nodes the
 	// nodes it may run on.
 	w     int
-	wl    *model.Pending
+	wl    *cluster.Pending
 	task  placement.Task
-	inst  model.Shares
+	inst  cluster.Shares
 	nodes nodeSet
 	// firstAction is where the unit's actions start in plan.actions;
 	// undo reverts its changes (see rollback).
@@ -267,7 +267,7 @@ type instance struct {
 	action int32
 }
 
-func newState(snap *model.Snapshot, opts Options) (*state, error) {
+func newState(snap *cluster.Snapshot, opts Options) (*state, error) {
 	x, err := snap.Index()
 	if err != nil {
 		return nil, err
@@ -291,7 +291,7 @@ func newState(snap *model.Snapshot, opts Options) (*state, error) {
 
 // newProjects is every project's quota numbers before the plan, with its
 // deserved share for the cycle; the workloads never marks are no demand.
-func newProjects(snap *model.Snapshot, x *model.Index, never []bool) []projectState {
+func newProjects(snap *cluster.Snapshot, x *cluster.Index, never []bool) []projectState {
 	d := demand(snap, x, never)
 	deserved := fairshare.Deserved(x.Capacity, snap.Projects, d)
 	projects := make([]projectState, len(snap.Projects))
@@ -302,8 +302,8 @@ func newProjects(snap *model.Snapshot, x *model.Index, never []bool) []projectSt
 			deserved:       deserved[i],
 			demand:         d[i],
 			cap:            p.Cap(),
-			usage:          x.Usage[i],
-			nonPreemptible: x.NonPreemptibleUsage[i],
+			held:           x.Held[i],
+			nonPreemptible: x.NonPreemptibleHeld[i],
 			priority:       p.Priority,
 		}
 	}
@@ -341,7 +341,7 @@ func (s *state) addRunningJobs() {
 			job.name, job.project, job.priority, job.newest = a.Job, x.AllocProject[i], a.Priority, a.Start
 		}
 		job.allocs = append(job.allocs, int32(i))
-		job.usage += a.Ask.GPUShares()
+		job.held += a.Ask.GPUShares()
 		job.nonPreemptible = job.nonPreemptible || !a.Preemptible
 		job.system = job.system || a.System
 		if job.neverVictim == "" {
@@ -405,7 +405,7 @@ func (s *state) listVictims() {
 	for j := range s.jobs {
 		job := &s.jobs[j]
 		switch {
-		case job.system || job.usage == 0:
+		case job.system || job.held == 0:
 		case job.neverVictim != "":
 			p := &s.projects[job.project]
 			p.neverVictims = append(p.neverVictims, job.name+": "+job.neverVictim)
@@ -433,9 +433,9 @@ func (s *state) expose(p *projectState, jobs []int32) {
 		}
 		return cmp.Compare(ja.name, jb.name)
 	})
-	var protected model.Shares
+	var protected cluster.Shares
 	for k, j := range jobs {
-		if protected+s.jobs[j].usage > p.guaranteed {
+		if protected+s.jobs[j].held > p.guaranteed {
 			for _, j := range jobs[k:] {
 				s.jobs[j].exposed = true
 				p.jobs = append(p.jobs, j)
@@ -443,7 +443,7 @@ func (s *state) expose(p *projectState, jobs []int32) {
 			}
 			return
 		}
-		protected += s.jobs[j].usage
+		protected += s.jobs[j].held
 	}
 }
 

@@ -1,6 +1,6 @@
 package plan
 
-import "github.com/gpushare/nomad-gpushare/scheduler/model"
+import "github.com/gpushare/nomad-gpushare/scheduler/cluster"
 
 // units groups the pending workloads that are placed together, all or
 // none: every task group of a suspended job, because the quota service
@@ -17,7 +17,7 @@ type units struct {
 	self    []int32
 }
 
-func newUnits(snap *model.Snapshot) units {
+func newUnits(snap *cluster.Snapshot) units {
 	u := units{lead: make([]int32, len(snap.Pending)), self: make([]int32, len(snap.Pending)), members: map[int32][]int32{}}
 	first := map[string]int32{}
 	for i := range snap.Pending {

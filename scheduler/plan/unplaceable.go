@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // findUnplaceable marks the pending workloads that no plan could place: no
@@ -114,7 +114,7 @@ func (s *state) anyAvailable(nodes []bool) bool {
 
 // fitsIdle reports whether one instance of ask fits on node with nothing
 // else on it.
-func fitsIdle(node *model.Node, ask *model.Ask) bool {
+func fitsIdle(node *cluster.Node, ask *cluster.Ask) bool {
 	if node.CPUMilli < ask.CPUMilli || node.MemoryMiB < ask.MemoryMiB {
 		return false
 	}
@@ -134,7 +134,7 @@ func fitsIdle(node *model.Node, ask *model.Ask) bool {
 }
 
 // describeAsk renders one instance's ask for messages.
-func describeAsk(a *model.Ask) string {
+func describeAsk(a *cluster.Ask) string {
 	var parts []string
 	switch {
 	case a.WholeGPUs > 0:

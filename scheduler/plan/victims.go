@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
@@ -55,7 +55,7 @@ func compareVictims(a, b victim) int {
 
 // overDeserved is how far the project is above its deserved share
 // (negative when below).
-func (p *projectState) overDeserved() model.Shares { return p.usage - p.deserved }
+func (p *projectState) overDeserved() cluster.Shares { return p.held - p.deserved }
 
 // victim returns job j as the victim order sees it.
 func (s *state) victim(j int32) victim {
@@ -158,7 +158,7 @@ type victimSearch struct {
 	projects []int32
 	// floor[q] is the least project q may be left with, by project
 	// position (the guarantee or the deserved share).
-	floor func(q int32) model.Shares
+	floor func(q int32) cluster.Shares
 	// belowPriority, when set, admits only jobs of lower priority
 	// (preemption inside a project).
 	belowPriority *int
@@ -166,7 +166,7 @@ type victimSearch struct {
 	exclude int32
 	// mustFree is how much the victims must free in all (to keep the
 	// project under its limit); zero when only the fit matters.
-	mustFree model.Shares
+	mustFree cluster.Shares
 	// nodes are the nodes the workload may run on.
 	nodes nodeSet
 	// plannedOnly admits only work placed in this cycle (for a
@@ -246,7 +246,7 @@ func (s *state) refine(n int, t placement.Task, vs victimSearch, found []int32) 
 				continue
 			}
 			job := &s.jobs[j]
-			if !s.keepsFloor(j, s.projects[job.project].usage-s.freedBy(j, taken), taken, &vs) {
+			if !s.keepsFloor(j, s.projects[job.project].held-s.freedBy(j, taken), taken, &vs) {
 				cands[i] = -1
 				continue
 			}
@@ -262,11 +262,11 @@ func (s *state) refine(n int, t placement.Task, vs victimSearch, found []int32) 
 		freed := s.freedBy(j, taken)
 		taken = append(taken, j)
 		lowered = append(lowered, freed)
-		s.projects[s.jobs[j].project].usage -= freed
+		s.projects[s.jobs[j].project].held -= freed
 		fits = s.enough(n, t, taken, vs.mustFree)
 	}
 	for i, j := range taken {
-		s.projects[s.jobs[j].project].usage += lowered[i]
+		s.projects[s.jobs[j].project].held += lowered[i]
 	}
 	if !fits {
 		taken = found
@@ -306,7 +306,7 @@ func (s *state) candidatesOn(n int, vs victimSearch) []int32 {
 // victim reports whether the job is on its project's list of victims (see
 // listVictims).
 func (job *jobState) victim() bool {
-	return job.usage > 0 && !job.system && job.neverVictim == "" && (!job.nonPreemptible || job.exposed)
+	return job.held > 0 && !job.system && job.neverVictim == "" && (!job.nonPreemptible || job.exposed)
 }
 
 // holds reports whether allocation a is one of the job's own (a job placed
@@ -324,7 +324,7 @@ type walkState struct {
 	projectStamp []int32
 	lowerStamp   []int32
 	lowerPrio    []int
-	lowerSum     []model.Shares
+	lowerSum     []cluster.Shares
 	// per node: the victims taken there and the last job asked about
 	// (decided, with its answer), the GPUs with room for the task, and
 	// the free CPU and memory once the victims are gone.
@@ -339,13 +339,13 @@ type walkState struct {
 	freed    []int32
 	// lowered is refine's scratch: what each victim taken lowered its
 	// project's usage by.
-	lowered []model.Shares
+	lowered []cluster.Shares
 }
 
 func (w *walkState) reset(s *state) {
 	if w.projectStamp == nil {
 		w.projectStamp = make([]int32, len(s.projects))
-		w.lowerStamp, w.lowerPrio, w.lowerSum = make([]int32, len(s.projects)), make([]int, len(s.projects)), make([]model.Shares, len(s.projects))
+		w.lowerStamp, w.lowerPrio, w.lowerSum = make([]int32, len(s.projects)), make([]int, len(s.projects)), make([]cluster.Shares, len(s.projects))
 		n := len(s.cluster.Nodes)
 		w.nodeStamp, w.victims, w.open = make([]int32, n), make([][]int32, n), make([]int32, n)
 		w.decided, w.accepted = make([]int32, n), make([]bool, n)
@@ -385,13 +385,13 @@ func (w *walkState) accepts(s *state, n int32, j int32, t placement.Task, vs *vi
 		return w.accepted[n]
 	}
 	job := &s.jobs[j]
-	left := s.projects[job.project].usage - job.usage
+	left := s.projects[job.project].held - job.held
 	if s.shrinking {
-		left = s.projects[job.project].usage - s.setFreed(job.project, append(w.victims[n][:len(w.victims[n]):len(w.victims[n])], j))
+		left = s.projects[job.project].held - s.setFreed(job.project, append(w.victims[n][:len(w.victims[n]):len(w.victims[n])], j))
 	} else {
 		for _, k := range w.victims[n] {
 			if s.jobs[k].project == job.project {
-				left -= s.jobs[k].usage
+				left -= s.jobs[k].held
 			}
 		}
 	}
@@ -410,7 +410,7 @@ func (w *walkState) accepts(s *state, n int32, j int32, t placement.Task, vs *vi
 // (docs/design.md, Victim order). The amount is monotone: taking a
 // lower-priority job of the project lowers left and what j would displace
 // alike, taking any other lowers left.
-func (s *state) keepsFloor(j int32, left model.Shares, taken []int32, vs *victimSearch) bool {
+func (s *state) keepsFloor(j int32, left cluster.Shares, taken []int32, vs *victimSearch) bool {
 	job := &s.jobs[j]
 	floor := vs.floor(job.project)
 	if left < floor {
@@ -424,29 +424,29 @@ func (s *state) keepsFloor(j int32, left model.Shares, taken []int32, vs *victim
 	lower := s.walk.lowerRunning(s, job)
 	for _, k := range taken {
 		if other := &s.jobs[k]; other.project == job.project && other.priority < job.priority {
-			lower -= other.usage
+			lower -= other.held
 		}
 	}
-	return left-lower+job.usage >= floor
+	return left-lower+job.held >= floor
 }
 
 // lowerRunning is what the running victims of job's project with a lower
 // priority than job's hold. A project's victims are in victim order,
 // lowest job priority first, and a walk asks about one project's jobs in
 // that order, so the last answer per project is kept for the walk.
-func (w *walkState) lowerRunning(s *state, job *jobState) model.Shares {
+func (w *walkState) lowerRunning(s *state, job *jobState) cluster.Shares {
 	p := job.project
 	if w.lowerStamp[p] == w.stamp && w.lowerPrio[p] == job.priority {
 		return w.lowerSum[p]
 	}
-	var sum model.Shares
+	var sum cluster.Shares
 	for _, k := range s.projects[p].jobs {
 		other := &s.jobs[k]
 		if other.priority >= job.priority {
 			break
 		}
 		if !other.suspended {
-			sum += other.usage
+			sum += other.held
 		}
 	}
 	w.lowerStamp[p], w.lowerPrio[p], w.lowerSum[p] = w.stamp, job.priority, sum
@@ -468,14 +468,14 @@ func (w *walkState) add(s *state, n int32, j int32, a int32, t placement.Task) b
 	al := s.allocs.get(a)
 	w.cpu[n] += al.cpu
 	w.mem[n] += al.mem
-	amount := model.Shares(al.perGPU)
+	amount := cluster.Shares(al.perGPU)
 	base := s.index.GPUOffset[n]
 	for _, g := range s.allocs.gpusOf(al) {
 		k := base + g
 		if w.gpuStamp[k] != w.stamp {
 			w.gpuStamp[k], w.freed[k] = w.stamp, 0
 		}
-		before := node.GPUs[g].Free + model.Shares(w.freed[k])
+		before := node.GPUs[g].Free + cluster.Shares(w.freed[k])
 		w.freed[k] += int32(amount)
 		if before < t.Shares && before+amount >= t.Shares && t.MayUse(node.GPUs[g].Model, node.GPUs[g].Mode) {
 			w.open[n]++
@@ -503,7 +503,7 @@ func (s *state) putBack(n int, t placement.Task, victims []int32, vs *victimSear
 func (s *state) floorsKept(victims []int32, vs *victimSearch) bool {
 	for _, j := range victims {
 		job := &s.jobs[j]
-		left := s.projects[job.project].usage - s.setFreed(job.project, victims)
+		left := s.projects[job.project].held - s.setFreed(job.project, victims)
 		if !s.keepsFloor(j, left, victims, vs) {
 			return false
 		}
@@ -513,11 +513,11 @@ func (s *state) floorsKept(victims []int32, vs *victimSearch) bool {
 
 // enough reports whether t fits on node n once the victims' allocations
 // there are gone, and whether the victims free at least mustFree in all.
-func (s *state) enough(n int, t placement.Task, victims []int32, mustFree model.Shares) bool {
-	var freed model.Shares
+func (s *state) enough(n int, t placement.Task, victims []int32, mustFree cluster.Shares) bool {
+	var freed cluster.Shares
 	node := &s.cluster.Nodes[n]
 	cpu, mem := node.FreeCPUMilli, node.FreeMemoryMiB
-	var buf [16]model.Shares
+	var buf [16]cluster.Shares
 	free := buf[:0]
 	for _, g := range node.GPUs {
 		free = append(free, g.Free)
@@ -526,7 +526,7 @@ func (s *state) enough(n int, t placement.Task, victims []int32, mustFree model.
 		if s.covered(j, victims) {
 			continue
 		}
-		freed += s.jobs[j].usage
+		freed += s.jobs[j].held
 		for _, a := range s.jobs[j].allocs {
 			al := s.allocs.get(a)
 			if int(al.node) != n || al.gone {
@@ -535,7 +535,7 @@ func (s *state) enough(n int, t placement.Task, victims []int32, mustFree model.
 			cpu += al.cpu
 			mem += al.mem
 			for _, g := range s.allocs.gpusOf(al) {
-				free[g] += model.Shares(al.perGPU)
+				free[g] += cluster.Shares(al.perGPU)
 			}
 		}
 	}
@@ -561,11 +561,11 @@ func (s *state) covered(j int32, victims []int32) bool {
 
 // setFreed is what the victims free of project p's usage, each allocation
 // counted once.
-func (s *state) setFreed(p int32, victims []int32) model.Shares {
-	var freed model.Shares
+func (s *state) setFreed(p int32, victims []int32) cluster.Shares {
+	var freed cluster.Shares
 	for _, k := range victims {
 		if s.jobs[k].project == p && !s.covered(k, victims) {
-			freed += s.jobs[k].usage
+			freed += s.jobs[k].held
 		}
 	}
 	return freed
@@ -574,18 +574,18 @@ func (s *state) setFreed(p int32, victims []int32) model.Shares {
 // freedBy is what victim j frees of its project's usage on top of the
 // victims taken: nothing for a shrink unit whose job is taken, its usage
 // less that of its shrink units taken for a job, else its usage.
-func (s *state) freedBy(j int32, taken []int32) model.Shares {
+func (s *state) freedBy(j int32, taken []int32) cluster.Shares {
 	job := &s.jobs[j]
 	if !s.shrinking {
-		return job.usage
+		return job.held
 	}
 	if s.covered(j, taken) {
 		return 0
 	}
-	freed := job.usage
+	freed := job.held
 	for _, k := range s.unitsOf[j] {
 		if slices.Contains(taken, k) {
-			freed -= s.jobs[k].usage
+			freed -= s.jobs[k].held
 		}
 	}
 	return freed

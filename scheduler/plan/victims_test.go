@@ -6,14 +6,14 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 func TestCompareVictims(t *testing.T) {
 	// key builds a victim from the fields the order reads.
-	key := func(projectPriority int, overDeserved model.Shares, jobPriority int, start int64, job string) victim {
+	key := func(projectPriority int, overDeserved cluster.Shares, jobPriority int, start int64, job string) victim {
 		return victim{
-			project: &projectState{priority: projectPriority, usage: overDeserved},
+			project: &projectState{priority: projectPriority, held: overDeserved},
 			job:     &jobState{priority: jobPriority, newest: start, name: job},
 		}
 	}
@@ -52,10 +52,10 @@ func TestCompareVictims(t *testing.T) {
 func TestVictimQueueFollowsCompareVictims(t *testing.T) {
 	for seed := int64(1); seed <= 200; seed++ {
 		rng := rand.New(rand.NewSource(seed))
-		snap := &model.Snapshot{Nodes: []model.Node{node("n1", 8)}}
+		snap := &cluster.Snapshot{Nodes: []cluster.Node{node("n1", 8)}}
 		nprojects := 1 + rng.Intn(5)
 		for p := range nprojects {
-			snap.Projects = append(snap.Projects, model.Project{Name: fmt.Sprintf("p%d", p), Priority: rng.Intn(3)})
+			snap.Projects = append(snap.Projects, cluster.Project{Name: fmt.Sprintf("p%d", p), Priority: rng.Intn(3)})
 		}
 		for gpu := range 8 {
 			if rng.Intn(4) == 0 {
@@ -76,7 +76,7 @@ func TestVictimQueueFollowsCompareVictims(t *testing.T) {
 		var all, projects []int32
 		for i := range s.projects {
 			p := &s.projects[i]
-			p.deserved = model.Shares(rng.Intn(4) * 100)
+			p.deserved = cluster.Shares(rng.Intn(4) * 100)
 			all = append(all, p.jobs...)
 			all = append(all, p.shrinks...)
 			projects = append(projects, int32(i))

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 )
 
@@ -136,11 +136,11 @@ func checkRound(e Expect, rd *Round) error {
 }
 
 // checkUsage checks what a project holds after the last round.
-func checkUsage(e Expect, final *model.Snapshot) error {
-	if !slices.ContainsFunc(final.Projects, func(p model.Project) bool { return p.Name == e.Name }) {
+func checkUsage(e Expect, final *cluster.Snapshot) error {
+	if !slices.ContainsFunc(final.Projects, func(p cluster.Project) bool { return p.Name == e.Name }) {
 		return fmt.Errorf("no project %s", e.Name)
 	}
-	var used model.Shares
+	var used cluster.Shares
 	for _, a := range final.Allocations {
 		if a.Project == e.Name {
 			used += a.Ask.GPUShares()

@@ -5,20 +5,20 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 )
 
 // Round is one planning round: the snapshot planned on and the plan.
 type Round struct {
-	Snapshot *model.Snapshot
+	Snapshot *cluster.Snapshot
 	Result   plan.Result
 }
 
 // Outcome is a scenario run: every round, and the state after the last.
 type Outcome struct {
 	Rounds []Round
-	Final  *model.Snapshot
+	Final  *cluster.Snapshot
 }
 
 // roundTime is the start time given to allocations placed in a round, far
@@ -47,14 +47,14 @@ func (sc *Scenario) Run(opts plan.Options) (*Outcome, error) {
 }
 
 // between applies the finishes and arrivals due before round r.
-func (sc *Scenario) between(snap *model.Snapshot, r int) *model.Snapshot {
+func (sc *Scenario) between(snap *cluster.Snapshot, r int) *cluster.Snapshot {
 	done := map[string]bool{}
 	for _, f := range sc.Finishes {
 		if f.Round == r {
 			done[f.Job] = true
 		}
 	}
-	next := &model.Snapshot{Nodes: snap.Nodes, Projects: snap.Projects}
+	next := &cluster.Snapshot{Nodes: snap.Nodes, Projects: snap.Projects}
 	for _, a := range snap.Allocations {
 		if !done[a.Job] {
 			next.Allocations = append(next.Allocations, a)
@@ -89,8 +89,8 @@ func (sc *Scenario) eventful(r int) bool {
 	return false
 }
 
-func cloneSnapshot(s *model.Snapshot) *model.Snapshot {
-	return &model.Snapshot{
+func cloneSnapshot(s *cluster.Snapshot) *cluster.Snapshot {
+	return &cluster.Snapshot{
 		Nodes:       s.Nodes,
 		Projects:    s.Projects,
 		Allocations: slices.Clone(s.Allocations),

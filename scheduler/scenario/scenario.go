@@ -37,11 +37,11 @@
 // A node marked unavailable (one word says why, e.g. draining) is out of
 // planning; its run lines may leave out gpu. "unhealthy" names the GPUs of a
 // node that take no work. "weight 0" gives a project no share of the
-// surplus (model.Project.NoOverQuota). "system" marks a system job's
+// surplus (cluster.Project.NoOverQuota). "system" marks a system job's
 // allocation, never a victim. "nodes" lists the only nodes a pending
 // workload may run on, as its constraints would. "gang" marks a job whose
 // GPU groups run all together or not at all, on its run and pending lines
-// alike; "min N" makes a group elastic with minimum N (model.Allocation.
+// alike; "min N" makes a group elastic with minimum N (cluster.Allocation.
 // MinCount); "shrunk" marks pending instances a shrink took from a running
 // elastic group, which come back only by growth (plan.Result.Grow).
 //
@@ -63,7 +63,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // Scenario is one parsed scenario file.
@@ -73,7 +73,7 @@ type Scenario struct {
 	Rounds      int
 	// Initial is the state before round 1 (with the pending workloads that
 	// arrive in round 1).
-	Initial  model.Snapshot
+	Initial  cluster.Snapshot
 	Arrivals []Arrival
 	Finishes []Finish
 	Expects  []Expect
@@ -82,7 +82,7 @@ type Scenario struct {
 // Arrival is a pending workload submitted before a later round.
 type Arrival struct {
 	Round   int
-	Pending model.Pending
+	Pending cluster.Pending
 }
 
 // Finish ends a job (its allocations and pending work go) before a round.
@@ -101,7 +101,7 @@ type Expect struct {
 	Round  int
 	Jobs   []string
 	Name   string // project, or job for place/unplaced
-	Amount model.Shares
+	Amount cluster.Shares
 	Count  int
 	Group  string
 	Node   string
@@ -159,7 +159,7 @@ type parser struct {
 type ref struct {
 	line    int
 	project string
-	ask     model.Ask
+	ask     cluster.Ask
 	node    string
 	gpus    []int
 	unbound bool
@@ -300,7 +300,7 @@ func (p *parser) gpuCount(l line, def, lo, hi int64) (int64, error) {
 	return p.intField(l, "gpus", def, lo, hi)
 }
 
-func (p *parser) sharesField(l line, key string, required bool) (model.Shares, bool, error) {
+func (p *parser) sharesField(l line, key string, required bool) (cluster.Shares, bool, error) {
 	v, ok := l.fields[key]
 	if !ok {
 		if required {
@@ -308,14 +308,14 @@ func (p *parser) sharesField(l line, key string, required bool) (model.Shares, b
 		}
 		return 0, false, nil
 	}
-	s, err := model.ParseShares(v)
+	s, err := cluster.ParseShares(v)
 	if err != nil {
 		return 0, false, p.errf(l.num, key, ErrBadValue, "%v", err)
 	}
 	if s < 0 {
 		return 0, false, p.errf(l.num, key, ErrBadValue, "negative GPU amount %s", v)
 	}
-	if s > model.GPUs(1_000_000) {
+	if s > cluster.GPUs(1_000_000) {
 		return 0, false, p.errf(l.num, key, ErrOverCapacity, "%s GPUs", v)
 	}
 	return s, true, nil
@@ -362,13 +362,13 @@ func (p *parser) node(num int, words []string) error {
 	if err != nil {
 		return err
 	}
-	mode := model.ModeAny
+	mode := cluster.ModeAny
 	switch l.fields["mode"] {
 	case "", "any":
 	case "whole":
-		mode = model.ModeWhole
+		mode = cluster.ModeWhole
 	case "shared":
-		mode = model.ModeShared
+		mode = cluster.ModeShared
 	default:
 		return p.errf(num, "mode", ErrBadValue, "%q is not any, whole or shared", l.fields["mode"])
 	}
@@ -381,9 +381,9 @@ func (p *parser) node(num int, words []string) error {
 			return p.errf(num, "name", ErrBadValue, "node %q declared twice", name)
 		}
 	}
-	node := model.Node{Name: name, CPUMilli: cpu * 1000, MemoryMiB: mem, GPUs: make([]model.GPU, gpus), Unavailable: l.fields["unavailable"]}
+	node := cluster.Node{Name: name, CPUMilli: cpu * 1000, MemoryMiB: mem, GPUs: make([]cluster.GPU, gpus), Unavailable: l.fields["unavailable"]}
 	for i := range node.GPUs {
-		node.GPUs[i] = model.GPU{Model: gpuModel, MemoryMiB: gpumem, Mode: mode}
+		node.GPUs[i] = cluster.GPU{Model: gpuModel, MemoryMiB: gpumem, Mode: mode}
 	}
 	if _, ok := l.fields["unhealthy"]; ok {
 		bad, err := p.intList(l, "unhealthy")
@@ -431,7 +431,7 @@ func (p *parser) project(num int, words []string) error {
 			return p.errf(num, "name", ErrBadValue, "project %q declared twice", name)
 		}
 	}
-	p.sc.Initial.Projects = append(p.sc.Initial.Projects, model.Project{
+	p.sc.Initial.Projects = append(p.sc.Initial.Projects, cluster.Project{
 		Name: name, Guaranteed: g, Limit: limit, HasLimit: hasLimit, Priority: int(prio), OverQuotaWeight: weight, NoOverQuota: weight == 0,
 	})
 	return nil
@@ -442,7 +442,7 @@ type workload struct {
 	job, project, group string
 	priority            int
 	preemptible         bool
-	ask                 model.Ask
+	ask                 cluster.Ask
 	gang                bool
 	minCount            int
 }
@@ -481,8 +481,8 @@ func (p *parser) workload(l line) (workload, error) {
 }
 
 // ask reads what one instance asks: gpus N or share X, cpu, mem and model.
-func (p *parser) ask(l line) (model.Ask, error) {
-	var ask model.Ask
+func (p *parser) ask(l line) (cluster.Ask, error) {
+	var ask cluster.Ask
 	_, hasWhole := l.fields["gpus"]
 	_, hasShare := l.fields["share"]
 	switch {
@@ -507,7 +507,7 @@ func (p *parser) ask(l line) (model.Ask, error) {
 		if err != nil {
 			return ask, err
 		}
-		if s == 0 || s >= model.SharesPerGPU {
+		if s == 0 || s >= cluster.SharesPerGPU {
 			return ask, p.errf(l.num, "share", ErrOverCapacity, "share %s must be above 0 and below one GPU", s)
 		}
 		ask.Shares = s
@@ -566,7 +566,7 @@ func (p *parser) run(num int, words []string) error {
 			return p.errf(num, "gang", ErrBadValue, "job %q already runs with gang %v", w.job, a.Gang)
 		}
 	}
-	p.sc.Initial.Allocations = append(p.sc.Initial.Allocations, model.Allocation{
+	p.sc.Initial.Allocations = append(p.sc.Initial.Allocations, cluster.Allocation{
 		ID: id, Project: w.project, Job: w.job, Group: w.group, Priority: w.priority, Preemptible: w.preemptible,
 		System: l.flags["system"], Ask: w.ask, Node: node, GPUs: gpus, Start: start, Gang: w.gang, MinCount: w.minCount,
 	})
@@ -611,7 +611,7 @@ func (p *parser) pending(num int, words []string) error {
 	if l.flags["shrunk"] && (l.flags["suspended"] || w.minCount == 0) {
 		return p.errf(num, "shrunk", ErrBadValue, "shrunk instances belong to an elastic group (min N) and are not suspended")
 	}
-	pw := model.Pending{
+	pw := cluster.Pending{
 		Project: w.project, Job: w.job, Group: w.group, Priority: w.priority, Preemptible: w.preemptible,
 		Ask: w.ask, Count: int(count), Submit: submit, Suspended: l.flags["suspended"],
 		Gang: w.gang, MinCount: w.minCount, Shrunk: l.flags["shrunk"],
@@ -697,7 +697,7 @@ func (p *parser) expectAmount(l line, e *Expect) error {
 		return p.errf(l.num, e.What, ErrMissing, "want a project and a GPU amount")
 	}
 	e.Name = l.words[0]
-	s, err := model.ParseShares(l.words[1])
+	s, err := cluster.ParseShares(l.words[1])
 	if err != nil || s < 0 {
 		return p.errf(l.num, e.What, ErrBadValue, "%q is not a GPU amount", l.words[1])
 	}
@@ -763,7 +763,7 @@ func (p *parser) check() error {
 // clusterFacts is what references are checked against.
 type clusterFacts struct {
 	projects map[string]bool
-	nodes    map[string]*model.Node
+	nodes    map[string]*cluster.Node
 	models   map[string]bool
 	// maxGPUs and maxCPU are the largest node's.
 	maxGPUs int
@@ -772,7 +772,7 @@ type clusterFacts struct {
 
 func (p *parser) cluster() clusterFacts {
 	sc := p.sc
-	c := clusterFacts{projects: map[string]bool{}, nodes: map[string]*model.Node{}, models: map[string]bool{}}
+	c := clusterFacts{projects: map[string]bool{}, nodes: map[string]*cluster.Node{}, models: map[string]bool{}}
 	for _, q := range sc.Initial.Projects {
 		c.projects[q.Name] = true
 	}

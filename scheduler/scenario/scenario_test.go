@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 )
@@ -64,11 +64,11 @@ func planOptions(policy string, sc *Scenario) (plan.Options, error) {
 		return plan.Options{}, nil
 	}
 	var tasks []placement.Task
-	add := func(a model.Ask, n int) {
+	add := func(a cluster.Ask, n int) {
 		t := placement.Task{CPUMilli: a.CPUMilli, MemoryMiB: a.MemoryMiB, Models: a.Models}
 		switch {
 		case a.WholeGPUs > 0:
-			t.GPUCount, t.Shares = a.WholeGPUs, model.SharesPerGPU
+			t.GPUCount, t.Shares = a.WholeGPUs, cluster.SharesPerGPU
 		case a.Shares > 0:
 			t.GPUCount, t.Shares = 1, a.Shares
 		}

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 )
 
@@ -61,36 +61,36 @@ func randomScenario(seed uint64) *Scenario {
 	snap := &sc.Initial
 	nodes := 1 + rng.IntN(4)
 	for n := range nodes {
-		gpus := make([]model.GPU, 1+rng.IntN(4))
+		gpus := make([]cluster.GPU, 1+rng.IntN(4))
 		for g := range gpus {
-			gpus[g] = model.GPU{Model: "A100"}
+			gpus[g] = cluster.GPU{Model: "A100"}
 		}
-		snap.Nodes = append(snap.Nodes, model.Node{Name: fmt.Sprintf("n%d", n), CPUMilli: 1 << 30, MemoryMiB: 1 << 30, GPUs: gpus})
+		snap.Nodes = append(snap.Nodes, cluster.Node{Name: fmt.Sprintf("n%d", n), CPUMilli: 1 << 30, MemoryMiB: 1 << 30, GPUs: gpus})
 	}
 	for p := range 1 + rng.IntN(4) {
-		pr := model.Project{
+		pr := cluster.Project{
 			Name:            fmt.Sprintf("p%d", p),
-			Guaranteed:      model.Shares(rng.IntN(5)) * 50,
+			Guaranteed:      cluster.Shares(rng.IntN(5)) * 50,
 			Priority:        rng.IntN(2),
 			OverQuotaWeight: 1 + rng.Int64N(2),
 		}
 		if rng.IntN(4) == 0 {
-			pr.HasLimit, pr.Limit = true, pr.Guaranteed+model.Shares(rng.IntN(3))*100
+			pr.HasLimit, pr.Limit = true, pr.Guaranteed+cluster.Shares(rng.IntN(3))*100
 		}
 		snap.Projects = append(snap.Projects, pr)
 	}
-	ask := func() model.Ask {
+	ask := func() cluster.Ask {
 		if rng.IntN(2) == 0 {
-			return model.Ask{Shares: model.Shares(1+rng.IntN(3)) * 25}
+			return cluster.Ask{Shares: cluster.Shares(1+rng.IntN(3)) * 25}
 		}
-		return model.Ask{WholeGPUs: 1 + rng.IntN(2)}
+		return cluster.Ask{WholeGPUs: 1 + rng.IntN(2)}
 	}
 	// Running work: first fit on a scratch copy of free capacity.
-	free := make([][]model.Shares, nodes)
+	free := make([][]cluster.Shares, nodes)
 	for n := range free {
-		free[n] = make([]model.Shares, len(snap.Nodes[n].GPUs))
+		free[n] = make([]cluster.Shares, len(snap.Nodes[n].GPUs))
 		for g := range free[n] {
-			free[n][g] = model.SharesPerGPU
+			free[n][g] = cluster.SharesPerGPU
 		}
 	}
 	for i := range rng.IntN(10) {
@@ -100,13 +100,13 @@ func randomScenario(seed uint64) *Scenario {
 		for n := range free {
 			var gpus []int
 			for g := range free[n] {
-				if (a.Shares > 0 && free[n][g] >= a.Shares) || (a.WholeGPUs > 0 && free[n][g] == model.SharesPerGPU) {
+				if (a.Shares > 0 && free[n][g] >= a.Shares) || (a.WholeGPUs > 0 && free[n][g] == cluster.SharesPerGPU) {
 					gpus = append(gpus, g)
 					if len(gpus) == max(a.WholeGPUs, 1) {
 						for _, g := range gpus {
-							free[n][g] -= a.GPUShares() / model.Shares(len(gpus))
+							free[n][g] -= a.GPUShares() / cluster.Shares(len(gpus))
 						}
-						snap.Allocations = append(snap.Allocations, model.Allocation{
+						snap.Allocations = append(snap.Allocations, cluster.Allocation{
 							ID: fmt.Sprintf("a%d", i), Project: p, Job: fmt.Sprintf("run%d", i), Group: "main",
 							Priority: rng.IntN(3), Preemptible: rng.IntN(6) != 0, Ask: a, Node: snap.Nodes[n].Name, GPUs: gpus, Start: int64(i),
 						})
@@ -117,7 +117,7 @@ func randomScenario(seed uint64) *Scenario {
 		}
 	}
 	for i := range rng.IntN(8) {
-		snap.Pending = append(snap.Pending, model.Pending{
+		snap.Pending = append(snap.Pending, cluster.Pending{
 			Project: snap.Projects[rng.IntN(len(snap.Projects))].Name, Job: fmt.Sprintf("pend%d", i), Group: "main",
 			Priority: rng.IntN(3), Preemptible: rng.IntN(6) != 0, Ask: ask(), Count: 1 + rng.IntN(2), Submit: int64(100 + i),
 		})

@@ -20,7 +20,7 @@ import (
 	"math/rand"
 	"slices"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
@@ -56,7 +56,7 @@ type Result struct {
 	// that found no place.
 	Arrived, Placed, Failed int
 	// Capacity is the cluster's GPU capacity.
-	Capacity model.Shares
+	Capacity cluster.Shares
 }
 
 // Run simulates one seed. It copies the nodes; cfg is not changed.
@@ -66,11 +66,11 @@ func Run(cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	c := &placement.Cluster{Nodes: cloneNodes(cfg.Nodes)}
-	capacity := model.GPUs(0)
+	capacity := cluster.GPUs(0)
 	for _, n := range c.Nodes {
-		capacity += model.GPUs(len(n.GPUs))
+		capacity += cluster.GPUs(len(n.GPUs))
 	}
-	var gpuDemand model.Shares
+	var gpuDemand cluster.Shares
 	for _, t := range cfg.Tasks {
 		gpuDemand += t.Demand()
 	}
@@ -98,12 +98,12 @@ func (cfg Config) levels() (readAt, stopAt float64, err error) {
 // arrive lets tasks arrive on c, the shuffled list and then random draws,
 // until the next one would take arrived GPU demand past stopLevel, and
 // reads the allocation when arrived demand first reaches readLevel.
-func arrive(cfg Config, c *placement.Cluster, capacity model.Shares, readLevel, stopLevel float64) (Result, error) {
+func arrive(cfg Config, c *placement.Cluster, capacity cluster.Shares, readLevel, stopLevel float64) (Result, error) {
 	res := Result{Capacity: capacity}
-	unallocated := func(allocated model.Shares) float64 { return 100 - 100*float64(allocated)/float64(capacity) }
+	unallocated := func(allocated cluster.Shares) float64 { return 100 - 100*float64(allocated)/float64(capacity) }
 	rng := rand.New(rand.NewSource(cfg.Seed))
 	order := rng.Perm(len(cfg.Tasks))
-	var arrived, allocated model.Shares
+	var arrived, allocated cluster.Shares
 	read := false
 	for i := 0; ; i++ {
 		var t placement.Task

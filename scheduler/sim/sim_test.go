@@ -3,14 +3,14 @@ package sim
 import (
 	"testing"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
 func gpuNode(name string, gpus int) placement.Node {
 	n := placement.Node{Name: name, CPUMilli: 64000, FreeCPUMilli: 64000, MemoryMiB: 1 << 20, FreeMemoryMiB: 1 << 20}
 	for range gpus {
-		n.GPUs = append(n.GPUs, placement.GPU{Model: "T4", Free: model.SharesPerGPU})
+		n.GPUs = append(n.GPUs, placement.GPU{Model: "T4", Free: cluster.SharesPerGPU})
 	}
 	return n
 }
@@ -80,7 +80,7 @@ func TestRunDoesNotChangeInput(t *testing.T) {
 	if _, err := Run(Config{Nodes: nodes, Tasks: tasks, Policy: p, Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if nodes[0].FreeCPUMilli != 64000 || nodes[0].GPUs[0].Free != model.SharesPerGPU {
+	if nodes[0].FreeCPUMilli != 64000 || nodes[0].GPUs[0].Free != cluster.SharesPerGPU {
 		t.Fatalf("Run changed its input nodes: %+v", nodes[0])
 	}
 }

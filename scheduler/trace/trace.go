@@ -13,7 +13,7 @@
 // the simulator counts it as an arrival that fails, as the paper's
 // simulator does.
 //
-// GPU asks become model.Shares (0.01 GPU), the project's unit: gpu_milli is
+// GPU asks become cluster.Shares (0.01 GPU), the project's unit: gpu_milli is
 // in thousandths of a GPU, so it is divided by ten, rounding up (a task
 // never gets less than it asked for). Every gpu_milli in the published
 // openb lists is a multiple of ten, so for them nothing is rounded.
@@ -28,7 +28,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
@@ -66,15 +66,15 @@ type Task struct {
 }
 
 // milliPerGPU is gpu_milli's whole GPU; milliPerShare converts gpu_milli
-// to model.Shares.
+// to cluster.Shares.
 const (
 	milliPerGPU   = 1000
-	milliPerShare = milliPerGPU / model.SharesPerGPU
+	milliPerShare = milliPerGPU / cluster.SharesPerGPU
 )
 
 // sharesOfMilli converts a gpu_milli value to shares, rounding up.
-func sharesOfMilli(milli int64) model.Shares {
-	return model.Shares((milli + milliPerShare - 1) / milliPerShare)
+func sharesOfMilli(milli int64) cluster.Shares {
+	return cluster.Shares((milli + milliPerShare - 1) / milliPerShare)
 }
 
 // table is a CSV file with a header, read row by row.
@@ -230,7 +230,7 @@ func ReadNodes(file string, r io.Reader) ([]placement.Node, error) {
 		n := placement.Node{Name: name, CPUMilli: cpu, FreeCPUMilli: cpu, MemoryMiB: mem, FreeMemoryMiB: mem}
 		n.GPUs = make([]placement.GPU, ngpu)
 		for i := range n.GPUs {
-			n.GPUs[i] = placement.GPU{Model: gpuModel, Free: model.SharesPerGPU}
+			n.GPUs[i] = placement.GPU{Model: gpuModel, Free: cluster.SharesPerGPU}
 		}
 		nodes = append(nodes, n)
 	}

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
@@ -26,7 +26,7 @@ func testNodes(t *testing.T) []placement.Node {
 func TestReadNodes(t *testing.T) {
 	nodes := testNodes(t)
 	if len(nodes) != 2 || nodes[1].Name != "n1" || nodes[1].FreeCPUMilli != 96000 || len(nodes[1].GPUs) != 8 ||
-		nodes[1].GPUs[7].Model != "G2" || nodes[1].GPUs[7].Free != model.SharesPerGPU || nodes[0].FreeMemoryMiB != 262144 {
+		nodes[1].GPUs[7].Model != "G2" || nodes[1].GPUs[7].Free != cluster.SharesPerGPU || nodes[0].FreeMemoryMiB != 262144 {
 		t.Fatalf("ReadNodes = %+v", nodes)
 	}
 }
@@ -142,8 +142,8 @@ func FuzzReadTasks(f *testing.F) {
 		}
 		for _, task := range tasks {
 			ok := task.GPUCount == 0 && task.Shares == 0 ||
-				task.GPUCount == 1 && task.Shares > 0 && task.Shares <= model.SharesPerGPU ||
-				task.GPUCount > 1 && task.Shares == model.SharesPerGPU
+				task.GPUCount == 1 && task.Shares > 0 && task.Shares <= cluster.SharesPerGPU ||
+				task.GPUCount > 1 && task.Shares == cluster.SharesPerGPU
 			if !ok || task.CPUMilli < 0 || task.MemoryMiB < 0 {
 				t.Fatalf("accepted bad task %+v", task)
 			}

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
@@ -163,7 +163,7 @@ func (s Step) apply(tasks []Task, nodes []placement.Node, rng *rand.Rand) ([]Tas
 	gpuDemand := func(t Task) float64 { return float64(t.Demand()) }
 	switch s.Kind {
 	case GPUShare:
-		isShare := func(t Task) bool { return t.GPUCount == 1 && t.Shares < model.SharesPerGPU }
+		isShare := func(t Task) bool { return t.GPUCount == 1 && t.Shares < cluster.SharesPerGPU }
 		return resampleWithin(rng, tasks, isGPU, isShare, p, gpuDemand, "GPU-sharing")
 	case MultiGPU:
 		isMulti := func(t Task) bool { return t.GPUCount > 1 }

@@ -8,7 +8,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 )
 
@@ -75,7 +75,7 @@ func variantNodes() []placement.Node {
 		}
 		n := placement.Node{Name: fmt.Sprint(i), CPUMilli: 96000, FreeCPUMilli: 96000, MemoryMiB: 1 << 20, FreeMemoryMiB: 1 << 20}
 		for range gpus {
-			n.GPUs = append(n.GPUs, placement.GPU{Model: gpuModel, Free: model.SharesPerGPU})
+			n.GPUs = append(n.GPUs, placement.GPU{Model: gpuModel, Free: cluster.SharesPerGPU})
 		}
 		nodes = append(nodes, n)
 	}
@@ -108,8 +108,8 @@ func TestVariantReachesItsTarget(t *testing.T) {
 		measure func(Task) float64
 		want    float64
 	}{
-		{"gpushare60", gpu, func(t Task) bool { return t.GPUCount == 1 && t.Shares < model.SharesPerGPU }, demand, 0.60},
-		{"gpushare100", gpu, func(t Task) bool { return t.GPUCount == 1 && t.Shares < model.SharesPerGPU }, demand, 1},
+		{"gpushare60", gpu, func(t Task) bool { return t.GPUCount == 1 && t.Shares < cluster.SharesPerGPU }, demand, 0.60},
+		{"gpushare100", gpu, func(t Task) bool { return t.GPUCount == 1 && t.Shares < cluster.SharesPerGPU }, demand, 1},
 		{"multigpu40", gpu, func(t Task) bool { return t.GPUCount > 1 }, demand, 0.40},
 		{"cpu50", all, func(t Task) bool { return t.GPUCount == 0 }, func(t Task) float64 { return float64(t.CPUMilli) }, 0.50},
 		{"gpuspec33", gpu, func(t Task) bool { return len(t.Models) > 0 }, func(Task) float64 { return 1 }, 0.33},

@@ -7,11 +7,11 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // milliOfShares converts shares back to gpu_milli.
-func milliOfShares(s model.Shares) int64 { return int64(s) * milliPerShare }
+func milliOfShares(s cluster.Shares) int64 { return int64(s) * milliPerShare }
 
 // WriteTasks writes tasks as a pod list that ReadTasks reads back
 // unchanged: name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec.

@@ -16,7 +16,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/gpushare/nomad-gpushare/quota-service/utilization"
-	"github.com/gpushare/nomad-gpushare/scheduler/model"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -163,7 +163,7 @@ func (o *options) validate() error {
 	if o.usagePort < 0 || o.usagePort > 65535 {
 		return fmt.Errorf("-usage-port %d: give the device plugins' usage_listen port (1-65535), or 0 to read no GPU usage", o.usagePort)
 	}
-	if _, err := plan.PolicyByName(o.policy, 1, &model.Snapshot{}); err != nil {
+	if _, err := plan.PolicyByName(o.policy, 1, &cluster.Snapshot{}); err != nil {
 		return fmt.Errorf("-policy %q: %w", o.policy, err)
 	}
 	if o.maxRecordBytes < 16<<10 {

@@ -1,4 +1,4 @@
-package model
+package cluster
 
 import (
 	"errors"
@@ -29,11 +29,11 @@ type Index struct {
 	// FreeCPUMilli and FreeMemoryMiB are per node.
 	FreeCPUMilli  []int64
 	FreeMemoryMiB []int64
-	// Usage is the GPU amount each project's allocations hold;
-	// NonPreemptibleUsage the part of it held by work that opted out of
+	// Held is the GPU amount each project's allocations hold;
+	// NonPreemptibleHeld the part of it held by work that opted out of
 	// suspension.
-	Usage               []Shares
-	NonPreemptibleUsage []Shares
+	Held               []Shares
+	NonPreemptibleHeld []Shares
 	// Capacity is the GPU amount projects share: every available GPU of
 	// an available node, plus what allocations hold on unavailable GPUs
 	// and nodes (that work runs and counts for its projects, but nothing
@@ -67,18 +67,18 @@ func (x *Index) Free(n, g int) Shares { return x.FreeShares[int(x.GPUOffset[n])+
 // that would be over-committed or used against their mode.
 func (s *Snapshot) Index() (*Index, error) {
 	x := &Index{
-		ProjectByName:       make(map[string]int, len(s.Projects)),
-		NodeByName:          make(map[string]int, len(s.Nodes)),
-		AllocProject:        make([]int32, len(s.Allocations)),
-		AllocNode:           make([]int32, len(s.Allocations)),
-		PendingProject:      make([]int32, len(s.Pending)),
-		PendingNodes:        make([][]bool, len(s.Pending)),
-		PendingTable:        make([]int32, len(s.Pending)),
-		GPUOffset:           make([]int32, len(s.Nodes)+1),
-		FreeCPUMilli:        make([]int64, len(s.Nodes)),
-		FreeMemoryMiB:       make([]int64, len(s.Nodes)),
-		Usage:               make([]Shares, len(s.Projects)),
-		NonPreemptibleUsage: make([]Shares, len(s.Projects)),
+		ProjectByName:      make(map[string]int, len(s.Projects)),
+		NodeByName:         make(map[string]int, len(s.Nodes)),
+		AllocProject:       make([]int32, len(s.Allocations)),
+		AllocNode:          make([]int32, len(s.Allocations)),
+		PendingProject:     make([]int32, len(s.Pending)),
+		PendingNodes:       make([][]bool, len(s.Pending)),
+		PendingTable:       make([]int32, len(s.Pending)),
+		GPUOffset:          make([]int32, len(s.Nodes)+1),
+		FreeCPUMilli:       make([]int64, len(s.Nodes)),
+		FreeMemoryMiB:      make([]int64, len(s.Nodes)),
+		Held:               make([]Shares, len(s.Projects)),
+		NonPreemptibleHeld: make([]Shares, len(s.Projects)),
 	}
 	if err := x.addProjects(s); err != nil {
 		return nil, err
@@ -172,9 +172,9 @@ func (x *Index) addAllocations(s *Snapshot) error {
 			return fmt.Errorf("%w: allocation %q: %w", ErrInvalid, a.ID, err)
 		}
 		x.AllocProject[i], x.AllocNode[i] = int32(p), int32(n)
-		x.Usage[p] += a.Ask.GPUShares()
+		x.Held[p] += a.Ask.GPUShares()
 		if !a.Preemptible {
-			x.NonPreemptibleUsage[p] += a.Ask.GPUShares()
+			x.NonPreemptibleHeld[p] += a.Ask.GPUShares()
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package model
+package cluster
 
 import (
 	"errors"
@@ -22,8 +22,8 @@ func TestIndexFreeAndUsage(t *testing.T) {
 	if x.Free(0, 0) != 0 || x.Free(0, 1) != 70 {
 		t.Errorf("free = %v, %v; want 0, 70", x.Free(0, 0), x.Free(0, 1))
 	}
-	if x.Usage[0] != 130 || x.NonPreemptibleUsage[0] != 100 || x.FreeCPUMilli[0] != 7000 {
-		t.Errorf("usage %v, non-preemptible %v, cpu %v", x.Usage[0], x.NonPreemptibleUsage[0], x.FreeCPUMilli[0])
+	if x.Held[0] != 130 || x.NonPreemptibleHeld[0] != 100 || x.FreeCPUMilli[0] != 7000 {
+		t.Errorf("usage %v, non-preemptible %v, cpu %v", x.Held[0], x.NonPreemptibleHeld[0], x.FreeCPUMilli[0])
 	}
 }
 
@@ -102,8 +102,8 @@ func TestIndexMIGDevices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if x.Capacity != 56 || x.Usage[0] != 42 || x.Free(0, 0) != 0 || x.Free(0, 1) != 14 {
-		t.Errorf("capacity %s, usage %s, free %s and %s; want 0.56, 0.42, 0 and 0.14", x.Capacity, x.Usage[0], x.Free(0, 0), x.Free(0, 1))
+	if x.Capacity != 56 || x.Held[0] != 42 || x.Free(0, 0) != 0 || x.Free(0, 1) != 14 {
+		t.Errorf("capacity %s, usage %s, free %s and %s; want 0.56, 0.42, 0 and 0.14", x.Capacity, x.Held[0], x.Free(0, 0), x.Free(0, 1))
 	}
 	snap.Allocations[0].GPUs = []int{1}
 	if _, err := snap.Index(); err == nil || !strings.Contains(err.Error(), "over-committed") {
@@ -138,8 +138,8 @@ func TestIndexUnavailable(t *testing.T) {
 	if x.Free(0, 0) != 100 || x.Free(0, 1) != 0 || x.Free(1, 0) != 0 || x.Free(1, 1) != 0 {
 		t.Errorf("free = %v %v %v %v; want 100 0 0 0", x.Free(0, 0), x.Free(0, 1), x.Free(1, 0), x.Free(1, 1))
 	}
-	if x.Usage[0] != 150 {
-		t.Errorf("usage %v, want 1.50", x.Usage[0])
+	if x.Held[0] != 150 {
+		t.Errorf("usage %v, want 1.50", x.Held[0])
 	}
 	// One healthy GPU, plus what allocations hold where nothing else goes.
 	if x.Capacity != 250 {

@@ -1,4 +1,4 @@
-package model
+package cluster
 
 import (
 	"math/rand/v2"

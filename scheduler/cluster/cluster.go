@@ -1,4 +1,4 @@
-// Package model is the cluster snapshot the scheduler decides on: nodes and
+// Package cluster is the cluster snapshot the scheduler decides on: nodes and
 // their GPUs, running allocations, pending workloads and projects.
 //
 // A snapshot is plain data (slices of structs) so that the quota service can
@@ -9,7 +9,7 @@
 // Units: one GPU is 100 shares (Shares); a share is 0.01 of one GPU, memory
 // and compute alike, the unit of package vocab (vocab.UnitsPerGPU). All
 // quota arithmetic is in integer shares, so it is exact.
-package model
+package cluster
 
 import (
 	"fmt"
