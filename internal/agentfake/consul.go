@@ -176,7 +176,8 @@ func (c *Consul) reply(w http.ResponseWriter, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// serveTxn applies a transaction of KV check-and-set writes all or none.
+// serveTxn applies a transaction of KV writes (set, cas, delete-cas) all
+// or none.
 func (c *Consul) serveTxn(w http.ResponseWriter, r *http.Request) {
 	var ops []struct{ KV *consulapi.KVTxnOp }
 	if err := json.NewDecoder(r.Body).Decode(&ops); err != nil {
@@ -184,11 +185,11 @@ func (c *Consul) serveTxn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for i, op := range ops {
-		if op.KV == nil || (op.KV.Verb != consulapi.KVCAS && op.KV.Verb != consulapi.KVSet) {
-			http.Error(w, "the fake Consul takes cas and set in transactions", http.StatusNotImplemented)
+		if op.KV == nil || (op.KV.Verb != consulapi.KVCAS && op.KV.Verb != consulapi.KVSet && op.KV.Verb != consulapi.KVDeleteCAS) {
+			http.Error(w, "the fake Consul takes cas, set and delete-cas in transactions", http.StatusNotImplemented)
 			return
 		}
-		if op.KV.Verb == consulapi.KVCAS && !c.cas(op.KV.Key, op.KV.Index) {
+		if op.KV.Verb != consulapi.KVSet && !c.cas(op.KV.Key, op.KV.Index) {
 			w.WriteHeader(http.StatusConflict)
 			_ = json.NewEncoder(w).Encode(consulapi.TxnResponse{Errors: consulapi.TxnErrors{{OpIndex: i, What: "failed to set key: index is stale"}}})
 			return
@@ -196,6 +197,12 @@ func (c *Consul) serveTxn(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := consulapi.TxnResponse{}
 	for _, op := range ops {
+		if op.KV.Verb == consulapi.KVDeleteCAS {
+			// Consul returns no result for a delete.
+			delete(c.kv, op.KV.Key)
+			c.index++
+			continue
+		}
 		p := c.put(op.KV.Key, op.KV.Value)
 		resp.Results = append(resp.Results, &consulapi.TxnResult{KV: &consulapi.KVPair{Key: p.Key, ModifyIndex: p.ModifyIndex, CreateIndex: p.CreateIndex}})
 	}

@@ -252,8 +252,18 @@ func (ap *applying) fail(err error) { ap.rep.Errors = append(ap.rep.Errors, err)
 
 // done reports an action carried out and appends its history entry.
 func (ap *applying) done(ctx context.Context, rec state.Suspension, e state.Event, reason string) {
-	ap.history(ctx, &ap.rep, state.Entry{Event: e, Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project,
-		Reason: reason, ForWorkload: rec.ForWorkload})
+	ap.history(ctx, &ap.rep, ap.entry(rec, e, reason))
+	ap.reportDone(rec, e, reason)
+}
+
+// entry is the history entry of event e on rec's job.
+func (ap *applying) entry(rec state.Suspension, e state.Event, reason string) state.Entry {
+	return state.Entry{Event: e, Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project,
+		Reason: reason, ForWorkload: rec.ForWorkload, By: ap.instance}
+}
+
+// reportDone adds event e on rec's job to the cycle's report.
+func (ap *applying) reportDone(rec state.Suspension, e state.Event, reason string) {
 	ap.rep.Done = append(ap.rep.Done, Done{Event: e, Namespace: rec.Namespace, Job: rec.Job, Project: rec.Project,
 		ForWorkload: rec.ForWorkload, ForProject: rec.ForProject, Reason: reason})
 }

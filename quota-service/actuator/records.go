@@ -129,12 +129,12 @@ func (ap *applying) close(ctx context.Context, key string, e state.Event, why st
 	if err := ap.untag(ctx, *rec); err != nil {
 		return err
 	}
-	if err := ap.store.DeleteSuspension(ctx, *rec); err != nil {
+	if err := ap.store.CloseSuspension(ctx, *rec, ap.entry(*rec, e, why)); err != nil {
 		return err
 	}
 	delete(ap.records, key)
 	ap.log.Info("suspension record closed", "job", key, "event", e, "why", why)
-	ap.done(ctx, *rec, e, why)
+	ap.reportDone(*rec, e, why)
 	return nil
 }
 

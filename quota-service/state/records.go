@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
 	consulapi "github.com/hashicorp/consul/api"
@@ -128,18 +129,30 @@ func (s *Store) PutSuspension(ctx context.Context, rec *Suspension) error {
 	return nil
 }
 
-// DeleteSuspension deletes rec's record if it still has the ModifyIndex it
-// was read at.
-func (s *Store) DeleteSuspension(ctx context.Context, rec Suspension) error {
+// CloseSuspension deletes rec's record, if it still has the ModifyIndex it
+// was read at, and appends e to the history, in one transaction: a record
+// is never gone without the history saying why.
+func (s *Store) CloseSuspension(ctx context.Context, rec Suspension, e Entry) error {
 	key := s.layout.Suspension(rec.Namespace, rec.Job)
-	ok, _, err := s.kv.DeleteCAS(&consulapi.KVPair{Key: key, ModifyIndex: rec.ModifyIndex}, (&consulapi.WriteOptions{}).WithContext(ctx))
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	entry, err := json.MarshalIndent(e, "", "  ")
 	if err != nil {
-		return fmt.Errorf("deleting Consul key %s: %w", key, err)
+		return fmt.Errorf("encoding the history entry of %s: %w", key, err)
+	}
+	ops := consulapi.TxnOps{
+		{KV: &consulapi.KVTxnOp{Verb: consulapi.KVDeleteCAS, Key: key, Index: rec.ModifyIndex}},
+		{KV: &consulapi.KVTxnOp{Verb: consulapi.KVSet, Key: s.historyKey(e), Value: entry}},
+	}
+	ok, _, _, err := s.txn.Txn(ops, (&consulapi.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("deleting Consul key %s: %w (is Consul reachable and the token allowed to write it?)", key, err)
 	}
 	if !ok {
 		return fmt.Errorf("deleting Consul key %s: it changed since it was read at index %d; not deleting it", key, rec.ModifyIndex)
 	}
-	return nil
+	return s.trimHistory(ctx)
 }
 
 // Suspensions lists all suspension records. Those the service proves it

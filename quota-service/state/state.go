@@ -149,6 +149,12 @@ func (s *Store) AddHistory(ctx context.Context, e Entry) error {
 	if err := s.put(ctx, s.historyKey(e), e); err != nil {
 		return err
 	}
+	return s.trimHistory(ctx)
+}
+
+// trimHistory deletes the oldest entries beyond HistoryMax, every
+// HistoryMax/10 appends.
+func (s *Store) trimHistory(ctx context.Context) error {
 	max := s.HistoryMax
 	if max <= 0 {
 		max = 500
