@@ -198,7 +198,12 @@ func (ap *applying) tag(ctx context.Context, job *nomadapi.Job, rec *state.Suspe
 // GPUs, when and why, and what their own commands do.
 func tagDescription(rec state.Suspension) string {
 	who := fmt.Sprintf("for project %s (%s)", rec.ForProject, rec.ForWorkload)
-	if rec.ForWorkload == "" {
+	switch {
+	case waitsForGang(rec.Reason) && rec.ForWorkload == "":
+		who = "until all of the gang fits"
+	case waitsForGang(rec.Reason):
+		who = fmt.Sprintf("until all of the gang fits; its GPUs went to %s of project %s", rec.ForWorkload, rec.ForProject)
+	case rec.ForWorkload == "":
 		who = "to hold project " + rec.Project + " to its limit"
 	}
 	if strings.HasPrefix(rec.Reason, "rebuilt from") {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
@@ -73,7 +74,7 @@ func (ap *applying) newRecord(ctx context.Context, act plan.Action, forWorkload,
 	rec := &state.Suspension{Namespace: *spec.Namespace, Job: *spec.ID, Project: act.Project, Phase: state.PhaseStopping,
 		Reason: act.Reason, ForWorkload: forWorkload, ForProject: forProject, Time: ap.now, By: ap.instance,
 		Version: *spec.Version, JobModifyIndex: *spec.JobModifyIndex, Groups: map[string]int{}, Allocations: act.Allocations,
-		Tag: nomadwatch.TagName(tagReason(act.Project, forProject), ap.now)}
+		Tag: nomadwatch.TagName(tagReason(act, forProject), ap.now)}
 	for _, tg := range spec.TaskGroups {
 		if tg.Name != nil && tg.Count != nil {
 			rec.Groups[*tg.Name] = *tg.Count
@@ -138,14 +139,22 @@ func (ap *applying) stop(ctx context.Context, rec *state.Suspension) error {
 	return nil
 }
 
-// tagReason is the tag name's reason: the project the GPUs went to, or,
-// for a suspension that holds project to its limit, its limit.
-func tagReason(project, forProject string) string {
-	if forProject == "" {
-		return "limit-of-" + project
+// tagReason is the tag name's reason: a gang that waits whole, the
+// project the GPUs went to, or, for a suspension that holds the project to
+// its limit, its limit.
+func tagReason(act plan.Action, forProject string) string {
+	switch {
+	case waitsForGang(act.Reason):
+		return "gang-of-" + act.Project
+	case forProject == "":
+		return "limit-of-" + act.Project
 	}
 	return "for-" + forProject
 }
+
+// waitsForGang says that a suspension's reason is a gang's wait for all
+// of itself (plan.GangReason).
+func waitsForGang(reason string) bool { return strings.HasPrefix(reason, plan.GangReason) }
 
 func jobModifyIndex(job *nomadapi.Job) uint64 {
 	if job.JobModifyIndex == nil {

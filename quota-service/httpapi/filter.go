@@ -38,6 +38,13 @@ func visibleStatus(st service.Status, a Access) service.Status {
 			out.Suspended = append(out.Suspended, j)
 		}
 	}
+	out.Gangs = nil
+	for _, g := range st.Gangs {
+		if a.Namespace(g.Namespace) {
+			g.WaitsFor, g.For = hideWorkload(g.WaitsFor, g.For, a)
+			out.Gangs = append(out.Gangs, g)
+		}
+	}
 	out.Recent = nil
 	for _, e := range st.Recent {
 		if a.Namespace(e.Namespace) {

@@ -75,6 +75,9 @@ type JobInfo struct {
 	// Type is the job's type: service, batch, system or sysbatch.
 	Type   string
 	Groups map[string]int
+	// Gang says that the job's GPU task groups run all together or not
+	// at all (MetaGang).
+	Gang bool
 	// Running is the number of its allocations that run.
 	Running int
 	// Live is the number of its allocations placed and not finished
@@ -257,6 +260,15 @@ func (a *assembler) addProject(name string) {
 	}
 }
 
+// gang is gangOf(spec) for job key; a bad value is a warning and no gang.
+func (a *assembler) gang(key string, spec *nomadapi.Job) bool {
+	g, err := gangOf(spec)
+	if err != nil {
+		a.warn("job %s: %v; it is planned as a job that is not a gang", key, err)
+	}
+	return g
+}
+
 func (a *assembler) warn(format string, args ...any) {
 	a.v.Warnings = append(a.v.Warnings, fmt.Sprintf(format, args...))
 }
@@ -280,6 +292,7 @@ func (a *assembler) addJobs() {
 					info.Groups[*tg.Name] = *tg.Count
 				}
 			}
+			info.Gang = a.gang(Key(j.Namespace, j.ID), spec)
 		}
 		a.v.Jobs[Key(j.Namespace, j.ID)] = info
 	}

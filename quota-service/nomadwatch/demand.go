@@ -137,7 +137,7 @@ func (a *assembler) addPending() {
 		}
 		for _, tg := range spec.TaskGroups {
 			if tg.Name != nil {
-				a.addPendingGroup(key, tg, waiting(spec, stubs[key], tg, slots[key][*tg.Name]), submit, false)
+				a.addPendingGroup(key, tg, waiting(spec, stubs[key], tg, slots[key][*tg.Name]), submit, false, info.Gang)
 			}
 		}
 	}
@@ -168,16 +168,17 @@ func (a *assembler) addSuspendedDemand(key string, r *Record) {
 	if spec == nil {
 		spec = r.Current
 	}
+	gang := a.gang(key, spec)
 	for _, tg := range spec.TaskGroups {
 		if tg.Name != nil && tg.Count != nil {
-			a.addPendingGroup(key, tg, *tg.Count, r.Time.Unix(), true)
+			a.addPendingGroup(key, tg, *tg.Count, r.Time.Unix(), true, gang)
 		}
 	}
 }
 
 // addPendingGroup adds count instances of one task group of job key as
-// pending work, if it asks for GPUs.
-func (a *assembler) addPendingGroup(key string, tg *nomadapi.TaskGroup, count int, submit int64, suspended bool) {
+// pending work, if it asks for GPUs; gang marks a gang's group.
+func (a *assembler) addPendingGroup(key string, tg *nomadapi.TaskGroup, count int, submit int64, suspended, gang bool) {
 	if count <= 0 {
 		return
 	}
@@ -197,5 +198,5 @@ func (a *assembler) addPendingGroup(key string, tg *nomadapi.TaskGroup, count in
 	info.Pending[*tg.Name] += count
 	a.addProject(info.Project)
 	a.snap.Pending = append(a.snap.Pending, cluster.Pending{Project: info.Project, Job: key, Group: *tg.Name,
-		Priority: info.Priority, Preemptible: info.Preemptible, Ask: ask, Count: count, Submit: submit, Suspended: suspended})
+		Priority: info.Priority, Preemptible: info.Preemptible, Ask: ask, Count: count, Submit: submit, Suspended: suspended, Gang: gang})
 }

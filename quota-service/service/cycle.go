@@ -100,6 +100,7 @@ func (s *Service) plan(c *cycleData) *cycleFailure {
 	if c.res, err = plan.Plan(c.view.Snapshot, opts); err != nil {
 		return &cycleFailure{cause: "plan", err: err}
 	}
+	s.boundPartialGangs(c, time.Now())
 	s.log.Trace("planned", "pending", len(c.view.Snapshot.Pending), "allocations", len(c.view.Snapshot.Allocations), "actions", len(c.res.Actions), "unplaced", len(c.res.Unplaced))
 	return nil
 }

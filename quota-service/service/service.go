@@ -56,6 +56,10 @@ type Config struct {
 	MaxStaleness time.Duration
 	// ResumeHold and SuspendHold: see package actuator.
 	ResumeHold, SuspendHold time.Duration
+	// GangPartialHold bounds how long a gang runs in part while the plan
+	// expects Nomad to place the rest (default DefaultGangPartialHold):
+	// past it, the gang is suspended whole (gangs.go).
+	GangPartialHold time.Duration
 	// MaxRecordBytes bounds a suspension record (default
 	// state.DefaultMaxRecordBytes, Consul's default kv_max_value_size):
 	// a job whose record would be larger is never suspended.
@@ -120,6 +124,10 @@ type Service struct {
 	reclaimFor map[string]time.Time
 	isLeader   bool
 
+	// partialSince is, by job Key, when each gang that runs in part was
+	// first seen so (gangs.go); only cycles touch it (cycleMu).
+	partialSince map[string]time.Time
+
 	util utilizationState
 
 	// ranks is nil without Config.PublishRanks.
@@ -146,6 +154,7 @@ func (c Config) withDefaults() Config {
 		{&c.FollowUpWindow, 3 * time.Second},
 		{&c.FollowUpPeriod, 500 * time.Millisecond},
 		{&c.MaxStaleness, actuator.DefaultMaxStaleness},
+		{&c.GangPartialHold, DefaultGangPartialHold},
 	} {
 		if *d.field <= 0 {
 			*d.field = d.def
@@ -174,8 +183,8 @@ func New(cfg Config) *Service {
 		watcher:    quota.NewWatcher(cfg.Consul, cfg.Layout, cfg.Log),
 		metrics:    newMetrics(cfg.Registry),
 		written:    map[string]state.ProjectStatus{},
-		reclaimFor: map[string]time.Time{},
-		status:     Status{Instance: cfg.Instance},
+		reclaimFor: map[string]time.Time{}, partialSince: map[string]time.Time{},
+		status: Status{Instance: cfg.Instance},
 	}
 	s.nomadChanged, s.nomadWake = nomadwatch.Queue()
 	s.builder = nomadwatch.NewBuilder(cfg.Nomad, cfg.Log, nomadwatch.Options{

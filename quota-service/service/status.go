@@ -47,6 +47,9 @@ type Status struct {
 	// Unplaceable are the pending groups that fit on no node that admits
 	// them, even idle, with the reason; they are no demand.
 	Unplaceable []string `json:"unplaceable,omitempty"`
+	// Gangs are the gangs that run in part and what each waits for; a
+	// gang suspended whole is in Suspended, its reason saying so.
+	Gangs []GangView `json:"gangs,omitempty"`
 	// OutOfPlanning are the nodes and GPUs the plan does not use, with the
 	// reason (not ready, ineligible, draining, unhealthy, or an allocation
 	// the service cannot account for).
@@ -117,6 +120,7 @@ func (s *Service) record(ctx context.Context, c *cycleData) {
 	st.Projects, st.Pending, st.Suspended, st.Unplaced, st.Warnings = views, sum.pending, sum.suspended, unplacedLines(c, c.res.Unplaced), c.view.Warnings
 	st.Unplaceable, st.OutOfPlanning = unplacedLines(c, c.res.Unplaceable), outOfPlanning(c.view.Snapshot)
 	st.RecordErrors = c.view.RecordErrors
+	st.Gangs = s.gangViews(c)
 	st.Nodes = gpuMap(c.view.Snapshot)
 	if s.util.collector != nil {
 		addMemory(st.Nodes, s.util.collector.Last().Reports)

@@ -31,9 +31,9 @@ type GangWait struct {
 	Reason   string
 }
 
-// gangReason starts the reason of every suspension that makes a gang wait
+// GangReason starts the reason of every suspension that makes a gang wait
 // whole.
-const gangReason = "waiting for the whole gang"
+const GangReason = "waiting for the whole gang"
 
 // gangs is what the plan knows of the gangs that run in part.
 type gangs struct {
@@ -96,7 +96,7 @@ func (s *state) waitWhole(w int, why string) {
 	if s.jobs[j].suspended {
 		return
 	}
-	reason := fmt.Sprintf("%s: %s", gangReason, why)
+	reason := fmt.Sprintf("%s: %s", GangReason, why)
 	s.release(j)
 	s.plan.actions = append(s.plan.actions, s.suspendAction(j, -1, reason))
 	s.gangs.waiting[j] = reason
@@ -111,7 +111,7 @@ func (s *state) waitWhole(w int, why string) {
 func (s *state) completeGang(a *attempt) (bool, error) {
 	later := s.laterGangs(a.lead)
 	reason := fmt.Sprintf("%s: its GPUs go to gang %s, earlier in fairness order, which completes with them",
-		gangReason, s.snap.Pending[a.lead].Job)
+		GangReason, s.snap.Pending[a.lead].Job)
 	for k := 1; k <= len(later); k++ {
 		s.startAttempt(a.lead, a.p)
 		for _, g := range later[:k] {
@@ -166,7 +166,7 @@ func (s *state) gangsWaiting() []GangWait {
 		}
 		reason, ok := s.gangs.waiting[j]
 		if !ok {
-			reason = gangReason + ": its running part is suspended in this plan"
+			reason = GangReason + ": its running part is suspended in this plan"
 		}
 		out = append(out, GangWait{Project: s.snap.Pending[g].Project, Job: s.jobs[j].name, Workload: int(g), Reason: reason})
 	}

@@ -32,7 +32,9 @@ type options struct {
 	listen                          string
 	tlsCert, tlsKey                 string
 	interval, staleness, resync     time.Duration
-	policy, instance, logLevel      string
+	// gangHold bounds how long a gang runs in part.
+	gangHold                   time.Duration
+	policy, instance, logLevel string
 	// maxRecordBytes bounds a suspension record (it holds the job spec).
 	maxRecordBytes int
 	// usagePort is the device plugins' usage_listen port (0: read no GPU
@@ -103,6 +105,7 @@ func newFlags(o *options, instance string) (*flagDefs, *string) {
 	d.duration(&o.interval, "plan-interval", "GPUSHARE_PLAN_INTERVAL", service.DefaultPlanInterval, "safety-net plan period (without the event stream: full re-list period)")
 	d.duration(&o.resync, "resync-interval", "GPUSHARE_RESYNC_INTERVAL", nomadwatch.DefaultResyncInterval, "how often the view the event stream keeps is checked against a full listing of Nomad")
 	d.duration(&o.staleness, "max-staleness", "GPUSHARE_MAX_STALENESS", actuator.DefaultMaxStaleness, "take no action on data listed longer ago")
+	d.duration(&o.gangHold, "gang-partial-hold", "GPUSHARE_GANG_PARTIAL_HOLD", service.DefaultGangPartialHold, "longest a gang job (meta gpushare.gang) runs in part while Nomad places the rest; then it is suspended whole and comes back when all of it fits")
 	d.str(&o.policy, "policy", "GPUSHARE_POLICY", "gpushare", "placement policy for idle capacity")
 	d.integer(&o.maxRecordBytes, "max-record-bytes", "GPUSHARE_MAX_RECORD_BYTES", state.DefaultMaxRecordBytes, "largest suspension record written to Consul: a job whose spec would not fit is never suspended (keep it at or below Consul's kv_max_value_size)")
 	d.integer(&o.usagePort, "usage-port", "GPUSHARE_USAGE_PORT", 0, "the device plugins' usage_listen port (0: read no GPU usage)")
@@ -157,8 +160,8 @@ func (d *flagDefs) boolean(p *bool, name, envName string, def bool, usage string
 }
 
 func (o *options) validate() error {
-	if o.interval <= 0 || o.staleness <= 0 || o.usagePeriod <= 0 || o.resync <= 0 {
-		return errors.New("-plan-interval, -max-staleness, -usage-period and -resync-interval must be positive durations such as 10s")
+	if o.interval <= 0 || o.staleness <= 0 || o.usagePeriod <= 0 || o.resync <= 0 || o.gangHold <= 0 {
+		return errors.New("-plan-interval, -max-staleness, -usage-period, -resync-interval and -gang-partial-hold must be positive durations such as 10s")
 	}
 	if o.usagePort < 0 || o.usagePort > 65535 {
 		return fmt.Errorf("-usage-port %d: give the device plugins' usage_listen port (1-65535), or 0 to read no GPU usage", o.usagePort)
