@@ -39,6 +39,8 @@ type gpuJob struct {
 	// (0: one); meta is the job's meta.
 	groups int
 	meta   map[string]string
+	// count is each group's instance count (0: one).
+	count int
 	// slowStop makes the task ignore SIGINT, so that a stop takes its
 	// kill timeout (8 s) to end it.
 	slowStop bool
@@ -163,7 +165,7 @@ func (s *scenario) taskGroup(j gpuJob, name string) *nomadapi.TaskGroup {
 	if j.shares > 0 {
 		task.Resources.Devices = append(task.Resources.Devices, &nomadapi.RequestedDevice{Name: "nvidia/gpu-share", Count: ptr(uint64(j.shares))})
 	}
-	tg := nomadapi.NewTaskGroup(name, 1).AddTask(task)
+	tg := nomadapi.NewTaskGroup(name, max(j.count, 1)).AddTask(task)
 	tg.RestartPolicy = &nomadapi.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")}
 	tg.ReschedulePolicy = &nomadapi.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)}
 	return tg
