@@ -43,6 +43,11 @@ func (f fakeSource) Status() service.Status {
 				Reason: "reclaim for project team-a: makes room for team-a/train/main on node n1"},
 			{Event: state.EventSuspend, Namespace: "team-a", Job: "old", Reason: "preempt"},
 		},
+		Gangs: []service.GangView{
+			{Namespace: "team-a", Job: "secret-gang", Project: "team-a", Placed: 1, Wanted: 4, WaitsFor: "Nomad to place the rest"},
+			{Namespace: "team-b", Job: "ddp", Project: "team-b", Placed: 2, Wanted: 3, For: "team-a/secret-gang",
+				WaitsFor: "waiting for the whole gang: its GPUs go to gang team-a/secret-gang, earlier in fairness order"},
+		},
 		OutOfPlanning: []string{"node n2: draining"},
 		Warnings:      []string{"job team-a/secret: bad spec"},
 		Trend: []service.TrendPoint{

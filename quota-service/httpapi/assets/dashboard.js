@@ -252,6 +252,8 @@ function render(st) {
   fillGPUMap(st.nodes);
   fillTrend(st.trend);
   fillTable("suspended", st.suspended, "None.");
+  fillList("gangs", (st.gangs || []).map(g =>
+    g.namespace + "/" + g.job + " (" + g.project + "): " + g.placed + " of " + g.wanted + " running since " + clock(g.since) + "; waits for " + g.waits_for));
   fillList("waiting", st.unplaced, "None.");
   fillList("unplaceable", st.unplaceable);
   fillList("out-of-planning", st.out_of_planning);
