@@ -231,9 +231,14 @@ type Allocation struct {
 	Gang bool
 	// MinCount, when above 0, makes the allocation's task group elastic:
 	// it runs with MinCount instances up to its count, and the instances
-	// above MinCount are shrunk away (newest first) before any whole job
-	// is suspended. 0 means not elastic.
+	// above MinCount are shrunk away (highest Instance first, then newest)
+	// before any whole job is suspended. 0 means not elastic.
 	MinCount int
+	// Instance is the allocation's index in its task group (Nomad's
+	// allocation name "job.group[Instance]"). When a group's count falls,
+	// Nomad stops the highest indexes, so an elastic group shrinks from
+	// its highest instance. 0 where unknown.
+	Instance int
 }
 
 // Pending is a workload waiting to run: Count instances of one task group,

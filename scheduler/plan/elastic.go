@@ -19,14 +19,16 @@ import (
 
 // listShrinks makes every instance above the minimum of an elastic group
 // of a job on its project's list of victims (see listVictims) a shrink
-// unit: the newest instances (latest start, then highest ID) first, as
-// many as the group runs above its minimum. An instance held in several
+// unit: the highest instances (cluster.Allocation.Instance, the ones
+// Nomad stops when the count falls) first, then the newest (latest start,
+// then highest ID), as many as the group runs above its minimum. An instance held in several
 // shapes (several allocations with one ID) is one unit.
 func (s *state) listShrinks() {
 	type member struct {
-		id     string
-		start  int64
-		allocs []int32
+		id       string
+		instance int
+		start    int64
+		allocs   []int32
 	}
 	type group struct {
 		job     int32
@@ -56,7 +58,7 @@ func (s *state) listShrinks() {
 		gr.min = max(gr.min, al.MinCount)
 		k := slices.IndexFunc(gr.members, func(m member) bool { return m.id == al.ID })
 		if k < 0 {
-			gr.members = append(gr.members, member{id: al.ID, start: al.Start})
+			gr.members = append(gr.members, member{id: al.ID, instance: al.Instance, start: al.Start})
 			k = len(gr.members) - 1
 		}
 		gr.members[k].allocs = append(gr.members[k].allocs, int32(i))
@@ -67,6 +69,9 @@ func (s *state) listShrinks() {
 			continue
 		}
 		slices.SortFunc(gr.members, func(x, y member) int {
+			if c := cmp.Compare(y.instance, x.instance); c != 0 {
+				return c
+			}
 			if c := cmp.Compare(y.start, x.start); c != 0 {
 				return c
 			}

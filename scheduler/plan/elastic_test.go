@@ -44,6 +44,21 @@ func TestShrinkVictims(t *testing.T) {
 			wantShrunk: []string{"e-2", "e-1"},
 		},
 		{
+			// e-0 was rescheduled (newest) but keeps index 0; Nomad
+			// stops the highest indexes when the count falls.
+			name: "highest instance index first, as Nomad stops them",
+			allocs: func() []cluster.Allocation {
+				al := elastic("e", "b", 3, 1)
+				for i := range al {
+					al[i].Instance = i
+				}
+				al[0].Start = 99
+				return append(al, running("w", "b", 0, 10, "n1", 3))
+			}(),
+			pending:    []cluster.Pending{need(1)},
+			wantShrunk: []string{"e-2"},
+		},
+		{
 			name:        "never below the minimum: then whole jobs",
 			allocs:      append(elastic("e", "b", 3, 2), running("w", "b", 0, 10, "n1", 3)),
 			pending:     []cluster.Pending{need(2)},
