@@ -156,7 +156,8 @@ func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Resul
 	if age := now.Sub(v.ListedAt); age > a.opts.MaxStaleness {
 		return Report{}, fmt.Errorf("%w: listed %s ago", ErrStale, age.Round(time.Millisecond))
 	}
-	ap := &applying{Actuator: a, v: v, now: now, records: map[string]*state.Suspension{}, suspending: map[string]bool{}}
+	ap := &applying{Actuator: a, v: v, now: now, records: map[string]*state.Suspension{}, suspending: map[string]bool{},
+		shrinks: map[string]*state.Shrink{}, jobs: map[string]scaled{}, shrunkAllocs: map[string]bool{}}
 	for key, r := range v.Records {
 		rec := r.Suspension
 		ap.records[key] = &rec
@@ -168,7 +169,9 @@ func (a *Actuator) Apply(ctx context.Context, v *nomadwatch.View, res plan.Resul
 		ap.records[key] = &state.Suspension{Namespace: ns, Job: job, ModifyIndex: index}
 	}
 	ap.settleRecords(ctx)
+	ap.settleShrinks(ctx)
 	ap.carryOut(ctx, res)
+	ap.grow(ctx, res.Grow)
 	ap.abandonUnfinished(ctx)
 	return ap.rep, nil
 }
@@ -197,6 +200,12 @@ type applying struct {
 	skipped map[int]bool
 	// resumed are the jobs whose resume was decided on this call.
 	resumed map[string]bool
+	// shrinks are the shrink records as this call last wrote them (by
+	// job Key; Groups nil once deleted), jobs the jobs as this call's
+	// scales left them, shrunkAllocs the instances shrunk on this call.
+	shrinks      map[string]*state.Shrink
+	jobs         map[string]scaled
+	shrunkAllocs map[string]bool
 }
 
 // carryOut takes the plan's actions in order; once a suspension for a
@@ -215,6 +224,8 @@ func (ap *applying) carryOut(ctx context.Context, res plan.Result) {
 			ap.suspendFor(ctx, act)
 		case plan.Place:
 			ap.place(ctx, act)
+		case plan.Shrink:
+			ap.shrinkFor(ctx, act)
 		}
 	}
 }

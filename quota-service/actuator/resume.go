@@ -24,6 +24,9 @@ func (ap *applying) resume(ctx context.Context, r *nomadwatch.Record, rec *state
 	if err != nil {
 		return err
 	}
+	// The counts the record keeps: the owner's, also for elastic groups
+	// the service had shrunk before it suspended the job.
+	job = withCounts(job, rec.Groups)
 	job.Stop = ptr(false)
 	job.VersionTag = nil
 	var enforce uint64

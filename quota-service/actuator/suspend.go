@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
@@ -79,6 +80,16 @@ func (ap *applying) newRecord(ctx context.Context, act plan.Action, forWorkload,
 		if tg.Name != nil && tg.Count != nil {
 			rec.Groups[*tg.Name] = *tg.Count
 		}
+	}
+	// A job whose elastic groups the service shrank comes back at its
+	// owner's counts.
+	if r := ap.v.Shrinks[act.Job]; r != nil && r.Stands() {
+		for name, g := range r.Groups {
+			if _, ok := rec.Groups[name]; ok {
+				rec.Groups[name] = g.Count
+			}
+		}
+		spec = withCounts(spec, rec.Groups)
 	}
 	if err := rec.EncodeSpec(spec, ap.v.Keys); err != nil {
 		return nil, "", err
@@ -161,4 +172,28 @@ func jobModifyIndex(job *nomadapi.Job) uint64 {
 		return 0
 	}
 	return *job.JobModifyIndex
+}
+
+// withCounts is job with its task groups' counts set from counts (a copy
+// where any differs; job itself is not changed).
+func withCounts(job *nomadapi.Job, counts map[string]int) *nomadapi.Job {
+	out := job
+	for i, tg := range job.TaskGroups {
+		if tg.Name == nil {
+			continue
+		}
+		c, ok := counts[*tg.Name]
+		if !ok || tg.Count != nil && *tg.Count == c {
+			continue
+		}
+		if out == job {
+			cp := *job
+			cp.TaskGroups = slices.Clone(job.TaskGroups)
+			out = &cp
+		}
+		g := *tg
+		g.Count = &c
+		out.TaskGroups[i] = &g
+	}
+	return out
 }

@@ -38,6 +38,13 @@ func visibleStatus(st service.Status, a Access) service.Status {
 			out.Suspended = append(out.Suspended, j)
 		}
 	}
+	out.Shrunk = nil
+	for _, j := range st.Shrunk {
+		if a.Namespace(j.Namespace) {
+			j.Reason, j.ForWorkload = hideWorkload(j.Reason, j.ForWorkload, a)
+			out.Shrunk = append(out.Shrunk, j)
+		}
+	}
 	out.Gangs = nil
 	for _, g := range st.Gangs {
 		if a.Namespace(g.Namespace) {

@@ -43,6 +43,11 @@ func (f fakeSource) Status() service.Status {
 				Reason: "reclaim for project team-a: makes room for team-a/train/main on node n1"},
 			{Event: state.EventSuspend, Namespace: "team-a", Job: "old", Reason: "preempt"},
 		},
+		Shrunk: []service.ShrunkJob{
+			{Namespace: "team-b", Job: "serve", Project: "team-b", Groups: map[string]state.ShrunkGroup{"replicas": {Count: 4, Now: 2}},
+				ForWorkload: "team-a/train/main", Reason: "gpushare: shrunk to 2 of 4 for team-a/train/main: reclaim"},
+			{Namespace: "team-a", Job: "secret-serve", Project: "team-a", Groups: map[string]state.ShrunkGroup{"g": {Count: 2, Now: 1}}},
+		},
 		Gangs: []service.GangView{
 			{Namespace: "team-a", Job: "secret-gang", Project: "team-a", Placed: 1, Wanted: 4, WaitsFor: "Nomad to place the rest"},
 			{Namespace: "team-b", Job: "ddp", Project: "team-b", Placed: 2, Wanted: 3, For: "team-a/secret-gang",

@@ -62,6 +62,15 @@ func (l Layout) Suspension(namespace, job string) string {
 	return fmt.Sprintf("%s%s/%s", l.Suspended(), namespace, job)
 }
 
+// Shrunk is the folder of shrink records (elastic groups the service
+// shrank).
+func (l Layout) Shrunk() string { return l.Root + "/shrunk/" }
+
+// ShrinkRecord is the key of the shrink record for job in namespace.
+func (l Layout) ShrinkRecord(namespace, job string) string {
+	return fmt.Sprintf("%s%s/%s", l.Shrunk(), namespace, job)
+}
+
 // History is the folder of history entries.
 func (l Layout) History() string { return l.Root + "/history/" }
 

@@ -78,6 +78,8 @@ type JobInfo struct {
 	// Gang says that the job's GPU task groups run all together or not
 	// at all (MetaGang).
 	Gang bool
+	// MinCounts are the elastic groups' minimums (MetaMinCount).
+	MinCounts map[string]int
 	// Running is the number of its allocations that run.
 	Running int
 	// Live is the number of its allocations placed and not finished
@@ -113,6 +115,9 @@ type View struct {
 	// Key, so that a suspension of the job may replace the key. They
 	// carry no verdict and no hold.
 	Unverified map[string]uint64
+	// Shrinks are the shrink records by job Key, each with its verdict
+	// (elastic.go).
+	Shrinks map[string]*ShrinkRecord
 	// Keys are the record keys of the cycle (Inputs.Keys).
 	Keys *recordkey.Keyring
 	// Specs are the full job specs read (Inputs.Specs).
@@ -150,6 +155,10 @@ type Inputs struct {
 	Unverified   []state.Unverified
 	RecordErrors []state.RecordError
 	Keys         *recordkey.Keyring
+	// Shrinks are the shrink records the service proved it wrote;
+	// ShrinkErrors those it did not (reported, never acted on).
+	Shrinks      []state.Shrink
+	ShrinkErrors []state.RecordError
 	// Tagged are the stopped jobs, by Key, whose current version carries
 	// a tag named like the service's (TagPrefix) and that no record
 	// names: a record lost, or one the service cannot verify.
@@ -171,6 +180,7 @@ func Assemble(in Inputs) *View {
 	a.addAllocations()
 	a.settleNodeResources()
 	a.classifyRecords()
+	a.judgeShrinks()
 	a.addPending()
 	a.constrainPending()
 	sort.Slice(a.snap.Projects, func(i, j int) bool { return a.snap.Projects[i].Name < a.snap.Projects[j].Name })
@@ -199,7 +209,7 @@ type assembler struct {
 
 func newAssembler(in Inputs) *assembler {
 	v := &View{Snapshot: &cluster.Snapshot{}, Jobs: map[string]*JobInfo{}, Records: map[string]*Record{}, Specs: in.Specs, ListedAt: in.Now,
-		Unverified: map[string]uint64{}, Keys: in.Keys}
+		Unverified: map[string]uint64{}, Keys: in.Keys, Shrinks: map[string]*ShrinkRecord{}}
 	a := &assembler{in: in, v: v, snap: v.Snapshot, resolver: newResolver(in.Settings),
 		projects: map[string]bool{}, nodes: map[string]*nodeGPUs{}, readDevs: map[string]*nodeDevices{}, jobKeys: map[[2]string]string{}}
 	a.shareUnit = a.shareUnitOf(in.Nodes)
@@ -293,6 +303,10 @@ func (a *assembler) addJobs() {
 				}
 			}
 			info.Gang = a.gang(Key(j.Namespace, j.ID), spec)
+			var err error
+			if info.MinCounts, err = minCounts(spec); err != nil {
+				a.warn("job %s: %v; it is planned as a group that is not elastic", Key(j.Namespace, j.ID), err)
+			}
 		}
 		a.v.Jobs[Key(j.Namespace, j.ID)] = info
 	}

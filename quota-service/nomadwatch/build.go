@@ -109,6 +109,7 @@ func (b *Builder) Build(ctx context.Context, settings []quota.Settings, recs sta
 	b.prune(in.Jobs)
 	in.Specs, in.Unlisted, in.Tagged, in.Settings, in.Now = specs, unlisted, tagged, settings, now
 	in.Suspensions, in.Unverified, in.RecordErrors, in.Keys = recs.Verified, recs.Unverified, recs.Errors, recs.Keys
+	in.Shrinks, in.ShrinkErrors = recs.Shrinks, recs.ShrinkErrors
 	return Assemble(in), nil
 }
 

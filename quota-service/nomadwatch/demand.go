@@ -137,9 +137,11 @@ func (a *assembler) addPending() {
 		}
 		for _, tg := range spec.TaskGroups {
 			if tg.Name != nil {
-				a.addPendingGroup(key, tg, waiting(spec, stubs[key], tg, slots[key][*tg.Name]), submit, false, info.Gang)
+				a.addPendingGroup(key, tg, waiting(spec, stubs[key], tg, slots[key][*tg.Name]), submit,
+					pendingKind{gang: info.Gang, minCount: info.MinCounts[*tg.Name]})
 			}
 		}
+		a.addShrunkDemand(key, spec, submit)
 	}
 }
 
@@ -171,14 +173,23 @@ func (a *assembler) addSuspendedDemand(key string, r *Record) {
 	gang := a.gang(key, spec)
 	for _, tg := range spec.TaskGroups {
 		if tg.Name != nil && tg.Count != nil {
-			a.addPendingGroup(key, tg, *tg.Count, r.Time.Unix(), true, gang)
+			a.addPendingGroup(key, tg, *tg.Count, r.Time.Unix(), pendingKind{suspended: true, gang: gang})
 		}
 	}
 }
 
+// pendingKind is what a pending group is besides its job and ask: part
+// of a suspended job, of a gang, shrunk instances of an elastic group,
+// and the group's elastic minimum (see cluster.Pending).
+type pendingKind struct {
+	suspended, gang, shrunk bool
+	minCount                int
+}
+
 // addPendingGroup adds count instances of one task group of job key as
-// pending work, if it asks for GPUs; gang marks a gang's group.
-func (a *assembler) addPendingGroup(key string, tg *nomadapi.TaskGroup, count int, submit int64, suspended, gang bool) {
+// pending work, if it asks for GPUs. Shrunk instances are no instances
+// waiting for placement (JobInfo.Queued).
+func (a *assembler) addPendingGroup(key string, tg *nomadapi.TaskGroup, count int, submit int64, kind pendingKind) {
 	if count <= 0 {
 		return
 	}
@@ -191,12 +202,15 @@ func (a *assembler) addPendingGroup(key string, tg *nomadapi.TaskGroup, count in
 	if !ok {
 		return
 	}
-	info.Queued += count
-	if info.Pending == nil {
-		info.Pending = map[string]int{}
+	if !kind.shrunk {
+		info.Queued += count
+		if info.Pending == nil {
+			info.Pending = map[string]int{}
+		}
+		info.Pending[*tg.Name] += count
 	}
-	info.Pending[*tg.Name] += count
 	a.addProject(info.Project)
 	a.snap.Pending = append(a.snap.Pending, cluster.Pending{Project: info.Project, Job: key, Group: *tg.Name,
-		Priority: info.Priority, Preemptible: info.Preemptible, Ask: ask, Count: count, Submit: submit, Suspended: suspended, Gang: gang})
+		Priority: info.Priority, Preemptible: info.Preemptible, Ask: ask, Count: count, Submit: submit,
+		Suspended: kind.suspended, Gang: kind.gang, Shrunk: kind.shrunk, MinCount: kind.minCount})
 }

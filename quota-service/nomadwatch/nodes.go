@@ -217,7 +217,8 @@ func (a *assembler) addAllocation(al *nomadapi.AllocationListStub) {
 		a.outOfPlanning(ng, "allocation %s holds GPUs the node does not publish", al.ID)
 	}
 	base := cluster.Allocation{ID: al.ID, Project: info.Project, Job: key, Group: al.TaskGroup, Priority: info.Priority,
-		Preemptible: info.Preemptible, System: info.System(), Gang: info.Gang, Node: al.NodeID, Start: al.CreateTime / int64(time.Second)}
+		Preemptible: info.Preemptible, System: info.System(), Gang: info.Gang, MinCount: info.MinCounts[al.TaskGroup],
+		Instance: instanceOf(al.Name), Node: al.NodeID, Start: al.CreateTime / int64(time.Second)}
 	for i, part := range a.bindGPUs(ng, al.ID, held) {
 		alloc := base
 		alloc.Ask, alloc.GPUs = part.ask, part.gpus

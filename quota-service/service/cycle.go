@@ -70,6 +70,9 @@ func (s *Service) read(ctx context.Context) (*cycleData, *cycleFailure) {
 		return nil, &cycleFailure{cause: "quotas-unread", err: errors.New("quota documents not read from Consul yet")}
 	}
 	recs, err := s.store.Suspensions(ctx)
+	if err == nil {
+		recs.Shrinks, recs.ShrinkErrors, err = s.store.Shrinks(ctx)
+	}
 	if err != nil {
 		return nil, &cycleFailure{cause: "consul", err: err}
 	}

@@ -47,6 +47,9 @@ type Status struct {
 	// Unplaceable are the pending groups that fit on no node that admits
 	// them, even idle, with the reason; they are no demand.
 	Unplaceable []string `json:"unplaceable,omitempty"`
+	// Shrunk are the elastic groups the service shrank and may grow back
+	// (from the shrink records Nomad corroborates).
+	Shrunk []ShrunkJob `json:"shrunk,omitempty"`
 	// Gangs are the gangs that run in part and what each waits for; a
 	// gang suspended whole is in Suspended, its reason saying so.
 	Gangs []GangView `json:"gangs,omitempty"`
@@ -86,6 +89,35 @@ type SuspendedJob struct {
 	By          string    `json:"by,omitempty"`
 }
 
+// ShrunkJob is a job whose elastic groups the service shrank.
+type ShrunkJob struct {
+	Namespace string `json:"namespace"`
+	Job       string `json:"job"`
+	Project   string `json:"project"`
+	// Groups are the shrunk groups: the owner's count and the count they
+	// run at.
+	Groups map[string]state.ShrunkGroup `json:"groups"`
+	// Reason is the last scale's message, ForWorkload the work the last
+	// shrink made room for; Since its time.
+	Reason      string    `json:"reason"`
+	ForWorkload string    `json:"for_workload,omitempty"`
+	Since       time.Time `json:"since"`
+}
+
+// shrunkJobs lists the jobs whose shrink stands, by namespace and job.
+func shrunkJobs(v *nomadwatch.View) []ShrunkJob {
+	var out []ShrunkJob
+	for _, r := range v.Shrinks {
+		if r.Stands() {
+			out = append(out, ShrunkJob{Namespace: r.Namespace, Job: r.Job, Project: r.Project, Groups: r.Groups, Reason: r.Reason, ForWorkload: r.ForWorkload, Since: r.Time})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Namespace < out[j].Namespace || out[i].Namespace == out[j].Namespace && out[i].Job < out[j].Job
+	})
+	return out
+}
+
 // Health is /v1/health.
 type Health struct {
 	OK     bool   `json:"ok"`
@@ -121,6 +153,7 @@ func (s *Service) record(ctx context.Context, c *cycleData) {
 	st.Unplaceable, st.OutOfPlanning = unplacedLines(c, c.res.Unplaceable), outOfPlanning(c.view.Snapshot)
 	st.RecordErrors = c.view.RecordErrors
 	st.Gangs = s.gangViews(c)
+	st.Shrunk = shrunkJobs(c.view)
 	st.Nodes = gpuMap(c.view.Snapshot)
 	if s.util.collector != nil {
 		addMemory(st.Nodes, s.util.collector.Last().Reports)
@@ -147,6 +180,9 @@ type pendingSummary struct {
 func summarizePending(v *nomadwatch.View) pendingSummary {
 	sum := pendingSummary{shares: map[string]cluster.Shares{}, count: map[string]int{}, suspendedJobs: map[string]int{}}
 	for _, p := range v.Snapshot.Pending {
+		if p.Shrunk {
+			continue // no demand: it grows back when nothing else waits
+		}
 		sum.shares[p.Project] += p.GPUShares()
 		sum.count[p.Project]++
 		if !p.Suspended {

@@ -242,8 +242,12 @@ type Unverified struct {
 	Reason string
 }
 
-// Records are the suspension records read from Consul KV.
+// Records are the suspension and shrink records read from Consul KV.
 type Records struct {
+	// Shrinks are the shrink records the service proved it wrote;
+	// ShrinkErrors those it cannot prove or decode (never acted on).
+	Shrinks      []Shrink
+	ShrinkErrors []RecordError
 	// Verified are the records the service proved it wrote, by time.
 	Verified []Suspension
 	// Unverified decoded but failed verification.

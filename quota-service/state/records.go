@@ -116,24 +116,38 @@ func (s *Store) PutSuspension(ctx context.Context, rec *Suspension) error {
 	if err != nil {
 		return err
 	}
-	key := s.layout.Suspension(rec.Namespace, rec.Job)
-	ops := consulapi.TxnOps{{KV: &consulapi.KVTxnOp{Verb: consulapi.KVCAS, Key: key, Value: data, Index: rec.ModifyIndex}}}
+	index, err := s.casPut(ctx, s.layout.Suspension(rec.Namespace, rec.Job), data, rec.ModifyIndex)
+	if err != nil {
+		return err
+	}
+	rec.ModifyIndex = index
+	return nil
+}
+
+// casPut writes value at key if the key still has index (0: it must not
+// exist), and returns the key's new modify index.
+func (s *Store) casPut(ctx context.Context, key string, value []byte, index uint64) (uint64, error) {
+	ops := consulapi.TxnOps{{KV: &consulapi.KVTxnOp{Verb: consulapi.KVCAS, Key: key, Value: value, Index: index}}}
 	ok, resp, _, err := s.txn.Txn(ops, (&consulapi.QueryOptions{}).WithContext(ctx))
 	if err != nil {
-		return fmt.Errorf("writing Consul key %s: %w (is Consul reachable and the token allowed to write it?)", key, err)
+		return 0, fmt.Errorf("writing Consul key %s: %w (is Consul reachable and the token allowed to write it?)", key, err)
 	}
 	if !ok || len(resp.Results) != 1 || resp.Results[0].KV == nil {
-		return fmt.Errorf("writing Consul key %s: it changed since it was read at index %d; not overwriting it", key, rec.ModifyIndex)
+		return 0, fmt.Errorf("writing Consul key %s: it changed since it was read at index %d; not overwriting it", key, index)
 	}
-	rec.ModifyIndex = resp.Results[0].KV.ModifyIndex
-	return nil
+	return resp.Results[0].KV.ModifyIndex, nil
 }
 
 // CloseSuspension deletes rec's record, if it still has the ModifyIndex it
 // was read at, and appends e to the history, in one transaction: a record
 // is never gone without the history saying why.
 func (s *Store) CloseSuspension(ctx context.Context, rec Suspension, e Entry) error {
-	key := s.layout.Suspension(rec.Namespace, rec.Job)
+	return s.closeWith(ctx, s.layout.Suspension(rec.Namespace, rec.Job), rec.ModifyIndex, e)
+}
+
+// closeWith deletes key, if it still has index, and appends e to the
+// history, in one transaction.
+func (s *Store) closeWith(ctx context.Context, key string, index uint64, e Entry) error {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
 	}
@@ -142,7 +156,7 @@ func (s *Store) CloseSuspension(ctx context.Context, rec Suspension, e Entry) er
 		return fmt.Errorf("encoding the history entry of %s: %w", key, err)
 	}
 	ops := consulapi.TxnOps{
-		{KV: &consulapi.KVTxnOp{Verb: consulapi.KVDeleteCAS, Key: key, Index: rec.ModifyIndex}},
+		{KV: &consulapi.KVTxnOp{Verb: consulapi.KVDeleteCAS, Key: key, Index: index}},
 		{KV: &consulapi.KVTxnOp{Verb: consulapi.KVSet, Key: s.historyKey(e), Value: entry}},
 	}
 	ok, _, _, err := s.txn.Txn(ops, (&consulapi.QueryOptions{}).WithContext(ctx))
@@ -150,7 +164,7 @@ func (s *Store) CloseSuspension(ctx context.Context, rec Suspension, e Entry) er
 		return fmt.Errorf("deleting Consul key %s: %w (is Consul reachable and the token allowed to write it?)", key, err)
 	}
 	if !ok {
-		return fmt.Errorf("deleting Consul key %s: it changed since it was read at index %d; not deleting it", key, rec.ModifyIndex)
+		return fmt.Errorf("deleting Consul key %s: it changed since it was read at index %d; not deleting it", key, index)
 	}
 	return s.trimHistory(ctx)
 }

@@ -64,6 +64,15 @@ const (
 	// was written again from Nomad's state, and the job resumes in its
 	// turn.
 	EventRecordRebuilt Event = "record-rebuilt"
+	// EventShrink: an elastic group was scaled down by the service (its
+	// job keeps running with the rest).
+	EventShrink Event = "shrink"
+	// EventGrow: an elastic group the service shrank was scaled back up.
+	EventGrow Event = "grow"
+	// EventShrinkEnded: the service's claim on a shrunk group ended
+	// without growth: its owner changed, scaled, stopped or purged the
+	// job, or the service's scale never landed.
+	EventShrinkEnded Event = "shrink-ended"
 )
 
 // Entry is one history entry.

@@ -252,6 +252,8 @@ function render(st) {
   fillGPUMap(st.nodes);
   fillTrend(st.trend);
   fillTable("suspended", st.suspended, "None.");
+  fillList("shrunk", (st.shrunk || []).map(j => j.namespace + "/" + j.job + " (" + j.project + "): " +
+    Object.entries(j.groups || {}).map(([g, c]) => g + " runs " + c.now + " of " + c.count).join(", ") + " since " + clock(j.since) + ": " + j.reason));
   fillList("gangs", (st.gangs || []).map(g =>
     g.namespace + "/" + g.job + " (" + g.project + "): " + g.placed + " of " + g.wanted + " running since " + clock(g.since) + "; waits for " + g.waits_for));
   fillList("waiting", st.unplaced, "None.");
