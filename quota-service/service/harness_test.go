@@ -39,8 +39,10 @@ type gpuJob struct {
 	// (0: one); meta is the job's meta.
 	groups int
 	meta   map[string]string
-	// count is each group's instance count (0: one).
-	count int
+	// count is each group's instance count (0: one); groupMeta each
+	// group's meta.
+	count     int
+	groupMeta map[string]string
 	// slowStop makes the task ignore SIGINT, so that a stop takes its
 	// kill timeout (8 s) to end it.
 	slowStop bool
@@ -166,6 +168,7 @@ func (s *scenario) taskGroup(j gpuJob, name string) *nomadapi.TaskGroup {
 		task.Resources.Devices = append(task.Resources.Devices, &nomadapi.RequestedDevice{Name: "nvidia/gpu-share", Count: ptr(uint64(j.shares))})
 	}
 	tg := nomadapi.NewTaskGroup(name, max(j.count, 1)).AddTask(task)
+	tg.Meta = j.groupMeta
 	tg.RestartPolicy = &nomadapi.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")}
 	tg.ReschedulePolicy = &nomadapi.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)}
 	return tg
