@@ -16,6 +16,7 @@
 //	<root>/status/projects/<project>      per-project status (JSON, written by the service)
 //	<root>/status/record-errors/<namespace>/<job>  a suspension record the service does not act on, and why
 //	<root>/suspended/<namespace>/<job>    a suspension: phase, reason, the suspended version's spec
+//	<root>/shrunk/<namespace>/<job>       elastic groups the service scaled down: owner's and current counts
 //	<root>/history/<time>-<event>-<namespace>-<job>  what the service did (bounded)
 //	<root>/leader                         the Consul lock held by the acting instance
 package quotaservice

@@ -24,6 +24,11 @@ key_prefix "gpushare/suspended/" {
   policy = "write"
 }
 
+# Shrink records: the elastic groups the service scaled down.
+key_prefix "gpushare/shrunk/" {
+  policy = "write"
+}
+
 # The bounded history of actions.
 key_prefix "gpushare/history/" {
   policy = "write"

@@ -16,7 +16,9 @@ namespace "<namespace>" {
     # version, so that Nomad's garbage collector keeps it and its owner
     # sees why; untag after the resume),
     # POST /v1/job/:id with Stop=false and EnforceIndex (resume),
-    # POST /v1/job/:id/evaluate (re-evaluate work it made room for)
+    # POST /v1/job/:id/evaluate (re-evaluate work it made room for),
+    # POST /v1/job/:id/scale with the job modify index (shrink and grow
+    # elastic groups; Nomad accepts submit-job for it)
     "submit-job",
     # Resume of jobs with CSI volumes (Nomad checks it on register).
     "csi-mount-volume",

@@ -10,6 +10,9 @@ key_prefix "gpushare/quotas/" {
 key_prefix "gpushare/suspended/" {
   policy = "deny"
 }
+key_prefix "gpushare/shrunk/" {
+  policy = "deny"
+}
 key_prefix "gpushare/" {
   policy = "read"
 }

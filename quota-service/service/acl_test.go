@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/internal/aclpolicy"
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
+	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
 	consulapi "github.com/hashicorp/consul/api"
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -151,6 +153,7 @@ func TestReclaimWithACLs(t *testing.T) {
 		}
 		return nil
 	})
+	checkElasticWithACLs(t, s, consulWithToken(t, c, people))
 	checkServiceTokensDenied(t, s, svcNomad, svcConsul)
 	// The shipped policy lets the service follow the event stream.
 	if n := metric(t, svc.Registry(), "gpushare_view_relists_total", map[string]string{"reason": "start"}); n == 0 {
@@ -158,6 +161,38 @@ func TestReclaimWithACLs(t *testing.T) {
 	}
 	stopSvc()
 	checkStreamRefusedPolls(t, s, rules, svcConsul)
+}
+
+// checkElasticWithACLs: with the shipped policies, team-a's elastic group
+// shrinks to its minimum for team-b and grows back; the quota admins'
+// token cannot read the shrink record.
+func checkElasticWithACLs(t *testing.T, s *scenario, people *consulapi.Client) {
+	t.Helper()
+	if err := os.Remove(filepath.Join(s.control, "all-team-a")); err != nil {
+		t.Fatal(err)
+	}
+	serve := gpuJob{ns: "team-a", id: "serve", whole: 1, count: 4, groupMeta: map[string]string{nomadwatch.MetaMinCount: "2"}}
+	s.submit(serve)
+	s.wait(120*time.Second, "running all of itself", runsAll(4), serve)
+	b := []gpuJob{{ns: "team-b", id: "infer-1", whole: 1}, {ns: "team-b", id: "infer-2", whole: 1}}
+	for _, j := range b {
+		s.submit(j)
+	}
+	s.wait(90*time.Second, "running", isRunning, b...)
+	s.wait(30*time.Second, "running at its minimum", runsAll(2), serve)
+	if rec, err := s.shrinkRecord(serve); err != nil || rec == nil {
+		t.Fatalf("shrink record of serve: %+v (%v), want one", rec, err)
+	}
+	key := s.layout.ShrinkRecord(serve.ns, serve.id)
+	if pair, _, err := people.KV().Get(key, nil); err == nil && pair != nil {
+		t.Errorf("the quota admins' token reads the shrink record %s", key)
+	}
+	for _, j := range b {
+		s.finish(j.ns, j.id)
+	}
+	s.wait(120*time.Second, "grown back", runsAll(4), serve)
+	s.finish(serve.ns, serve.id)
+	s.wait(60*time.Second, "complete", isComplete, serve)
 }
 
 // checkStreamRefusedPolls: a token without read-job in every namespace
