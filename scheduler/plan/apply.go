@@ -8,7 +8,8 @@ import (
 
 // Apply returns the snapshot that results from carrying out res on snap:
 // suspended jobs leave the allocations and come back as pending workloads
-// (Suspended, submitted at their oldest start), shrunk instances leave the
+// (Suspended, submitted at their oldest start, with what Nomad had still
+// to place of them), shrunk instances leave the
 // allocations and come back as Shrunk pending workloads of their group,
 // placed workloads leave the pending list and become allocations started
 // at now, and so do the instances that grow back (Result.Grow). Nodes and
@@ -74,6 +75,16 @@ func Apply(snap *cluster.Snapshot, res Result, now int64) *cluster.Snapshot {
 		}
 		if w.Count -= grown[i]; w.Count <= 0 {
 			continue
+		}
+		if suspended[w.Job] && !w.Suspended && !w.Shrunk {
+			// A stopped job has nothing queued: what Nomad had still to
+			// place comes back with the rest of the job.
+			k := groupKey{w.Job, w.Group, fmt.Sprint(w.Ask, w.Priority, w.Preemptible, w.Gang, w.MinCount), false}
+			if j, ok := back[k]; ok {
+				next.Pending[j].Count += w.Count
+				continue
+			}
+			w.Suspended = true
 		}
 		if w.Shrunk {
 			k := groupKey{w.Job, w.Group, fmt.Sprint(w.Ask, w.Priority, w.Preemptible, w.Gang, w.MinCount), true}
