@@ -116,3 +116,18 @@ func TestPartialGangs(t *testing.T) {
 		})
 	}
 }
+
+// TestApplyGangWaitsWhole: a gang suspended while part of it waited comes
+// back as one suspended workload of all its instances: a stopped job has
+// nothing queued in Nomad.
+func TestApplyGangWaitsWhole(t *testing.T) {
+	al := running("g-0", "a", 0, 1, "n1", 0)
+	al.Job, al.Gang = "g", true
+	snap := &cluster.Snapshot{Nodes: []cluster.Node{node("n1", 4)}, Projects: []cluster.Project{{Name: "a"}},
+		Allocations: []cluster.Allocation{al},
+		Pending: []cluster.Pending{{Project: "a", Job: "g", Group: "main", Preemptible: true, Ask: cluster.Ask{WholeGPUs: 1}, Count: 2, Gang: true}}}
+	next := Apply(snap, Result{Actions: []Action{{Kind: Suspend, Project: "a", Job: "g", Allocations: []string{"g-0"}, Workload: -1}}}, 100)
+	if len(next.Allocations) != 0 || len(next.Pending) != 1 || !next.Pending[0].Suspended || next.Pending[0].Count != 3 || !next.Pending[0].Gang {
+		t.Errorf("allocations %+v, pending %+v; want one suspended gang workload of 3 instances", next.Allocations, next.Pending)
+	}
+}
