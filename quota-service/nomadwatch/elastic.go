@@ -15,7 +15,8 @@ import (
 // Gangs and elastic groups).
 const MetaMinCount = "gpushare.min_count"
 
-// minCounts reads MetaMinCount of every task group of job that sets it.
+// minCounts reads MetaMinCount of every task group of job that sets it,
+// raised to the group's scaling policy minimum where that is higher.
 // A value that is not a whole number from 1 up is an error naming the
 // group; the group is then not elastic.
 func minCounts(job *nomadapi.Job) (map[string]int, error) {
@@ -30,6 +31,10 @@ func minCounts(job *nomadapi.Job) (map[string]int, error) {
 		if err != nil || n < 1 {
 			errs = append(errs, fmt.Sprintf("task group %q meta %s = %q: set it to a whole number from 1 up to the group's count", *tg.Name, MetaMinCount, v))
 			continue
+		}
+		if tg.Scaling != nil && tg.Scaling.Min != nil && int(*tg.Scaling.Min) > n {
+			// Nomad refuses a scale below the group's scaling policy.
+			n = int(*tg.Scaling.Min)
 		}
 		if out == nil {
 			out = map[string]int{}

@@ -30,6 +30,11 @@ func TestMinCounts(t *testing.T) {
 	}{
 		{name: "none", job: job("-")},
 		{name: "two groups", job: job("2", " 1 "), want: map[string]int{"a": 2, "b": 1}},
+		{name: "the scaling policy's minimum is higher", job: func() *nomadapi.Job {
+			j := job("1")
+			j.TaskGroups[0].Scaling = &nomadapi.ScalingPolicy{Min: ptr(int64(3))}
+			return j
+		}(), want: map[string]int{"a": 3}},
 		{name: "zero is no minimum", job: job("0"), wantErr: `task group "a" meta gpushare.min_count = "0": set it to a whole number from 1`},
 		{name: "not a number, the other group kept", job: job("two", "3"), want: map[string]int{"b": 3}, wantErr: `"a" meta gpushare.min_count = "two"`},
 	} {
