@@ -43,7 +43,7 @@ func TestModuleProvisionsACLCluster(t *testing.T) {
 	w := newWorkspace(t, "examples/cluster")
 	projects := map[string]any{
 		"team-a": map[string]any{"guaranteed": 2, "priority": 10},
-		"team-b": map[string]any{"guaranteed": 2, "limit": 4},
+		"team-b": map[string]any{"guaranteed": 2, "limit": 4, "min_runtime": "5m"},
 	}
 	vars := map[string]any{"nomad_addr": c.NomadAddr, "consul_addr": strings.TrimPrefix(c.ConsulAddr, "http://"),
 		"nomad_token": c.NomadToken, "consul_token": c.ConsulToken, "quota_binary": bin, "quota_driver": "raw_exec", "projects": projects}
@@ -54,7 +54,7 @@ func TestModuleProvisionsACLCluster(t *testing.T) {
 	w.must(0, "apply", "-auto-approve")
 	checkProvisioned(t, c)
 	checkQuotaDocument(t, c, "team-a", "{\n  \"guaranteed\": 2,\n  \"priority\": 10\n}\n")
-	checkQuotaDocument(t, c, "team-b", "{\n  \"guaranteed\": 2,\n  \"limit\": 4\n}\n")
+	checkQuotaDocument(t, c, "team-b", "{\n  \"guaranteed\": 2,\n  \"limit\": 4,\n  \"min_runtime\": \"5m\"\n}\n")
 	out := w.must(0, "output", "-raw", "plugin_nomad_token")
 	if err := c.UsePluginToken(strings.TrimSpace(out)); err != nil {
 		t.Fatalf("restarting the Nomad client with the module's plugin token: %v", err)

@@ -80,6 +80,11 @@ type JobInfo struct {
 	Gang bool
 	// MinCounts are the elastic groups' minimums (MetaMinCount).
 	MinCounts map[string]int
+	// MinRuntime is how long its allocations run before reclaim for a
+	// project above its guarantee or preemption inside its project may
+	// take the job (its project's min_runtime, shortened by
+	// MetaMinRuntime).
+	MinRuntime time.Duration
 	// Running is the number of its allocations that run.
 	Running int
 	// Live is the number of its allocations placed and not finished
@@ -205,6 +210,8 @@ type assembler struct {
 	// shareUnit is the shares one instance of a share request stands for
 	// (shareUnitOf).
 	shareUnit int
+	// minRuntimes are the projects' min_runtime settings.
+	minRuntimes map[string]time.Duration
 }
 
 func newAssembler(in Inputs) *assembler {
@@ -213,9 +220,11 @@ func newAssembler(in Inputs) *assembler {
 	a := &assembler{in: in, v: v, snap: v.Snapshot, resolver: newResolver(in.Settings),
 		projects: map[string]bool{}, nodes: map[string]*nodeGPUs{}, readDevs: map[string]*nodeDevices{}, jobKeys: map[[2]string]string{}}
 	a.shareUnit = a.shareUnitOf(in.Nodes)
+	a.minRuntimes = map[string]time.Duration{}
 	for _, s := range in.Settings {
 		a.snap.Projects = append(a.snap.Projects, s.Model())
 		a.projects[s.Project] = true
+		a.minRuntimes[s.Project] = s.MinRuntime
 	}
 	return a
 }
@@ -293,6 +302,7 @@ func (a *assembler) addJobs() {
 		info := &JobInfo{Namespace: j.Namespace, ID: j.ID, Priority: j.Priority, JobModifyIndex: j.JobModifyIndex,
 			Stop: j.Stop, Status: j.Status, Preemptible: jobPreemptible(j.Meta), Type: j.Type, Groups: map[string]int{},
 			Project: a.resolver.Project(j.Namespace, j.Meta)}
+		info.MinRuntime = a.minRuntime(info.Project, Key(j.Namespace, j.ID), j.Meta)
 		if spec := a.in.Specs[Key(j.Namespace, j.ID)]; spec != nil {
 			if spec.Version != nil {
 				info.Version = *spec.Version

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
 	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
@@ -107,4 +108,26 @@ func groupName(tg *nomadapi.TaskGroup) string {
 
 func jobPreemptible(meta map[string]string) bool {
 	return !strings.EqualFold(strings.TrimSpace(meta[MetaPreempt]), "false")
+}
+
+// MetaMinRuntime is the job meta key that shortens its project's
+// min_runtime for the job (a duration such as "2m"); it never lengthens
+// it.
+const MetaMinRuntime = "gpushare.min_runtime"
+
+// minRuntime is job key's minimum runtime: its project's, or the job's
+// MetaMinRuntime where shorter. A value that is not a duration is a
+// warning; the project's then holds.
+func (a *assembler) minRuntime(project, key string, meta map[string]string) time.Duration {
+	d := a.minRuntimes[project]
+	v, ok := meta[MetaMinRuntime]
+	if !ok {
+		return d
+	}
+	own, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil || own < 0 {
+		a.warn("job %s: meta %s = %q is not a duration such as \"5m\"; the project's minimum runtime %s holds", key, MetaMinRuntime, v, d)
+		return d
+	}
+	return min(d, own)
 }

@@ -8,6 +8,7 @@
 //	  "limit": 3,                   // hard cap in GPUs (optional, >= guaranteed)
 //	  "priority": 10,               // higher wins over-quota capacity (default 0)
 //	  "over_quota_weight": 2,       // split of over-quota capacity (default 1; 0: no share of it)
+//	  "min_runtime": "10m",         // no fair-share reclaim or in-project preemption before (default 0; at most 24h)
 //	  "mapping": {
 //	    "namespace": "ml",          // Nomad namespace of the project (default: the project name)
 //	    "job_meta_key": "project"   // a job whose meta[key] names this project belongs to it
@@ -29,6 +30,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
@@ -47,7 +49,15 @@ type Settings struct {
 	// under that key is this project's name belongs to this project,
 	// whatever its namespace.
 	JobMetaKey string `json:"job_meta_key,omitempty"`
+	// MinRuntime is how long the project's jobs run before reclaim for
+	// a project above its guarantee or preemption inside the project may
+	// take them (docs/design.md, Minimum runtime); a job's meta
+	// gpushare.min_runtime may shorten it for that job.
+	MinRuntime time.Duration `json:"min_runtime,omitempty"`
 }
+
+// MaxMinRuntime bounds a project's min_runtime.
+const MaxMinRuntime = 24 * time.Hour
 
 // Model returns the settings as the planner's project record.
 func (s Settings) Model() cluster.Project {
@@ -85,6 +95,7 @@ type document struct {
 	Limit           json.RawMessage `json:"limit"`
 	Priority        json.RawMessage `json:"priority"`
 	OverQuotaWeight json.RawMessage `json:"over_quota_weight"`
+	MinRuntime      json.RawMessage `json:"min_runtime"`
 	Mapping         *mapping        `json:"mapping"`
 }
 
@@ -162,6 +173,17 @@ func Parse(project string, data []byte) (Settings, error) {
 		}
 		s.OverQuotaWeight = w
 	}
+	if doc.MinRuntime != nil {
+		var text string
+		d, err := time.Duration(0), json.Unmarshal(doc.MinRuntime, &text)
+		if err == nil {
+			d, err = time.ParseDuration(text)
+		}
+		if err != nil || d < 0 || d > MaxMinRuntime {
+			return Settings{}, fe("min_runtime", fmt.Sprintf("%.40s is not a duration from 0s to 24h", doc.MinRuntime), `write a duration string such as "10m", or remove it for none`)
+		}
+		s.MinRuntime = d
+	}
 	if m := doc.Mapping; m != nil {
 		if m.Namespace != nil {
 			if !namespaceRE.MatchString(*m.Namespace) {
@@ -199,7 +221,7 @@ func decodeError(project string, err error) error {
 	msg := err.Error()
 	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
 		return &FieldError{Project: project, Field: strings.Trim(f, `"`), Problem: "unknown field",
-			Fix: "remove it; known fields are guaranteed, limit, priority, over_quota_weight and mapping (namespace, job_meta_key)"}
+			Fix: "remove it; known fields are guaranteed, limit, priority, over_quota_weight, min_runtime and mapping (namespace, job_meta_key)"}
 	}
 	return &FieldError{Project: project, Problem: msg, Fix: `store a JSON object such as {"guaranteed": 2}`}
 }
@@ -212,7 +234,7 @@ func expectedKind(field string) string {
 		return "an integer"
 	case "mapping":
 		return `an object like {"namespace": "ml"}`
-	case "mapping.namespace", "mapping.job_meta_key":
+	case "mapping.namespace", "mapping.job_meta_key", "min_runtime":
 		return "a string"
 	}
 	return "a JSON object"

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
@@ -44,6 +45,12 @@ func TestParse(t *testing.T) {
 		{name: "trailing data", project: "p", doc: `{"guaranteed": 2} {}`, wantErr: true},
 		{name: "array", project: "p", doc: `[1]`, wantErr: true},
 		{name: "bad project name", project: "a/b", doc: `{"guaranteed": 2}`, wantErr: true},
+		{name: "minimum runtime", project: "p", doc: `{"guaranteed": 2, "min_runtime": "10m"}`,
+			want: Settings{Project: "p", Guaranteed: 200, OverQuotaWeight: 1, Namespace: "p", MinRuntime: 10 * time.Minute}},
+		{name: "minimum runtime not a duration", project: "p", doc: `{"guaranteed": 2, "min_runtime": "ten minutes"}`, field: "min_runtime", wantErr: true},
+		{name: "minimum runtime a number", project: "p", doc: `{"guaranteed": 2, "min_runtime": 600}`, field: "min_runtime", wantErr: true},
+		{name: "minimum runtime too long", project: "p", doc: `{"guaranteed": 2, "min_runtime": "25h"}`, field: "min_runtime", wantErr: true},
+		{name: "minimum runtime negative", project: "p", doc: `{"guaranteed": 2, "min_runtime": "-1m"}`, field: "min_runtime", wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

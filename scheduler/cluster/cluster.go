@@ -234,6 +234,13 @@ type Allocation struct {
 	// above MinCount are shrunk away (highest Instance first, then newest)
 	// before any whole job is suspended. 0 means not elastic.
 	MinCount int
+	// InMinRuntime marks an allocation that started less than its minimum
+	// runtime ago (docs/design.md, Minimum runtime): its job is no victim
+	// of reclaim for a project above its guarantee, nor of preemption
+	// inside its project, while all its allocations are so marked (an
+	// elastic instance, while it is). Restoring a guarantee and holding a
+	// project to its limit do not wait for it.
+	InMinRuntime bool
 	// Instance is the allocation's index in its task group (Nomad's
 	// allocation name "job.group[Instance]"). When a group's count falls,
 	// Nomad stops the highest indexes, so an elastic group shrinks from

@@ -109,8 +109,10 @@ func (s *state) addShrink(j int32, what shrinkUnit, start int64, allocs []int32)
 	unit := jobState{name: parent.name, project: parent.project, priority: parent.priority,
 		nonPreemptible: parent.nonPreemptible, exposed: parent.exposed, newest: start, allocs: allocs,
 		shrink: true, parent: j, rank: int32(len(s.unitsOf[j]))}
+	unit.young = true
 	for _, a := range allocs {
 		unit.held += s.snap.Allocations[a].Ask.GPUShares()
+		unit.young = unit.young && s.snap.Allocations[a].InMinRuntime
 		s.allocShrink[a] = k
 	}
 	s.jobs = append(s.jobs, unit)

@@ -363,7 +363,8 @@ func (s *state) reclaim(a *attempt) (bool, error) {
 	if len(from) == 0 {
 		return false, nil
 	}
-	n, victims, ok := s.findVictims(a.task, victimSearch{projects: from, floor: floor, exclude: a.exclude, nodes: a.nodes, plannedOnly: a.reserve, comeback: true})
+	n, victims, ok := s.findVictims(a.task, victimSearch{projects: from, floor: floor, exclude: a.exclude, nodes: a.nodes,
+		plannedOnly: a.reserve, comeback: true, minRuntime: !a.withinGuarantee})
 	if !ok {
 		return false, nil
 	}
@@ -412,6 +413,7 @@ func (s *state) preempt(a *attempt, mustFree cluster.Shares) (bool, error) {
 		mustFree:      mustFree,
 		nodes:         a.nodes,
 		plannedOnly:   a.reserve,
+		minRuntime:    true,
 	})
 	if !ok {
 		return false, nil

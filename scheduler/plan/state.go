@@ -110,6 +110,11 @@ type jobState struct {
 	// state.shrinkUnits.
 	shrink, byParent bool
 	parent, rank     int32
+	// young marks a job all of whose allocations are within their
+	// minimum runtime (cluster.Allocation.InMinRuntime); youngAllocs
+	// counts those that are, while the job is listed.
+	young       bool
+	youngAllocs int
 }
 
 // plannedStart is the start of work placed in this cycle: after every
@@ -349,6 +354,10 @@ func (s *state) addRunningJobs() {
 		}
 		job.priority = max(job.priority, a.Priority)
 		job.newest = max(job.newest, a.Start)
+		if a.InMinRuntime {
+			job.youngAllocs++
+		}
+		job.young = job.youngAllocs == len(job.allocs)
 	}
 }
 

@@ -176,12 +176,17 @@ type victimSearch struct {
 	// should the victim come back by preempting its project's
 	// lower-priority jobs (see keepsFloor).
 	comeback bool
+	// minRuntime spares jobs within their minimum runtime: reclaim for a
+	// project above its guarantee and preemption inside a project
+	// (docs/design.md, Minimum runtime).
+	minRuntime bool
 }
 
 // allows reports whether job j may be a victim at all.
 func (vs *victimSearch) allows(job *jobState, j int32) bool {
 	return !job.suspended && j != vs.exclude && !(job.shrink && job.parent == vs.exclude) &&
-		(vs.belowPriority == nil || job.priority < *vs.belowPriority) && (!vs.plannedOnly || job.planned)
+		(vs.belowPriority == nil || job.priority < *vs.belowPriority) && (!vs.plannedOnly || job.planned) &&
+		!(vs.minRuntime && job.young)
 }
 
 // findVictims finds the victims that make room for t on one node, in two

@@ -11,7 +11,7 @@
 //	project A guaranteed 2 [limit 4] [priority 1] [weight 1]
 //	run JOB project A (gpus N | share 0.5) node n1 gpu 0[,1..] [group g] [priority 0]
 //	    [nonpreemptible] [system] [start 10] [cpu 1] [mem 1024] [id ID] [model A100[,H100]]
-//	    [gang] [min N]
+//	    [gang] [min N] [young]
 //	pending JOB project B (gpus N | share 0.5) [count 2] [submit 5] [round R]
 //	    [group g] [priority 0] [nonpreemptible] [suspended] [cpu 1] [mem 1024] [model ...]
 //	    [nodes n1[,n2..] | nodes none] [gang] [min N] [shrunk]
@@ -44,6 +44,8 @@
 // alike; "min N" makes a group elastic with minimum N (cluster.Allocation.
 // MinCount); "shrunk" marks pending instances a shrink took from a running
 // elastic group, which come back only by growth (plan.Result.Grow).
+// "young" marks an allocation within its minimum runtime
+// (cluster.Allocation.InMinRuntime).
 //
 // Any expect line may end with the flag "firstfit": the expectation depends
 // on which node and GPUs first-fit placement picks, and runs with other
@@ -528,7 +530,7 @@ func (p *parser) ask(l line) (cluster.Ask, error) {
 }
 
 func (p *parser) run(num int, words []string) error {
-	l, err := p.splitNamed(num, words, append([]string{"node", "gpu", "start", "id"}, workloadKeys...), []string{"nonpreemptible", "system", "gang"})
+	l, err := p.splitNamed(num, words, append([]string{"node", "gpu", "start", "id"}, workloadKeys...), []string{"nonpreemptible", "system", "gang", "young"})
 	if err != nil {
 		return err
 	}
@@ -569,6 +571,7 @@ func (p *parser) run(num int, words []string) error {
 	p.sc.Initial.Allocations = append(p.sc.Initial.Allocations, cluster.Allocation{
 		ID: id, Project: w.project, Job: w.job, Group: w.group, Priority: w.priority, Preemptible: w.preemptible,
 		System: l.flags["system"], Ask: w.ask, Node: node, GPUs: gpus, Start: start, Gang: w.gang, MinCount: w.minCount,
+		InMinRuntime: l.flags["young"],
 	})
 	p.refs = append(p.refs, ref{line: num, project: w.project, node: node, gpus: gpus, ask: w.ask, unbound: !bound})
 	return nil

@@ -22,6 +22,7 @@ type quotaModel struct {
 	OverQuotaWeight types.Int64   `tfsdk:"over_quota_weight"`
 	Namespace       types.String  `tfsdk:"namespace"`
 	JobMetaKey      types.String  `tfsdk:"job_meta_key"`
+	MinRuntime      types.String  `tfsdk:"min_runtime"`
 	Key             types.String  `tfsdk:"key"`
 }
 
@@ -32,6 +33,7 @@ type document struct {
 	Limit           json.Number `json:"limit,omitempty"`
 	Priority        *int64      `json:"priority,omitempty"`
 	OverQuotaWeight *int64      `json:"over_quota_weight,omitempty"`
+	MinRuntime      *string     `json:"min_runtime,omitempty"`
 	Mapping         *mapping    `json:"mapping,omitempty"`
 }
 
@@ -44,7 +46,7 @@ type mapping struct {
 // known (at plan time a value may come from another resource).
 func (m quotaModel) known() bool {
 	for _, v := range []interface{ IsUnknown() bool }{m.Project, m.Guaranteed, m.Limit, m.Priority,
-		m.OverQuotaWeight, m.Namespace, m.JobMetaKey} {
+		m.OverQuotaWeight, m.Namespace, m.JobMetaKey, m.MinRuntime} {
 		if v.IsUnknown() {
 			return false
 		}
@@ -61,6 +63,7 @@ func (m quotaModel) encode() []byte {
 	}
 	doc.Priority = m.Priority.ValueInt64Pointer()
 	doc.OverQuotaWeight = m.OverQuotaWeight.ValueInt64Pointer()
+	doc.MinRuntime = m.MinRuntime.ValueStringPointer()
 	if !m.Namespace.IsNull() || !m.JobMetaKey.IsNull() {
 		doc.Mapping = &mapping{Namespace: m.Namespace.ValueStringPointer(), JobMetaKey: m.JobMetaKey.ValueStringPointer()}
 	}
@@ -88,7 +91,7 @@ func decodeQuota(project string, data []byte) (quotaModel, error) {
 	}
 	m := quotaModel{Project: types.StringValue(project), Limit: types.Float64Null(),
 		Priority: types.Int64PointerValue(doc.Priority), OverQuotaWeight: types.Int64PointerValue(doc.OverQuotaWeight),
-		Namespace: types.StringNull(), JobMetaKey: types.StringNull()}
+		Namespace: types.StringNull(), JobMetaKey: types.StringNull(), MinRuntime: types.StringPointerValue(doc.MinRuntime)}
 	g, err := doc.Guaranteed.Float64()
 	if err != nil {
 		return quotaModel{}, fmt.Errorf("quota for project %q: guaranteed: %w", project, err)

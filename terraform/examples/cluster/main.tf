@@ -73,6 +73,7 @@ variable "projects" {
     limit             = optional(number)
     priority          = optional(number)
     over_quota_weight = optional(number)
+    min_runtime       = optional(string)
     namespace         = optional(string)
     job_meta_key      = optional(string)
   }))

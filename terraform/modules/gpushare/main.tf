@@ -44,6 +44,7 @@ resource "gpushare_quota" "project" {
   limit             = each.value.limit
   priority          = each.value.priority
   over_quota_weight = each.value.over_quota_weight
+  min_runtime       = each.value.min_runtime
   namespace         = each.value.namespace
   job_meta_key      = each.value.job_meta_key
 

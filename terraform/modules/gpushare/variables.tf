@@ -9,12 +9,13 @@ variable "name" {
 }
 
 variable "projects" {
-  description = "Projects by name: their quota (guaranteed GPUs, optional limit, priority, over_quota_weight) and where their jobs are (namespace, default the project name; job_meta_key). A namespace is created for each project unless it is \"default\" or create_namespaces is false."
+  description = "Projects by name: their quota (guaranteed GPUs, optional limit, priority, over_quota_weight, min_runtime) and where their jobs are (namespace, default the project name; job_meta_key). A namespace is created for each project unless it is \"default\" or create_namespaces is false."
   type = map(object({
     guaranteed        = number
     limit             = optional(number)
     priority          = optional(number)
     over_quota_weight = optional(number)
+    min_runtime       = optional(string)
     namespace         = optional(string)
     job_meta_key      = optional(string)
   }))
