@@ -125,7 +125,7 @@ func TestApplyGangWaitsWhole(t *testing.T) {
 	al.Job, al.Gang = "g", true
 	snap := &cluster.Snapshot{Nodes: []cluster.Node{node("n1", 4)}, Projects: []cluster.Project{{Name: "a"}},
 		Allocations: []cluster.Allocation{al},
-		Pending: []cluster.Pending{{Project: "a", Job: "g", Group: "main", Preemptible: true, Ask: cluster.Ask{WholeGPUs: 1}, Count: 2, Gang: true}}}
+		Pending:     []cluster.Pending{{Project: "a", Job: "g", Group: "main", Preemptible: true, Ask: cluster.Ask{WholeGPUs: 1}, Count: 2, Gang: true}}}
 	next := Apply(snap, Result{Actions: []Action{{Kind: Suspend, Project: "a", Job: "g", Allocations: []string{"g-0"}, Workload: -1}}}, 100)
 	if len(next.Allocations) != 0 || len(next.Pending) != 1 || !next.Pending[0].Suspended || next.Pending[0].Count != 3 || !next.Pending[0].Gang {
 		t.Errorf("allocations %+v, pending %+v; want one suspended gang workload of 3 instances", next.Allocations, next.Pending)
