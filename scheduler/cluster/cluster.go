@@ -309,6 +309,11 @@ type Project struct {
 	// entitled to reclaim takes that work back first (docs/design.md,
 	// Projects and fair share).
 	NoOverQuota bool
+	// SurplusFactor, when above 0, scales the over-quota weight: the
+	// quota service's time-aware fair share lowers it for a project that
+	// used much of the surplus recently (docs/design.md, Projects and
+	// fair share). 0 means 1.
+	SurplusFactor float64
 }
 
 // Weight is the over-quota weight with the default applied: 0 for

@@ -18,6 +18,9 @@
 // the total handed out is exactly min(capacity, total capped demand), less
 // what only weight-0 projects want, and never more than the capacity.
 //
+// A project's SurplusFactor (time-aware fair share) scales its weight in
+// the split of the surplus.
+//
 // When the guarantees alone exceed the capacity (an over-committed cluster,
 // e.g. after nodes left), the guarantee phase is itself water-filled: higher
 // priority tiers first, in proportion to the guarantees inside a tier.
@@ -58,7 +61,7 @@ func Deserved(capacity cluster.Shares, projects []cluster.Project, demand []clus
 		return deserved
 	}
 	copy(deserved, first)
-	byWeight := filling{projects, deserved, want, func(i int) int64 { return projects[i].Weight() }}
+	byWeight := filling{projects, deserved, want, surplusWeights(projects)}
 	avail := capacity - firstTotal
 	for _, tier := range tiers {
 		if avail == 0 {
@@ -67,6 +70,30 @@ func Deserved(capacity cluster.Shares, projects []cluster.Project, demand []clus
 		avail = byWeight.fill(avail, tier)
 	}
 	return deserved
+}
+
+// surplusScale is the resolution of cluster.Project.SurplusFactor in the
+// split of the surplus.
+const surplusScale = 1_000_000
+
+// surplusWeights is each project's weight in the split of the surplus:
+// its over-quota weight, scaled by its SurplusFactor when any project has
+// one (then in millionths, at least 1 for a weight above 0).
+func surplusWeights(projects []cluster.Project) func(int) int64 {
+	if !slices.ContainsFunc(projects, func(p cluster.Project) bool { return p.SurplusFactor > 0 }) {
+		return func(i int) int64 { return projects[i].Weight() }
+	}
+	w := make([]int64, len(projects))
+	for i, p := range projects {
+		f := p.SurplusFactor
+		if f <= 0 {
+			f = 1
+		}
+		if w[i] = p.Weight(); w[i] > 0 {
+			w[i] = max(1, int64(float64(w[i])*f*surplusScale+0.5))
+		}
+	}
+	return func(i int) int64 { return w[i] }
 }
 
 // priorityTiers groups project positions by priority, highest first; inside

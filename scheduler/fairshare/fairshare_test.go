@@ -126,3 +126,36 @@ func TestDeservedInvariants(t *testing.T) {
 		}
 	}
 }
+
+// TestDeservedSurplusFactor: a project's SurplusFactor (time-aware fair
+// share) scales its weight in the split of the surplus only; guarantees
+// stand, and without factors the split is the plain one.
+func TestDeservedSurplusFactor(t *testing.T) {
+	tests := []struct {
+		name     string
+		capacity cluster.Shares
+		projects []cluster.Project
+		demand   []cluster.Shares
+		want     []cluster.Shares
+	}{
+		{"a third of the weight for the project that used the surplus", 400,
+			[]cluster.Project{{Name: "busy", SurplusFactor: 1.0 / 3}, {Name: "idle", SurplusFactor: 1}},
+			[]cluster.Shares{1000, 1000}, []cluster.Shares{100, 300}},
+		{"guarantees first whatever the history", 400,
+			[]cluster.Project{{Name: "busy", Guaranteed: 200, SurplusFactor: 0.01}, {Name: "idle"}},
+			[]cluster.Shares{1000, 1000}, []cluster.Shares{202, 198}},
+		{"weights and factors multiply", 400,
+			[]cluster.Project{{Name: "a", OverQuotaWeight: 3, SurplusFactor: 0.5}, {Name: "b", OverQuotaWeight: 1, SurplusFactor: 0.5}},
+			[]cluster.Shares{1000, 1000}, []cluster.Shares{300, 100}},
+		{"weight 0 stays 0", 400,
+			[]cluster.Project{{Name: "a", NoOverQuota: true, SurplusFactor: 1}, {Name: "b", SurplusFactor: 0.2}},
+			[]cluster.Shares{1000, 1000}, []cluster.Shares{0, 400}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Deserved(tt.capacity, tt.projects, tt.demand); !slices.Equal(got, tt.want) {
+				t.Errorf("Deserved = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

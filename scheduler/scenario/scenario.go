@@ -8,7 +8,7 @@
 //	rounds 5                                     (default 1)
 //	node n1 gpus 4 [model A100] [cpu 64] [mem 262144] [gpumem 81920] [mode any|whole|shared]
 //	    [unavailable REASON] [unhealthy 2[,3..]]
-//	project A guaranteed 2 [limit 4] [priority 1] [weight 1]
+//	project A guaranteed 2 [limit 4] [priority 1] [weight 1] [surplus 50]
 //	run JOB project A (gpus N | share 0.5) node n1 gpu 0[,1..] [group g] [priority 0]
 //	    [nonpreemptible] [system] [start 10] [cpu 1] [mem 1024] [id ID] [model A100[,H100]]
 //	    [gang] [min N] [young]
@@ -37,7 +37,8 @@
 // A node marked unavailable (one word says why, e.g. draining) is out of
 // planning; its run lines may leave out gpu. "unhealthy" names the GPUs of a
 // node that take no work. "weight 0" gives a project no share of the
-// surplus (cluster.Project.NoOverQuota). "system" marks a system job's
+// surplus (cluster.Project.NoOverQuota). "surplus N" is the project's
+// time-aware surplus factor in percent (cluster.Project.SurplusFactor). "system" marks a system job's
 // allocation, never a victim. "nodes" lists the only nodes a pending
 // workload may run on, as its constraints would. "gang" marks a job whose
 // GPU groups run all together or not at all, on its run and pending lines
@@ -404,7 +405,7 @@ func (p *parser) node(num int, words []string) error {
 }
 
 func (p *parser) project(num int, words []string) error {
-	l, err := p.split(num, words, []string{"guaranteed", "limit", "priority", "weight"}, nil)
+	l, err := p.split(num, words, []string{"guaranteed", "limit", "priority", "weight", "surplus"}, nil)
 	if err != nil {
 		return err
 	}
@@ -428,6 +429,10 @@ func (p *parser) project(num int, words []string) error {
 	if err != nil {
 		return err
 	}
+	surplus, err := p.intField(l, "surplus", 0, 1, 100)
+	if err != nil {
+		return err
+	}
 	for _, q := range p.sc.Initial.Projects {
 		if q.Name == name {
 			return p.errf(num, "name", ErrBadValue, "project %q declared twice", name)
@@ -435,6 +440,7 @@ func (p *parser) project(num int, words []string) error {
 	}
 	p.sc.Initial.Projects = append(p.sc.Initial.Projects, cluster.Project{
 		Name: name, Guaranteed: g, Limit: limit, HasLimit: hasLimit, Priority: int(prio), OverQuotaWeight: weight, NoOverQuota: weight == 0,
+		SurplusFactor: float64(surplus) / 100,
 	})
 	return nil
 }
