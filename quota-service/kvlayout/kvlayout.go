@@ -62,6 +62,10 @@ func (l Layout) Suspension(namespace, job string) string {
 	return fmt.Sprintf("%s%s/%s", l.Suspended(), namespace, job)
 }
 
+// SurplusUse is the key of the projects' recent use of the surplus
+// (time-aware fair share, package surplususe).
+func (l Layout) SurplusUse() string { return l.Root + "/status/surplus-use" }
+
 // Shrunk is the folder of shrink records (elastic groups the service
 // shrank).
 func (l Layout) Shrunk() string { return l.Root + "/shrunk/" }

@@ -45,6 +45,7 @@ func (s *Service) run(ctx context.Context, mayAct bool) (held bool) {
 	defer func() { s.metrics.Cycle.Observe(time.Since(start).Seconds()) }()
 	c, failure := s.read(ctx)
 	if failure == nil {
+		s.applySurplusFactors(ctx, c, start)
 		failure = s.plan(c)
 	}
 	if failure == nil && mayAct && s.leading() {
@@ -58,6 +59,7 @@ func (s *Service) run(ctx context.Context, mayAct bool) (held bool) {
 	if s.Status().LastError != "" {
 		s.log.Info("cycle works again")
 	}
+	s.noteSurplusUse(ctx, c, start)
 	s.record(ctx, c)
 	return len(c.rep.Skipped) > 0 || len(c.rep.Errors) > 0
 }

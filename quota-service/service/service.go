@@ -28,6 +28,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
 	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
+	"github.com/gpushare/nomad-gpushare/quota-service/surplususe"
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -56,6 +57,12 @@ type Config struct {
 	MaxStaleness time.Duration
 	// ResumeHold and SuspendHold: see package actuator.
 	ResumeHold, SuspendHold time.Duration
+	// FairShareHalfLife turns on time-aware fair share (package
+	// surplususe): each project's weight in the split of the surplus is
+	// lowered by its use of the surplus, decayed with this half-life. 0:
+	// off. FairShareUsageWeight weighs that use (default 1).
+	FairShareHalfLife    time.Duration
+	FairShareUsageWeight float64
 	// GangPartialHold bounds how long a gang runs in part while the plan
 	// expects Nomad to place the rest (default DefaultGangPartialHold):
 	// past it, the gang is suspended whole (gangs.go).
@@ -124,6 +131,10 @@ type Service struct {
 	reclaimFor map[string]time.Time
 	isLeader   bool
 
+	// surplus is time-aware fair share's state (surplus.go); only cycles
+	// touch it.
+	surplus surplusState
+
 	// partialSince is, by job Key, when each gang that runs in part was
 	// first seen so (gangs.go); only cycles touch it (cycleMu).
 	partialSince map[string]time.Time
@@ -160,6 +171,9 @@ func (c Config) withDefaults() Config {
 			*d.field = d.def
 		}
 	}
+	if c.FairShareUsageWeight <= 0 {
+		c.FairShareUsageWeight = 1
+	}
 	return c
 }
 
@@ -185,6 +199,9 @@ func New(cfg Config) *Service {
 		written:    map[string]state.ProjectStatus{},
 		reclaimFor: map[string]time.Time{}, partialSince: map[string]time.Time{},
 		status: Status{Instance: cfg.Instance},
+	}
+	if cfg.FairShareHalfLife > 0 {
+		s.surplus.tracker, _ = surplususe.New(cfg.FairShareHalfLife, cfg.FairShareUsageWeight) // both checked above
 	}
 	s.nomadChanged, s.nomadWake = nomadwatch.Queue()
 	s.builder = nomadwatch.NewBuilder(cfg.Nomad, cfg.Log, nomadwatch.Options{

@@ -28,6 +28,12 @@ type ProjectView struct {
 	// service never suspends because it could not bring them back
 	// (docs/design.md, Suspension and resumption).
 	NeverVictims []string `json:"never_victims,omitempty"`
+	// RecentSurplusGPUHours and SurplusFactor, with time-aware fair
+	// share on, are the project's recent use of the surplus (GPU-hours
+	// above its guarantee, decayed) and the factor its over-quota weight
+	// was multiplied by this cycle.
+	RecentSurplusGPUHours float64 `json:"recent_surplus_gpu_hours,omitempty"`
+	SurplusFactor         float64 `json:"surplus_factor,omitempty"`
 }
 
 // Status is /v1/status.
@@ -240,10 +246,24 @@ func (s *Service) projectViews(c *cycleData, sum pendingSummary) []ProjectView {
 		if fe, ok := rejected[sh.Name]; ok {
 			st.QuotaError = fe.Error()
 		}
-		views = append(views, ProjectView{ProjectStatus: st, Priority: qs.Priority, OverQuotaWeight: qs.OverQuotaWeight, Namespace: qs.Namespace,
-			NonPreemptibleAboveGuarantee: exposed, NeverVictims: sh.NeverVictims})
+		v := ProjectView{ProjectStatus: st, Priority: qs.Priority, OverQuotaWeight: qs.OverQuotaWeight, Namespace: qs.Namespace,
+			NonPreemptibleAboveGuarantee: exposed, NeverVictims: sh.NeverVictims}
+		if t := s.surplus.tracker; t != nil {
+			v.RecentSurplusGPUHours, v.SurplusFactor = t.Used(sh.Name), factorOf(c, sh.Name)
+		}
+		views = append(views, v)
 	}
 	return views
+}
+
+// factorOf is the surplus factor project was planned with.
+func factorOf(c *cycleData, project string) float64 {
+	for _, p := range c.view.Snapshot.Projects {
+		if p.Name == project {
+			return p.SurplusFactor
+		}
+	}
+	return 0
 }
 
 // setProjectMetrics sets the per-project gauges (in GPUs) and the queue.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
 	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
+	"github.com/gpushare/nomad-gpushare/quota-service/surplususe"
 	consulapi "github.com/hashicorp/consul/api"
 )
 
@@ -216,4 +217,27 @@ func (s *Store) PruneProjectStatus(ctx context.Context, keep map[string]bool) er
 		}
 	}
 	return nil
+}
+
+// PutSurplusUse stores the projects' recent use of the surplus
+// (time-aware fair share).
+func (s *Store) PutSurplusUse(ctx context.Context, rec surplususe.Record) error {
+	return s.put(ctx, s.layout.SurplusUse(), rec)
+}
+
+// SurplusUse reads the stored use of the surplus; found is false when
+// none is stored.
+func (s *Store) SurplusUse(ctx context.Context) (rec surplususe.Record, found bool, err error) {
+	key := s.layout.SurplusUse()
+	pair, _, err := s.kv.Get(key, (&consulapi.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return rec, false, fmt.Errorf("reading Consul key %s: %w", key, err)
+	}
+	if pair == nil {
+		return rec, false, nil
+	}
+	if err := json.Unmarshal(pair.Value, &rec); err != nil {
+		return rec, false, fmt.Errorf("Consul key %s is not a surplus use record (%w); delete it, the service writes it again", key, err)
+	}
+	return rec, true, nil
 }

@@ -67,7 +67,8 @@ func run(args []string) error {
 		return err
 	}
 	svc := service.New(service.Config{Nomad: nomad, Consul: consul, Layout: opts.layout, Log: log,
-		Instance: opts.instance, PlanInterval: opts.interval, ResyncInterval: opts.resync, MaxStaleness: opts.staleness, GangPartialHold: opts.gangHold, PolicyName: opts.policy, MaxRecordBytes: opts.maxRecordBytes,
+		Instance: opts.instance, PlanInterval: opts.interval, ResyncInterval: opts.resync, MaxStaleness: opts.staleness, GangPartialHold: opts.gangHold,
+		FairShareHalfLife: opts.fairHalfLife, FairShareUsageWeight: opts.fairUsageWeight, PolicyName: opts.policy, MaxRecordBytes: opts.maxRecordBytes,
 		Usage: service.UsageConfig{Port: opts.usagePort, Period: opts.usagePeriod}, PublishRanks: opts.publishRanks,
 		RecordKeys: opts.recordKeys(nomad)})
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -33,7 +34,11 @@ type options struct {
 	tlsCert, tlsKey                 string
 	interval, staleness, resync     time.Duration
 	// gangHold bounds how long a gang runs in part.
-	gangHold                   time.Duration
+	gangHold time.Duration
+	// fairHalfLife turns on time-aware fair share (0: off);
+	// fairUsageWeight weighs the past use.
+	fairHalfLife               time.Duration
+	fairUsageWeight            float64
 	policy, instance, logLevel string
 	// maxRecordBytes bounds a suspension record (it holds the job spec).
 	maxRecordBytes int
@@ -106,6 +111,8 @@ func newFlags(o *options, instance string) (*flagDefs, *string) {
 	d.duration(&o.resync, "resync-interval", "GPUSHARE_RESYNC_INTERVAL", nomadwatch.DefaultResyncInterval, "how often the view the event stream keeps is checked against a full listing of Nomad")
 	d.duration(&o.staleness, "max-staleness", "GPUSHARE_MAX_STALENESS", actuator.DefaultMaxStaleness, "take no action on data listed longer ago")
 	d.duration(&o.gangHold, "gang-partial-hold", "GPUSHARE_GANG_PARTIAL_HOLD", service.DefaultGangPartialHold, "longest a gang job (meta gpushare.gang) runs in part while Nomad places the rest; then it is suspended whole and comes back when all of it fits")
+	d.duration(&o.fairHalfLife, "fair-share-half-life", "GPUSHARE_FAIR_SHARE_HALF_LIFE", 0, "time-aware fair share: a project's share of the surplus shrinks with its use of it, decayed with this half-life (e.g. 24h; 0: off)")
+	d.float(&o.fairUsageWeight, "fair-share-usage-weight", "GPUSHARE_FAIR_SHARE_USAGE_WEIGHT", 1, "how much past use of the surplus weighs in time-aware fair share (above 0)")
 	d.str(&o.policy, "policy", "GPUSHARE_POLICY", "gpushare", "placement policy for idle capacity")
 	d.integer(&o.maxRecordBytes, "max-record-bytes", "GPUSHARE_MAX_RECORD_BYTES", state.DefaultMaxRecordBytes, "largest suspension record written to Consul: a job whose spec would not fit is never suspended (keep it at or below Consul's kv_max_value_size)")
 	d.integer(&o.usagePort, "usage-port", "GPUSHARE_USAGE_PORT", 0, "the device plugins' usage_listen port (0: read no GPU usage)")
@@ -152,6 +159,13 @@ func (d *flagDefs) integer(p *int, name, envName string, def int, usage string) 
 	d.fs.IntVar(p, name, v, usage)
 }
 
+func (d *flagDefs) float(p *float64, name, envName string, def float64, usage string) {
+	d.env[name] = envName
+	v, err := floatEnv(envName, def)
+	d.errs = append(d.errs, err)
+	d.fs.Float64Var(p, name, v, usage)
+}
+
 func (d *flagDefs) boolean(p *bool, name, envName string, def bool, usage string) {
 	d.env[name] = envName
 	v, err := boolEnv(envName, def)
@@ -162,6 +176,9 @@ func (d *flagDefs) boolean(p *bool, name, envName string, def bool, usage string
 func (o *options) validate() error {
 	if o.interval <= 0 || o.staleness <= 0 || o.usagePeriod <= 0 || o.resync <= 0 || o.gangHold <= 0 {
 		return errors.New("-plan-interval, -max-staleness, -usage-period, -resync-interval and -gang-partial-hold must be positive durations such as 10s")
+	}
+	if o.fairHalfLife < 0 || !(o.fairUsageWeight > 0) || math.IsInf(o.fairUsageWeight, 0) {
+		return fmt.Errorf("-fair-share-half-life %s and -fair-share-usage-weight %v: want a duration from 0s (off) and a weight above 0, such as 24h and 1", o.fairHalfLife, o.fairUsageWeight)
 	}
 	if o.usagePort < 0 || o.usagePort > 65535 {
 		return fmt.Errorf("-usage-port %d: give the device plugins' usage_listen port (1-65535), or 0 to read no GPU usage", o.usagePort)
@@ -213,6 +230,19 @@ func intEnv(name string, def int) (int, error) {
 		return def, fmt.Errorf("%s=%q is not an integer", name, v)
 	}
 	return n, nil
+}
+
+// floatEnv reads a number from the environment variable name, or def.
+func floatEnv(name string, def float64) (float64, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return def, fmt.Errorf("%s=%q is not a number", name, v)
+	}
+	return f, nil
 }
 
 // boolEnv reads a boolean from the environment variable name, or def.
