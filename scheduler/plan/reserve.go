@@ -21,6 +21,16 @@ import (
 // capacity it gets without placing anything. Next cycle the reservation is
 // gone and the job finds its room idle. A reservation that fails is tried
 // again once the plan changed.
+//
+// Where the job will come back only by taking running work (reclaim or
+// preemption in the next cycle, by the same victim search), the
+// reservation fences instead: on the node that search picks, the idle part
+// of the GPUs the job would use is held for the rest of this plan, so that
+// no work this plan starts lands where the job will make room (it would be
+// suspended with the victims: a wasted start). The running victims are
+// left alone: only the next plan, with the job pending, decides on them,
+// and no other search of this plan takes them (they are the job's room);
+// work placed in this cycle among them is taken back.
 
 // reservationEntry is the queue entry of job j's reservation; queue
 // entries of pending units are their lead workloads, >= 0.
@@ -106,7 +116,7 @@ func (s *state) tryReserve(j int32) (bool, error) {
 			if err != nil {
 				return false, err
 			}
-			if !placed {
+			if !placed && !s.fence(a) {
 				s.rollback(a)
 				return false, nil
 			}
@@ -142,4 +152,74 @@ func (s *state) shapesOf(j int32) []cluster.Pending {
 func sameAsk(x, y *cluster.Ask) bool {
 	return x.CPUMilli == y.CPUMilli && x.MemoryMiB == y.MemoryMiB && x.WholeGPUs == y.WholeGPUs && x.Shares == y.Shares &&
 		slices.Equal(x.Models, y.Models)
+}
+
+// fence holds, for reservation a's instance that no idle capacity or
+// work planned in this cycle makes room for, the idle part of the GPUs it
+// would use on the node where the next cycle's reclaim or preemption
+// would make room (see the reservation's comment above). It reports
+// whether such a node was found; the hold is undone with the attempt.
+func (s *state) fence(a *attempt) bool {
+	n, victims, ok := s.nextCycleVictims(a)
+	if !ok {
+		return false
+	}
+	var moved []int32
+	for _, j := range victims {
+		if s.jobs[j].planned {
+			// Work placed in this cycle is taken back, as a
+			// reservation may.
+			s.take(a, j, "taken back: the room goes to a job this plan suspends, which comes back there")
+			continue
+		}
+		s.jobs[j].fenced = true
+		a.undo = append(a.undo, func() { s.jobs[j].fenced = false })
+		for _, al := range s.jobs[j].allocs {
+			if !s.allocs.get(al).gone && int(s.allocs.get(al).node) == n {
+				s.shift(al, +1)
+				moved = append(moved, al)
+			}
+		}
+	}
+	gpus, fits := s.cluster.Fits(n, a.task)
+	for _, al := range moved {
+		s.shift(al, -1)
+	}
+	if !fits {
+		return false
+	}
+	node := &s.cluster.Nodes[n]
+	for _, g := range gpus {
+		held := node.GPUs[g].Free
+		if held <= 0 {
+			continue
+		}
+		node.GPUs[g].Free = 0
+		s.cluster.summarize(n)
+		a.undo = append(a.undo, func() {
+			node.GPUs[g].Free += held
+			s.cluster.summarize(n)
+			s.cluster.releases++
+		})
+	}
+	return true
+}
+
+// nextCycleVictims is where the next cycle would make room for a's
+// instance by taking running work: the victim search of reclaim, else of
+// preemption, as placeInstance runs them, over running work too.
+func (s *state) nextCycleVictims(a *attempt) (int, []int32, bool) {
+	ps := &s.projects[a.p]
+	over := ps.held + a.inst - ps.cap
+	if over <= 0 && (a.withinGuarantee || a.withinDeserved) {
+		if vs, _, ok := s.reclaimSearch(a); ok {
+			vs.plannedOnly = false
+			if n, victims, ok := s.findVictims(a.task, vs); ok {
+				return n, victims, true
+			}
+		}
+	}
+	vs := s.preemptSearch(a, max(over, 0))
+	vs.plannedOnly = false
+	return s.findVictims(a.task, vs)
 }

@@ -348,26 +348,15 @@ func (s *state) idleReason(p int, inst cluster.Shares) string {
 // the workload's project is above its guarantee, above their deserved share)
 // to fit one instance.
 func (s *state) reclaim(a *attempt) (bool, error) {
-	floor := func(q int32) cluster.Shares { return s.projects[q].deserved }
-	what := "deserved share"
-	if a.withinGuarantee {
-		floor = func(q int32) cluster.Shares { return s.projects[q].guaranteed }
-		what = "guarantee"
-	}
-	var from []int32
-	for q := range s.projects {
-		if q != a.p && s.projects[q].held > floor(int32(q)) {
-			from = append(from, int32(q))
-		}
-	}
-	if len(from) == 0 {
-		return false, nil
-	}
-	n, victims, ok := s.findVictims(a.task, victimSearch{projects: from, floor: floor, exclude: a.exclude, nodes: a.nodes,
-		plannedOnly: a.reserve, comeback: true, minRuntime: !a.withinGuarantee})
+	vs, what, ok := s.reclaimSearch(a)
 	if !ok {
 		return false, nil
 	}
+	n, victims, ok := s.findVictims(a.task, vs)
+	if !ok {
+		return false, nil
+	}
+	floor := vs.floor
 	name := s.snap.Projects[a.p].Name
 	for _, j := range victims {
 		q := s.jobs[j].project
@@ -380,6 +369,42 @@ func (s *state) reclaim(a *attempt) (bool, error) {
 	}
 	return true, s.placeOn(a, n, fmt.Sprintf("%sreclaimed %s from projects above their %s; project %s stays within its %s",
 		a.resume, s.countVictims(victims), what, name, what))
+}
+
+// reclaimSearch is the victim search of reclaim for attempt a, and what
+// floor it keeps ("guarantee" or "deserved share"); ok is false when no
+// project is above its floor.
+func (s *state) reclaimSearch(a *attempt) (vs victimSearch, what string, ok bool) {
+	floor := func(q int32) cluster.Shares { return s.projects[q].deserved }
+	what = "deserved share"
+	if a.withinGuarantee {
+		floor = func(q int32) cluster.Shares { return s.projects[q].guaranteed }
+		what = "guarantee"
+	}
+	var from []int32
+	for q := range s.projects {
+		if q != a.p && s.projects[q].held > floor(int32(q)) {
+			from = append(from, int32(q))
+		}
+	}
+	return victimSearch{projects: from, floor: floor, exclude: a.exclude, nodes: a.nodes,
+		plannedOnly: a.reserve, comeback: true, minRuntime: !a.withinGuarantee}, what, len(from) > 0
+}
+
+// preemptSearch is the victim search of preemption inside a's project;
+// mustFree is what the victims must free to keep it within its limit.
+func (s *state) preemptSearch(a *attempt, mustFree cluster.Shares) victimSearch {
+	prio := a.wl.Priority
+	return victimSearch{
+		projects:      []int32{int32(a.p)},
+		floor:         func(int32) cluster.Shares { return 0 },
+		belowPriority: &prio,
+		exclude:       a.exclude,
+		mustFree:      mustFree,
+		nodes:         a.nodes,
+		plannedOnly:   a.reserve,
+		minRuntime:    true,
+	}
 }
 
 // countVictims says, for reasons, what the victims are: "N job(s)", with
@@ -405,16 +430,7 @@ func (s *state) countVictims(victims []int32) string {
 // its limit.
 func (s *state) preempt(a *attempt, mustFree cluster.Shares) (bool, error) {
 	prio := a.wl.Priority
-	n, victims, ok := s.findVictims(a.task, victimSearch{
-		projects:      []int32{int32(a.p)},
-		floor:         func(int32) cluster.Shares { return 0 },
-		belowPriority: &prio,
-		exclude:       a.exclude,
-		mustFree:      mustFree,
-		nodes:         a.nodes,
-		plannedOnly:   a.reserve,
-		minRuntime:    true,
-	})
+	n, victims, ok := s.findVictims(a.task, s.preemptSearch(a, mustFree))
 	if !ok {
 		return false, nil
 	}

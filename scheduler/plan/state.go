@@ -115,6 +115,9 @@ type jobState struct {
 	// counts those that are, while the job is listed.
 	young       bool
 	youngAllocs int
+	// fenced marks running work a reservation counts on taking in the
+	// next cycle (see fence): no other search of this plan takes it.
+	fenced bool
 }
 
 // plannedStart is the start of work placed in this cycle: after every

@@ -186,7 +186,7 @@ type victimSearch struct {
 func (vs *victimSearch) allows(job *jobState, j int32) bool {
 	return !job.suspended && j != vs.exclude && !(job.shrink && job.parent == vs.exclude) &&
 		(vs.belowPriority == nil || job.priority < *vs.belowPriority) && (!vs.plannedOnly || job.planned) &&
-		!(vs.minRuntime && job.young)
+		!(vs.minRuntime && job.young) && !job.fenced
 }
 
 // findVictims finds the victims that make room for t on one node, in two

@@ -29,7 +29,12 @@ func TestRandomClustersStayStable(t *testing.T) {
 	// A reclaim that suspended a job while a lower-priority job of its
 	// project kept running: the victim preempted that job in the next
 	// round (docs/design.md, Victim order).
-	for _, seed := range []uint64{14813, 18581, 23028} {
+	//
+	// A job this plan suspends that comes back next cycle only by taking
+	// running work: work started meanwhile where it will make room was
+	// stopped with the victims (docs/design.md, Suspension and
+	// resumption: the reservation fences that room).
+	for _, seed := range []uint64{14813, 18581, 23028, 16532, 48672, 58574, 75522, 81023, 99645, 103288, 137932, 143339, 145228, 156825, 180197} {
 		if seed >= seeds {
 			checkStable(t, seed)
 		}
