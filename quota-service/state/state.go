@@ -237,7 +237,7 @@ func (s *Store) SurplusUse(ctx context.Context) (rec surplususe.Record, found bo
 		return rec, false, nil
 	}
 	if err := json.Unmarshal(pair.Value, &rec); err != nil {
-		return rec, false, fmt.Errorf("Consul key %s is not a surplus use record (%w); delete it, the service writes it again", key, err)
+		return rec, false, fmt.Errorf("reading Consul key %s: not a surplus use record (%w); delete it, the service writes it again", key, err)
 	}
 	return rec, true, nil
 }
