@@ -42,6 +42,27 @@ func (s *scenario) shrinkRecord(j gpuJob) (*state.Shrink, error) {
 	return nil, nil
 }
 
+// shrinkForTeamB gives team-a and team-b 2 GPUs each; team-a's elastic
+// group serve (count 4, minimum 2) borrows the whole node, then team-b
+// asks for its two. It waits until team-b's jobs run and serve runs at its
+// minimum, and returns serve and team-b's jobs.
+func shrinkForTeamB(s *scenario, svc *service.Service) (gpuJob, []gpuJob) {
+	s.t.Helper()
+	s.quota("team-a", `{"guaranteed": 2}`)
+	s.quota("team-b", `{"guaranteed": 2}`)
+	waitLeader(s.t, svc)
+	serve := gpuJob{ns: "team-a", id: "serve", whole: 1, count: 4, groupMeta: map[string]string{nomadwatch.MetaMinCount: "2"}}
+	s.submit(serve)
+	s.wait(90*time.Second, "running all of itself", runsAll(4), serve)
+	b := jobsOf("team-b", 2, 1)
+	for _, j := range b {
+		s.submit(j)
+	}
+	s.wait(90*time.Second, "running", isRunning, b...)
+	s.wait(30*time.Second, "running at its minimum", runsAll(2), serve)
+	return serve, b
+}
+
 // TestElasticShrinksAndGrowsBack: team-a's elastic group (count 4,
 // minimum 2) borrows the whole node; team-b, under its guarantee, asks for
 // two GPUs. The group shrinks to its minimum (a new job version through
@@ -51,20 +72,8 @@ func (s *scenario) shrinkRecord(j gpuJob) (*state.Shrink, error) {
 func TestElasticShrinksAndGrowsBack(t *testing.T) {
 	c := needCluster(t)
 	s := newScenario(t, c, "elastic-test")
-	s.quota("team-a", `{"guaranteed": 2}`)
-	s.quota("team-b", `{"guaranteed": 2}`)
 	first, stopFirst := s.startInstance("qa", nil, nil)
-	waitLeader(t, first)
-	serve := gpuJob{ns: "team-a", id: "serve", whole: 1, count: 4, groupMeta: map[string]string{nomadwatch.MetaMinCount: "2"}}
-	s.submit(serve)
-	s.wait(90*time.Second, "running all of itself", runsAll(4), serve)
-
-	b := jobsOf("team-b", 2, 1)
-	for _, j := range b {
-		s.submit(j)
-	}
-	s.wait(90*time.Second, "running", isRunning, b...)
-	s.wait(30*time.Second, "running at its minimum", runsAll(2), serve)
+	serve, b := shrinkForTeamB(s, first)
 	if n, err := s.groupCount(serve); err != nil || n != 2 {
 		t.Fatalf("serve's count after the reclaim: %d (%v), want 2", n, err)
 	}
@@ -114,18 +123,8 @@ func TestElasticShrinksAndGrowsBack(t *testing.T) {
 func TestOwnerScaleEndsTheShrink(t *testing.T) {
 	c := needCluster(t)
 	s := newScenario(t, c, "elastic-owner-test")
-	s.quota("team-a", `{"guaranteed": 2}`)
-	s.quota("team-b", `{"guaranteed": 2}`)
 	svc, _ := s.startInstance("q", nil, nil)
-	waitLeader(t, svc)
-	serve := gpuJob{ns: "team-a", id: "serve", whole: 1, count: 4, groupMeta: map[string]string{nomadwatch.MetaMinCount: "2"}}
-	s.submit(serve)
-	s.wait(90*time.Second, "running all of itself", runsAll(4), serve)
-	b := jobsOf("team-b", 2, 1)
-	for _, j := range b {
-		s.submit(j)
-	}
-	s.wait(90*time.Second, "running at its minimum", runsAll(2), serve)
+	serve, b := shrinkForTeamB(s, svc)
 
 	three := 3
 	if _, _, err := c.Nomad.Jobs().Scale(serve.id, "main", &three, "owner: three is enough", false, nil, &nomadapi.WriteOptions{Namespace: serve.ns}); err != nil {
