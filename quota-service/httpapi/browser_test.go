@@ -107,7 +107,7 @@ func TestLoginAndRefreshInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"team-b/infer", hiddenWorkload, "team-b/ddp (team-b): 2 of 3 running", "team-b/serve (team-b): replicas runs 2 of 4", "Log out", "Utilization vs allocation", "0.37", "Allocated and used, last hour", "allocated 0.50, used 0.50"} {
+	for _, want := range []string{"team-b/infer", hiddenWorkload, "team-b/ddp (team-b): 2 of 3 running", "team-b/serve (team-b): replicas runs 2 of 4", "1.50 (surplus x0.50)", "Log out", "Utilization vs allocation", "0.37", "Allocated and used, last hour", "allocated 0.50, used 0.50"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("page lacks %q:\n%s", want, text)
 		}

@@ -28,7 +28,7 @@ func (f fakeSource) Status() service.Status {
 		Instance: "q1", Leader: true, LastError: "reading Nomad job team-a/secret-train: timeout",
 		Projects: []service.ProjectView{
 			{ProjectStatus: state.ProjectStatus{Project: "team-a", Guaranteed: "2.00", SuspendedJobs: 1}},
-			{ProjectStatus: state.ProjectStatus{Project: "team-b", Guaranteed: "2.00", SuspendedJobs: 1}, Namespace: "team-b",
+			{ProjectStatus: state.ProjectStatus{Project: "team-b", Guaranteed: "2.00", Deserved: "1.50", SuspendedJobs: 1}, Namespace: "team-b", SurplusFactor: 0.5,
 				NeverVictims: []string{"team-a/secret-vol: may not mount host volume data", "team-b/big: its record would exceed 512 KiB"}},
 		},
 		Pending:  []string{"team-a/train/main", "team-b/sweep/main"},
