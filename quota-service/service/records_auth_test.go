@@ -175,9 +175,13 @@ func TestDeletedRecordLosesNothing(t *testing.T) {
 		if !strings.HasPrefix(rec.Reason, "rebuilt from Nomad's tagged version") {
 			t.Errorf("record of %s/%s: reason %q, want it rebuilt from Nomad", j.ns, j.id, rec.Reason)
 		}
-		if got := s.historyOf(j); len(got) != 2 || got[1] != state.EventRecordRebuilt {
-			t.Errorf("history of %s/%s: %v, want suspend then record-rebuilt", j.ns, j.id, got)
-		}
+		// The history entry follows the record's write.
+		testcluster.Eventually(t, 30*time.Second, func() error {
+			if got := s.historyOf(j); len(got) != 2 || got[1] != state.EventRecordRebuilt {
+				return fmt.Errorf("history of %s/%s: %v, want suspend then record-rebuilt", j.ns, j.id, got)
+			}
+			return nil
+		})
 	}
 	testcluster.Eventually(t, 30*time.Second, func() error {
 		if st := svc.Status(); len(st.Suspended) != 2 {
