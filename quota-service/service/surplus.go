@@ -60,6 +60,7 @@ func (s *Service) readSurplusUse(ctx context.Context, now time.Time) {
 	if err == nil && found {
 		err = su.tracker.Adopt(rec)
 	}
+	su.read = now
 	if err != nil {
 		if msg := err.Error(); msg != su.lastReadFail {
 			s.log.Warn("reading the projects' recent use of the surplus", "error", err)
@@ -67,7 +68,7 @@ func (s *Service) readSurplusUse(ctx context.Context, now time.Time) {
 		}
 		return
 	}
-	su.read, su.lastReadFail = now, ""
+	su.lastReadFail = ""
 }
 
 // noteSurplusUse, on the leader, adds what each project held above its

@@ -219,15 +219,34 @@ func (s *Store) PruneProjectStatus(ctx context.Context, keep map[string]bool) er
 	return nil
 }
 
+// signedSurplusUse is the stored use of the surplus with the service's
+// MAC over the record, so that nobody steers fair share by editing it.
+type signedSurplusUse struct {
+	surplususe.Record
+	MAC string `json:"mac"`
+}
+
 // PutSurplusUse stores the projects' recent use of the surplus
-// (time-aware fair share).
+// (time-aware fair share), signed with the record key.
 func (s *Store) PutSurplusUse(ctx context.Context, rec surplususe.Record) error {
-	return s.put(ctx, s.layout.SurplusUse(), rec)
+	ring, err := s.keys(ctx)
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encoding the surplus use record: %w", err)
+	}
+	return s.put(ctx, s.layout.SurplusUse(), signedSurplusUse{Record: rec, MAC: ring.Sign(data)})
 }
 
 // SurplusUse reads the stored use of the surplus; found is false when
-// none is stored.
+// none is stored. A record the service cannot prove it wrote is an error.
 func (s *Store) SurplusUse(ctx context.Context) (rec surplususe.Record, found bool, err error) {
+	ring, err := s.keys(ctx)
+	if err != nil {
+		return rec, false, err
+	}
 	key := s.layout.SurplusUse()
 	pair, _, err := s.kv.Get(key, (&consulapi.QueryOptions{}).WithContext(ctx))
 	if err != nil {
@@ -236,8 +255,16 @@ func (s *Store) SurplusUse(ctx context.Context) (rec surplususe.Record, found bo
 	if pair == nil {
 		return rec, false, nil
 	}
-	if err := json.Unmarshal(pair.Value, &rec); err != nil {
+	var signed signedSurplusUse
+	if err := json.Unmarshal(pair.Value, &signed); err != nil {
 		return rec, false, fmt.Errorf("reading Consul key %s: not a surplus use record (%w); delete it, the service writes it again", key, err)
 	}
-	return rec, true, nil
+	data, err := json.Marshal(signed.Record)
+	if err != nil {
+		return rec, false, fmt.Errorf("encoding the surplus use record: %w", err)
+	}
+	if _, _, err := ring.Verify(data, signed.MAC); err != nil {
+		return rec, false, fmt.Errorf("reading Consul key %s: the service cannot prove it wrote it (%w); it goes on from its own history and writes the key again", key, err)
+	}
+	return signed.Record, true, nil
 }
