@@ -94,7 +94,7 @@ func (b *Builder) Build(ctx context.Context, settings []quota.Settings, recs sta
 		return nil, err
 	}
 	recorded := recordedKeys(recs)
-	specs, err := b.readSpecs(ctx, in.Jobs, recorded)
+	specs, err := b.readSpecs(ctx, in.Jobs, recorded, taggedRecords(recs))
 	if err != nil {
 		return nil, err
 	}
@@ -126,10 +126,31 @@ func recordedKeys(recs state.Records) []string {
 	return keys
 }
 
+// taggedRecords are the tags the verified records say the service put on
+// their jobs' stopped versions, by job Key.
+func taggedRecords(recs state.Records) map[string]string {
+	tags := map[string]string{}
+	for _, r := range recs.Verified {
+		if r.Tagged && r.Tag != "" {
+			tags[r.Key()] = r.Tag
+		}
+	}
+	return tags
+}
+
+// lacksTag says spec's current version does not carry tag ("" never
+// lacks).
+func lacksTag(spec *nomadapi.Job, tag string) bool {
+	return tag != "" && (spec.VersionTag == nil || spec.VersionTag.Name != tag)
+}
+
 // readSpecs reads the full spec of every job that may have pending work
 // (registered, not stopped, not finished) and of every recorded job; a
-// spec cached at the job's modify index is not read again.
-func (b *Builder) readSpecs(ctx context.Context, jobs []*nomadapi.JobListStub, recordedKeys []string) (map[string]*nomadapi.Job, error) {
+// spec cached at the job's modify index is not read again. Tagging a
+// version does not move the job's modify index, so a job whose record
+// says it is tagged (tags, by Key) but whose cached or stale spec lacks
+// the tag is read again from the leader: a missing tag closes a record.
+func (b *Builder) readSpecs(ctx context.Context, jobs []*nomadapi.JobListStub, recordedKeys []string, tags map[string]string) (map[string]*nomadapi.Job, error) {
 	recorded := map[string]bool{}
 	for _, k := range recordedKeys {
 		recorded[k] = true
@@ -141,15 +162,16 @@ func (b *Builder) readSpecs(ctx context.Context, jobs []*nomadapi.JobListStub, r
 		if (j.Stop || j.Status == "dead" || j.ParameterizedJob || j.Periodic) && !recorded[key] {
 			continue
 		}
-		if spec := b.cachedSpec(j); spec != nil {
+		if spec := b.cachedSpec(j); spec != nil && !lacksTag(spec, tags[key]) {
 			specs[key] = spec
 		} else {
 			moved = append(moved, j)
 		}
 	}
 	err := readEach(moved, specs, func(j *nomadapi.JobListStub) (string, *nomadapi.Job, error) {
-		spec, err := b.spec(ctx, j)
-		return Key(j.Namespace, j.ID), spec, err
+		key := Key(j.Namespace, j.ID)
+		spec, err := b.spec(ctx, j, tags[key])
+		return key, spec, err
 	})
 	if err != nil {
 		return nil, err
@@ -206,7 +228,9 @@ func (b *Builder) readTagged(ctx context.Context, jobs []*nomadapi.JobListStub, 
 		if at, seen := b.untagged[key]; seen && at == j.ModifyIndex {
 			continue
 		}
-		if spec := b.specs[key]; spec != nil && spec.ModifyIndex != nil && *spec.ModifyIndex == j.ModifyIndex {
+		if spec := b.specs[key]; spec != nil && spec.ModifyIndex != nil && *spec.ModifyIndex == j.ModifyIndex && ownTagName(spec) && stopped(spec) {
+			// A spec cached for another reason (a record's job, or read
+			// newer than its listing) counts only if it carries the tag.
 			tagged[key] = spec
 			continue
 		}
@@ -262,9 +286,16 @@ func (b *Builder) cachedSpec(j *nomadapi.JobListStub) *nomadapi.Job {
 	return nil
 }
 
-// spec reads the spec of job j and caches it.
-func (b *Builder) spec(ctx context.Context, j *nomadapi.JobListStub) (*nomadapi.Job, error) {
+// spec reads the spec of job j and caches it; a stale answer that lacks
+// tag (see readSpecs) is read again from the leader.
+func (b *Builder) spec(ctx context.Context, j *nomadapi.JobListStub, tag string) (*nomadapi.Job, error) {
 	spec, err := b.readSpec(ctx, j)
+	if err == nil && lacksTag(spec, tag) {
+		spec, _, err = b.nomad.Jobs().Info(j.ID, (&nomadapi.QueryOptions{Namespace: j.Namespace}).WithContext(ctx))
+		if err != nil {
+			err = fmt.Errorf("reading Nomad job %s from the leader: %w", Key(j.Namespace, j.ID), err)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -168,6 +168,9 @@ func (a *assembler) adoptTagged() {
 		// or does not decode) was reported already; it is replaced.
 		index, reported := a.v.Unverified[key]
 		job := a.in.Tagged[key]
+		if job == nil || job.VersionTag == nil {
+			continue // not tagged after all: nothing to adopt
+		}
 		rec := state.Suspension{Namespace: deref(job.Namespace), Job: deref(job.ID), Tag: job.VersionTag.Name}
 		if !a.tagProven(job) {
 			if !reported {

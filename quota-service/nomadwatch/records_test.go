@@ -236,3 +236,15 @@ func TestTagName(t *testing.T) {
 		t.Fatalf("TagName = %q, want %q", got, want)
 	}
 }
+
+// TestAdoptTaggedSkipsUntaggedSpec: a stopped job handed in as tagged whose
+// spec carries no tag (a spec cached for another reason) is not adopted,
+// and the view is built without a panic (found by the chaos soak).
+func TestAdoptTaggedSkipsUntaggedSpec(t *testing.T) {
+	job := current(4, 20, true, "", recordTime)
+	in := Inputs{Specs: map[string]*nomadapi.Job{"a/j": job}, Tagged: map[string]*nomadapi.Job{"a/j": job}, Now: recordTime, Keys: testKeys}
+	v := Assemble(in)
+	if r := v.Records["a/j"]; r != nil {
+		t.Errorf("record %+v adopted from a spec without a tag", r)
+	}
+}
