@@ -202,6 +202,16 @@ func (f *fakeNomad) place(allocID, typ string, deviceIDs ...string) {
 	})
 }
 
+// placeBy adds a running allocation of job jobID's group "main", placed
+// by its blocked evaluation (see block), holding the given device IDs.
+func (f *fakeNomad) placeBy(allocID, jobID, typ string, deviceIDs ...string) {
+	f.place(allocID, typ, deviceIDs...)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.allocs[len(f.allocs)-1]
+	a.Namespace, a.JobID, a.TaskGroup, a.EvalID = "default", jobID, "main", "eval-"+jobID
+}
+
 // finish marks an allocation complete.
 func (f *fakeNomad) finish(allocID string) {
 	f.mu.Lock()

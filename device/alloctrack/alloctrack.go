@@ -287,25 +287,33 @@ func (t *Tracker) Read(ctx context.Context, o ReadOptions) (Snapshot, error) {
 		return Snapshot{}, err
 	}
 	var snap Snapshot
-	var node *api.Node
+	var b *basis
 	if o.Consistent || o.Fresh {
-		snap, node, err = t.readActive(ctx, nodeID, o.Consistent)
-	} else if snap, node = t.watched(nodeID, now, o.MaxAge); node == nil {
-		snap, node, err = t.readActive(ctx, nodeID, false)
+		snap, b, err = t.readActive(ctx, nodeID, o.Consistent)
+	} else if snap, b = t.watched(nodeID, now, o.MaxAge); b == nil {
+		snap, b, err = t.readActive(ctx, nodeID, false)
 	}
 	if err != nil {
 		return Snapshot{}, err
 	}
 	if t.cfg.Demand {
-		snap.Demand, snap.DemandErr = t.readDemand(ctx, node)
+		snap.Demand, snap.DemandErr = t.readDemand(ctx, b)
 	}
 	return snap, nil
 }
 
+// basis is what a snapshot was built from: the servers' view of the node
+// and its allocation list. Demand is read against the same list, so that
+// an allocation counted as usage is not counted as waiting too.
+type basis struct {
+	node   *api.Node
+	allocs []*api.Allocation
+}
+
 // watched answers from the view when the blocking queries follow the node
 // and its allocations, the last allocation list was complete and what they
-// returned is at most maxAge old (0: any age); node is nil otherwise.
-func (t *Tracker) watched(nodeID string, now time.Time, maxAge time.Duration) (Snapshot, *api.Node) {
+// returned is at most maxAge old (0: any age); the basis is nil otherwise.
+func (t *Tracker) watched(nodeID string, now time.Time, maxAge time.Duration) (Snapshot, *basis) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	v := &t.view
@@ -321,13 +329,13 @@ func (t *Tracker) watched(nodeID string, now time.Time, maxAge time.Duration) (S
 	}
 	snap := t.snapshotLocked(nodeID, started, false)
 	snap.Current, snap.Watched = now, true
-	return snap, v.node
+	return snap, &basis{node: v.node, allocs: v.allocs}
 }
 
 // readActive checks the token, reads the node and its allocations now,
 // and makes that the view unless a newer answer (of Watch) got there
 // first; the snapshot is then the view's.
-func (t *Tracker) readActive(ctx context.Context, nodeID string, consistent bool) (Snapshot, *api.Node, error) {
+func (t *Tracker) readActive(ctx context.Context, nodeID string, consistent bool) (Snapshot, *basis, error) {
 	started := t.now()
 	hidden := ""
 	if v := t.checkVerdict(ctx); !v.Complete {
@@ -358,7 +366,7 @@ func (t *Tracker) readActive(ctx context.Context, nodeID string, consistent bool
 	}
 	snap := t.snapshotLocked(nodeID, started, consistent)
 	snap.Current = started
-	return snap, v.node, nil
+	return snap, &basis{node: v.node, allocs: v.allocs}, nil
 }
 
 // snapshotLocked builds a snapshot from the view; t.mu must be held.
