@@ -85,7 +85,9 @@ type Snapshot struct {
 	// request.
 	Watched bool
 	NodeID  string
-	GPUs    map[string]*GPUHolding
+	// NodeIndex is the modify index of the servers' view of the node.
+	NodeIndex uint64
+	GPUs      map[string]*GPUHolding
 	// Tenants are the tasks of the live allocations that hold gpushare
 	// devices.
 	Tenants []Tenant
@@ -111,6 +113,9 @@ type Tracker struct {
 	client *api.Client
 	now    func() time.Time
 	jobs   jobCache // used by Read only
+	// fenceJobs are the jobs of the live evaluations PlansApplied last
+	// read; used by PlansApplied only (the loop's goroutine, as Read).
+	fenceJobs jobCache
 
 	idMu   sync.Mutex
 	nodeID string
@@ -122,6 +127,8 @@ type Tracker struct {
 
 	mu   sync.Mutex
 	view view
+	// nodeChanged gets a token when Watch takes a changed view of the node.
+	nodeChanged chan struct{}
 }
 
 // view is the last accepted read of the node, its allocations and the
@@ -170,8 +177,12 @@ func New(cfg Config) (*Tracker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nomad API client for %s: %w", ac.Address, err)
 	}
-	return &Tracker{cfg: cfg, client: c, nodeID: cfg.NodeID, now: time.Now, acl: aclview.NewChecker(c)}, nil
+	return &Tracker{cfg: cfg, client: c, nodeID: cfg.NodeID, now: time.Now, acl: aclview.NewChecker(c), nodeChanged: make(chan struct{}, 1)}, nil
 }
+
+// NodeChanged receives a token when Watch takes a changed view of the node
+// from the servers (one token may stand for several changes).
+func (t *Tracker) NodeChanged() <-chan struct{} { return t.nodeChanged }
 
 // Address is the Nomad address in use.
 func (t *Tracker) Address() string { return t.client.Address() }
@@ -372,7 +383,7 @@ func (t *Tracker) readActive(ctx context.Context, nodeID string, consistent bool
 // snapshotLocked builds a snapshot from the view; t.mu must be held.
 func (t *Tracker) snapshotLocked(nodeID string, started time.Time, consistent bool) Snapshot {
 	v := &t.view
-	snap := Snapshot{Started: started, NodeID: nodeID, GPUs: map[string]*GPUHolding{}, Consistent: consistent, Hidden: v.hidden}
+	snap := Snapshot{Started: started, NodeID: nodeID, NodeIndex: v.node.ModifyIndex, GPUs: map[string]*GPUHolding{}, Consistent: consistent, Hidden: v.hidden}
 	if v.node.NodeResources != nil {
 		addServerView(snap.GPUs, v.node.NodeResources.Devices)
 		snap.Foreign = foreignGroups(v.node.NodeResources.Devices)
