@@ -68,6 +68,9 @@ func (t *Tracker) PlansApplied(ctx context.Context, index uint64) (Applied, erro
 	out := Applied{Whole: true, Share: true}
 	seen := map[string]bool{}
 	for _, e := range evals {
+		if !out.Whole && !out.Share {
+			break // nothing left to prove: read no more jobs
+		}
 		if e == nil || e.ModifyIndex >= index {
 			continue
 		}
