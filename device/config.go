@@ -59,8 +59,10 @@ type Config struct {
 	// (then no idle GPU is kept in share mode); 0 always keeps them.
 	// Default 50.
 	ShareHeadroom int `codec:"share_headroom"`
-	// SwitchSettlePeriod: how long a withdrawn GPU waits, once the servers
-	// see it withdrawn, for placements in flight. Default "10s".
+	// SwitchSettlePeriod: how long at most a withdrawn GPU waits, once the
+	// servers see it withdrawn, for placements in flight; it waits less
+	// when the plugin proves that none is left (docs/design.md, Partition
+	// protocol, rule 4). Default "10s".
 	SwitchSettlePeriod string `codec:"switch_settle_period"`
 	// NomadAddress and NomadToken: the Nomad HTTP API. Empty: NOMAD_ADDR
 	// (else http://127.0.0.1:4646) and NOMAD_TOKEN from the environment the

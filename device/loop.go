@@ -130,6 +130,12 @@ func (p *Plugin) run(ctx context.Context, st *loopState) {
 			p.refreshHardware(st)
 		case <-poll.C:
 			p.observe(ctx, st)
+		case <-st.tracker.NodeChanged():
+			// A switch waits for the servers to see a GPU withdrawn:
+			// take their view at once rather than at the next poll.
+			if st.machine.Withdrawing() {
+				p.observe(ctx, st)
+			}
 		case <-p.hw.changed:
 			p.publish(st)
 		}
@@ -174,13 +180,48 @@ func (p *Plugin) checkMPS(st *loopState) {
 // watchedMaxAge. Observations stay once per poll period: reacting to each
 // change at once would change which of two rules wins a race (a share
 // tenant's guest placement at Reserve against the landing-place switch).
+//
+// While a GPU settles, the plugin first asks the servers whether every
+// placement planned before they saw it withdrawn is applied
+// (alloctrack.Tracker.PlansApplied), and then reads the allocations from
+// the leader, so that the observation holds every such placement; a GPU
+// that begins to settle is observed again at once for that proof.
 func (p *Plugin) observe(ctx context.Context, st *loopState) {
-	snap, err := st.tracker.Read(ctx, alloctrack.ReadOptions{Consistent: p.holdings.hasPending(), Fresh: st.machine.Settling(),
+	if p.observeOnce(ctx, st) {
+		p.observeOnce(ctx, st)
+	}
+}
+
+// observeOnce is one observation (see observe); it reports whether a GPU
+// began to settle at a node index that no proof was asked for yet.
+func (p *Plugin) observeOnce(ctx context.Context, st *loopState) bool {
+	settle := st.machine.SettleIndex()
+	var applied map[partition.Mode]uint64
+	consistent := p.holdings.hasPending()
+	if settle > 0 {
+		a, err := st.tracker.PlansApplied(ctx, settle)
+		switch {
+		case err != nil:
+			p.logger.Debug("cannot tell whether placements planned before a withdrawal are applied; the settle period applies", "error", err)
+		default:
+			applied, consistent = map[partition.Mode]uint64{}, true
+			if a.Whole {
+				applied[partition.Whole] = settle
+			}
+			if a.Share {
+				applied[partition.Share] = settle
+			}
+			if a.Why != "" {
+				p.logger.Debug("placements planned before a withdrawal may still be applied", "node_index", settle, "waiting", a.Why)
+			}
+		}
+	}
+	snap, err := st.tracker.Read(ctx, alloctrack.ReadOptions{Consistent: consistent, Fresh: st.machine.Settling(),
 		MaxAge: watchedMaxAge(st.cfg.pollPeriod)})
 	if err != nil && ctx.Err() != nil {
-		return
+		return false
 	}
-	o := partition.Observation{At: p.now()}
+	o := partition.Observation{At: p.now(), Applied: applied}
 	if err != nil {
 		p.noteBlind(st, err)
 		p.holdings.failed(err)
@@ -189,7 +230,7 @@ func (p *Plugin) observe(ctx context.Context, st *loopState) {
 		p.noteRead(st, snap)
 		p.holdings.update(snap)
 		p.tenancy.Update(snap.NodeID, snap.Tenants, snap.Started)
-		o.At, o.Demand, o.Incomplete = snap.Current, snap.Demand, snap.Hidden
+		o.At, o.Demand, o.Incomplete, o.NodeIndex = snap.Current, snap.Demand, snap.Hidden, snap.NodeIndex
 	}
 	o.GPUs = gpuObservations(p.hw.view(), p.holdings.current())
 	markGuests(o.GPUs, p.tenancy.GuestsByHost())
@@ -197,6 +238,7 @@ func (p *Plugin) observe(ctx context.Context, st *loopState) {
 		p.logger.Info("partition", "uuid", e.UUID, "event", e.Msg)
 	}
 	p.publish(st)
+	return st.machine.SettleIndex() > settle
 }
 
 // watchedMaxAge bounds how old the view the blocking queries keep may be

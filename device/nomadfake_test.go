@@ -44,6 +44,9 @@ type fakeNomad struct {
 	// path, with its index (serveIndexed).
 	index  uint64
 	bodies map[string]indexedBody
+	// nodeModify is the node's modify index when set (withModifyIndex):
+	// it moves with each change of the servers' view (sync).
+	nodeModify uint64
 }
 
 type indexedBody struct {
@@ -66,7 +69,7 @@ func newFakeNomad(t testing.TB) *fakeNomad {
 		switch r.URL.Path {
 		case "/v1/node/" + fakeNodeID:
 			devices := append(append([]*api.NodeDeviceResource{}, f.view...), f.foreign...)
-			f.serveIndexed(w, r, &api.Node{ID: fakeNodeID, Datacenter: "dc1", NodePool: "default", NodeResources: &api.NodeResources{Devices: devices}})
+			f.serveIndexed(w, r, &api.Node{ID: fakeNodeID, Datacenter: "dc1", NodePool: "default", ModifyIndex: f.nodeModify, NodeResources: &api.NodeResources{Devices: devices}})
 		case "/v1/node/" + fakeNodeID + "/allocations":
 			f.serveIndexed(w, r, f.allocs)
 		case "/v1/acl/token/self", "/v1/acl/policy/self", "/v1/acl/policy/plugin":
@@ -202,6 +205,16 @@ func (f *fakeNomad) place(allocID, typ string, deviceIDs ...string) {
 	})
 }
 
+// placeBy adds a running allocation of job jobID's group "main", placed
+// by its blocked evaluation (see block), holding the given device IDs.
+func (f *fakeNomad) placeBy(allocID, jobID, typ string, deviceIDs ...string) {
+	f.place(allocID, typ, deviceIDs...)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.allocs[len(f.allocs)-1]
+	a.Namespace, a.JobID, a.TaskGroup, a.EvalID = "default", jobID, "main", "eval-"+jobID
+}
+
 // finish marks an allocation complete.
 func (f *fakeNomad) finish(allocID string) {
 	f.mu.Lock()
@@ -218,6 +231,9 @@ func (f *fakeNomad) finish(allocID string) {
 func (f *fakeNomad) sync(groups []*dev.DeviceGroup) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.nodeModify > 0 {
+		f.nodeModify++
+	}
 	f.view = nil
 	for _, g := range groups {
 		r := &api.NodeDeviceResource{Vendor: g.Vendor, Type: g.Type, Name: g.Name, Attributes: map[string]*api.Attribute{}}

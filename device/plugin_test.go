@@ -555,6 +555,87 @@ func TestDemandMovesIdleGPUs(t *testing.T) {
 	}
 }
 
+// TestServedDemandOpensNoOtherGPU: two share jobs wait, one idle GPU is
+// opened for both, and they run there; their blocked evaluations are still
+// listed for a while (Nomad marks them complete in a later write than the
+// plan's, and the plugin reads evaluations apart from allocations). That
+// demand is already served here, so no other GPU is opened for shares:
+// it would take the idle GPU a guest of dynamic fractions needs.
+func TestServedDemandOpensNoOtherGPU(t *testing.T) {
+	f := newFakeNomad(t)
+	p := newPlugin(t, f, func(c *Config) { c.MinIdleShareGPUs = 0 })
+	u := uuids(p)
+	t1 := time.Now()
+	steps := []struct {
+		name string
+		do   func()
+		want string
+	}{
+		{"idle", func() {}, "[whole whole whole whole]"},
+		{"two notebooks wait", func() {
+			f.block("nb-a", "gpu-share", 50, t1)
+			f.block("nb-b", "gpu-share", 50, t1.Add(time.Millisecond))
+		}, "[whole whole whole none]"},
+		{"settling", func() {}, "[whole whole whole none]"},
+		{"opened for both", func() {}, "[whole whole whole share]"},
+		{"both run there, their evaluations still listed", func() {
+			f.placeBy("a1", "nb-a", "gpu-share", shares(u[3], 0, 50)...)
+			f.placeBy("b1", "nb-b", "gpu-share", shares(u[3], 50, 50)...)
+		}, "[whole whole whole share]"},
+		{"still listed", func() {}, "[whole whole whole share]"},
+		{"listing caught up", func() { f.unblock("nb-a"); f.unblock("nb-b") }, "[whole whole whole share]"},
+	}
+	for _, s := range steps {
+		s.do()
+		cycle(p, f)
+		if got := fmt.Sprint(families(p)); got != s.want {
+			t.Fatalf("%s: families = %s, want %s", s.name, got, s.want)
+		}
+	}
+}
+
+// TestSettleEndsOnProof: with a settle period that never ends, a switch
+// completes as soon as the servers see the GPU withdrawn and no pending or
+// blocked evaluation written before could still place the family it
+// leaves, in the same loop step; one that could keeps it withdrawn.
+func TestSettleEndsOnProof(t *testing.T) {
+	tests := []struct {
+		name  string
+		block func(f *fakeNomad, at time.Time)
+		want  string
+	}{
+		{"only whole demand waits: proven for the share family", func(*fakeNomad, time.Time) {}, "[whole whole whole whole]"},
+		{"a share job's evaluation from before may still place: waits", func(f *fakeNomad, at time.Time) {
+			f.block("s1", "gpu-share", 100, at.Add(time.Second))
+		}, "[whole whole whole none]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeNomad(t)
+			f.nodeModify = 1
+			p := newPlugin(t, f, func(c *Config) { c.SwitchSettlePeriod = "1h" })
+			u := uuids(p)
+			if got := fmt.Sprint(families(p)); got != "[whole whole whole share]" {
+				t.Fatalf("after boot (proven, no evaluation): %s", got)
+			}
+			t1 := time.Now()
+			f.place("w0", "gpu", u[0])
+			f.place("w1", "gpu", u[1])
+			f.place("w2", "gpu", u[2])
+			f.block("w3", "gpu", 1, t1)
+			tt.block(f, t1)
+			cycle(p, f) // withdrawn; the fake servers see it at once
+			if got := fmt.Sprint(families(p)); got != "[whole whole whole none]" {
+				t.Fatalf("families %s, want the landing place withdrawn", got)
+			}
+			cycle(p, f)
+			if got := fmt.Sprint(families(p)); got != tt.want {
+				t.Fatalf("families %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
 // TestUnreadableNameKeepsAGroupName: a GPU whose name NVML cannot read
 // is unhealthy with that reason, and its whole device group still has a
 // name: the model it had, or UnknownModel when it never had one (Nomad

@@ -85,7 +85,9 @@ type Snapshot struct {
 	// request.
 	Watched bool
 	NodeID  string
-	GPUs    map[string]*GPUHolding
+	// NodeIndex is the modify index of the servers' view of the node.
+	NodeIndex uint64
+	GPUs      map[string]*GPUHolding
 	// Tenants are the tasks of the live allocations that hold gpushare
 	// devices.
 	Tenants []Tenant
@@ -111,6 +113,9 @@ type Tracker struct {
 	client *api.Client
 	now    func() time.Time
 	jobs   jobCache // used by Read only
+	// fenceJobs are the jobs of the live evaluations PlansApplied last
+	// read; used by PlansApplied only (the loop's goroutine, as Read).
+	fenceJobs jobCache
 
 	idMu   sync.Mutex
 	nodeID string
@@ -122,6 +127,8 @@ type Tracker struct {
 
 	mu   sync.Mutex
 	view view
+	// nodeChanged gets a token when Watch takes a changed view of the node.
+	nodeChanged chan struct{}
 }
 
 // view is the last accepted read of the node, its allocations and the
@@ -170,8 +177,12 @@ func New(cfg Config) (*Tracker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nomad API client for %s: %w", ac.Address, err)
 	}
-	return &Tracker{cfg: cfg, client: c, nodeID: cfg.NodeID, now: time.Now, acl: aclview.NewChecker(c)}, nil
+	return &Tracker{cfg: cfg, client: c, nodeID: cfg.NodeID, now: time.Now, acl: aclview.NewChecker(c), nodeChanged: make(chan struct{}, 1)}, nil
 }
+
+// NodeChanged receives a token when Watch takes a changed view of the node
+// from the servers (one token may stand for several changes).
+func (t *Tracker) NodeChanged() <-chan struct{} { return t.nodeChanged }
 
 // Address is the Nomad address in use.
 func (t *Tracker) Address() string { return t.client.Address() }
@@ -287,25 +298,33 @@ func (t *Tracker) Read(ctx context.Context, o ReadOptions) (Snapshot, error) {
 		return Snapshot{}, err
 	}
 	var snap Snapshot
-	var node *api.Node
+	var b *basis
 	if o.Consistent || o.Fresh {
-		snap, node, err = t.readActive(ctx, nodeID, o.Consistent)
-	} else if snap, node = t.watched(nodeID, now, o.MaxAge); node == nil {
-		snap, node, err = t.readActive(ctx, nodeID, false)
+		snap, b, err = t.readActive(ctx, nodeID, o.Consistent)
+	} else if snap, b = t.watched(nodeID, now, o.MaxAge); b == nil {
+		snap, b, err = t.readActive(ctx, nodeID, false)
 	}
 	if err != nil {
 		return Snapshot{}, err
 	}
 	if t.cfg.Demand {
-		snap.Demand, snap.DemandErr = t.readDemand(ctx, node)
+		snap.Demand, snap.DemandErr = t.readDemand(ctx, b)
 	}
 	return snap, nil
 }
 
+// basis is what a snapshot was built from: the servers' view of the node
+// and its allocation list. Demand is read against the same list, so that
+// an allocation counted as usage is not counted as waiting too.
+type basis struct {
+	node   *api.Node
+	allocs []*api.Allocation
+}
+
 // watched answers from the view when the blocking queries follow the node
 // and its allocations, the last allocation list was complete and what they
-// returned is at most maxAge old (0: any age); node is nil otherwise.
-func (t *Tracker) watched(nodeID string, now time.Time, maxAge time.Duration) (Snapshot, *api.Node) {
+// returned is at most maxAge old (0: any age); the basis is nil otherwise.
+func (t *Tracker) watched(nodeID string, now time.Time, maxAge time.Duration) (Snapshot, *basis) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	v := &t.view
@@ -321,13 +340,13 @@ func (t *Tracker) watched(nodeID string, now time.Time, maxAge time.Duration) (S
 	}
 	snap := t.snapshotLocked(nodeID, started, false)
 	snap.Current, snap.Watched = now, true
-	return snap, v.node
+	return snap, &basis{node: v.node, allocs: v.allocs}
 }
 
 // readActive checks the token, reads the node and its allocations now,
 // and makes that the view unless a newer answer (of Watch) got there
 // first; the snapshot is then the view's.
-func (t *Tracker) readActive(ctx context.Context, nodeID string, consistent bool) (Snapshot, *api.Node, error) {
+func (t *Tracker) readActive(ctx context.Context, nodeID string, consistent bool) (Snapshot, *basis, error) {
 	started := t.now()
 	hidden := ""
 	if v := t.checkVerdict(ctx); !v.Complete {
@@ -358,13 +377,13 @@ func (t *Tracker) readActive(ctx context.Context, nodeID string, consistent bool
 	}
 	snap := t.snapshotLocked(nodeID, started, consistent)
 	snap.Current = started
-	return snap, v.node, nil
+	return snap, &basis{node: v.node, allocs: v.allocs}, nil
 }
 
 // snapshotLocked builds a snapshot from the view; t.mu must be held.
 func (t *Tracker) snapshotLocked(nodeID string, started time.Time, consistent bool) Snapshot {
 	v := &t.view
-	snap := Snapshot{Started: started, NodeID: nodeID, GPUs: map[string]*GPUHolding{}, Consistent: consistent, Hidden: v.hidden}
+	snap := Snapshot{Started: started, NodeID: nodeID, NodeIndex: v.node.ModifyIndex, GPUs: map[string]*GPUHolding{}, Consistent: consistent, Hidden: v.hidden}
 	if v.node.NodeResources != nil {
 		addServerView(snap.GPUs, v.node.NodeResources.Devices)
 		snap.Foreign = foreignGroups(v.node.NodeResources.Devices)

@@ -27,7 +27,8 @@ type Demand = partition.Demand
 //   - the demand is a blocked evaluation's failed task group whose failure
 //     names devices (the "missing devices" constraint or an exhausted
 //     "devices: ..." dimension); count is its failed allocations
-//     (CoalescedFailures + 1);
+//     (CoalescedFailures + 1) less the allocations of that group that the
+//     evaluation itself placed on this node since (see placedByEval);
 //   - this node admits the group as Nomad decides it, devices left aside:
 //     the job's datacenters and node pool, and the job's, group's and
 //     tasks' constraints on the node (feasible.Node.NodeRejection);
@@ -104,12 +105,14 @@ func (t *Tracker) keepEvals(evals []*api.Evaluation, index uint64, sent time.Tim
 
 // readDemand takes the blocked evaluations (see blocked) and reads the
 // specifications of jobs not in the cache. The cache is trimmed to the
-// jobs that wait.
-func (t *Tracker) readDemand(ctx context.Context, node *api.Node) ([]Demand, error) {
+// jobs that wait. Demand is netted against b's allocation list, the one
+// the snapshot's usage counts (placedByEval).
+func (t *Tracker) readDemand(ctx context.Context, b *basis) ([]Demand, error) {
 	evals, err := t.blocked(ctx)
 	if err != nil {
 		return nil, err
 	}
+	node, placed := b.node, placedByEval(b.allocs)
 	// One blocked evaluation per job is the rule; keep the newest.
 	latest := map[string]*api.Evaluation{}
 	for _, e := range evals {
@@ -150,9 +153,39 @@ func (t *Tracker) readDemand(ctx context.Context, node *api.Node) ([]Demand, err
 			}
 			t.jobs[k] = job
 		}
-		out = append(out, jobDemand(k, job, admitted(facts, job, e.FailedTGAllocs), groups, unit)...)
+		out = append(out, jobDemand(k, job, admitted(facts, job, e.FailedTGAllocs), placed[e.ID], groups, unit)...)
 	}
 	return out, nil
+}
+
+// placedByEval counts the allocations of a node by the evaluation that
+// placed them and their task group: evaluation ID -> group -> count.
+//
+// A blocked evaluation keeps its ID, its create index and the failures it
+// was created with (FailedTGAllocs) when Nomad unblocks it: the scheduler
+// places what now fits, with the evaluation's ID as the allocations'
+// EvalID, then re-blocks the same evaluation unchanged or marks it
+// complete, in a later write than the plan's. Until that write reaches the
+// listing (seconds: the evaluations are read apart from the allocations),
+// the evaluation still lists failures that this node already runs, and
+// counting both would open a GPU for demand already served. So its
+// failures are netted against the allocations it placed here, terminal
+// ones too (each served one failure); the allocations of the run that
+// created it (placed by the evaluation before it, in a plan written after
+// it) carry the other ID and are not netted. What it placed on other
+// nodes still counts until the listing catches up.
+func placedByEval(allocs []*api.Allocation) map[string]map[string]int {
+	out := map[string]map[string]int{}
+	for _, a := range allocs {
+		if a == nil || a.EvalID == "" {
+			continue
+		}
+		if out[a.EvalID] == nil {
+			out[a.EvalID] = map[string]int{}
+		}
+		out[a.EvalID][a.TaskGroup]++
+	}
+	return out
 }
 
 // admitted is the failed task groups of job that this node admits.
@@ -243,9 +276,10 @@ func requestFamily(req vocab.Request, groups map[string]map[string]bool) (typ st
 	return req.Type, true
 }
 
-// jobDemand turns the failed task groups of a job into demand; a share
+// jobDemand turns the failed task groups of a job into demand, less what
+// the blocked evaluation already placed here (placed, by group); a share
 // request of n instances asks for n*unit units.
-func jobDemand(k string, job *api.Job, failed map[string]*api.AllocationMetric, groups map[string]map[string]bool, unit int) []Demand {
+func jobDemand(k string, job *api.Job, failed map[string]*api.AllocationMetric, placed map[string]int, groups map[string]map[string]bool, unit int) []Demand {
 	var since time.Time
 	if job.SubmitTime != nil {
 		since = time.Unix(0, *job.SubmitTime)
@@ -259,6 +293,7 @@ func jobDemand(k string, job *api.Job, failed map[string]*api.AllocationMetric, 
 		if !deviceFailure(am) {
 			continue
 		}
+		waiting := am.CoalescedFailures + 1 - placed[*tg.Name]
 		for _, task := range tg.Tasks {
 			if task == nil || task.Resources == nil {
 				continue
@@ -273,7 +308,7 @@ func jobDemand(k string, job *api.Job, failed map[string]*api.AllocationMetric, 
 				if !ok || n <= 0 {
 					continue
 				}
-				for a := 0; a <= am.CoalescedFailures; a++ {
+				for a := range waiting {
 					d := Demand{Key: fmt.Sprintf("%s/%s/%s/%d#%d", k, *tg.Name, task.Name, ri, a), Since: since}
 					if typ == vocab.TypeWhole {
 						d.Whole = n

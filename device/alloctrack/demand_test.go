@@ -88,7 +88,7 @@ func TestJobDemand(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := jobDemand("ns/j", tt.job, tt.failed, groups, 1)
+			got := jobDemand("ns/j", tt.job, tt.failed, nil, groups, 1)
 			if s := fmt.Sprint(got); s != tt.want {
 				t.Errorf("demand %s, want %s", s, tt.want)
 			}
@@ -96,6 +96,48 @@ func TestJobDemand(t *testing.T) {
 				if !d.Since.Equal(sub) {
 					t.Errorf("%s: since %v, want the submission time", d.Key, d.Since)
 				}
+			}
+		})
+	}
+}
+
+// TestDemandNetsPlacementsOfTheEvaluation: a blocked evaluation still
+// listed after it placed allocations on this node (Nomad marks it complete,
+// or re-blocks it with the failures it was created with, in a write after
+// the plan's) waits only for what it has not placed here; allocations of
+// other evaluations, or of other groups, do not count against it.
+func TestDemandNetsPlacementsOfTheEvaluation(t *testing.T) {
+	groups := map[string]map[string]bool{vocab.TypeWhole: {}, vocab.TypeShare: {}}
+	n := uint64(50)
+	task := &api.Task{Name: "t", Resources: &api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpu-share", Count: &n}}}}
+	job := &api.Job{SubmitTime: new(int64(1)), TaskGroups: []*api.TaskGroup{{Name: new("g"), Tasks: []*api.Task{task}}, {Name: new("h"), Tasks: []*api.Task{task}}}}
+	failed := func(g string, coalesced int) map[string]*api.AllocationMetric {
+		return map[string]*api.AllocationMetric{g: {ConstraintFiltered: map[string]int{"missing devices": 1}, CoalescedFailures: coalesced}}
+	}
+	placed := func(eval, group, status string) *api.Allocation {
+		return &api.Allocation{ID: eval + "-" + group + "-" + status, EvalID: eval, TaskGroup: group, ClientStatus: status}
+	}
+	tests := []struct {
+		name   string
+		failed map[string]*api.AllocationMetric
+		allocs []*api.Allocation
+		want   string
+	}{
+		{"nothing placed: all wait", failed("g", 1), nil, "[ns/j/g/t/0#0(50 shares) ns/j/g/t/0#1(50 shares)]"},
+		{"placed here by the evaluation: served", failed("g", 0), []*api.Allocation{placed("blocked", "g", "running")}, "[]"},
+		{"one of two placed: one waits", failed("g", 1), []*api.Allocation{placed("blocked", "g", "pending")}, "[ns/j/g/t/0#0(50 shares)]"},
+		{"placed and ended: still served", failed("g", 0), []*api.Allocation{placed("blocked", "g", "complete")}, "[]"},
+		{"placed by the evaluation before (the run that blocked it): waits", failed("g", 0),
+			[]*api.Allocation{placed("register", "g", "running")}, "[ns/j/g/t/0#0(50 shares)]"},
+		{"placed for another group: waits", failed("g", 0), []*api.Allocation{placed("blocked", "h", "running")}, "[ns/j/g/t/0#0(50 shares)]"},
+		{"more placed than failed: nothing, never negative", failed("g", 0),
+			[]*api.Allocation{placed("blocked", "g", "running"), placed("blocked", "g", "failed")}, "[]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := jobDemand("ns/j", job, tt.failed, placedByEval(tt.allocs)["blocked"], groups, 1)
+			if s := fmt.Sprint(got); s != tt.want {
+				t.Errorf("demand %s, want %s", s, tt.want)
 			}
 		})
 	}

@@ -136,6 +136,10 @@ func (t *Tracker) watchNode(ctx context.Context, nodeID string, blocking bool, o
 	}
 	v.node, v.seen.node, v.nodeAt, v.nodeLive = node, meta.LastIndex, sent, true
 	t.mu.Unlock()
+	select {
+	case t.nodeChanged <- struct{}{}:
+	default:
+	}
 	return nil
 }
 

@@ -35,9 +35,12 @@
 //     targets and down only above the higher one.
 //   - A switch is safe against placements in flight: the GPU is first
 //     withdrawn from both families; once the Nomad servers' view of the
-//     node shows it withdrawn, the machine waits Policy.SettlePeriod and then
-//     requires an observation taken after that period to show the GPU
-//     still unused before it publishes the GPU in the other family.
+//     node shows it withdrawn (at node modify index W), the machine waits
+//     until every placement planned before W is known to be applied
+//     (Observation.Applied reaches W for the family the GPU leaves) or,
+//     failing that proof, Policy.SettlePeriod, and then requires an
+//     observation taken after that to show the GPU still unused before it
+//     publishes the GPU in the other family.
 //   - A GPU published nowhere yet (plugin start) settles the same way
 //     before its first publication, since placements planned against the
 //     previous plugin's publication may still be in flight.
@@ -161,6 +164,15 @@ type Observation struct {
 	// Incomplete, when set, says why the holdings may leave allocations out
 	// (the token cannot read every namespace); nothing is switched then.
 	Incomplete string
+	// NodeIndex is the modify index of the servers' view of the node in
+	// this observation (0: unknown).
+	NodeIndex uint64
+	// Applied says, per family, below which index of the servers' state
+	// every placement in that family on this node has been applied before
+	// the holdings of this observation were read: no plan made from an
+	// older state can still place an instance of the family here (0: not
+	// known). It ends a settle before Policy.SettlePeriod.
+	Applied map[Mode]uint64
 }
 
 // phase is where a GPU is in a switch.
@@ -194,6 +206,9 @@ type gpuState struct {
 	Phase  phase
 	Target Mode      // the family being switched to (Phase != phasePublished)
 	Since  time.Time // start of the settling phase
+	// SinceIndex is the node modify index of the observation that started
+	// the settling phase (0: unknown).
+	SinceIndex uint64
 	// Conflict is set when the GPU is observed both held whole and shared
 	// (a placement raced a switch); it is then published nowhere until one
 	// side ends.
@@ -330,8 +345,8 @@ func (m *Machine) Step(o Observation) []Event {
 	if m.incomplete != "" {
 		return ev
 	}
-	m.advanceSwitches(o.At, uuids, &ev)
-	m.balance(o.At, uuids, &ev)
+	m.advanceSwitches(o, uuids, &ev)
+	m.balance(o, uuids, &ev)
 	return ev
 }
 
@@ -444,14 +459,14 @@ func (m *Machine) adoptServerView(uuids []string, ev *events) {
 
 // advanceSwitches moves switches in progress: a withdrawn GPU settles once
 // the servers see it withdrawn, and is published in its target family once
-// the settle period has passed and it is still unused.
-func (m *Machine) advanceSwitches(now time.Time, uuids []string, ev *events) {
+// it has settled (settled) and is still unused.
+func (m *Machine) advanceSwitches(o Observation, uuids []string, ev *events) {
 	for _, u := range uuids {
 		g, s := m.obs[u], m.gpus[u]
 		switch s.Phase {
 		case phaseWithdrawing:
 			if !g.ServerWhole && !g.ServerShare {
-				s.Phase, s.Since = phaseSettling, now
+				s.Phase, s.Since, s.SinceIndex = phaseSettling, o.At, o.NodeIndex
 				ev.add(u, "servers see it withdrawn; settling")
 			}
 		case phaseSettling:
@@ -459,12 +474,58 @@ func (m *Machine) advanceSwitches(now time.Time, uuids []string, ev *events) {
 				// Republished by someone else (a stale fingerprint); wait again.
 				s.Phase = phaseWithdrawing
 				ev.add(u, "servers publish it again; withdrawing")
-			} else if !now.Before(s.Since.Add(m.policy.SettlePeriod)) && g.idle() && g.Guests == 0 {
+			} else if how := m.settled(o, s); how != "" && g.idle() && g.Guests == 0 {
 				s.Mode, s.Phase = s.Target, phasePublished
-				ev.add(u, "switched to %s mode", s.Mode)
+				ev.add(u, "switched to %s mode (%s)", s.Mode, how)
 			}
 		}
 	}
+}
+
+// settled says how a settling GPU has settled, "" while it has not: every
+// placement planned before the servers saw it withdrawn is applied (the
+// observation's Applied reaches SinceIndex for the family it leaves, both
+// when it may have been published in either), or, failing that proof,
+// Policy.SettlePeriod has passed since.
+func (m *Machine) settled(o Observation, s *gpuState) string {
+	proven := s.SinceIndex > 0
+	for _, f := range []Mode{Whole, Share} {
+		if s.Mode == Unknown || s.Mode == f {
+			proven = proven && o.Applied[f] >= s.SinceIndex
+		}
+	}
+	switch {
+	case proven:
+		return "placements planned before the withdrawal applied"
+	case !o.At.Before(s.Since.Add(m.policy.SettlePeriod)):
+		return "settle period passed"
+	}
+	return ""
+}
+
+// Withdrawing reports whether a GPU is withdrawn and waits for the Nomad
+// servers to see it so.
+func (m *Machine) Withdrawing() bool {
+	for _, s := range m.gpus {
+		if s.Phase == phaseWithdrawing {
+			return true
+		}
+	}
+	return false
+}
+
+// SettleIndex is the highest node modify index at which a GPU began to
+// settle and that a proof (Observation.Applied) could end, 0 when no GPU
+// settles: the plugin then checks, before its next read of the
+// allocations, which plans made from an older state may still be applied.
+func (m *Machine) SettleIndex() uint64 {
+	var idx uint64
+	for _, s := range m.gpus {
+		if s.Phase == phaseSettling && !s.Conflict {
+			idx = max(idx, s.SinceIndex)
+		}
+	}
+	return idx
 }
 
 func (m *Machine) force(u string, s *gpuState, to Mode, why string, ev *events) {
@@ -498,11 +559,11 @@ type idleCensus struct {
 
 // balance starts switches (and makes first assignments) so that the number
 // of idle share-mode GPUs meets the policy and the waiting demand.
-func (m *Machine) balance(now time.Time, uuids []string, ev *events) {
+func (m *Machine) balance(o Observation, uuids []string, ev *events) {
 	m.assignNeverShared(uuids, ev)
 	c := m.census(uuids)
 	lo, hi := m.shareTargets(c)
-	m.assignFresh(now, &c, lo, hi, ev)
+	m.assignFresh(o, &c, lo, hi, ev)
 	m.switchIdle(&c, lo, hi, ev)
 }
 
@@ -585,7 +646,7 @@ func (m *Machine) shareTargets(c idleCensus) (lo, hi int) {
 // restart) may still be in flight, so they settle like a switch before
 // their first publication. The landing place comes from the
 // highest-ordered end.
-func (m *Machine) assignFresh(now time.Time, c *idleCensus, lo, hi int, ev *events) {
+func (m *Machine) assignFresh(o Observation, c *idleCensus, lo, hi int, ev *events) {
 	for i := len(c.fresh) - 1; i >= 0; i-- {
 		u := c.fresh[i]
 		s := m.gpus[u]
@@ -599,7 +660,7 @@ func (m *Machine) assignFresh(now time.Time, c *idleCensus, lo, hi int, ev *even
 			c.idleShare++
 		}
 		if s.Phase == phasePublished {
-			s.Phase, s.Since = phaseSettling, now
+			s.Phase, s.Since, s.SinceIndex = phaseSettling, o.At, o.NodeIndex
 		} else if s.Target == target {
 			continue
 		}

@@ -55,6 +55,10 @@ type step struct {
 	demand []Demand
 	// want maps UUID to the published family: "whole", "share" or "none".
 	want map[string]string
+	// index is the node modify index of the servers' view; applied the
+	// observation's Applied.
+	index   uint64
+	applied map[Mode]uint64
 }
 
 func pubString(p Publication) string {
@@ -69,7 +73,7 @@ func run(t *testing.T, pol Policy, steps []step) *Machine {
 	t.Helper()
 	m := New(pol)
 	for i, st := range steps {
-		o := Observation{At: t0.Add(st.at), Blind: st.blind, GPUs: st.gpus, Demand: st.demand}
+		o := Observation{At: t0.Add(st.at), Blind: st.blind, GPUs: st.gpus, Demand: st.demand, NodeIndex: st.index, Applied: st.applied}
 		if st.incomplete {
 			o.Incomplete = "token cannot read namespace secret"
 		}
@@ -385,6 +389,72 @@ func TestSwitch(t *testing.T) {
 
 // TestInvariants drives the machine with pseudo-random holdings and waiting
 // demand and checks the safety rules after every step.
+// TestSettleEndsWhenPlansAreApplied: a settling GPU is published in its
+// new family as soon as an observation proves every placement planned
+// before the servers saw it withdrawn applied for the family it leaves
+// (both, for a GPU never published by this plugin), else after the settle
+// period; usage seen still wins.
+func TestSettleEndsWhenPlansAreApplied(t *testing.T) {
+	type m = map[string]GPUObs
+	type w = map[string]string
+	type a = map[Mode]uint64
+	s := time.Second
+	// The landing place b fills: a is withdrawn (whole -> share), and the
+	// servers see it withdrawn at node index 40, at 3s.
+	fill := []step{
+		{at: 0, index: 10, gpus: m{"a": gpu(0), "b": gpu(1)}, want: w{"a": "whole", "b": "share"}},
+		{at: 1 * s, index: 20, gpus: m{"a": gpu(0, "pw"), "b": gpu(1, "ps", "S70")}, want: w{"a": "none"}},
+		{at: 3 * s, index: 40, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, applied: a{Whole: 40, Share: 40}, want: w{"a": "none"}},
+	}
+	tests := []struct {
+		name string
+		next []step
+	}{
+		{"proof for the family it leaves: published at once",
+			[]step{{at: 3*s + 100*time.Millisecond, index: 40, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, applied: a{Whole: 40}, want: w{"a": "share"}}}},
+		{"proof for a later index: published",
+			[]step{{at: 4 * s, index: 41, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, applied: a{Whole: 41}, want: w{"a": "share"}}}},
+		{"proof for an older index: waits for the settle period",
+			[]step{
+				{at: 4 * s, index: 40, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, applied: a{Whole: 39, Share: 40}, want: w{"a": "none"}},
+				{at: 13 * s, index: 40, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, applied: a{Whole: 39}, want: w{"a": "share"}},
+			}},
+		{"proof for the other family only: waits",
+			[]step{{at: 4 * s, index: 40, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, applied: a{Share: 40}, want: w{"a": "none"}}}},
+		{"no proof: the settle period",
+			[]step{
+				{at: 12 * s, index: 40, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, want: w{"a": "none"}},
+				{at: 13 * s, index: 40, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, want: w{"a": "share"}},
+			}},
+		{"a placement planned before lands with the proof: usage wins",
+			[]step{{at: 4 * s, index: 40, gpus: m{"a": gpu(0, "W"), "b": gpu(1, "ps", "S70")}, applied: a{Whole: 40}, want: w{"a": "whole"}}}},
+		{"a guest still there: waits for it",
+			[]step{
+				{at: 4 * s, index: 40, gpus: m{"a": gpu(0, "G"), "b": gpu(1, "ps", "S70")}, applied: a{Whole: 40}, want: w{"a": "none"}},
+				{at: 5 * s, index: 40, gpus: m{"a": gpu(0), "b": gpu(1, "ps", "S70")}, applied: a{Whole: 40}, want: w{"a": "share"}},
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Boot: idle GPUs settle before their first publication; the
+			// scenario starts once they are published.
+			steps := []step{{index: 10, gpus: fill[0].gpus}}
+			for _, st := range append(append([]step{}, fill...), tt.next...) {
+				st.at += pol.SettlePeriod
+				steps = append(steps, st)
+			}
+			run(t, pol, steps)
+		})
+	}
+	t.Run("never published by this plugin: proof for both families", func(t *testing.T) {
+		run(t, pol, []step{
+			{at: 0, index: 10, gpus: m{"a": gpu(0), "b": gpu(1)}, want: w{"a": "none", "b": "none"}},
+			{at: 1 * s, index: 10, gpus: m{"a": gpu(0), "b": gpu(1)}, applied: a{Whole: 10}, want: w{"a": "none", "b": "none"}},
+			{at: 2 * s, index: 10, gpus: m{"a": gpu(0), "b": gpu(1)}, applied: a{Whole: 10, Share: 10}, want: w{"a": "whole", "b": "share"}},
+		})
+	})
+}
+
 func TestInvariants(t *testing.T) {
 	uuids := []string{"a", "b", "c", "d"}
 	for seed := uint64(1); seed <= 200; seed++ {
@@ -395,7 +465,11 @@ func TestInvariants(t *testing.T) {
 		m := New(p)
 		pub := map[string]Publication{}
 		for i := 0; i < 60; i++ {
-			o := Observation{At: t0.Add(time.Duration(i) * 3 * time.Second), Blind: rnd(10) == 0, GPUs: map[string]GPUObs{}}
+			o := Observation{At: t0.Add(time.Duration(i) * 3 * time.Second), Blind: rnd(10) == 0, GPUs: map[string]GPUObs{}, NodeIndex: uint64(10 * (i + 1))}
+			if rnd(3) == 0 {
+				// Placements planned before (about) now are proven applied.
+				o.Applied = map[Mode]uint64{Whole: o.NodeIndex - uint64(10*rnd(2)), Share: o.NodeIndex - uint64(10*rnd(2))}
+			}
 			if rnd(8) == 0 {
 				o.Incomplete = "hidden"
 			}
