@@ -1,0 +1,76 @@
+package soak
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestOverbookingFindsEachConflict(t *testing.T) {
+	run := func(id, ns, node string, whole []string, shares map[string]int, inst ...string) alloc {
+		return alloc{ID: id, Namespace: ns, Job: "j-" + id, Node: node, Desired: "run", Client: "running", Whole: whole, Shares: shares, Instances: inst}
+	}
+	cases := []struct {
+		name   string
+		allocs []alloc
+		want   string // "" none
+	}{
+		{"apart", []alloc{run("a1", "x", "n1", []string{"G1"}, nil, "G1"), run("a2", "y", "n1", []string{"G2"}, nil, "G2"),
+			run("a3", "y", "n1", nil, map[string]int{"G3": 60}, "G3-s01"), run("a4", "x", "n1", nil, map[string]int{"G3": 40}, "G3-s02")}, ""},
+		{"same GPU on two nodes is two GPUs", []alloc{run("a1", "x", "n1", []string{"G1"}, nil, "G1"), run("a2", "x", "n2", []string{"G1"}, nil, "G1")}, ""},
+		{"instance twice", []alloc{run("a1", "x", "n1", nil, map[string]int{"G1": 1}, "G1-s01"), run("a2", "y", "n1", nil, map[string]int{"G1": 1}, "G1-s01")}, "instance G1-s01"},
+		{"whole twice", []alloc{run("a1", "x", "n1", []string{"G1"}, nil, "G1"), run("a2", "y", "n1", []string{"G1"}, nil)}, "held whole by"},
+		{"whole and shares", []alloc{run("a1", "x", "n1", []string{"G1"}, nil, "G1"), run("a2", "y", "n1", nil, map[string]int{"G1": 10}, "G1-s05")}, "and in shares"},
+		{"shares over 100", []alloc{run("a1", "x", "n1", nil, map[string]int{"G1": 70}), run("a2", "y", "n1", nil, map[string]int{"G1": 40})}, "110 share units"},
+	}
+	for _, tc := range cases {
+		got := overbooking(tc.allocs)
+		switch {
+		case tc.want == "" && len(got) > 0:
+			t.Errorf("%s: reported %v", tc.name, got)
+		case tc.want != "" && (len(got) == 0 || !strings.Contains(strings.Join(got, "\n"), tc.want)):
+			t.Errorf("%s: got %v, want a line with %q", tc.name, got, tc.want)
+		}
+	}
+	// An allocation Nomad stops (or that ended) holds nothing in its books.
+	stopping := run("a2", "y", "n1", []string{"G1"}, nil, "G1")
+	stopping.Desired = "stop"
+	if got := overbooking([]alloc{run("a1", "x", "n1", []string{"G1"}, nil, "G1"), stopping}); len(got) > 0 {
+		t.Errorf("a stopping allocation counted: %v", got)
+	}
+}
+
+func TestStarvedOnlyUnderGuaranteeAndPlaceable(t *testing.T) {
+	nodes := map[string][]string{"n1": {"G1", "G2"}}
+	held := func(ns string, whole []string, shares map[string]int) alloc {
+		return alloc{ID: ns + "-a", Namespace: ns, Node: "n1", Desired: "run", Client: "running", Whole: whole, Shares: shares}
+	}
+	one := demand{Namespace: "a", Job: "w", Whole: 1}
+	quarter := demand{Namespace: "a", Job: "s", Shares: 25}
+	// b holds both GPUs above its guarantee: a, under its own, is owed both.
+	allocs := []alloc{held("b", []string{"G1", "G2"}, nil)}
+	if got := starved(1, 0, []demand{one, quarter}, nodes, allocs, map[string]bool{"a": true, "b": false}); len(got) != 2 {
+		t.Errorf("over-quota b: owed %v, want both", got)
+	}
+	// b within its guarantee: nothing placeable.
+	if got := starved(1, 0, []demand{one, quarter}, nodes, allocs, map[string]bool{"a": true, "b": true}); len(got) != 0 {
+		t.Errorf("protected b: owed %v, want none", got)
+	}
+	// a at its guarantee: owed nothing.
+	if got := starved(1, 1, []demand{one}, nodes, nil, map[string]bool{"a": true}); len(got) != 0 {
+		t.Errorf("a at its guarantee: owed %v", got)
+	}
+	// protected shares leave room for a quarter, not for a whole GPU.
+	allocs = []alloc{held("b", []string{"G1"}, nil), held("c", nil, map[string]int{"G2": 75})}
+	got := starved(2, 0, []demand{one, quarter}, nodes, allocs, map[string]bool{"a": true, "b": true, "c": true})
+	if len(got) != 1 || got[0].Job != "s" {
+		t.Errorf("fragmented: owed %v, want the quarter only", got)
+	}
+}
+
+func TestSummaryLine(t *testing.T) {
+	r := Result{Seconds: 150.4, Jobs: 40, Faults: 9, Suspensions: 7, Resumes: 5, Violations: []string{"x"}, MaxRestore: 12500 * 1e6}
+	want := "soak seconds=150 jobs=40 faults=9 suspensions=7 resumes=5 violations=1 max_restore_s=12.5"
+	if got := r.Summary(); got != want {
+		t.Errorf("summary %q, want %q", got, want)
+	}
+}
