@@ -248,8 +248,12 @@ func (c *checker) checkRestore(snap map[string]jobSnap, jobs map[string]*nomadap
 		}
 		if len(owed) == 0 {
 			if was {
-				if d := now.Sub(origin); d > c.maxRestore {
+				d := now.Sub(origin)
+				if d > c.maxRestore {
 					c.maxRestore = d
+				}
+				if now.Sub(since) > 2*time.Second {
+					c.hist.Add("restore: project %s served %s after the last disturbance (owed work for %s)", p, d.Round(100*time.Millisecond), now.Sub(since).Round(100*time.Millisecond))
 				}
 				delete(c.starvedSince, p)
 				delete(c.reported, p)
@@ -258,6 +262,11 @@ func (c *checker) checkRestore(snap map[string]jobSnap, jobs map[string]*nomadap
 		}
 		if !was {
 			c.starvedSince[p] = now
+			var names []string
+			for _, d := range owed {
+				names = append(names, d.Job)
+			}
+			c.hist.Add("restore: project %s owed work: uses %.2f of its %.0f guaranteed GPUs, waits with placeable %v", p, used[p], g, names)
 			continue
 		}
 		if now.Sub(origin) > c.bound && !c.reported[p] {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -85,6 +87,7 @@ var faultKinds = []struct {
 	{"gc", 3},
 	{"restart-nomad", 1},
 	{"restart-consul", 1},
+	{"kill-plugin", 2},
 }
 
 // FaultKinds names the faults the soak injects.
@@ -202,7 +205,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}()
 
-	inj := &injector{rng: rand.New(rand.NewSource(cfg.Seed + 1)), c: c, insts: insts, nomad: nomad, hist: hist, chk: chk, only: cfg.Faults}
+	inj := &injector{rng: rand.New(rand.NewSource(cfg.Seed + 1)), c: c, plugin: filepath.Join(dir, "plugins", "nomad-device-gpushare"), insts: insts, nomad: nomad, hist: hist, chk: chk, only: cfg.Faults}
 	faultsDone := make(chan struct{})
 	go func() {
 		defer close(faultsDone)
@@ -290,6 +293,9 @@ type injector struct {
 	chk    *checker
 	only   []string
 	faults int
+	// plugin is the device plugin's binary: its processes are the
+	// plugins the cluster's agents started.
+	plugin string
 }
 
 func (f *injector) pick() string {
@@ -352,6 +358,16 @@ func (f *injector) inject() {
 		f.hist.Add("fault restart-nomad: restarting the Nomad server (and its client)")
 		err := f.c.RestartNomad()
 		f.hist.Add("fault restart-nomad: back: %v", errString(err))
+	case "kill-plugin":
+		pids := processesOf(f.plugin)
+		if len(pids) == 0 {
+			f.hist.Add("fault kill-plugin: no plugin process now")
+			return
+		}
+		pid := pids[f.rng.Intn(len(pids))]
+		f.faults++
+		err := syscall.Kill(pid, syscall.SIGKILL)
+		f.hist.Add("fault kill-plugin: SIGKILL to device plugin pid %d (of %d): %v (Nomad starts it again)", pid, len(pids), errString(err))
 	case "restart-consul":
 		f.faults++
 		f.hist.Add("fault restart-consul: stopping Consul for %s", down)
@@ -369,6 +385,27 @@ func (f *injector) heal() error {
 		i.start()
 	}
 	return nil
+}
+
+// processesOf returns the PIDs of the processes running the binary at
+// path, sorted.
+func processesOf(path string) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && exe == path {
+			out = append(out, pid)
+		}
+	}
+	sort.Ints(out)
+	return out
 }
 
 func errString(err error) string {
