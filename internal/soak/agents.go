@@ -1,22 +1,22 @@
 package soak
 
 import (
-	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
-	"github.com/hashicorp/go-hclog"
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
-	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
-	"github.com/gpushare/nomad-gpushare/quota-service/service"
 )
 
 // startAgents builds the device plugin and starts Consul and Nomad with
@@ -30,6 +30,10 @@ func startAgents(dir string, clients, gpus int, gcThreshold time.Duration) (*loc
 	if err := localcluster.BuildBinary("github.com/gpushare/nomad-gpushare/device/cmd/nomad-device-gpushare",
 		filepath.Join(pluginDir, "nomad-device-gpushare")); err != nil {
 		return nil, fmt.Errorf("building the device plugin: %w", err)
+	}
+	if err := localcluster.BuildBinary("github.com/gpushare/nomad-gpushare/quota-service/cmd/gpushare-quota",
+		filepath.Join(dir, "gpushare-quota")); err != nil {
+		return nil, fmt.Errorf("building the quota service: %w", err)
 	}
 	configs := make([]string, clients)
 	for i := range configs {
@@ -77,63 +81,132 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// instance is one in-process quota-service instance that the soak kills
-// (its context cancelled: it stops cycling and gives up the lock) and
-// starts again under the same name.
+// instance is one quota-service process (the gpushare-quota binary, as
+// production runs it): the soak kills it (SIGKILL: a crash, its leader
+// session left to expire), pauses it (SIGSTOP, SIGCONT) and starts it
+// again under the same name and port. An exit the soak did not cause is
+// a crash: onCrash hears of it with the log's last lines, and the
+// instance is started again, as Nomad would.
 type instance struct {
-	name   string
-	mu     sync.Mutex
-	svc    *service.Service
-	cancel context.CancelFunc
-	done   chan struct{}
-	newCfg func(name string) service.Config
+	name, bin, logPath string
+	args               []string
+	port               int
+	onCrash            func(name, why string)
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	killing bool
+	paused  bool
 }
 
-func (i *instance) start() {
+func (i *instance) start() error {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	if i.svc != nil {
-		return
+	if i.cmd != nil {
+		return nil
 	}
-	svc := service.New(i.newCfg(i.name))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); svc.Run(ctx) }()
-	i.svc, i.cancel, i.done = svc, cancel, done
+	logf, err := os.OpenFile(i.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(i.bin, append([]string{"-instance", i.name, "-listen", fmt.Sprintf("127.0.0.1:%d", i.port)}, i.args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("starting %s: %w", i.name, err)
+	}
+	exited := make(chan struct{})
+	i.cmd, i.exited, i.killing, i.paused = cmd, exited, false, false
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		close(exited)
+		i.mu.Lock()
+		crashed := !i.killing && i.cmd == cmd
+		if i.cmd == cmd {
+			i.cmd = nil
+		}
+		i.mu.Unlock()
+		if crashed {
+			i.onCrash(i.name, fmt.Sprintf("%v; last lines of its log:\n%s", err, tail(i.logPath, 40)))
+			i.start()
+		}
+	}()
+	return nil
 }
 
-// stop cancels the instance and waits until Run returned.
-func (i *instance) stop() {
+// kill sends SIGKILL (continuing a paused process first) and waits
+// until it exited.
+func (i *instance) kill() {
 	i.mu.Lock()
-	defer i.mu.Unlock()
-	if i.svc == nil {
+	cmd, exited := i.cmd, i.exited
+	if cmd == nil {
+		i.mu.Unlock()
 		return
 	}
-	i.cancel()
-	<-i.done
-	i.svc = nil
+	i.killing = true
+	i.mu.Unlock()
+	cmd.Process.Signal(syscall.SIGKILL)
+	<-exited
+}
+
+// pause stops (SIGSTOP) or continues (SIGCONT) the process.
+func (i *instance) pause(stop bool) error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.cmd == nil {
+		return fmt.Errorf("%s is not running", i.name)
+	}
+	sig := syscall.SIGCONT
+	if stop {
+		sig = syscall.SIGSTOP
+	}
+	i.paused = stop
+	return i.cmd.Process.Signal(sig)
 }
 
 func (i *instance) running() bool {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	return i.svc != nil
+	return i.cmd != nil && !i.paused
 }
 
+// leading asks the instance's health endpoint whether it leads.
 func (i *instance) leading() bool {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	return i.svc != nil && i.svc.Status().Leader
+	if !i.running() {
+		return false
+	}
+	client := http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/v1/health", i.port))
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var h struct {
+		Leader bool `json:"leader"`
+	}
+	return json.NewDecoder(resp.Body).Decode(&h) == nil && h.Leader
 }
 
-// serviceConfig is an instance's configuration: production defaults but
-// a short leader session and gang partial hold, so that the restore
-// bound fits a short run; its log goes to logPath.
-func serviceConfig(nomad *nomadapi.Client, consul *consulapi.Client, layout kvlayout.Layout, log hclog.Logger) func(string) service.Config {
-	return func(name string) service.Config {
-		return service.Config{Nomad: nomad, Consul: consul, Layout: layout, Log: log.Named(name), Instance: name,
-			SessionTTL: 10 * time.Second, LockDelay: time.Millisecond, GangPartialHold: 20 * time.Second}
+// tail returns the last n lines of the file at path.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
 	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// serviceArgs are the instances' flags: production defaults but a gang
+// partial hold of 20 s, so that the restore bound fits a short run.
+func serviceArgs(c *localcluster.Cluster, root string) []string {
+	return []string{"-nomad-addr", c.NomadAddr, "-consul-addr", strings.TrimPrefix(c.ConsulAddr, "http://"),
+		"-kv-prefix", root, "-gang-partial-hold", "20s", "-log-level", "info"}
 }
 
 // clients makes API clients of the agents' addresses: the cluster's own

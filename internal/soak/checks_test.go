@@ -3,6 +3,10 @@ package soak
 import (
 	"strings"
 	"testing"
+
+	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/gpushare/nomad-gpushare/quota-service/state"
 )
 
 func TestOverbookingFindsEachConflict(t *testing.T) {
@@ -72,5 +76,49 @@ func TestSummaryLine(t *testing.T) {
 	want := "soak seconds=150 jobs=40 faults=9 suspensions=7 resumes=5 violations=1 max_restore_s=12.5"
 	if got := r.Summary(); got != want {
 		t.Errorf("summary %q, want %q", got, want)
+	}
+}
+
+func TestCheckLost(t *testing.T) {
+	snap := func(state ownerState, seq uint64, busy bool) jobSnap {
+		return jobSnap{ns: "a", id: "j", kind: kind{name: "whole1"}, state: state, seq: seq, busy: busy}
+	}
+	stub := func(stop bool) map[string]*nomadapi.JobListStub {
+		return map[string]*nomadapi.JobListStub{"a/j": {Namespace: "a", ID: "j", Stop: stop, Status: "running"}}
+	}
+	rec := map[string]state.Suspension{"a/j": {Namespace: "a", Job: "j"}}
+	none := map[string]state.Suspension{}
+	cases := []struct {
+		name          string
+		before, after jobSnap
+		jobs          map[string]*nomadapi.JobListStub
+		recs1, recs2  map[string]state.Suspension
+		want          string // "" no violation
+	}{
+		{"running", snap(active, 1, false), snap(active, 1, false), stub(false), none, none, ""},
+		{"suspended with a record", snap(active, 1, false), snap(active, 1, false), stub(true), none, rec, ""},
+		{"stopped with no record", snap(active, 1, false), snap(active, 1, false), stub(true), none, none, "stopped with no suspension record"},
+		{"vanished", snap(active, 1, false), snap(active, 1, false), nil, none, none, "vanished"},
+		{"finished and collected", snap(finished, 1, false), snap(finished, 1, false), nil, none, none, ""},
+		{"owner stopped it", snap(ownerStopped, 1, false), snap(ownerStopped, 1, false), stub(true), none, none, ""},
+		{"owner stopped it but it runs", snap(ownerStopped, 1, false), snap(ownerStopped, 1, false), stub(false), none, none, "by its owner but is registered"},
+		{"owner purged it but it runs", snap(purged, 1, false), snap(purged, 1, false), stub(false), none, none, "by its owner but is registered"},
+		{"an owner action during the poll", snap(active, 1, false), snap(active, 3, false), stub(true), none, none, ""},
+		{"an owner action in flight", snap(active, 1, true), snap(active, 1, true), stub(true), none, none, ""},
+	}
+	for _, tc := range cases {
+		c := &checker{hist: newHistory(100, nil), lost: map[string]bool{}}
+		c.checkLost(map[string]jobSnap{"a/j": tc.before}, map[string]jobSnap{"a/j": tc.after}, tc.jobs, tc.recs1, tc.recs2)
+		switch {
+		case tc.want == "" && len(c.violations) > 0:
+			t.Errorf("%s: violations %v", tc.name, c.violations)
+		case tc.want != "" && (len(c.violations) != 1 || !strings.Contains(c.violations[0], tc.want)):
+			t.Errorf("%s: violations %v, want one with %q", tc.name, c.violations, tc.want)
+		}
+		// Reported once until it is fine again.
+		c.checkLost(map[string]jobSnap{"a/j": tc.before}, map[string]jobSnap{"a/j": tc.after}, tc.jobs, tc.recs1, tc.recs2)
+		if tc.want != "" && len(c.violations) != 1 {
+			t.Errorf("%s: reported %d times in two polls, want once", tc.name, len(c.violations))
+		}
 	}
 }

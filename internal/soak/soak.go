@@ -2,6 +2,7 @@ package soak
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand"
@@ -12,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	nomadapi "github.com/hashicorp/nomad/api"
 
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
@@ -50,7 +50,7 @@ type Config struct {
 	// driver leaves out until they are fixed.
 	Avoid []string
 	// Dir holds the agents, the plugins, the control files and the
-	// services' log (service.log). Empty: a temporary directory,
+	// quota-service instances' logs (soak-a.log, soak-b.log). Empty: a temporary directory,
 	// removed at the end.
 	Dir string
 	// Out receives the event history as it happens (nil: discarded; the
@@ -84,6 +84,7 @@ var faultKinds = []struct {
 }{
 	{"kill-leader", 4},
 	{"kill-standby", 2},
+	{"pause-leader", 2},
 	{"gc", 3},
 	{"restart-nomad", 1},
 	{"restart-consul", 1},
@@ -129,6 +130,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			}
 		}()
 	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return Result{}, err
+	}
 	hist := newHistory(5000, cfg.Out)
 	hist.Add("soak seed=%d duration=%s clients=%d gpus=%d restore_bound=%s dir=%s", cfg.Seed, cfg.Duration, cfg.Clients, cfg.GPUs, cfg.RestoreBound, dir)
 	c, err := startAgents(dir, cfg.Clients, cfg.GPUs, 30*time.Second)
@@ -155,15 +160,6 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	logFile, err := os.Create(filepath.Join(dir, "service.log"))
-	if err != nil {
-		return Result{}, err
-	}
-	defer logFile.Close()
-	log := hclog.New(&hclog.LoggerOptions{Name: "soak", Level: hclog.Info, Output: logFile})
-	newCfg := serviceConfig(nomad, consul, layout, log)
-	insts := []*instance{{name: "soak-a", newCfg: newCfg}, {name: "soak-b", newCfg: newCfg}}
-
 	table := &jobTable{jobs: map[string]*job{}}
 	drv := &driver{rng: rand.New(rand.NewSource(cfg.Seed)), nomad: nomad, consul: consul, layout: layout, control: control,
 		hist: hist, table: table, projects: projects, gpus: cfg.Clients * cfg.GPUs, maxJobs: 2 * cfg.Clients * cfg.GPUs,
@@ -176,17 +172,33 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		drv.avoid[f] = true
 	}
 	drv.editQuotas(false)
-	for _, i := range insts {
-		i.start()
-	}
-	defer func() {
-		for _, i := range insts {
-			i.stop()
-		}
-	}()
 	chk := &checker{nomad: nomad, store: store, hist: hist, table: table, driver: drv, nodes: nodes, bound: cfg.RestoreBound,
 		starvedSince: map[string]time.Time{}, reported: map[string]bool{}, seenHistory: map[string]bool{},
 		overbooked: map[string]bool{}, lost: map[string]bool{}}
+
+	// The instances: the chk hears of their crashes.
+	bin := filepath.Join(dir, "gpushare-quota")
+	var insts []*instance
+	for _, name := range []string{"soak-a", "soak-b"} {
+		port, err := freePort()
+		if err != nil {
+			return Result{}, err
+		}
+		insts = append(insts, &instance{name: name, bin: bin, port: port, args: serviceArgs(c, layout.Root),
+			logPath: filepath.Join(dir, name+".log"), onCrash: func(name, why string) {
+				chk.violation("quota-service instance %s crashed: %s", name, why)
+			}})
+	}
+	defer func() {
+		for _, i := range insts {
+			i.kill()
+		}
+	}()
+	for _, i := range insts {
+		if err := i.start(); err != nil {
+			return Result{}, err
+		}
+	}
 
 	start := time.Now()
 	chaosEnd := start.Add(cfg.Duration)
@@ -332,23 +344,29 @@ func (f *injector) inject() {
 	down := time.Duration(1000+f.rng.Intn(5000)) * time.Millisecond
 	defer f.chk.disturb()
 	switch name {
-	case "kill-leader", "kill-standby":
-		var target *instance
-		for _, i := range f.insts {
-			if i.running() && i.leading() == (name == "kill-leader") {
-				target = i
-			}
-		}
+	case "kill-leader", "kill-standby", "pause-leader":
+		target := f.instance(name != "kill-standby")
 		if target == nil {
 			f.hist.Add("fault %s: no such instance now", name)
 			return
 		}
 		f.faults++
-		f.hist.Add("fault %s: stopping %s for %s", name, target.name, down)
-		target.stop()
+		if name == "pause-leader" {
+			// Paused past its session TTL (10 s) a leader loses the
+			// lock while it cannot know it.
+			down = time.Duration(2000+f.rng.Intn(16000)) * time.Millisecond
+			f.hist.Add("fault %s: SIGSTOP to %s for %s", name, target.name, down)
+			err := target.pause(true)
+			time.Sleep(down) // the fault's length, not synchronization
+			err = errors.Join(err, target.pause(false))
+			f.hist.Add("fault %s: SIGCONT to %s: %s", name, target.name, errString(err))
+			return
+		}
+		f.hist.Add("fault %s: SIGKILL to %s, down for %s", name, target.name, down)
+		target.kill()
 		time.Sleep(down) // the fault's length, not synchronization
-		target.start()
-		f.hist.Add("fault %s: %s started again", name, target.name)
+		err := target.start()
+		f.hist.Add("fault %s: %s started again: %s", name, target.name, errString(err))
 	case "gc":
 		f.faults++
 		err := f.nomad.System().GarbageCollect()
@@ -378,13 +396,25 @@ func (f *injector) inject() {
 	}
 }
 
+// instance returns the running instance that leads (leader) or does not,
+// nil when there is none.
+func (f *injector) instance(leader bool) *instance {
+	for _, i := range f.insts {
+		if i.running() && i.leading() == leader {
+			return i
+		}
+	}
+	return nil
+}
+
 // heal makes sure every instance runs (the agents are restarted within
 // their fault).
 func (f *injector) heal() error {
+	var errs []error
 	for _, i := range f.insts {
-		i.start()
+		errs = append(errs, i.start())
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // processesOf returns the PIDs of the processes running the binary at
