@@ -33,8 +33,10 @@ type checker struct {
 	starvedSince map[string]time.Time
 	reported     map[string]bool
 	// Counts for the summary.
-	polls, failedPolls   int
-	violations           []string
+	polls, failedPolls int
+	violations, known  []string
+	// lastEvent is the service's last history entry per job.
+	lastEvent            map[string]state.Entry
 	suspensions, resumes int
 	maxRestore           time.Duration
 	seenHistory          map[string]bool
@@ -51,9 +53,21 @@ func (c *checker) disturb() {
 }
 
 func (c *checker) violation(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
+	c.report("", fmt.Sprintf(format, args...))
+}
+
+// report notes a violation; finding names the known finding it is a case
+// of ("" none). A known finding's case is a violation all the same: it
+// counts in the summary's violations, and Result.Known names it.
+func (c *checker) report(finding, msg string) {
+	if finding != "" {
+		msg = "[known finding " + finding + "] " + msg
+	}
 	c.mu.Lock()
 	c.violations = append(c.violations, msg)
+	if finding != "" {
+		c.known = append(c.known, msg)
+	}
 	c.mu.Unlock()
 	c.hist.Add("VIOLATION %s", msg)
 	now := time.Now()
@@ -157,6 +171,12 @@ func (c *checker) checkLost(before, after map[string]jobSnap, jobs map[string]*n
 		switch {
 		case present && s.Stop:
 			problem = fmt.Sprintf("%s (%s, %s) is stopped with no suspension record (status %s)", k, j.kind.name, j.state, s.Status)
+			c.mu.Lock()
+			e, ok := c.lastEvent[k]
+			c.mu.Unlock()
+			if ok {
+				problem += fmt.Sprintf("; the service's last entry: %s by %s: %s", e.Event, e.By, e.Reason)
+			}
 		case !present && j.state == active:
 			problem = fmt.Sprintf("%s (%s, %s) vanished from Nomad with no suspension record", k, j.kind.name, j.state)
 		}
@@ -175,7 +195,7 @@ func (c *checker) reportLost(k, problem string) {
 	c.lost[k] = true
 	c.mu.Unlock()
 	if !seen {
-		c.violation("%s", problem)
+		c.report(knownFinding(problem), problem)
 	}
 }
 
@@ -291,6 +311,9 @@ func (c *checker) noteHistory(hist []state.Entry) {
 		c.mu.Lock()
 		seen := c.seenHistory[k]
 		c.seenHistory[k] = true
+		if !seen {
+			c.lastEvent[e.Namespace+"/"+e.Job] = e
+		}
 		switch {
 		case seen:
 		case e.Event == state.EventSuspend || e.Event == state.EventSuspendFinished:

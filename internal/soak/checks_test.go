@@ -72,8 +72,8 @@ func TestStarvedOnlyUnderGuaranteeAndPlaceable(t *testing.T) {
 }
 
 func TestSummaryLine(t *testing.T) {
-	r := Result{Seconds: 150.4, Jobs: 40, Faults: 9, Suspensions: 7, Resumes: 5, Violations: []string{"x"}, MaxRestore: 12500 * 1e6}
-	want := "soak seconds=150 jobs=40 faults=9 suspensions=7 resumes=5 violations=1 max_restore_s=12.5"
+	r := Result{Seconds: 150.4, Jobs: 40, Faults: 9, Suspensions: 7, Resumes: 5, Violations: []string{"x", "y"}, Known: []string{"y"}, MaxRestore: 12500 * 1e6}
+	want := "soak seconds=150 jobs=40 faults=9 suspensions=7 resumes=5 violations=2 max_restore_s=12.5 known_findings=1"
 	if got := r.Summary(); got != want {
 		t.Errorf("summary %q, want %q", got, want)
 	}
@@ -119,6 +119,23 @@ func TestCheckLost(t *testing.T) {
 		c.checkLost(map[string]jobSnap{"a/j": tc.before}, map[string]jobSnap{"a/j": tc.after}, tc.jobs, tc.recs1, tc.recs2)
 		if tc.want != "" && len(c.violations) != 1 {
 			t.Errorf("%s: reported %d times in two polls, want once", tc.name, len(c.violations))
+		}
+	}
+}
+
+func TestKnownFindingNamesOnlyItsCases(t *testing.T) {
+	cases := map[string]string{
+		"quota-service instance soak-b crashed: exit status 2; last lines of its log:\npanic: runtime error: invalid memory address or nil pointer dereference\ngithub.com/gpushare/nomad-gpushare/quota-service/nomadwatch.(*assembler).adoptTagged(0x2e5745222600)":           FindingUntaggedPanic,
+		"quota-service instance soak-b crashed: exit status 2; last lines of its log:\npanic: send on closed channel":                                                                                                                                                           "",
+		"lost job: team-b/j048 (whole1, active) is stopped with no suspension record (status dead); the service's last entry: owner-stopped by soak-b: the service's tag gpushare-suspended-for-team-a-20261127T194130Z was removed from the stopped version; it stays stopped": FindingTagMisread,
+		"lost job: team-b/j014 (elastic, active) is stopped with no suspension record (status dead); the service's last entry: owner-stopped by soak-b: the job was stopped again or changed while stopped (job modify index 252, the service's stop 183); it stays stopped":    FindingScaleSuspended,
+		"lost job: team-b/j015 (whole1, active) is stopped with no suspension record (status dead); the service's last entry: owner-stopped by soak-b: the job was stopped again or changed while stopped (job modify index 252, the service's stop 183); it stays stopped":     "",
+		"lost job: team-b/j016 (whole1, active) is stopped with no suspension record (status dead)":                                                                                                                                                                             "",
+		"overbooked: GPU G1 on node n1 held whole by [a b]": "",
+	}
+	for msg, want := range cases {
+		if got := knownFinding(msg); got != want {
+			t.Errorf("knownFinding(%.60q...) = %q, want %q", msg, got, want)
 		}
 	}
 }

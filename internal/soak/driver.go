@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -127,21 +128,48 @@ type driver struct {
 	avoid map[string]bool
 }
 
-// Known findings of the soak (Config.Avoid), each a bug in the quota
-// service that the soak found, with the owner's action that triggers it.
+// Known findings of the soak: bugs in the quota service it found, to be
+// fixed there. Config.Avoid keeps the driver from the owner action that
+// triggers the first two; the checker names a violation that is a case of
+// one (knownFinding), and Result.Known lists those.
 const (
 	// FindingStopResumed: an owner's stop of a job whose suspension
-	// record is resuming or resumed makes the next cycles of the quota
-	// service's instances panic (nomadwatch's readTagged takes the spec
-	// cached for the record, untagged, for a tagged job, and
-	// adoptTagged reads its nil VersionTag).
+	// record is resuming or resumed makes the instances' next cycles
+	// panic (FindingUntaggedPanic).
 	FindingStopResumed = "stop-resumed"
 	// FindingScaleSuspended: an owner's scale of a suspended job (Nomad
 	// accepts it and the job stays stopped) is taken for an owner's
 	// stop: the record closes as owner-stopped and the job never comes
 	// back.
 	FindingScaleSuspended = "scale-suspended"
+	// FindingUntaggedPanic: nomadwatch's readTagged takes a spec its
+	// builder cached (for a record, or read newer than its listing) at
+	// the job's modify index for a job under the service's tag without
+	// checking that it carries one; adoptTagged then reads the nil
+	// VersionTag and the instance panics.
+	FindingUntaggedPanic = "untagged-spec-panic"
+	// FindingTagMisread: after a failover in the middle of a suspension
+	// (the old leader stopped the job, the new one marked the record
+	// and tagged the stop), the new leader closes the record as
+	// owner-stopped ("the service's tag ... was removed from the
+	// stopped version") though nobody removed it: the job never comes
+	// back.
+	FindingTagMisread = "tag-misread"
 )
+
+// knownFinding names the known finding a violation's message is a case
+// of, "" when none.
+func knownFinding(msg string) string {
+	switch {
+	case strings.Contains(msg, "nomadwatch.(*assembler).adoptTagged"):
+		return FindingUntaggedPanic
+	case strings.Contains(msg, "is stopped with no suspension record") && strings.Contains(msg, "was removed from the stopped version"):
+		return FindingTagMisread
+	case strings.Contains(msg, "(elastic,") && strings.Contains(msg, "is stopped with no suspension record") && strings.Contains(msg, "owner-stopped") && strings.Contains(msg, "stopped again or changed while stopped"):
+		return FindingScaleSuspended
+	}
+	return ""
+}
 
 // recordPhase is the phase of j's verified suspension record, "" when it
 // has none, "?" when the store cannot be read.

@@ -65,16 +65,19 @@ type Result struct {
 	Suspensions  int
 	Resumes      int
 	Violations   []string
-	MaxRestore   time.Duration
-	Polls        int
+	// Known are the violations that are cases of known findings
+	// (knownFinding), also in Violations.
+	Known      []string
+	MaxRestore time.Duration
+	Polls      int
 	// Report is the event history around each violation.
 	Report string
 }
 
 // Summary is the one-line summary.
 func (r Result) Summary() string {
-	return fmt.Sprintf("soak seconds=%.0f jobs=%d faults=%d suspensions=%d resumes=%d violations=%d max_restore_s=%.1f",
-		r.Seconds, r.Jobs, r.Faults, r.Suspensions, r.Resumes, len(r.Violations), r.MaxRestore.Seconds())
+	return fmt.Sprintf("soak seconds=%.0f jobs=%d faults=%d suspensions=%d resumes=%d violations=%d max_restore_s=%.1f known_findings=%d",
+		r.Seconds, r.Jobs, r.Faults, r.Suspensions, r.Resumes, len(r.Violations), r.MaxRestore.Seconds(), len(r.Known))
 }
 
 // faultKinds are the faults the injector draws from, with weights.
@@ -174,7 +177,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	drv.editQuotas(false)
 	chk := &checker{nomad: nomad, store: store, hist: hist, table: table, driver: drv, nodes: nodes, bound: cfg.RestoreBound,
 		starvedSince: map[string]time.Time{}, reported: map[string]bool{}, seenHistory: map[string]bool{},
-		overbooked: map[string]bool{}, lost: map[string]bool{}}
+		overbooked: map[string]bool{}, lost: map[string]bool{}, lastEvent: map[string]state.Entry{}}
 
 	// The instances: the chk hears of their crashes.
 	bin := filepath.Join(dir, "gpushare-quota")
@@ -186,7 +189,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 		insts = append(insts, &instance{name: name, bin: bin, port: port, args: serviceArgs(c, layout.Root),
 			logPath: filepath.Join(dir, name+".log"), onCrash: func(name, why string) {
-				chk.violation("quota-service instance %s crashed: %s", name, why)
+				msg := fmt.Sprintf("quota-service instance %s crashed: %s", name, why)
+				chk.report(knownFinding(msg), msg)
 			}})
 	}
 	defer func() {
@@ -258,7 +262,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	chk.mu.Lock()
 	defer chk.mu.Unlock()
 	res := Result{Seconds: time.Since(start).Seconds(), Jobs: drv.submitted, Faults: inj.faults, Suspensions: chk.suspensions,
-		Resumes: chk.resumes, Violations: append([]string(nil), chk.violations...), MaxRestore: chk.maxRestore, Polls: chk.polls}
+		Resumes: chk.resumes, Violations: append([]string(nil), chk.violations...), Known: append([]string(nil), chk.known...), MaxRestore: chk.maxRestore, Polls: chk.polls}
 	if len(res.Violations) > 0 {
 		res.Report = hist.Around(time.Now(), time.Since(start)+time.Minute)
 	}
