@@ -70,8 +70,7 @@ func (c *checker) report(finding, msg string) {
 	}
 	c.mu.Unlock()
 	c.hist.Add("VIOLATION %s", msg)
-	now := time.Now()
-	c.hist.Add("history around the violation:\n%s", c.hist.Around(now, 30*time.Second))
+	c.hist.Print("history around the violation:\n" + c.hist.Around(time.Now(), 30*time.Second))
 }
 
 func (c *checker) records(ctx context.Context) (map[string]state.Suspension, error) {

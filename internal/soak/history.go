@@ -47,6 +47,16 @@ func (h *History) format(e event) string {
 	return fmt.Sprintf("%7.2fs %s %s", e.at.Sub(h.start).Seconds(), e.at.UTC().Format("15:04:05.000"), e.what)
 }
 
+// Print writes s to the history's output without keeping it (a report
+// of what the history holds already).
+func (h *History) Print(s string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.out != nil {
+		fmt.Fprint(h.out, s)
+	}
+}
+
 // Around returns the events within window either side of t, one a line.
 func (h *History) Around(t time.Time, window time.Duration) string {
 	h.mu.Lock()
