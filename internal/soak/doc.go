@@ -59,8 +59,8 @@
 // Known findings (bugs in the quota service the soak found, to be fixed
 // there; driver.go) have names. A violation that is a case of one is
 // marked so (knownFinding) and listed in Result.Known as well as counted
-// in violations; Config.Avoid keeps the driver from the owner actions
-// that trigger some. The short run in `make test` (TestSoakShort) avoids
+// in violations; Config.Avoid keeps the driver from the owner action
+// that triggers one. The short run in `make test` (TestSoakShort) avoids
 // those and fails on any violation that is not a known finding's case;
 // `make soak` runs everything and exits 1 on any violation.
 package soak

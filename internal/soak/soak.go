@@ -45,9 +45,8 @@ type Config struct {
 	// Faults restricts the fault kinds (names as in faultKinds); empty:
 	// all.
 	Faults []string
-	// Avoid lists known findings (FindingStopResumed,
-	// FindingScaleSuspended) whose trigger the
-	// driver leaves out until they are fixed.
+	// Avoid lists known findings (FindingScaleSuspended) whose trigger
+	// the driver leaves out until they are fixed.
 	Avoid []string
 	// Dir holds the agents, the plugins, the control files and the
 	// quota-service instances' logs (soak-a.log, soak-b.log). Empty: a temporary directory,

@@ -26,7 +26,7 @@ func main() {
 	faults := flag.String("faults", "", "comma-separated fault kinds to inject (empty: all of "+strings.Join(soak.FaultKinds(), ",")+")")
 	every := flag.Duration("fault-every", 12*time.Second, "mean time between faults")
 	dir := flag.String("dir", "", "directory for the agents and logs (empty: a temporary one, removed)")
-	avoid := flag.String("avoid", "", "comma-separated known findings whose trigger the driver leaves out (of "+soak.FindingStopResumed+","+soak.FindingScaleSuspended+")")
+	avoid := flag.String("avoid", "", "comma-separated known findings whose trigger the driver leaves out (of "+soak.FindingScaleSuspended+")")
 	quiet := flag.Bool("quiet", false, "print only violations and the summary")
 	flag.Parse()
 	cfg := soak.Config{Seed: *seed, Duration: *duration, Clients: *clients, GPUs: *gpus, RestoreBound: *bound,
