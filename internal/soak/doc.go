@@ -1,0 +1,66 @@
+// Package soak is the chaos soak of issue 25: a local cluster of real
+// Consul and Nomad agents (one Nomad server whose agent is also a client,
+// and more client nodes), the gpushare device plugin on simulated H100s
+// on each node, and two quota-service instances (gpushare-quota
+// processes, as production runs them), driven for a
+// duration by a seeded random driver while a checker reads Nomad and
+// Consul about once a second and asserts the service's promises.
+//
+// The driver (driver.go), for Config.Duration, submits random GPU work
+// through Nomad's API (one or two whole GPUs, shares with and without a
+// gpushare_limit, multi-group jobs, gangs by job meta gpushare.gang,
+// elastic groups by group meta gpushare.min_count), lets tasks finish or
+// fail through control files, acts as the jobs' owners (stop, purge,
+// start again, re-register a new version, scale an elastic group) and
+// edits the projects' quotas in Consul KV, a bad document among them.
+// Owner actions are paced by random waits of 0.3 to 2 s. A fault injector
+// (soak.go) draws faults at exponential gaps around Config.FaultEvery:
+// SIGKILL to the leading or the standby instance, started again a few
+// seconds later (a crashed leader's lock waits for its session TTL),
+// SIGSTOP to the leader for 2 to 18 s (past the 10 s session TTL it loses
+// the lock without knowing it) then SIGCONT, Nomad's garbage collection (with a 30 s job GC threshold), a
+// restart of the Nomad agent (server and its client), a stop and start of
+// Consul, and a SIGKILL to one node's device plugin (Nomad starts it
+// again). Every action and fault, and every entry of the service's own
+// history, goes to the event history (History).
+//
+// The checker (checker.go) asserts at every poll, and a quota-service
+// instance that exits on its own (a panic) is a violation, with its log's
+// last lines, and is started again:
+//
+//   - Nothing lost: a job its owner did not stop or purge is registered
+//     and not stopped, or has a verified suspension record (read before
+//     and after the jobs); it vanishes only if its task was told to end
+//     (Nomad's collector may take it then). A job its owner stopped or
+//     purged does not run again until its owner starts it. Jobs with an
+//     owner action in flight during the poll, or whose last action
+//     failed, are not judged at that poll.
+//   - No GPU overbooked: among the allocations Nomad books (desired run,
+//     pending or running), no instance ID of a node is given twice, no
+//     GPU is held whole by one and whole or in shares by another, and no
+//     GPU has more than 100 share units (overbooking).
+//   - Restore bound: a project under its guarantee by at least the size
+//     of a waiting single job of one GPU or less (pending, or suspended
+//     with a record) that is placeable (it fits once every allocation of
+//     the projects above their guarantee is taken away) is served within
+//     Config.RestoreBound (60 s) after the last disturbance: the latest
+//     of the start of the episode, the end of the last fault and the last
+//     quota edit (starved, placeable). The instances run with a 20 s gang
+//     partial hold so that a partial gang does not hold GPUs beyond it.
+//
+// After the chaos phase a settle phase brings every instance up and stops
+// all owner actions and faults; it ends once no project has been owed
+// work for 10 s, or after RestoreBound plus 15 s. A violation prints the
+// event history 30 s either side of it; Run returns the summary
+// (Result.Summary: `soak seconds= jobs= faults= suspensions= resumes=
+// violations= max_restore_s= known_findings=`), max_restore_s being the longest episode
+// from its last disturbance to its end.
+//
+// Known findings (bugs in the quota service the soak found, to be fixed
+// there; driver.go) have names. A violation that is a case of one is
+// marked so (knownFinding) and listed in Result.Known as well as counted
+// in violations; Config.Avoid keeps the driver from the owner action
+// that triggers one. The short run in `make test` (TestSoakShort) avoids
+// those and fails on any violation that is not a known finding's case;
+// `make soak` runs everything and exits 1 on any violation.
+package soak
