@@ -125,7 +125,7 @@ func TestCheckLost(t *testing.T) {
 
 func TestKnownFindingNamesOnlyItsCases(t *testing.T) {
 	cases := map[string]string{
-		"lost job: team-b/j014 (elastic, active) is stopped with no suspension record (status dead); the service's last entry: owner-stopped by soak-b: the job was stopped again or changed while stopped (job modify index 252, the service's stop 183); it stays stopped":    FindingScaleSuspended,
+		"lost job: team-b/j014 (elastic, active) is stopped with no suspension record (status dead); the service's last entry: owner-stopped by soak-b: the job was stopped again or changed while stopped (job modify index 252, the service's stop 183); it stays stopped":    "",
 		"lost job: team-b/j015 (whole1, active) is stopped with no suspension record (status dead); the service's last entry: owner-stopped by soak-b: the job was stopped again or changed while stopped (job modify index 252, the service's stop 183); it stays stopped":     "",
 		"lost job: team-b/j048 (whole1, active) is stopped with no suspension record (status dead); the service's last entry: owner-stopped by soak-b: the service's tag gpushare-suspended-for-team-a-20261127T194130Z was removed from the stopped version; it stays stopped": "",
 		"quota-service instance soak-b crashed: exit status 2; last lines of its log:\npanic: runtime error: invalid memory address or nil pointer dereference\ngithub.com/gpushare/nomad-gpushare/quota-service/nomadwatch.(*assembler).adoptTagged(0x2e5745222600)":           "",

@@ -35,6 +35,8 @@ func (ap *applying) settleRecords(ctx context.Context) {
 			err = ap.close(ctx, key, r.Event, r.Why)
 		case nomadwatch.Rebuild:
 			err = ap.rebuild(ctx, r)
+		case nomadwatch.Rescaled:
+			err = ap.adoptRescale(ctx, r.Current, ap.records[key], r.Why)
 		}
 		if err == nil {
 			err = ap.resign(ctx, key)
@@ -151,6 +153,37 @@ func (ap *applying) markStopped(ctx context.Context, job *nomadapi.Job, rec *sta
 		return err
 	}
 	ap.log.Info("marked a suspension whose stop Nomad shows", "job", rec.Key(), "stop_version", next.StopVersion, "tagged", next.Tagged)
+	return nil
+}
+
+// adoptRescale takes the owner's scale of a suspended job into its
+// record: the job resumes at the owner's version and counts (the record's
+// version, stop and groups follow the job, its spec is sealed again), and
+// the service's tag moves to that version.
+func (ap *applying) adoptRescale(ctx context.Context, job *nomadapi.Job, rec *state.Suspension, why string) error {
+	if err := ap.untag(ctx, *rec); err != nil {
+		return err
+	}
+	next := *rec
+	next.Version, next.JobModifyIndex = *job.Version, *job.JobModifyIndex
+	next.StopVersion, next.StopJobModifyIndex = *job.Version, *job.JobModifyIndex
+	next.Groups = map[string]int{}
+	for _, tg := range job.TaskGroups {
+		if tg.Name != nil && tg.Count != nil {
+			next.Groups[*tg.Name] = *tg.Count
+		}
+	}
+	if err := next.EncodeSpec(job, ap.v.Keys); err != nil {
+		return err
+	}
+	next.Tagged = false
+	ap.tag(ctx, job, &next)
+	if err := ap.put(ctx, &next, "adopting the owner's scale of"); err != nil {
+		return err
+	}
+	*rec = next
+	ap.done(ctx, next, state.EventOwnerRescaled, why)
+	ap.log.Info("suspended job scaled by its owner; it resumes at the new counts", "job", rec.Key(), "version", next.Version, "groups", next.Groups)
 	return nil
 }
 

@@ -49,6 +49,10 @@ const (
 	// than that stop: the record is written again from Nomad's state
 	// (Rebuilt), and the job resumes in its turn.
 	Rebuild
+	// Rescaled: the owner scaled the suspended job (Nomad keeps a scaled
+	// stopped job stopped, at a new version with other counts): the
+	// record is to take that version, which the job resumes at.
+	Rescaled
 )
 
 // StopAdoptWindow bounds how long after a record was written a stop that
@@ -327,6 +331,8 @@ func (r *Record) suspended(resuming bool) {
 		r.set(ResumeLanded, "registered again by the service's resume")
 	case !stopped(job):
 		r.close(state.EventSuperseded, "the owner registered the job again (version %d); it runs under the normal rules", jobVersion(job))
+	case jobModifyIndex(job) != r.StopJobModifyIndex && !resuming && jobVersion(job) > r.StopVersion && r.countsChanged(job):
+		r.set(Rescaled, "the owner scaled the suspended job (version %d); it stays suspended and resumes at the new counts", jobVersion(job))
 	case jobModifyIndex(job) != r.StopJobModifyIndex:
 		r.close(state.EventOwnerStopped, "the job was stopped again or changed while stopped (job modify index %d, the service's stop %d); it stays stopped", jobModifyIndex(job), r.StopJobModifyIndex)
 	case r.Tagged && !r.hasOurTag(job):
@@ -370,6 +376,21 @@ func (r *Record) resumed() {
 	}
 }
 
+// countsChanged says some task group of job runs at another count than
+// the record resumes it with.
+func (r *Record) countsChanged(job *nomadapi.Job) bool {
+	for _, tg := range job.TaskGroups {
+		if tg.Name == nil || tg.Count == nil {
+			continue
+		}
+		if c, ok := r.Groups[*tg.Name]; ok && c != *tg.Count {
+			return true
+		}
+	}
+	return false
+}
+
+// hasOurTag says job's current version carries the record's tag (by name).
 func (r *Record) hasOurTag(job *nomadapi.Job) bool {
 	return r.Tag != "" && job.VersionTag != nil && job.VersionTag.Name == r.Tag
 }

@@ -101,6 +101,18 @@ func TestClassifyRecords(t *testing.T) {
 		{name: "suspended, untagged, untouched", rec: with(state.PhaseSuspended, untagged), job: current(4, 20, true, "", soon), want: Suspended},
 		{name: "owner registered it again", rec: with(state.PhaseSuspended, suspended), job: current(5, 25, false, tag, soon), want: Closed, event: state.EventSuperseded},
 		{name: "owner stopped it again", rec: with(state.PhaseSuspended, suspended), job: current(5, 25, true, tag, soon), want: Closed, event: state.EventOwnerStopped},
+		{name: "owner scaled it while suspended", rec: with(state.PhaseSuspended, func(r *state.Suspension) {
+			suspended(r)
+			r.Groups = map[string]int{"g": 2}
+		}), job: func() *nomadapi.Job {
+			j := current(5, 25, true, tag, soon)
+			j.TaskGroups[0].Count = ptr(3)
+			return j
+		}(), want: Rescaled},
+		{name: "owner stopped it again, counts unchanged", rec: with(state.PhaseSuspended, func(r *state.Suspension) {
+			suspended(r)
+			r.Groups = map[string]int{"g": 2}
+		}), job: current(5, 25, true, tag, soon), want: Closed, event: state.EventOwnerStopped},
 		{name: "owner removed the tag", rec: with(state.PhaseSuspended, suspended), job: current(4, 20, true, "", soon), want: Closed, event: state.EventOwnerStopped},
 		{name: "tagged job gone: the owner purged it", rec: with(state.PhaseSuspended, suspended), gone: true, want: Closed, event: state.EventOwnerPurged},
 		{name: "untagged job gone: collected, comes back from the spec", rec: with(state.PhaseSuspended, untagged), gone: true, want: Vanished},

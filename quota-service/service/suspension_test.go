@@ -434,3 +434,38 @@ func TestRecordPhasesAreReadFromNomad(t *testing.T) {
 		t.Fatalf("history of %s/%s: %v, want %v", j.ns, j.id, got, want)
 	}
 }
+
+// TestOwnerScalesASuspendedJob: Nomad keeps a suspended (stopped) job
+// stopped when its owner scales it, at a new version. The suspension
+// stands and takes the owner's version: the job comes back at the new
+// count when GPUs free up (found by the chaos soak: the scale was read as
+// the owner's stop and the job was never resumed).
+func TestOwnerScalesASuspendedJob(t *testing.T) {
+	c := needCluster(t)
+	s := newScenario(t, c, "rescale-test")
+	svc, _ := s.startInstance("q", nil, nil)
+	a, b, suspended, _ := suspendSome(s, svc, 2)
+	scaled := suspended[0]
+	two := 2
+	if _, _, err := c.Nomad.Jobs().Scale(scaled.id, "main", &two, "owner: two workers", false, nil, &nomadapi.WriteOptions{Namespace: scaled.ns}); err != nil {
+		t.Fatal(err)
+	}
+	testcluster.Eventually(t, 60*time.Second, func() error {
+		if got := s.historyOf(scaled); !slices.Contains(got, state.EventOwnerRescaled) {
+			return fmt.Errorf("history of %s: %v, want owner-rescaled", scaled.id, got)
+		}
+		return nil
+	})
+	if rec := s.waitRecord(scaled, state.PhaseSuspended); rec.Groups["main"] != 2 {
+		t.Errorf("record groups %v, want main at the owner's 2", rec.Groups)
+	}
+	for _, j := range b {
+		s.finish(j.ns, j.id)
+	}
+	for _, j := range a {
+		if !slices.ContainsFunc(suspended, func(x gpuJob) bool { return x.id == j.id }) {
+			s.finish(j.ns, j.id)
+		}
+	}
+	s.wait(120*time.Second, "running both instances", runsAll(2), scaled)
+}

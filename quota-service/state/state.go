@@ -65,6 +65,9 @@ const (
 	// was written again from Nomad's state, and the job resumes in its
 	// turn.
 	EventRecordRebuilt Event = "record-rebuilt"
+	// EventOwnerRescaled: the owner scaled the suspended job; it stays
+	// suspended and resumes at the owner's new version.
+	EventOwnerRescaled Event = "owner-rescaled"
 	// EventShrink: an elastic group was scaled down by the service (its
 	// job keeps running with the rest).
 	EventShrink Event = "shrink"
