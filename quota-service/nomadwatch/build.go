@@ -106,8 +106,12 @@ func (b *Builder) Build(ctx context.Context, settings []quota.Settings, recs sta
 	if err != nil {
 		return nil, err
 	}
+	scaledAt, err := b.readScaledAt(ctx, in.Jobs, recs.Verified)
+	if err != nil {
+		return nil, err
+	}
 	b.prune(in.Jobs)
-	in.Specs, in.Unlisted, in.Tagged, in.Settings, in.Now = specs, unlisted, tagged, settings, now
+	in.Specs, in.Unlisted, in.Tagged, in.Settings, in.Now, in.ScaledAt = specs, unlisted, tagged, settings, now, scaledAt
 	in.Suspensions, in.Unverified, in.RecordErrors, in.Keys = recs.Verified, recs.Unverified, recs.Errors, recs.Keys
 	in.Shrinks, in.ShrinkErrors = recs.Shrinks, recs.ShrinkErrors
 	return Assemble(in), nil
@@ -263,6 +267,37 @@ func (b *Builder) readTagged(ctx context.Context, jobs []*nomadapi.JobListStub, 
 		}
 	}
 	return tagged, nil
+}
+
+// readScaledAt reads the latest scaling event's time of every suspended
+// job that Nomad shows stopped at another job modify index than the
+// service's stop: an owner's scale keeps a stopped job stopped, and only
+// its scaling event tells it from a stop (see Record.scaledByOwner).
+func (b *Builder) readScaledAt(ctx context.Context, jobs []*nomadapi.JobListStub, verified []state.Suspension) (map[string]int64, error) {
+	stubs := map[string]*nomadapi.JobListStub{}
+	for _, j := range jobs {
+		stubs[Key(j.Namespace, j.ID)] = j
+	}
+	out := map[string]int64{}
+	for _, r := range verified {
+		j := stubs[r.Key()]
+		if j == nil || !j.Stop || r.Phase != state.PhaseSuspended || j.JobModifyIndex == r.StopJobModifyIndex {
+			continue
+		}
+		st, _, err := b.nomad.Jobs().ScaleStatus(j.ID, (&nomadapi.QueryOptions{Namespace: j.Namespace}).WithContext(ctx))
+		if StatusCode(err) == http.StatusNotFound {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the scaling events of Nomad job %s: %w", r.Key(), err)
+		}
+		for _, tg := range st.TaskGroups {
+			for _, e := range tg.Events {
+				out[r.Key()] = max(out[r.Key()], int64(e.Time))
+			}
+		}
+	}
+	return out, nil
 }
 
 // StatusCode is the HTTP status of a Nomad API error (0 when err is not

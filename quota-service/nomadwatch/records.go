@@ -83,6 +83,10 @@ type Record struct {
 	// again with one.
 	Rebuilt *state.Suspension
 	Retag   bool
+	// scaledAt is the time (Unix ns) of the job's latest scaling event,
+	// read only for a suspended job that moved while stopped
+	// (Inputs.ScaledAt).
+	scaledAt int64
 }
 
 // Resumable says the record's job waits to be resumed.
@@ -253,7 +257,7 @@ func (a *assembler) rebuild(r *Record, job *nomadapi.Job, modifyIndex uint64, re
 // and kept.
 func (a *assembler) classify(rec state.Suspension) *Record {
 	key := rec.Key()
-	r := &Record{Suspension: rec, Current: a.in.Specs[key]}
+	r := &Record{Suspension: rec, Current: a.in.Specs[key], scaledAt: a.in.ScaledAt[key]}
 	if err, unlisted := a.in.Unlisted[key]; unlisted && err != nil {
 		a.v.RecordErrors = append(a.v.RecordErrors, state.RecordError{Key: "", Namespace: rec.Namespace, Job: rec.Job,
 			Reason: fmt.Sprintf("the job cannot be read (%v); the record is kept untouched until it can", err)})
@@ -331,7 +335,7 @@ func (r *Record) suspended(resuming bool) {
 		r.set(ResumeLanded, "registered again by the service's resume")
 	case !stopped(job):
 		r.close(state.EventSuperseded, "the owner registered the job again (version %d); it runs under the normal rules", jobVersion(job))
-	case jobModifyIndex(job) != r.StopJobModifyIndex && !resuming && jobVersion(job) > r.StopVersion && r.countsChanged(job):
+	case jobModifyIndex(job) != r.StopJobModifyIndex && !resuming && r.scaledByOwner(job):
 		r.set(Rescaled, "the owner scaled the suspended job (version %d); it stays suspended and resumes at the new counts", jobVersion(job))
 	case jobModifyIndex(job) != r.StopJobModifyIndex:
 		r.close(state.EventOwnerStopped, "the job was stopped again or changed while stopped (job modify index %d, the service's stop %d); it stays stopped", jobModifyIndex(job), r.StopJobModifyIndex)
@@ -376,18 +380,11 @@ func (r *Record) resumed() {
 	}
 }
 
-// countsChanged says some task group of job runs at another count than
-// the record resumes it with.
-func (r *Record) countsChanged(job *nomadapi.Job) bool {
-	for _, tg := range job.TaskGroups {
-		if tg.Name == nil || tg.Count == nil {
-			continue
-		}
-		if c, ok := r.Groups[*tg.Name]; ok && c != *tg.Count {
-			return true
-		}
-	}
-	return false
+// scaledByOwner says the job's current version is a scale (Nomad stamps
+// the version a scale makes with the scaling event's time as its submit
+// time); a later stop or register makes another version.
+func (r *Record) scaledByOwner(job *nomadapi.Job) bool {
+	return r.scaledAt != 0 && job.SubmitTime != nil && *job.SubmitTime == r.scaledAt && jobVersion(job) > r.StopVersion
 }
 
 // hasOurTag says job's current version carries the record's tag (by name).

@@ -88,6 +88,8 @@ func TestClassifyRecords(t *testing.T) {
 		want    Verdict
 		event   state.Event
 		errWant string // part of the record error, for a rejected or unreadable record
+		// scaledAt is the time of the job's latest scaling event.
+		scaledAt int64
 	}{
 		{name: "stopping, job runs at the recorded version", rec: with(state.PhaseStopping, nil), job: current(3, 10, false, "", recordTime), want: Unfinished},
 		{name: "stopping, job changed since", rec: with(state.PhaseStopping, nil), job: current(4, 15, false, "", soon), want: Closed, event: state.EventSuspendAbandoned},
@@ -101,18 +103,10 @@ func TestClassifyRecords(t *testing.T) {
 		{name: "suspended, untagged, untouched", rec: with(state.PhaseSuspended, untagged), job: current(4, 20, true, "", soon), want: Suspended},
 		{name: "owner registered it again", rec: with(state.PhaseSuspended, suspended), job: current(5, 25, false, tag, soon), want: Closed, event: state.EventSuperseded},
 		{name: "owner stopped it again", rec: with(state.PhaseSuspended, suspended), job: current(5, 25, true, tag, soon), want: Closed, event: state.EventOwnerStopped},
-		{name: "owner scaled it while suspended", rec: with(state.PhaseSuspended, func(r *state.Suspension) {
-			suspended(r)
-			r.Groups = map[string]int{"g": 2}
-		}), job: func() *nomadapi.Job {
-			j := current(5, 25, true, tag, soon)
-			j.TaskGroups[0].Count = ptr(3)
-			return j
-		}(), want: Rescaled},
-		{name: "owner stopped it again, counts unchanged", rec: with(state.PhaseSuspended, func(r *state.Suspension) {
-			suspended(r)
-			r.Groups = map[string]int{"g": 2}
-		}), job: current(5, 25, true, tag, soon), want: Closed, event: state.EventOwnerStopped},
+		{name: "owner scaled it while suspended", rec: with(state.PhaseSuspended, suspended), job: current(5, 25, true, tag, soon),
+			scaledAt: soon.UnixNano(), want: Rescaled},
+		{name: "owner scaled it, then stopped it again", rec: with(state.PhaseSuspended, suspended), job: current(6, 27, true, tag, soon.Add(time.Second)),
+			scaledAt: soon.UnixNano(), want: Closed, event: state.EventOwnerStopped},
 		{name: "owner removed the tag", rec: with(state.PhaseSuspended, suspended), job: current(4, 20, true, "", soon), want: Closed, event: state.EventOwnerStopped},
 		{name: "tagged job gone: the owner purged it", rec: with(state.PhaseSuspended, suspended), gone: true, want: Closed, event: state.EventOwnerPurged},
 		{name: "untagged job gone: collected, comes back from the spec", rec: with(state.PhaseSuspended, untagged), gone: true, want: Vanished},
@@ -127,7 +121,8 @@ func TestClassifyRecords(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			in := Inputs{Suspensions: []state.Suspension{tt.rec}, Specs: map[string]*nomadapi.Job{}, Unlisted: map[string]error{}, Now: recordTime, Keys: testKeys}
+			in := Inputs{Suspensions: []state.Suspension{tt.rec}, Specs: map[string]*nomadapi.Job{}, Unlisted: map[string]error{}, Now: recordTime, Keys: testKeys,
+				ScaledAt: map[string]int64{"a/j": tt.scaledAt}}
 			if tt.job != nil {
 				in.Specs["a/j"] = tt.job
 			}
