@@ -27,6 +27,11 @@ type cycleData struct {
 	rep      actuator.Report
 	// acted is set when the cycle went through the actuator (leader).
 	acted bool
+	// gangs are the gangs that run in part (boundPartialGangs), and
+	// factors each project's surplus factor (applySurplusFactors; nil
+	// when time-aware fair share is off).
+	gangs   []partialGang
+	factors map[string]float64
 }
 
 // cycleFailure is why a cycle took no action. cause labels

@@ -75,7 +75,8 @@ func partialGangs(snap *cluster.Snapshot) []partialGang {
 // keeps the clock its standby ran.
 func (s *Service) boundPartialGangs(c *cycleData, now time.Time) {
 	seen := map[string]bool{}
-	for _, g := range partialGangs(c.view.Snapshot) {
+	c.gangs = partialGangs(c.view.Snapshot)
+	for _, g := range c.gangs {
 		seen[g.job] = true
 		since, ok := s.partialSince[g.job]
 		if !ok {
@@ -134,7 +135,7 @@ func (s *Service) gangViews(c *cycleData) []GangView {
 		}
 	}
 	var out []GangView
-	for _, g := range partialGangs(c.view.Snapshot) {
+	for _, g := range c.gangs {
 		ns, id, _ := strings.Cut(g.job, "/")
 		since := s.partialSince[g.job]
 		why, ok := waiting[g.job]

@@ -249,21 +249,11 @@ func (s *Service) projectViews(c *cycleData, sum pendingSummary) []ProjectView {
 		v := ProjectView{ProjectStatus: st, Priority: qs.Priority, OverQuotaWeight: qs.OverQuotaWeight, Namespace: qs.Namespace,
 			NonPreemptibleAboveGuarantee: exposed, NeverVictims: sh.NeverVictims}
 		if t := s.surplus.tracker; t != nil {
-			v.RecentSurplusGPUHours, v.SurplusFactor = t.Used(sh.Name), factorOf(c, sh.Name)
+			v.RecentSurplusGPUHours, v.SurplusFactor = t.Used(sh.Name), c.factors[sh.Name]
 		}
 		views = append(views, v)
 	}
 	return views
-}
-
-// factorOf is the surplus factor project was planned with.
-func factorOf(c *cycleData, project string) float64 {
-	for _, p := range c.view.Snapshot.Projects {
-		if p.Name == project {
-			return p.SurplusFactor
-		}
-	}
-	return 0
 }
 
 // setProjectMetrics sets the per-project gauges (in GPUs) and the queue.

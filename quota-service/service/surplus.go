@@ -47,9 +47,9 @@ func (s *Service) applySurplusFactors(ctx context.Context, c *cycleData, now tim
 			gpus += len(n.GPUs)
 		}
 	}
-	factors := su.tracker.Factors(names, float64(gpus))
+	c.factors = su.tracker.Factors(names, float64(gpus))
 	for i := range snap.Projects {
-		snap.Projects[i].SurplusFactor = factors[snap.Projects[i].Name]
+		snap.Projects[i].SurplusFactor = c.factors[snap.Projects[i].Name]
 	}
 }
 
