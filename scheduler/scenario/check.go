@@ -77,21 +77,9 @@ func checkRound(e Expect, rd *Round) error {
 		}
 		return fmt.Errorf("no project %s", e.Name)
 	case "suspend":
-		var got []string
-		for _, a := range rd.Result.Actions {
-			if a.Kind == plan.Suspend {
-				got = append(got, a.Job)
-			}
-		}
-		return sameSet("suspended in round "+fmt.Sprint(e.Round), got, e.Jobs, rd)
+		return sameSet("suspended in round "+fmt.Sprint(e.Round), jobsOf(rd, plan.Suspend), e.Jobs, rd)
 	case "shrink":
-		var got []string
-		for _, a := range rd.Result.Actions {
-			if a.Kind == plan.Shrink {
-				got = append(got, a.Job)
-			}
-		}
-		return sameSet("shrunk in round "+fmt.Sprint(e.Round), got, e.Jobs, rd)
+		return sameSet("shrunk in round "+fmt.Sprint(e.Round), jobsOf(rd, plan.Shrink), e.Jobs, rd)
 	case "grow":
 		var got []string
 		for _, g := range rd.Result.Grow {
@@ -136,6 +124,17 @@ func checkRound(e Expect, rd *Round) error {
 }
 
 // checkUsage checks what a project holds after the last round.
+// jobsOf lists the jobs of the round's actions of kind k.
+func jobsOf(rd *Round, k plan.Kind) []string {
+	var got []string
+	for _, a := range rd.Result.Actions {
+		if a.Kind == k {
+			got = append(got, a.Job)
+		}
+	}
+	return got
+}
+
 func checkUsage(e Expect, final *cluster.Snapshot) error {
 	if !slices.ContainsFunc(final.Projects, func(p cluster.Project) bool { return p.Name == e.Name }) {
 		return fmt.Errorf("no project %s", e.Name)
