@@ -314,6 +314,11 @@ type Project struct {
 	// used much of the surplus recently (docs/design.md, Projects and
 	// fair share). 0 means 1.
 	SurplusFactor float64
+	// Department names the project's department, one of
+	// Snapshot.Departments, or is empty for a project on its own
+	// (docs/design.md, Departments). A department's own Department is
+	// empty: departments do not nest.
+	Department string
 }
 
 // Weight is the over-quota weight with the default applied: 0 for
@@ -347,4 +352,9 @@ type Snapshot struct {
 	Allocations []Allocation
 	Pending     []Pending
 	Projects    []Project
+	// Departments group projects one level up: a department has a
+	// guarantee, limit, priority and over-quota weight as a project has
+	// (its SurplusFactor and Department are not read), and its projects
+	// share what it is given (docs/design.md, Departments).
+	Departments []Project
 }

@@ -17,6 +17,9 @@ type Index struct {
 	// Snapshot.Projects and Snapshot.Nodes.
 	ProjectByName map[string]int
 	NodeByName    map[string]int
+	// ProjectDepartment is, per project, the position of its department
+	// in Snapshot.Departments, or -1 for a project on its own.
+	ProjectDepartment []int32
 	// AllocProject and AllocNode are, per allocation, the positions of its
 	// project and node; PendingProject the same for pending workloads.
 	AllocProject   []int32
@@ -106,6 +109,38 @@ func (x *Index) addProjects(s *Snapshot) error {
 			return fmt.Errorf("%w: project %q: negative guarantee or limit", ErrInvalid, p.Name)
 		}
 		x.ProjectByName[p.Name] = i
+	}
+	return x.addDepartments(s)
+}
+
+// addDepartments checks the departments and finds each project's.
+func (x *Index) addDepartments(s *Snapshot) error {
+	byName := make(map[string]int32, len(s.Departments))
+	for i := range s.Departments {
+		d := &s.Departments[i]
+		if _, dup := byName[d.Name]; dup || d.Name == "" {
+			return fmt.Errorf("%w: department %q: empty or duplicate name", ErrInvalid, d.Name)
+		}
+		if d.Guaranteed < 0 || (d.HasLimit && d.Limit < 0) {
+			return fmt.Errorf("%w: department %q: negative guarantee or limit", ErrInvalid, d.Name)
+		}
+		if d.Department != "" {
+			return fmt.Errorf("%w: department %q: names department %q, but departments do not nest", ErrInvalid, d.Name, d.Department)
+		}
+		byName[d.Name] = int32(i)
+	}
+	x.ProjectDepartment = make([]int32, len(s.Projects))
+	for i := range s.Projects {
+		p := &s.Projects[i]
+		x.ProjectDepartment[i] = -1
+		if p.Department == "" {
+			continue
+		}
+		d, ok := byName[p.Department]
+		if !ok {
+			return fmt.Errorf("%w: project %q: unknown department %q", ErrInvalid, p.Name, p.Department)
+		}
+		x.ProjectDepartment[i] = d
 	}
 	return nil
 }

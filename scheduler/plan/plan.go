@@ -185,9 +185,14 @@ type Unplaced struct {
 // Result is the outcome of one planning cycle.
 type Result struct {
 	// Shares has one entry per project, in Snapshot.Projects order.
-	Shares   []ProjectShare
-	Actions  []Action
-	Unplaced []Unplaced
+	Shares []ProjectShare
+	// Departments has one entry per department, in
+	// Snapshot.Departments order: what its projects demand, deserve,
+	// held and hold after the plan, together (Exposed and NeverVictims
+	// are empty).
+	Departments []ProjectShare
+	Actions     []Action
+	Unplaced    []Unplaced
 	// Unplaceable are the pending workloads no plan could place (they fit
 	// on no node that admits them, even idle); they are not part of their
 	// projects' demand.
@@ -245,7 +250,27 @@ func (s *state) result() Result {
 			NeverVictims: p.neverVictims,
 		}
 	}
+	res.Departments = s.departmentShares(res.Shares)
 	return res
+}
+
+// departmentShares sums the projects' shares per department.
+func (s *state) departmentShares(shares []ProjectShare) []ProjectShare {
+	out := make([]ProjectShare, len(s.snap.Departments))
+	for i, d := range s.snap.Departments {
+		out[i] = ProjectShare{Name: d.Name, Guaranteed: d.Guaranteed}
+	}
+	for i, d := range s.index.ProjectDepartment {
+		if d < 0 {
+			continue
+		}
+		o, p := &out[d], &shares[i]
+		o.Demand += p.Demand
+		o.Deserved += p.Deserved
+		o.Usage += p.Usage
+		o.Planned += p.Planned
+	}
+	return out
 }
 
 // demand is, per project, what it runs plus what it has pending, less the
