@@ -16,7 +16,7 @@ import (
 // projects are shared with snap. Multi-round tests and simulations use it
 // to run the planner again on its own decisions.
 func Apply(snap *cluster.Snapshot, res Result, now int64) *cluster.Snapshot {
-	next := &cluster.Snapshot{Nodes: snap.Nodes, Projects: snap.Projects}
+	next := &cluster.Snapshot{Nodes: snap.Nodes, Projects: snap.Projects, Departments: snap.Departments}
 	suspended := map[string]bool{}
 	shrunk := map[string]bool{}
 	placed := map[int]bool{}

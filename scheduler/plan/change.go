@@ -21,7 +21,7 @@ func (s *state) place(a *attempt, ch placement.Choice, reason string) error {
 	s.cluster.summarize(ch.Node)
 	wl, t, inst := a.wl, a.task, a.inst
 	ps := &s.projects[a.p]
-	ps.held += inst
+	ps.addHeld(inst)
 	if !wl.Preemptible {
 		ps.nonPreemptible += inst
 	}
@@ -41,7 +41,7 @@ func (s *state) place(a *attempt, ch placement.Choice, reason string) error {
 		s.cluster.Release(placement.Choice{Node: ch.Node, GPUs: gpus}, t)
 		s.cluster.summarize(ch.Node)
 		s.cluster.releases++
-		ps.held -= inst
+		ps.addHeld(-inst)
 		ps.reserved -= reserved
 		if !wl.Preemptible {
 			ps.nonPreemptible -= inst
@@ -129,7 +129,7 @@ func (s *state) release(j int32) {
 	}
 	job.suspended = true
 	ps := &s.projects[job.project]
-	ps.held -= job.held
+	ps.addHeld(-job.held)
 	if job.nonPreemptible {
 		ps.nonPreemptible -= job.held
 	}
@@ -155,7 +155,7 @@ func (s *state) unrelease(j int32) {
 	}
 	job.suspended = false
 	ps := &s.projects[job.project]
-	ps.held += job.held
+	ps.addHeld(job.held)
 	if job.nonPreemptible {
 		ps.nonPreemptible += job.held
 	}

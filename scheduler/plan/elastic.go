@@ -167,7 +167,7 @@ func (s *state) setShrunk(k int32, on bool) {
 	unit.suspended = on
 	s.jobs[unit.parent].held -= usage
 	ps := &s.projects[unit.project]
-	ps.held -= usage
+	ps.addHeld(-usage)
 	if unit.nonPreemptible {
 		ps.nonPreemptible -= usage
 	}
@@ -241,7 +241,7 @@ func (s *state) tryGrow(w, p int) error {
 	ps := &s.projects[p]
 	g := Growth{Workload: w, Project: wl.Project, Job: wl.Job, Group: wl.Group}
 	for range wl.Count {
-		if ps.held+a.inst > ps.cap || !wl.Preemptible && ps.nonPreemptible+a.inst > ps.guaranteed {
+		if s.overLimit(p, a.inst) > 0 || !wl.Preemptible && ps.nonPreemptible+a.inst > ps.guaranteed {
 			break
 		}
 		ch, ok := s.cluster.placeIdle(a.task, a.nodes)
@@ -252,7 +252,7 @@ func (s *state) tryGrow(w, p int) error {
 			return fmt.Errorf("%w: %w", ErrPlacement, err)
 		}
 		s.cluster.summarize(ch.Node)
-		ps.held += a.inst
+		ps.addHeld(a.inst)
 		if !wl.Preemptible {
 			ps.nonPreemptible += a.inst
 		}

@@ -117,9 +117,7 @@ func (s *state) completeGang(a *attempt) (bool, error) {
 		for _, g := range later[:k] {
 			s.suspend(a, s.gangs.job[g], reason)
 		}
-		ps := &s.projects[a.p]
-		a.withinGuarantee = ps.held+a.total <= ps.guaranteed
-		a.withinDeserved = ps.held+a.total <= ps.deserved
+		s.entitle(a)
 		placed, _, err := s.placeUnit(a)
 		if err != nil {
 			return false, err

@@ -93,13 +93,12 @@ func (s *state) tryReserve(j int32) (bool, error) {
 	a := &s.attempt
 	*a = attempt{
 		lead: -1, p: int(job.project), total: total, exclude: j,
-		withinGuarantee: ps.held+total <= ps.guaranteed,
-		withinDeserved:  ps.held+total <= ps.deserved,
-		reserve:         true,
-		firstAction:     len(s.plan.actions),
-		undo:            a.undo[:0],
-		instances:       a.instances[:0],
+		reserve:     true,
+		firstAction: len(s.plan.actions),
+		undo:        a.undo[:0],
+		instances:   a.instances[:0],
 	}
+	s.entitle(a)
 	if job.nonPreemptible && ps.nonPreemptible+job.held > ps.guaranteed {
 		return false, nil
 	}
@@ -209,12 +208,11 @@ func (s *state) fence(a *attempt) bool {
 // instance by taking running work: the victim search of reclaim, else of
 // preemption, as placeInstance runs them, over running work too.
 func (s *state) nextCycleVictims(a *attempt) (int, []int32, bool) {
-	ps := &s.projects[a.p]
-	over := ps.held + a.inst - ps.cap
+	over := s.overLimit(a.p, a.inst)
 	if over <= 0 && (a.withinGuarantee || a.withinDeserved) {
-		if vs, _, ok := s.reclaimSearch(a); ok {
-			vs.plannedOnly = false
-			if n, victims, ok := s.findVictims(a.task, vs); ok {
+		for _, way := range s.reclaimSearches(a) {
+			way.vs.plannedOnly = false
+			if n, victims, ok := s.findVictims(a.task, way.vs); ok {
 				return n, victims, true
 			}
 		}

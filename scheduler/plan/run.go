@@ -237,7 +237,6 @@ func (s *state) placeUnit(a *attempt) (placed bool, reason string, err error) {
 func (s *state) startAttempt(w, p int) *attempt {
 	unit := s.units.of(w)
 	wl := &s.snap.Pending[w]
-	ps := &s.projects[p]
 	var total cluster.Shares
 	for _, m := range unit {
 		total += s.snap.Pending[m].GPUShares()
@@ -253,16 +252,26 @@ func (s *state) startAttempt(w, p int) *attempt {
 	a := &s.attempt
 	*a = attempt{
 		lead: w, p: p, unit: unit, total: total,
-		exclude:         exclude,
-		withinGuarantee: ps.held+total <= ps.guaranteed,
-		withinDeserved:  ps.held+total <= ps.deserved,
-		resume:          resume,
-		firstAction:     len(s.plan.actions),
-		undo:            a.undo[:0],
-		instances:       a.instances[:0],
+		exclude:     exclude,
+		resume:      resume,
+		firstAction: len(s.plan.actions),
+		undo:        a.undo[:0],
+		instances:   a.instances[:0],
 	}
+	s.entitle(a)
 	s.member(a, w)
 	return a
+}
+
+// entitle sets what the attempt's project and department may reclaim by:
+// whether each stays within its guarantee or deserved share once the
+// unit's total runs.
+func (s *state) entitle(a *attempt) {
+	ps := &s.projects[a.p]
+	a.withinGuarantee = ps.held+a.total <= ps.guaranteed
+	a.withinDeserved = ps.held+a.total <= ps.deserved
+	a.groupWithinGuarantee = ps.group.held+a.total <= ps.group.guaranteed
+	a.groupWithinDeserved = ps.group.held+a.total <= ps.group.deserved
 }
 
 // member makes workload w of the unit the one being placed.
@@ -298,8 +307,7 @@ func (s *state) refusal(a *attempt) string {
 // free what the instance would take above the limit. overLimit reports
 // whether the instance would take the project above its limit.
 func (s *state) placeInstance(a *attempt) (placed, overLimit bool, err error) {
-	ps := &s.projects[a.p]
-	over := ps.held + a.inst - ps.cap
+	over := s.overLimit(a.p, a.inst)
 	if over <= 0 {
 		if ch, ok := s.cluster.placeIdle(a.task, a.nodes); ok {
 			return true, false, s.place(a, ch, a.resume+s.idleReason(a.p, a.inst))
@@ -314,11 +322,21 @@ func (s *state) placeInstance(a *attempt) (placed, overLimit bool, err error) {
 	return ok, over > 0, err
 }
 
+// overLimit is how far project p, and its department, would go above
+// their limits with inst more (the larger; 0 or less when within both).
+func (s *state) overLimit(p int, inst cluster.Shares) cluster.Shares {
+	ps := &s.projects[p]
+	return max(ps.held+inst-ps.cap, ps.group.held+inst-ps.group.cap)
+}
+
 func (s *state) failReason(a *attempt, overLimit bool) string {
 	ps := &s.projects[a.p]
 	name := s.snap.Projects[a.p].Name
 	total := a.total
 	switch {
+	case overLimit && ps.held+a.inst <= ps.cap:
+		return fmt.Sprintf("department %s of project %s would exceed its limit %s (uses %s, asks %s) and the project has no lower-priority job to preempt",
+			s.snap.Projects[a.p].Department, name, ps.group.cap, ps.group.held, total)
 	case overLimit:
 		return fmt.Sprintf("project %s would exceed its limit %s (uses %s, asks %s) and has no lower-priority job to preempt",
 			name, ps.cap, ps.held, total)
@@ -346,49 +364,99 @@ func (s *state) idleReason(p int, inst cluster.Shares) string {
 
 // reclaim suspends jobs of other projects above their guarantee (or, when
 // the workload's project is above its guarantee, above their deserved share)
-// to fit one instance.
+// to fit one instance: first of the other projects of its department, then
+// of other departments (see reclaimSearches).
 func (s *state) reclaim(a *attempt) (bool, error) {
-	vs, what, ok := s.reclaimSearch(a)
-	if !ok {
-		return false, nil
+	for _, way := range s.reclaimSearches(a) {
+		n, victims, ok := s.findVictims(a.task, way.vs)
+		if !ok {
+			continue
+		}
+		s.reclaimFrom(a, way, n, victims)
+		return true, s.placeOn(a, n, fmt.Sprintf("%sreclaimed %s from %s above their %s; project %s stays within its %s",
+			a.resume, s.countVictims(victims), way.from, way.what, s.snap.Projects[a.p].Name, way.what))
 	}
-	n, victims, ok := s.findVictims(a.task, vs)
-	if !ok {
-		return false, nil
-	}
-	floor := vs.floor
+	return false, nil
+}
+
+// reclaimFrom suspends the victims a reclaim found on node n.
+func (s *state) reclaimFrom(a *attempt, way reclaimWay, n int, victims []int32) {
 	name := s.snap.Projects[a.p].Name
 	for _, j := range victims {
 		q := s.jobs[j].project
 		s.take(a, j, fmt.Sprintf("reclaim for project %s (within its %s): project %s holds %s, above its %s %s; makes room for %s/%s on %s",
-			name, what, s.snap.Projects[q].Name, s.projects[q].held, what, floor(q), a.wl.Job, a.wl.Group, s.cluster.Nodes[n].Name))
+			name, way.what, s.snap.Projects[q].Name, s.projects[q].held, way.what, way.vs.floor(q), a.wl.Job, a.wl.Group, s.cluster.Nodes[n].Name))
 	}
-	if !s.shrinking {
-		return true, s.placeOn(a, n, fmt.Sprintf("%sreclaimed %d job(s) from projects above their %s; project %s stays within its %s",
-			a.resume, len(victims), what, name, what))
-	}
-	return true, s.placeOn(a, n, fmt.Sprintf("%sreclaimed %s from projects above their %s; project %s stays within its %s",
-		a.resume, s.countVictims(victims), what, name, what))
 }
 
-// reclaimSearch is the victim search of reclaim for attempt a, and what
-// floor it keeps ("guarantee" or "deserved share"); ok is false when no
-// project is above its floor.
-func (s *state) reclaimSearch(a *attempt) (vs victimSearch, what string, ok bool) {
+// reclaimWay is one victim search of reclaim: what floor it keeps
+// ("guarantee" or "deserved share") and whom it takes from, for reasons.
+type reclaimWay struct {
+	vs   victimSearch
+	what string
+	from string
+}
+
+// reclaimSearches are the victim searches of reclaim for attempt a, in
+// the order they are tried (docs/design.md, Departments): first the other
+// projects of its department, each kept at its floor; then the projects
+// of other departments and those on their own, when the attempt's
+// department stays within its own guarantee or deserved share, each kept
+// at its floor and its department at the department's. The project's
+// place decides the projects' floor (guarantee when it stays within its
+// guarantee, else deserved share), its department's place the
+// departments'. A project on its own is its own department, so for it
+// this is one search, both floors the same.
+func (s *state) reclaimSearches(a *attempt) []reclaimWay {
 	floor := func(q int32) cluster.Shares { return s.projects[q].deserved }
-	what = "deserved share"
+	what := "deserved share"
 	if a.withinGuarantee {
 		floor = func(q int32) cluster.Shares { return s.projects[q].guaranteed }
 		what = "guarantee"
 	}
+	base := victimSearch{floor: floor, exclude: a.exclude, nodes: a.nodes,
+		plannedOnly: a.reserve, comeback: true, minRuntime: !a.withinGuarantee}
+	own := s.projects[a.p].group
+	var ways []reclaimWay
+	if own.department {
+		var siblings []int32
+		for _, q := range own.members {
+			if int(q) != a.p && s.projects[q].held > floor(q) {
+				siblings = append(siblings, q)
+			}
+		}
+		if len(siblings) > 0 {
+			vs := base
+			vs.projects = siblings
+			ways = append(ways, reclaimWay{vs: vs, what: what, from: "its department's other projects"})
+		}
+	}
+	var groupFloor func(g *groupState) cluster.Shares
+	switch {
+	case a.groupWithinGuarantee:
+		groupFloor = func(g *groupState) cluster.Shares { return g.guaranteed }
+	case a.groupWithinDeserved:
+		groupFloor = func(g *groupState) cluster.Shares { return g.deserved }
+	default:
+		return ways
+	}
 	var from []int32
 	for q := range s.projects {
-		if q != a.p && s.projects[q].held > floor(int32(q)) {
+		ps := &s.projects[q]
+		if ps.group != own && ps.held > floor(int32(q)) && ps.group.held > groupFloor(ps.group) {
 			from = append(from, int32(q))
 		}
 	}
-	return victimSearch{projects: from, floor: floor, exclude: a.exclude, nodes: a.nodes,
-		plannedOnly: a.reserve, comeback: true, minRuntime: !a.withinGuarantee}, what, len(from) > 0
+	if len(from) > 0 {
+		vs := base
+		vs.projects, vs.groupFloor = from, groupFloor
+		way := reclaimWay{vs: vs, what: what, from: "projects"}
+		if own.department {
+			way.from = "other departments' projects"
+		}
+		ways = append(ways, way)
+	}
+	return ways
 }
 
 // preemptSearch is the victim search of preemption inside a's project;

@@ -17,8 +17,11 @@ type state struct {
 	snap  *cluster.Snapshot
 	index *cluster.Index
 	// projects are the projects' quota numbers, in Snapshot.Projects
-	// order, as the plan so far leaves them.
+	// order, as the plan so far leaves them; groups are their departments
+	// and, for each project on its own, a group of that one project (see
+	// groupState).
 	projects []projectState
+	groups   []groupState
 	// cluster is the capacity being placed on (see clusterState).
 	cluster clusterState
 	// jobs are the jobs that may be suspended: the running ones and, as
@@ -58,6 +61,9 @@ type projectState struct {
 	// (see reserveFor).
 	reserved cluster.Shares
 	priority int
+	// group is the project's department, or its own group when it has
+	// none.
+	group *groupState
 	// jobs are the project's suspendable jobs in victim order; planned
 	// the part of them placed in this cycle (a reservation's only
 	// victims, see reserveFor).
@@ -77,6 +83,30 @@ type projectState struct {
 	// reservations (see reservationEntry) in the order they are tried.
 	queue []int32
 }
+
+// groupState is a department's quota numbers during the walk, or those of
+// a project on its own, which stands beside the departments as a group of
+// one with its own settings (docs/design.md, Departments). Its usage is
+// its projects' together: every change of a project's usage goes through
+// projectState.addHeld.
+type groupState struct {
+	guaranteed, deserved, cap, held cluster.Shares
+	priority                        int
+	// department marks a department (not a project on its own); members
+	// are its projects' positions.
+	department bool
+	members    []int32
+}
+
+// addHeld changes the project's usage, and its group's, by d.
+func (p *projectState) addHeld(d cluster.Shares) {
+	p.held += d
+	p.group.held += d
+}
+
+// overDeserved is how far the group is above its deserved share
+// (negative when below).
+func (g *groupState) overDeserved() cluster.Shares { return g.held - g.deserved }
 
 // jobState is a job that may be suspended: every allocation of one job.
 type jobState struct {
@@ -243,8 +273,11 @@ type attempt struct {
 	// exclude is the unit's own job, never its victim (-1 if none).
 	exclude int32
 	// withinGuarantee and withinDeserved say whether the project stays
-	// within its guarantee or deserved share once the unit runs.
-	withinGuarantee, withinDeserved bool
+	// within its guarantee or deserved share once the unit runs;
+	// groupWithinGuarantee and groupWithinDeserved the same of its
+	// department (of the project itself when it has none).
+	withinGuarantee, withinDeserved           bool
+	groupWithinGuarantee, groupWithinDeserved bool
 	// resume prefixes the reasons of a suspended job's placements.
 	resume string
 	// reserve marks a reservation (see reserveFor): its
@@ -289,7 +322,7 @@ func newState(snap *cluster.Snapshot, opts Options) (*state, error) {
 		plan:     newPlanProgress(len(snap.Pending)),
 	}
 	s.findUnplaceable()
-	s.projects = newProjects(snap, x, s.plan.never)
+	s.projects, s.groups = newProjects(snap, x, s.plan.never)
 	s.addRunningJobs()
 	s.listVictims()
 	s.listShrinks()
@@ -298,10 +331,11 @@ func newState(snap *cluster.Snapshot, opts Options) (*state, error) {
 }
 
 // newProjects is every project's quota numbers before the plan, with its
-// deserved share for the cycle; the workloads never marks are no demand.
-func newProjects(snap *cluster.Snapshot, x *cluster.Index, never []bool) []projectState {
+// deserved share for the cycle, and the groups they form (see
+// groupState); the workloads never marks are no demand.
+func newProjects(snap *cluster.Snapshot, x *cluster.Index, never []bool) ([]projectState, []groupState) {
 	d := demand(snap, x, never)
-	deserved := fairshare.Deserved(x.Capacity, snap.Projects, d)
+	deserved := fairshare.DeservedNested(x.Capacity, snap.Projects, snap.Departments, x.ProjectDepartment, d)
 	projects := make([]projectState, len(snap.Projects))
 	for i := range snap.Projects {
 		p := &snap.Projects[i]
@@ -315,7 +349,46 @@ func newProjects(snap *cluster.Snapshot, x *cluster.Index, never []bool) []proje
 			priority:       p.Priority,
 		}
 	}
-	return projects
+	return projects, newGroups(snap, x, projects)
+}
+
+// newGroups forms the groups of the projects: the departments, then one
+// group per project on its own; each project points to its group.
+func newGroups(snap *cluster.Snapshot, x *cluster.Index, projects []projectState) []groupState {
+	alone := 0
+	for _, d := range x.ProjectDepartment {
+		if d < 0 {
+			alone++
+		}
+	}
+	groups := make([]groupState, len(snap.Departments), len(snap.Departments)+alone)
+	for i := range snap.Departments {
+		d := &snap.Departments[i]
+		groups[i] = groupState{guaranteed: d.Guaranteed, cap: d.Cap(), priority: d.Priority, department: true}
+	}
+	for i := range projects {
+		ps := &projects[i]
+		g := int(x.ProjectDepartment[i])
+		if g < 0 {
+			g = len(groups)
+			groups = append(groups, groupState{guaranteed: ps.guaranteed, cap: ps.cap, priority: ps.priority})
+		}
+		gs := &groups[g]
+		gs.members = append(gs.members, int32(i))
+		gs.deserved += ps.deserved
+		gs.held += ps.held
+	}
+	for i := range projects {
+		g := x.ProjectDepartment[i]
+		if g < 0 {
+			continue
+		}
+		projects[i].group = &groups[g]
+	}
+	for g := len(snap.Departments); g < len(groups); g++ {
+		projects[groups[g].members[0]].group = &groups[g]
+	}
+	return groups
 }
 
 // addRunningJobs records every running job and its allocations. Every

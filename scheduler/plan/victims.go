@@ -18,8 +18,10 @@ type victim struct {
 
 // compareVictims is THE victim order (docs/design.md, Victim order): the
 // instances above the minimum of elastic groups (shrink units, see
-// listShrinks) before any whole job; then lowest
-// project priority first, then the project most over its deserved share,
+// listShrinks) before any whole job; then the lowest department priority
+// first, then the department most over its deserved share (a project on
+// its own stands for itself: see groupState); then the lowest project
+// priority, then the project most over its deserved share,
 // then lowest job priority, then the newest job; the job name breaks
 // remaining ties so that plans are deterministic (between two instances of
 // one job started together, the one listShrinks ranks first: the higher
@@ -34,6 +36,14 @@ func compareVictims(a, b victim) int {
 			return -1
 		}
 		return 1
+	}
+	if ga, gb := a.project.group, b.project.group; ga != gb {
+		if c := cmp.Compare(ga.priority, gb.priority); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(gb.overDeserved(), ga.overDeserved()); c != 0 {
+			return c
+		}
 	}
 	if c := cmp.Compare(a.project.priority, b.project.priority); c != 0 {
 		return c
@@ -159,6 +169,10 @@ type victimSearch struct {
 	// floor[q] is the least project q may be left with, by project
 	// position (the guarantee or the deserved share).
 	floor func(q int32) cluster.Shares
+	// groupFloor, when set, is the least a victim's department (or the
+	// project on its own) may be left with: a reclaim across departments
+	// keeps both levels' floors (docs/design.md, Departments).
+	groupFloor func(g *groupState) cluster.Shares
 	// belowPriority, when set, admits only jobs of lower priority
 	// (preemption inside a project).
 	belowPriority *int
@@ -251,7 +265,8 @@ func (s *state) refine(n int, t placement.Task, vs victimSearch, found []int32) 
 				continue
 			}
 			job := &s.jobs[j]
-			if !s.keepsFloor(j, s.projects[job.project].held-s.freedBy(j, taken), taken, &vs) {
+			ps, freed := &s.projects[job.project], s.freedBy(j, taken)
+			if !s.keepsFloor(j, ps.held-freed, ps.group.held-freed, taken, &vs) {
 				cands[i] = -1
 				continue
 			}
@@ -267,11 +282,11 @@ func (s *state) refine(n int, t placement.Task, vs victimSearch, found []int32) 
 		freed := s.freedBy(j, taken)
 		taken = append(taken, j)
 		lowered = append(lowered, freed)
-		s.projects[s.jobs[j].project].held -= freed
+		s.projects[s.jobs[j].project].addHeld(-freed)
 		fits = s.enough(n, t, taken, vs.mustFree)
 	}
 	for i, j := range taken {
-		s.projects[s.jobs[j].project].held += lowered[i]
+		s.projects[s.jobs[j].project].addHeld(lowered[i])
 	}
 	if !fits {
 		taken = found
@@ -390,22 +405,30 @@ func (w *walkState) accepts(s *state, n int32, j int32, t placement.Task, vs *vi
 		return w.accepted[n]
 	}
 	job := &s.jobs[j]
-	left := s.projects[job.project].held - job.held
+	ps := &s.projects[job.project]
+	left, groupLeft := ps.held-job.held, ps.group.held-job.held
 	if s.shrinking {
-		left = s.projects[job.project].held - s.setFreed(job.project, append(w.victims[n][:len(w.victims[n]):len(w.victims[n])], j))
+		victims := append(w.victims[n][:len(w.victims[n]):len(w.victims[n])], j)
+		left, groupLeft = ps.held-s.setFreed(job.project, victims), ps.group.held-s.groupFreed(ps.group, victims)
 	} else {
 		for _, k := range w.victims[n] {
-			if s.jobs[k].project == job.project {
-				left -= s.jobs[k].held
+			other := &s.jobs[k]
+			if other.project == job.project {
+				left -= other.held
+			}
+			if s.projects[other.project].group == ps.group {
+				groupLeft -= other.held
 			}
 		}
 	}
-	w.decided[n], w.accepted[n] = j, s.keepsFloor(j, left, w.victims[n], vs)
+	w.decided[n], w.accepted[n] = j, s.keepsFloor(j, left, groupLeft, w.victims[n], vs)
 	return w.accepted[n]
 }
 
 // keepsFloor reports whether job j's project, left with left once j and
-// the victims in taken are gone, keeps its floor. For a reclaim
+// the victims in taken are gone, keeps its floor, and (when the search
+// has a group floor) whether its group, left with groupLeft, keeps the
+// group's. For a reclaim
 // (vs.comeback) it must keep it even should j come back in the next
 // cycle in place of every lower-priority job of its project still
 // running: suspended, j is pending work of its project there, and
@@ -415,11 +438,17 @@ func (w *walkState) accepts(s *state, n int32, j int32, t placement.Task, vs *vi
 // (docs/design.md, Victim order). The amount is monotone: taking a
 // lower-priority job of the project lowers left and what j would displace
 // alike, taking any other lowers left.
-func (s *state) keepsFloor(j int32, left cluster.Shares, taken []int32, vs *victimSearch) bool {
+func (s *state) keepsFloor(j int32, left, groupLeft cluster.Shares, taken []int32, vs *victimSearch) bool {
 	job := &s.jobs[j]
 	floor := vs.floor(job.project)
 	if left < floor {
 		return false
+	}
+	groupFloor := cluster.Shares(-cluster.Unbounded)
+	if vs.groupFloor != nil {
+		if groupFloor = vs.groupFloor(s.projects[job.project].group); groupLeft < groupFloor {
+			return false
+		}
 	}
 	if !vs.comeback || job.shrink {
 		// A shrunk instance comes back only by growth, which displaces
@@ -432,7 +461,8 @@ func (s *state) keepsFloor(j int32, left cluster.Shares, taken []int32, vs *vict
 			lower -= other.held
 		}
 	}
-	return left-lower+job.held >= floor
+	back := job.held - lower
+	return left+back >= floor && groupLeft+back >= groupFloor
 }
 
 // lowerRunning is what the running victims of job's project with a lower
@@ -508,8 +538,9 @@ func (s *state) putBack(n int, t placement.Task, victims []int32, vs *victimSear
 func (s *state) floorsKept(victims []int32, vs *victimSearch) bool {
 	for _, j := range victims {
 		job := &s.jobs[j]
-		left := s.projects[job.project].held - s.setFreed(job.project, victims)
-		if !s.keepsFloor(j, left, victims, vs) {
+		ps := &s.projects[job.project]
+		left, groupLeft := ps.held-s.setFreed(job.project, victims), ps.group.held-s.groupFreed(ps.group, victims)
+		if !s.keepsFloor(j, left, groupLeft, victims, vs) {
 			return false
 		}
 	}
@@ -570,6 +601,18 @@ func (s *state) setFreed(p int32, victims []int32) cluster.Shares {
 	var freed cluster.Shares
 	for _, k := range victims {
 		if s.jobs[k].project == p && !s.covered(k, victims) {
+			freed += s.jobs[k].held
+		}
+	}
+	return freed
+}
+
+// groupFreed is what the victims free of group g's usage, each allocation
+// counted once.
+func (s *state) groupFreed(g *groupState, victims []int32) cluster.Shares {
+	var freed cluster.Shares
+	for _, k := range victims {
+		if s.projects[s.jobs[k].project].group == g && !s.covered(k, victims) {
 			freed += s.jobs[k].held
 		}
 	}

@@ -75,7 +75,15 @@ func checkRound(e Expect, rd *Round) error {
 				return nil
 			}
 		}
-		return fmt.Errorf("no project %s", e.Name)
+		for _, s := range rd.Result.Departments {
+			if s.Name == e.Name {
+				if s.Deserved != e.Amount {
+					return fmt.Errorf("department %s deserves %s in round %d, want %s", e.Name, s.Deserved, e.Round, e.Amount)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no project or department %s", e.Name)
 	case "suspend":
 		return sameSet("suspended in round "+fmt.Sprint(e.Round), jobsOf(rd, plan.Suspend), e.Jobs, rd)
 	case "shrink":

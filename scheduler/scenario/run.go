@@ -54,7 +54,7 @@ func (sc *Scenario) between(snap *cluster.Snapshot, r int) *cluster.Snapshot {
 			done[f.Job] = true
 		}
 	}
-	next := &cluster.Snapshot{Nodes: snap.Nodes, Projects: snap.Projects}
+	next := &cluster.Snapshot{Nodes: snap.Nodes, Projects: snap.Projects, Departments: snap.Departments}
 	for _, a := range snap.Allocations {
 		if !done[a.Job] {
 			next.Allocations = append(next.Allocations, a)
@@ -93,6 +93,7 @@ func cloneSnapshot(s *cluster.Snapshot) *cluster.Snapshot {
 	return &cluster.Snapshot{
 		Nodes:       s.Nodes,
 		Projects:    s.Projects,
+		Departments: s.Departments,
 		Allocations: slices.Clone(s.Allocations),
 		Pending:     slices.Clone(s.Pending),
 	}

@@ -8,7 +8,8 @@
 //	rounds 5                                     (default 1)
 //	node n1 gpus 4 [model A100] [cpu 64] [mem 262144] [gpumem 81920] [mode any|whole|shared]
 //	    [unavailable REASON] [unhealthy 2[,3..]]
-//	project A guaranteed 2 [limit 4] [priority 1] [weight 1] [surplus 50]
+//	department D guaranteed 4 [limit 8] [priority 1] [weight 1]
+//	project A guaranteed 2 [limit 4] [priority 1] [weight 1] [surplus 50] [department D]
 //	run JOB project A (gpus N | share 0.5) node n1 gpu 0[,1..] [group g] [priority 0]
 //	    [nonpreemptible] [system] [start 10] [cpu 1] [mem 1024] [id ID] [model A100[,H100]]
 //	    [gang] [min N] [young]
@@ -16,7 +17,7 @@
 //	    [group g] [priority 0] [nonpreemptible] [suspended] [cpu 1] [mem 1024] [model ...]
 //	    [nodes n1[,n2..] | nodes none] [gang] [min N] [shrunk]
 //	finish JOB round R                           (the job ends before round R)
-//	expect deserved A 2 [round R]                (deserved share in round R, default 1)
+//	expect deserved A 2 [round R]                (deserved share in round R, default 1; A a project or department)
 //	expect suspend JOB... | none [round R]       (exactly these jobs are suspended)
 //	expect place JOB [group g] [node n1] [gpu 0[,1..]] [round R]
 //	expect unplaced JOB [round R]
@@ -46,7 +47,8 @@
 // MinCount); "shrunk" marks pending instances a shrink took from a running
 // elastic group, which come back only by growth (plan.Result.Grow).
 // "young" marks an allocation within its minimum runtime
-// (cluster.Allocation.InMinRuntime).
+// (cluster.Allocation.InMinRuntime). A project's "department" names a
+// department declared above it (cluster.Project.Department).
 //
 // Any expect line may end with the flag "firstfit": the expectation depends
 // on which node and GPUs first-fit placement picks, and runs with other
@@ -259,6 +261,8 @@ func (p *parser) line(num int, words []string) error {
 		return p.node(num, rest)
 	case "project":
 		return p.project(num, rest)
+	case "department":
+		return p.department(num, rest)
 	case "run":
 		return p.run(num, rest)
 	case "pending":
@@ -405,27 +409,11 @@ func (p *parser) node(num int, words []string) error {
 }
 
 func (p *parser) project(num int, words []string) error {
-	l, err := p.split(num, words, []string{"guaranteed", "limit", "priority", "weight", "surplus"}, nil)
+	l, err := p.split(num, words, []string{"guaranteed", "limit", "priority", "weight", "surplus", "department"}, nil)
 	if err != nil {
 		return err
 	}
-	name, err := p.one(l, "name")
-	if err != nil {
-		return err
-	}
-	g, _, err := p.sharesField(l, "guaranteed", true)
-	if err != nil {
-		return err
-	}
-	limit, hasLimit, err := p.sharesField(l, "limit", false)
-	if err != nil {
-		return err
-	}
-	prio, err := p.intField(l, "priority", 0, -1_000_000, 1_000_000)
-	if err != nil {
-		return err
-	}
-	weight, err := p.intField(l, "weight", 1, 0, 1_000_000)
+	q, err := p.quota(l)
 	if err != nil {
 		return err
 	}
@@ -433,16 +421,65 @@ func (p *parser) project(num int, words []string) error {
 	if err != nil {
 		return err
 	}
-	for _, q := range p.sc.Initial.Projects {
-		if q.Name == name {
-			return p.errf(num, "name", ErrBadValue, "project %q declared twice", name)
+	q.SurplusFactor = float64(surplus) / 100
+	q.Department = l.fields["department"]
+	if q.Department != "" && !slices.ContainsFunc(p.sc.Initial.Departments, func(d cluster.Project) bool { return d.Name == q.Department }) {
+		return p.errf(num, "department", ErrBadValue, "department %q is not declared above the project", q.Department)
+	}
+	for _, o := range p.sc.Initial.Projects {
+		if o.Name == q.Name {
+			return p.errf(num, "name", ErrBadValue, "project %q declared twice", q.Name)
 		}
 	}
-	p.sc.Initial.Projects = append(p.sc.Initial.Projects, cluster.Project{
-		Name: name, Guaranteed: g, Limit: limit, HasLimit: hasLimit, Priority: int(prio), OverQuotaWeight: weight, NoOverQuota: weight == 0,
-		SurplusFactor: float64(surplus) / 100,
-	})
+	p.sc.Initial.Projects = append(p.sc.Initial.Projects, q)
 	return nil
+}
+
+// department reads "department NAME guaranteed G [limit L] [priority P]
+// [weight W]".
+func (p *parser) department(num int, words []string) error {
+	l, err := p.split(num, words, []string{"guaranteed", "limit", "priority", "weight"}, nil)
+	if err != nil {
+		return err
+	}
+	d, err := p.quota(l)
+	if err != nil {
+		return err
+	}
+	for _, o := range p.sc.Initial.Departments {
+		if o.Name == d.Name {
+			return p.errf(num, "name", ErrBadValue, "department %q declared twice", d.Name)
+		}
+	}
+	p.sc.Initial.Departments = append(p.sc.Initial.Departments, d)
+	return nil
+}
+
+// quota reads the name and quota settings a project and a department
+// share.
+func (p *parser) quota(l line) (cluster.Project, error) {
+	name, err := p.one(l, "name")
+	if err != nil {
+		return cluster.Project{}, err
+	}
+	g, _, err := p.sharesField(l, "guaranteed", true)
+	if err != nil {
+		return cluster.Project{}, err
+	}
+	limit, hasLimit, err := p.sharesField(l, "limit", false)
+	if err != nil {
+		return cluster.Project{}, err
+	}
+	prio, err := p.intField(l, "priority", 0, -1_000_000, 1_000_000)
+	if err != nil {
+		return cluster.Project{}, err
+	}
+	weight, err := p.intField(l, "weight", 1, 0, 1_000_000)
+	if err != nil {
+		return cluster.Project{}, err
+	}
+	return cluster.Project{Name: name, Guaranteed: g, Limit: limit, HasLimit: hasLimit, Priority: int(prio),
+		OverQuotaWeight: weight, NoOverQuota: weight == 0}, nil
 }
 
 // workload is what run and pending lines share.

@@ -41,10 +41,59 @@ func TestRandomClustersStayStable(t *testing.T) {
 	}
 }
 
+// TestRandomDepartmentsStayStable is TestRandomClustersStayStable with the
+// random projects grouped into departments (docs/design.md, Departments):
+// each department guarantees at least its projects' guarantees together,
+// some have limits, and some projects stay on their own.
+// GPUSHARE_STABILITY_SEEDS sets the seeds here too.
+func TestRandomDepartmentsStayStable(t *testing.T) {
+	seeds := uint64(3000)
+	if n, err := strconv.ParseUint(os.Getenv("GPUSHARE_STABILITY_SEEDS"), 10, 64); err == nil {
+		seeds = n
+	}
+	for seed := range seeds {
+		checkStableScenario(t, seed, withDepartments(randomScenario(seed), seed))
+	}
+}
+
+// withDepartments puts the scenario's projects into one or two
+// departments, or leaves some on their own.
+func withDepartments(sc *Scenario, seed uint64) *Scenario {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	snap := &sc.Initial
+	depts := 1 + rng.IntN(2)
+	for d := range depts {
+		snap.Departments = append(snap.Departments, cluster.Project{
+			Name: fmt.Sprintf("d%d", d), Priority: rng.IntN(2), OverQuotaWeight: 1 + rng.Int64N(2),
+		})
+	}
+	for i := range snap.Projects {
+		k := rng.IntN(depts + 1)
+		if k == depts {
+			continue // on its own
+		}
+		snap.Projects[i].Department = snap.Departments[k].Name
+		snap.Departments[k].Guaranteed += snap.Projects[i].Guaranteed
+	}
+	for d := range snap.Departments {
+		dp := &snap.Departments[d]
+		dp.Guaranteed += cluster.Shares(rng.IntN(3)) * 50
+		if rng.IntN(4) == 0 {
+			dp.HasLimit, dp.Limit = true, dp.Guaranteed+cluster.Shares(rng.IntN(3))*100
+		}
+	}
+	return sc
+}
+
 // checkStable runs the random cluster of one seed for eight rounds.
 func checkStable(t *testing.T, seed uint64) {
 	t.Helper()
-	sc := randomScenario(seed)
+	checkStableScenario(t, seed, randomScenario(seed))
+}
+
+// checkStableScenario runs a random cluster for eight rounds.
+func checkStableScenario(t *testing.T, seed uint64, sc *Scenario) {
+	t.Helper()
 	out, err := sc.Run(plan.Options{})
 	if err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
