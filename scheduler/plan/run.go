@@ -395,9 +395,10 @@ func (s *state) reclaimSearch(a *attempt) (vs victimSearch, what string, ok bool
 // mustFree is what the victims must free to keep it within its limit.
 func (s *state) preemptSearch(a *attempt, mustFree cluster.Shares) victimSearch {
 	prio := a.wl.Priority
+	own := s.ownFloor(a.p, a.inst)
 	return victimSearch{
 		projects:      []int32{int32(a.p)},
-		floor:         func(int32) cluster.Shares { return 0 },
+		floor:         func(int32) cluster.Shares { return own },
 		belowPriority: &prio,
 		exclude:       a.exclude,
 		mustFree:      mustFree,
@@ -405,6 +406,16 @@ func (s *state) preemptSearch(a *attempt, mustFree cluster.Shares) victimSearch 
 		plannedOnly:   a.reserve,
 		minRuntime:    true,
 	}
+}
+
+// ownFloor is the least project p may be left with by preemption inside
+// it that makes room for an instance of inst (docs/design.md, Reclaim and
+// preempt): preemption may not free at least twice what the instance
+// needs where that leaves the project below what it holds, up to its
+// guarantee, once the instance runs.
+func (s *state) ownFloor(p int, inst cluster.Shares) cluster.Shares {
+	ps := &s.projects[p]
+	return max(min(min(ps.held, ps.guaranteed)-inst, ps.held-2*inst+1), 0)
 }
 
 // countVictims says, for reasons, what the victims are: "N job(s)", with

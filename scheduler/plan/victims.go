@@ -426,13 +426,32 @@ func (s *state) keepsFloor(j int32, left cluster.Shares, taken []int32, vs *vict
 		// nothing.
 		return true
 	}
-	lower := s.walk.lowerRunning(s, job)
-	for _, k := range taken {
-		if other := &s.jobs[k]; other.project == job.project && other.priority < job.priority {
-			lower -= other.held
+	return left-s.comebackFrees(job, left, taken)+job.held >= floor
+}
+
+// comebackFrees is the most suspended job's return could take from its
+// project's lower-priority running jobs (not among taken) when the project
+// holds left: preemption inside the project takes them in victim order
+// and never below the project's own floor (ownFloor), so it is the
+// longest run of them, in that order, that the floor allows.
+func (s *state) comebackFrees(job *jobState, left cluster.Shares, taken []int32) cluster.Shares {
+	ps := &s.projects[job.project]
+	own := max(min(min(left, ps.guaranteed)-job.held, left-2*job.held+1), 0)
+	var freed cluster.Shares
+	for _, k := range ps.jobs {
+		other := &s.jobs[k]
+		if other.priority >= job.priority {
+			break
 		}
+		if other.suspended || slices.Contains(taken, k) {
+			continue
+		}
+		if left-freed-other.held < own {
+			break
+		}
+		freed += other.held
 	}
-	return left-lower+job.held >= floor
+	return freed
 }
 
 // lowerRunning is what the running victims of job's project with a lower
