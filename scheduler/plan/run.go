@@ -463,9 +463,10 @@ func (s *state) reclaimSearches(a *attempt) []reclaimWay {
 // mustFree is what the victims must free to keep it within its limit.
 func (s *state) preemptSearch(a *attempt, mustFree cluster.Shares) victimSearch {
 	prio := a.wl.Priority
+	own := ownFloor(s.projects[a.p].held, s.projects[a.p].guaranteed, a.inst)
 	return victimSearch{
 		projects:      []int32{int32(a.p)},
-		floor:         func(int32) cluster.Shares { return 0 },
+		floor:         func(int32) cluster.Shares { return own },
 		belowPriority: &prio,
 		exclude:       a.exclude,
 		mustFree:      mustFree,
@@ -473,6 +474,15 @@ func (s *state) preemptSearch(a *attempt, mustFree cluster.Shares) victimSearch 
 		plannedOnly:   a.reserve,
 		minRuntime:    true,
 	}
+}
+
+// ownFloor is the least a project holding held, with guarantee g, may be
+// left with by preemption inside it that makes room for an instance of
+// inst (docs/design.md, Reclaim and preempt): below what it holds, up to
+// its guarantee, less the instance; and never by freeing twice the
+// instance or more.
+func ownFloor(held, g, inst cluster.Shares) cluster.Shares {
+	return max(min(min(held, g)-inst, held-2*inst+1), 0)
 }
 
 // countVictims says, for reasons, what the victims are: "N job(s)", with

@@ -339,12 +339,8 @@ type walkState struct {
 	// sources holds the victim queue.
 	sources []victimSource
 	stamp   int32
-	// per project: whether it is a search's (see candidatesOn), and the
-	// last lowerRunning answer.
+	// per project: whether it is a search's (see candidatesOn).
 	projectStamp []int32
-	lowerStamp   []int32
-	lowerPrio    []int
-	lowerSum     []cluster.Shares
 	// per node: the victims taken there and the last job asked about
 	// (decided, with its answer), the GPUs with room for the task, and
 	// the free CPU and memory once the victims are gone.
@@ -365,7 +361,6 @@ type walkState struct {
 func (w *walkState) reset(s *state) {
 	if w.projectStamp == nil {
 		w.projectStamp = make([]int32, len(s.projects))
-		w.lowerStamp, w.lowerPrio, w.lowerSum = make([]int32, len(s.projects)), make([]int, len(s.projects)), make([]cluster.Shares, len(s.projects))
 		n := len(s.cluster.Nodes)
 		w.nodeStamp, w.victims, w.open = make([]int32, n), make([][]int32, n), make([]int32, n)
 		w.decided, w.accepted = make([]int32, n), make([]bool, n)
@@ -428,16 +423,14 @@ func (w *walkState) accepts(s *state, n int32, j int32, t placement.Task, vs *vi
 // keepsFloor reports whether job j's project, left with left once j and
 // the victims in taken are gone, keeps its floor, and (when the search
 // has a group floor) whether its group, left with groupLeft, keeps the
-// group's. For a reclaim
-// (vs.comeback) it must keep it even should j come back in the next
-// cycle in place of every lower-priority job of its project still
-// running: suspended, j is pending work of its project there, and
-// preemption inside a project knows no floor. Without this, the reclaim
-// would push the project below the floor it promised one cycle late, and
-// the room that frees would displace the work the reclaim placed
-// (docs/design.md, Victim order). The amount is monotone: taking a
-// lower-priority job of the project lowers left and what j would displace
-// alike, taking any other lowers left.
+// group's. For a reclaim (vs.comeback) it must keep them even should j
+// come back in the next cycle in place of its project's lower-priority
+// jobs still running, as far as preemption inside the project, which
+// keeps the project's own floor, would take them (comebackFrees):
+// suspended, j is pending work of its project there. Without this, the
+// reclaim would push the project below the floor it promised one cycle
+// late, and the room that frees would displace the work the reclaim
+// placed (docs/design.md, Victim order).
 func (s *state) keepsFloor(j int32, left, groupLeft cluster.Shares, taken []int32, vs *victimSearch) bool {
 	job := &s.jobs[j]
 	floor := vs.floor(job.project)
@@ -455,37 +448,33 @@ func (s *state) keepsFloor(j int32, left, groupLeft cluster.Shares, taken []int3
 		// nothing.
 		return true
 	}
-	lower := s.walk.lowerRunning(s, job)
-	for _, k := range taken {
-		if other := &s.jobs[k]; other.project == job.project && other.priority < job.priority {
-			lower -= other.held
-		}
-	}
-	back := job.held - lower
+	back := job.held - s.comebackFrees(job, left, taken)
 	return left+back >= floor && groupLeft+back >= groupFloor
 }
 
-// lowerRunning is what the running victims of job's project with a lower
-// priority than job's hold. A project's victims are in victim order,
-// lowest job priority first, and a walk asks about one project's jobs in
-// that order, so the last answer per project is kept for the walk.
-func (w *walkState) lowerRunning(s *state, job *jobState) cluster.Shares {
-	p := job.project
-	if w.lowerStamp[p] == w.stamp && w.lowerPrio[p] == job.priority {
-		return w.lowerSum[p]
-	}
-	var sum cluster.Shares
-	for _, k := range s.projects[p].jobs {
+// comebackFrees is the most suspended job's return could take from its
+// project's lower-priority running jobs (not among taken) when the project
+// holds left: preemption inside the project takes them in victim order
+// and never below the project's own floor (see ownFloor), so it is the
+// longest run of them, in that order, that the floor allows.
+func (s *state) comebackFrees(job *jobState, left cluster.Shares, taken []int32) cluster.Shares {
+	ps := &s.projects[job.project]
+	own := ownFloor(left, ps.guaranteed, job.held)
+	var freed cluster.Shares
+	for _, k := range ps.jobs {
 		other := &s.jobs[k]
 		if other.priority >= job.priority {
 			break
 		}
-		if !other.suspended {
-			sum += other.held
+		if other.suspended || slices.Contains(taken, k) {
+			continue
 		}
+		if left-freed-other.held < own {
+			break
+		}
+		freed += other.held
 	}
-	w.lowerStamp[p], w.lowerPrio[p], w.lowerSum[p] = w.stamp, job.priority, sum
-	return sum
+	return freed
 }
 
 // add records that victim job j frees allocation a on node n and reports
