@@ -153,6 +153,17 @@ func sameAsk(x, y *cluster.Ask) bool {
 		slices.Equal(x.Models, y.Models)
 }
 
+// holdOver marks the workloads of planned job j, which a fence takes
+// back, to wait for the next cycle (see requeueWaiting).
+func (s *state) holdOver(a *attempt, j int32) {
+	for _, w := range s.plan.planned[j].workloads {
+		if !s.plan.heldOver[w] {
+			s.plan.heldOver[w] = true
+			a.undo = append(a.undo, func() { s.plan.heldOver[w] = false })
+		}
+	}
+}
+
 // fence holds, for reservation a's instance that no idle capacity or
 // work planned in this cycle makes room for, the idle part of the GPUs it
 // would use on the node where the next cycle's reclaim or preemption
@@ -167,8 +178,11 @@ func (s *state) fence(a *attempt) bool {
 	for _, j := range victims {
 		if s.jobs[j].planned {
 			// Work placed in this cycle is taken back, as a
-			// reservation may.
+			// reservation may, and waits for the next cycle:
+			// placed again elsewhere on the node, it would be
+			// the next cycle's better victim there.
 			s.take(a, j, "taken back: the room goes to a job this plan suspends, which comes back there")
+			s.holdOver(a, j)
 			continue
 		}
 		s.jobs[j].fenced = true

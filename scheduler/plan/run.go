@@ -79,16 +79,24 @@ func (s *state) requeueWaiting() bool {
 		}
 		again = append(again, u)
 	}
+	var held []Unplaced
 	for _, w := range s.plan.takenBack {
-		if !s.plan.placed[w] {
+		switch {
+		case s.plan.placed[w]:
+		case s.plan.heldOver[w]:
+			if s.units.lead[w] == w {
+				held = append(held, Unplaced{int(w), "its placement was taken back for the room a job suspended in this plan comes back to; it is tried again in the next cycle"})
+			}
+		default:
 			again = append(again, Unplaced{Workload: int(w)})
 		}
 	}
 	s.plan.takenBack = s.plan.takenBack[:0]
 	if len(again) == 0 {
+		s.plan.unplaced = append(s.plan.unplaced, held...)
 		return reserving
 	}
-	s.plan.unplaced = keep
+	s.plan.unplaced = append(keep, held...)
 	for _, u := range again {
 		s.enqueue(u.Workload)
 	}

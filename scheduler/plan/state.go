@@ -228,8 +228,11 @@ type planProgress struct {
 	placements int
 	// queued marks the units in a project's queue.
 	queued []bool
-	// takenBack lists the workloads taken back since the last walk.
+	// takenBack lists the workloads taken back since the last walk;
+	// heldOver marks those a fence took back, which wait for the next
+	// cycle (see holdOver).
 	takenBack []int32
+	heldOver  []bool
 	// planned is, per job placed in this cycle, what it consists of.
 	planned map[int32]*plannedJob
 	// changes counts placements and releases; failedAt records, per
@@ -258,6 +261,7 @@ func newPlanProgress(pending int) planProgress {
 		reservations: map[int32]int{},
 		placed:       make([]bool, pending),
 		queued:       make([]bool, pending),
+		heldOver:     make([]bool, pending),
 		failedAt:     make([]int, pending),
 	}
 }
