@@ -82,6 +82,28 @@ func (w *Watcher) Settings() []Settings {
 	return out
 }
 
+// Set is the settings in force at one moment: the projects' and the
+// departments they name, each sorted by name.
+type Set struct {
+	Projects    []Settings
+	Departments []Department
+}
+
+// InForce returns the projects and departments in force together (two
+// calls to Settings and Departments could straddle a change).
+func (w *Watcher) InForce() Set {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var set Set
+	for _, name := range sortedKeys(w.res.projects) {
+		set.Projects = append(set.Projects, w.res.projects[name])
+	}
+	for _, name := range sortedKeys(w.res.departments) {
+		set.Departments = append(set.Departments, w.res.departments[name])
+	}
+	return set
+}
+
 // Departments returns the departments in force, sorted by name.
 func (w *Watcher) Departments() []Department {
 	w.mu.Lock()
