@@ -253,7 +253,7 @@ func (w *Watcher) apply(ctx context.Context) {
 		if s, ok := res.projects[name]; ok {
 			kept = &s
 		}
-		w.log.Error("quota document not taken; keeping the last good settings", "key", w.layout.Quota(name), "field", fe.Field, "error", fe.Error(), "in_force", kept != nil)
+		w.log.Error("quota document rejected; keeping the last good settings", "key", w.layout.Quota(name), "field", fe.Field, "error", fe.Error(), "in_force", kept != nil)
 		w.writeReport(ctx, w.reportKey(name, false), w.layout.Quota(name), fe, kept, nil)
 	}
 	for _, name := range sortedKeys(res.departmentErrs) {
