@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
+	"github.com/chromedp/chromedp"
+	"github.com/gpushare/nomad-gpushare/internal/browser"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/prometheus/client_golang/prometheus"
@@ -104,4 +107,43 @@ func newServer(t *testing.T, src Source) *httptest.Server {
 	srv := httptest.NewServer(New(Config{Source: src, Registry: prometheus.NewRegistry(), Access: deptAccess{}}))
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// TestDepartmentTreeInBrowser: the dashboard lists each department's row
+// with its totals, its projects under it, and the projects on their own
+// last; team-b's reader sees research's name over team-b alone, without
+// research's totals or team-a.
+func TestDepartmentTreeInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Chromium; run without -short")
+	}
+	srv := newServer(t, departmentSource{})
+	b, err := browser.Start(t.Context(), 1200, 800)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := b.Ctx
+	firstCells := `Array.from(document.querySelectorAll("#projects tbody tr")).map(tr => tr.cells[0].innerText + "|" + tr.cells[4].innerText).join("\n")`
+	tree := func(token, want string) {
+		t.Helper()
+		if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/login")); err != nil {
+			t.Fatal(err)
+		}
+		if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.ID("token"), token), chromedp.Submit(chromedp.ID("token"))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pageText(ctx, "Department "); err != nil {
+			t.Fatal(err)
+		}
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](firstCells))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("%s's project table (name|deserved):\n%s\nwant:\n%s", token, got, want)
+		}
+	}
+	tree("mgmt", strings.Join([]string{"Department ops|1.00", "└ team-c|", "Department research|3.50", "└ team-a|", "└ team-b|", "team-d|"}, "\n"))
+	tree("team-b-reader", strings.Join([]string{"Department research (totals hidden: your token cannot read all of its projects)|", "└ team-b|"}, "\n"))
 }
