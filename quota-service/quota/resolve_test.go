@@ -290,3 +290,77 @@ func permute(xs []string, f func([]string)) {
 	rec(0)
 	sort.Strings(xs)
 }
+
+// FuzzResolveStaysConsistent: whatever documents are written, deleted or
+// broken, one after another, the settings in force are consistent (every
+// department a project names is in force, and a department's projects'
+// guarantees fit in its own), so the planner's snapshot always indexes.
+func FuzzResolveStaysConsistent(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
+	f.Add([]byte{9, 9, 1, 200, 33, 7, 14, 250, 3, 3, 3})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		projects, departments := map[string]string{}, map[string]string{}
+		names := []string{"a", "b", "c"}
+		deps := []string{"x", "y"}
+		layout := kvlayout.New("t")
+		r := resolution{inForce: inForce{projects: map[string]Settings{}, departments: map[string]Department{}}}
+		for i := 0; i+1 < len(ops); i += 2 {
+			op, arg := ops[i], int(ops[i+1])
+			g := fmt.Sprint(arg % 5)
+			switch op % 6 {
+			case 0: // a project on its own
+				projects[names[arg%3]] = `{"guaranteed": ` + g + `}`
+			case 1: // a project in a department
+				projects[names[arg%3]] = `{"guaranteed": ` + g + `, "department": "` + deps[arg/3%2] + `"}`
+			case 2:
+				delete(projects, names[arg%3])
+			case 3:
+				departments[deps[arg%2]] = `{"guaranteed": ` + g + `}`
+			case 4:
+				delete(departments, deps[arg%2])
+			case 5: // a broken document
+				if arg%2 == 0 {
+					projects[names[arg/2%3]] = `{"guaranteed": -1}`
+				} else {
+					departments[deps[arg/2%2]] = `{"guaranteed": 1, "parent": "z"}`
+				}
+			}
+			p, d := docs{projects: projects, departments: departments}.bytes()
+			r = resolve(layout, p, d, r.inForce)
+			checkConsistent(t, nil, r)
+			if docsAgree(p, d) && (len(r.projectErrs) > 0 || len(r.departmentErrs) > 0 || len(r.projects) != len(p) || len(r.departments) != len(d)) {
+				t.Fatalf("documents that agree %v %v are not all in force: %+v", projects, departments, summarize(r))
+			}
+		}
+	})
+}
+
+// docsAgree reports whether every document parses, every department a
+// project names has a document, and every department's projects fit.
+func docsAgree(projects, departments map[string][]byte) bool {
+	guarantees := map[string]int64{}
+	for name, doc := range departments {
+		if _, err := ParseDepartment(name, doc); err != nil {
+			return false
+		}
+	}
+	for name, doc := range projects {
+		s, err := Parse(name, doc)
+		if err != nil {
+			return false
+		}
+		if s.Department != "" {
+			if _, ok := departments[s.Department]; !ok {
+				return false
+			}
+			guarantees[s.Department] += int64(s.Guaranteed)
+		}
+	}
+	for name, sum := range guarantees {
+		d, _ := ParseDepartment(name, departments[name])
+		if sum > int64(d.Guaranteed) {
+			return false
+		}
+	}
+	return true
+}
