@@ -3,6 +3,8 @@ package quota
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -152,26 +154,46 @@ func (w *Watcher) Run(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		w.follow(ctx, w.layout.Departments(), func(docs map[string][]byte) { w.departmentDocs = docs })
+		w.follow(ctx, w.layout.Departments(), true, func(docs map[string][]byte) { w.departmentDocs = docs })
 	}()
-	w.follow(ctx, w.layout.Quotas(), func(docs map[string][]byte) { w.projectDocs = docs })
+	w.follow(ctx, w.layout.Quotas(), false, func(docs map[string][]byte) { w.projectDocs = docs })
 	<-done
 	return nil
 }
 
 // follow reads the documents under prefix with blocking queries until ctx
 // ends, hands each read to set (under w.mu) and applies the documents.
-func (w *Watcher) follow(ctx context.Context, prefix string, set func(map[string][]byte)) {
+// Documents the service's Consul token may not read are left out by
+// Consul; a warning says so. With optional, a read refused outright (403,
+// Consul's acl.enable_key_list_policy) counts as an empty folder, so that
+// a token from before the folder existed does not stop the service.
+func (w *Watcher) follow(ctx context.Context, prefix string, optional bool, set func(map[string][]byte)) {
 	wait := w.WaitTime
 	if wait == 0 {
 		wait = 30 * time.Second
 	}
 	var index uint64
 	retry := backoff.Backoff{Min: 250 * time.Millisecond, Max: 5 * time.Second}
+	hidden := false // the last read left documents out
 	for {
 		pairs, meta, err := w.kv.List(prefix, (&consulapi.QueryOptions{WaitIndex: index, WaitTime: wait}).WithContext(ctx))
 		if ctx.Err() != nil {
 			return
+		}
+		var status consulapi.StatusError
+		if err != nil && optional && errors.As(err, &status) && status.Code == http.StatusForbidden {
+			if !hidden {
+				w.log.Warn("the service's Consul token may not list this folder; planning as if it were empty: give it read there (jobspecs/acl/consul-gpushare-quota.policy.hcl)", "prefix", prefix, "error", err)
+				hidden = true
+			}
+			w.mu.Lock()
+			set(map[string][]byte{})
+			w.mu.Unlock()
+			w.apply(ctx)
+			if !backoff.Sleep(ctx, retry.Next()) {
+				return
+			}
+			continue
 		}
 		if err != nil {
 			w.log.Warn("reading quota documents failed; keeping the settings in force", "prefix", prefix, "error", err)
@@ -181,6 +203,10 @@ func (w *Watcher) follow(ctx context.Context, prefix string, set func(map[string
 			continue
 		}
 		retry.Reset()
+		if meta.ResultsFilteredByACLs && !hidden {
+			w.log.Warn("the service's Consul token may not read some documents of this folder; planning as if they did not exist: give it read there (jobspecs/acl/consul-gpushare-quota.policy.hcl)", "prefix", prefix)
+		}
+		hidden = meta.ResultsFilteredByACLs
 		if meta.LastIndex < index {
 			index = 0 // the index went backwards (Consul restored): read afresh
 		} else {

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -233,4 +235,66 @@ func TestWatcherDepartments(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestWatcherWithATokenFromBeforeDepartments: the service's Consul token
+// from before departments (read on quotas/ only) still reads the quotas
+// and plans: a project naming a department it cannot read is rejected,
+// the others are in force, and the log says what the token lacks.
+func TestWatcherWithATokenFromBeforeDepartments(t *testing.T) {
+	needCluster(t)
+	c := testcluster.Start(t, localcluster.Options{ConsulOnly: true, ACL: true})
+	layout := kvlayout.New("gpushare")
+	token, err := c.CreateConsulToken("quota-before-departments",
+		`key_prefix "gpushare/quotas/" { policy = "read" }
+key_prefix "gpushare/status/" { policy = "write" }`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := consulapi.NewClient(&consulapi.Config{Address: strings.TrimPrefix(c.ConsulAddr, "http://"), Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, doc := range map[string]string{layout.Department("research"): `{"guaranteed": 2}`,
+		layout.Quota("ml"): `{"guaranteed": 1, "department": "research"}`, layout.Quota("ops"): `{"guaranteed": 1}`} {
+		if _, err := c.Consul.KV().Put(&consulapi.KVPair{Key: key, Value: []byte(doc)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logs strings.Builder
+	var mu sync.Mutex
+	w := NewWatcher(client, layout, hclog.New(&hclog.LoggerOptions{Output: lockedWriter{&mu, &logs}}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testcluster.Eventually(t, 30*time.Second, func() error {
+		if w.LastSync().IsZero() {
+			return fmt.Errorf("the quotas are not read yet")
+		}
+		set := w.InForce()
+		if len(set.Projects) != 1 || set.Projects[0].Project != "ops" || len(set.Departments) != 0 {
+			return fmt.Errorf("in force %+v, want ops alone", set)
+		}
+		if fe := w.Rejected()["ml"]; fe == nil || fe.Field != "department" {
+			return fmt.Errorf("ml's rejection %v, want one on its department", fe)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !strings.Contains(logs.String(), "may not read some documents") || !strings.Contains(logs.String(), "gpushare/departments/") {
+			return fmt.Errorf("no warning about the departments the token cannot read:\n%s", logs.String())
+		}
+		return nil
+	})
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
 }
