@@ -12,7 +12,9 @@
 // Consul KV layout under the root prefix (default "gpushare"):
 //
 //	<root>/quotas/<project>               project settings (JSON, written by people)
+//	<root>/departments/<department>       department settings (JSON, written by people)
 //	<root>/status/quota-errors/<project>  why a quota document is rejected
+//	<root>/status/quota-errors/departments/<department>  why a department's document, or its projects' guarantees, are not taken
 //	<root>/status/projects/<project>      per-project status (JSON, written by the service)
 //	<root>/status/record-errors/<namespace>/<job>  a suspension record the service does not act on, and why
 //	<root>/suspended/<namespace>/<job>    a suspension: phase, reason, the suspended version's spec

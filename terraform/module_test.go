@@ -25,7 +25,8 @@ import (
 var layout = kvlayout.New("")
 
 // TestModuleProvisionsACLCluster applies examples/cluster to Consul and
-// Nomad with ACLs on (default deny) and follows an operator: the quotas,
+// Nomad with ACLs on (default deny) and follows an operator: the quotas, a
+// department with a project in it (the service takes the project), the
 // namespaces, policies, tokens, scheduler configuration and quota service
 // are in place; the service, running on the tokens the module made, acts
 // on the quotas; the device plugin runs on the module's token; a second
@@ -44,9 +45,12 @@ func TestModuleProvisionsACLCluster(t *testing.T) {
 	projects := map[string]any{
 		"team-a": map[string]any{"guaranteed": 2, "priority": 10},
 		"team-b": map[string]any{"guaranteed": 2, "limit": 4, "min_runtime": "5m"},
+		"team-r": map[string]any{"guaranteed": 1, "department": "research"},
 	}
+	departments := map[string]any{"research": map[string]any{"guaranteed": 1.5, "priority": 5}}
 	vars := map[string]any{"nomad_addr": c.NomadAddr, "consul_addr": strings.TrimPrefix(c.ConsulAddr, "http://"),
-		"nomad_token": c.NomadToken, "consul_token": c.ConsulToken, "quota_binary": bin, "quota_driver": "raw_exec", "projects": projects}
+		"nomad_token": c.NomadToken, "consul_token": c.ConsulToken, "quota_binary": bin, "quota_driver": "raw_exec", "projects": projects,
+		"departments": departments}
 	w.vars(vars)
 
 	w.must(0, "init")
@@ -55,11 +59,15 @@ func TestModuleProvisionsACLCluster(t *testing.T) {
 	checkProvisioned(t, c)
 	checkQuotaDocument(t, c, "team-a", "{\n  \"guaranteed\": 2,\n  \"priority\": 10\n}\n")
 	checkQuotaDocument(t, c, "team-b", "{\n  \"guaranteed\": 2,\n  \"limit\": 4,\n  \"min_runtime\": \"5m\"\n}\n")
+	checkQuotaDocument(t, c, "team-r", "{\n  \"guaranteed\": 1,\n  \"department\": \"research\"\n}\n")
+	checkDepartmentDocument(t, c, "research", "{\n  \"guaranteed\": 1.5,\n  \"priority\": 5\n}\n")
 	out := w.must(0, "output", "-raw", "plugin_nomad_token")
 	if err := c.UsePluginToken(strings.TrimSpace(out)); err != nil {
 		t.Fatalf("restarting the Nomad client with the module's plugin token: %v", err)
 	}
 	waitServiceFollows(t, c, "team-b", "2.00")
+	// The service's token reads the department: it takes team-r in it.
+	waitServiceFollows(t, c, "team-r", "1.00")
 	jobs := testcluster.ReclaimOneGPU(t, c, layout)
 
 	if out := w.must(0, "plan", "-detailed-exitcode"); !strings.Contains(out, "No changes") {
@@ -230,6 +238,17 @@ func checkQuotaDocument(t *testing.T, c *localcluster.Cluster, project, want str
 	}
 }
 
+func checkDepartmentDocument(t *testing.T, c *localcluster.Cluster, name, want string) {
+	t.Helper()
+	pair, _, err := c.Consul.KV().Get(layout.Department(name), nil)
+	if err != nil || pair == nil {
+		t.Fatalf("department %s not in Consul: %v", name, err)
+	}
+	if string(pair.Value) != want {
+		t.Errorf("department %s is\n%s\nwant\n%s", name, pair.Value, want)
+	}
+}
+
 // waitServiceFollows waits until the service's status of project shows
 // the guarantee want.
 func waitServiceFollows(t *testing.T, c *localcluster.Cluster, project, want string) {
@@ -347,6 +366,9 @@ func checkDestroyed(t *testing.T, c *localcluster.Cluster) {
 	ctx := context.Background()
 	if pairs, _, err := c.Consul.KV().List(layout.Quotas(), (&consulapi.QueryOptions{}).WithContext(ctx)); err != nil || len(pairs) > 0 {
 		t.Errorf("quotas left after destroy: %d (%v)", len(pairs), err)
+	}
+	if pairs, _, err := c.Consul.KV().List(layout.Departments(), (&consulapi.QueryOptions{}).WithContext(ctx)); err != nil || len(pairs) > 0 {
+		t.Errorf("departments left after destroy: %d (%v)", len(pairs), err)
 	}
 	for _, ns := range []string{"team-a", "team-b"} {
 		if got, _, err := c.Nomad.Namespaces().Info(ns, nil); err == nil && got != nil {

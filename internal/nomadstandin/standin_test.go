@@ -11,6 +11,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/device"
 	"github.com/gpushare/nomad-gpushare/device/gpu"
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
+	"github.com/gpushare/nomad-gpushare/quota-service/quota"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	"github.com/hashicorp/go-hclog"
@@ -36,7 +37,7 @@ func TestServiceReadsTheStandIn(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			v, err := nomadwatch.NewBuilder(client, hclog.NewNullLogger(), nomadwatch.Options{}).Build(ctx, nil, state.Records{})
+			v, err := nomadwatch.NewBuilder(client, hclog.NewNullLogger(), nomadwatch.Options{}).Build(ctx, quota.Set{}, state.Records{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -144,7 +145,7 @@ func BenchmarkCycleParts(b *testing.B) {
 	_, client := serveStandIn(b, Config{Nodes: 1000, Allocations: 20000, Projects: 100, Pending: 200})
 	builder := nomadwatch.NewBuilder(client, hclog.NewNullLogger(), nomadwatch.Options{})
 	ctx := context.Background()
-	if _, err := builder.Build(ctx, nil, state.Records{}); err != nil { // warm the caches
+	if _, err := builder.Build(ctx, quota.Set{}, state.Records{}); err != nil { // warm the caches
 		b.Fatal(err)
 	}
 	measureCycles(b, builder)
@@ -174,7 +175,7 @@ func measureCycles(b *testing.B, builder *nomadwatch.Builder) {
 	var build, planning time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		v, err := builder.Build(ctx, nil, state.Records{})
+		v, err := builder.Build(ctx, quota.Set{}, state.Records{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
+	"github.com/gpushare/nomad-gpushare/quota-service/quota"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/hashicorp/go-hclog"
 )
@@ -37,7 +38,7 @@ func BenchmarkStreamCycleParts(b *testing.B) {
 	// The first Builds list Nomad in full (start) until the stream is
 	// connected; measure the cycles after.
 	for i := 0; i < 3; i++ {
-		if _, err := builder.Build(ctx, nil, state.Records{}); err != nil {
+		if _, err := builder.Build(ctx, quota.Set{}, state.Records{}); err != nil {
 			b.Fatal(err)
 		}
 	}

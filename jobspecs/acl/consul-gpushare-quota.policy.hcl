@@ -14,6 +14,12 @@ key_prefix "gpushare/quotas/" {
   policy = "read"
 }
 
+# Department documents (projects grouped one level up), written by the
+# same people or terraform/: read only.
+key_prefix "gpushare/departments/" {
+  policy = "read"
+}
+
 # Project and service status, and the reports of rejected quota documents.
 key_prefix "gpushare/status/" {
   policy = "write"

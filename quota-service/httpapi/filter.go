@@ -18,7 +18,9 @@ const hiddenError = "hidden, as it may name jobs of any namespace: see the servi
 // visibleStatus is what a request with access a may see of st: the
 // projects whose namespace it may read; the pending, suspended, waiting
 // and recent jobs of namespaces it may read, with the workloads of others
-// hidden in their reasons; nodes out of planning and the GPU map only with
+// hidden in their reasons; the departments all of whose projects it may
+// see, and of the others only the name and those projects
+// (visibleDepartments); nodes out of planning and the GPU map only with
 // node read (the map's jobs of other namespaces hidden); the
 // warnings and the last error's text (which may name any job) only with
 // access to everything.
@@ -28,6 +30,7 @@ func visibleStatus(st service.Status, a Access) service.Status {
 	}
 	out := st
 	out.Projects = visibleProjects(st.Projects, a)
+	out.Departments = visibleDepartments(st.Departments, out.Projects)
 	out.Pending = visibleLines(st.Pending, a)
 	out.Unplaced = visibleLines(st.Unplaced, a)
 	out.Unplaceable = visibleLines(st.Unplaceable, a)
@@ -168,6 +171,34 @@ func visibleProjects(projects []service.ProjectView, a Access) []service.Project
 		p.NonPreemptibleAboveGuarantee = visibleLines(p.NonPreemptibleAboveGuarantee, a)
 		p.NeverVictims = visibleLines(p.NeverVictims, a)
 		out = append(out, p)
+	}
+	return out
+}
+
+// visibleDepartments are the department lines for a request that sees
+// the projects in visible. A department's totals and settings sum up its
+// projects, so they are shown only to a request that may see all of its
+// projects; to one that sees some of them the department is a name over
+// those projects (Partial); one that sees none of them does not see it.
+func visibleDepartments(departments []service.DepartmentView, visible []service.ProjectView) []service.DepartmentView {
+	seen := map[string]bool{}
+	for _, p := range visible {
+		seen[p.Project] = true
+	}
+	var out []service.DepartmentView
+	for _, d := range departments {
+		var shown []string
+		for _, p := range d.Projects {
+			if seen[p] {
+				shown = append(shown, p)
+			}
+		}
+		switch {
+		case len(shown) == len(d.Projects):
+			out = append(out, d)
+		case len(shown) > 0:
+			out = append(out, service.DepartmentView{Name: d.Name, Projects: shown, Partial: true})
+		}
 	}
 	return out
 }

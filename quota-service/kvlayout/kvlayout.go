@@ -32,11 +32,28 @@ func (l Layout) Quotas() string { return l.Root + "/quotas/" }
 // Quota is the key of one project's quota document.
 func (l Layout) Quota(project string) string { return l.Quotas() + project }
 
+// Departments is the folder of department documents, with a trailing
+// slash.
+func (l Layout) Departments() string { return l.Root + "/departments/" }
+
+// Department is the key of one department's document.
+func (l Layout) Department(name string) string { return l.Departments() + name }
+
 // QuotaErrors is the folder of rejected-document reports.
 func (l Layout) QuotaErrors() string { return l.Root + "/status/quota-errors/" }
 
 // QuotaError is the key reporting why project's document is rejected.
 func (l Layout) QuotaError(project string) string { return l.QuotaErrors() + project }
+
+// DepartmentErrors is the folder of reports on departments: a rejected
+// department document, or a department whose projects' guarantees do not
+// fit in its own. A subfolder of QuotaErrors: project names hold no '/',
+// so its keys never meet a project's.
+func (l Layout) DepartmentErrors() string { return l.QuotaErrors() + "departments/" }
+
+// DepartmentError is the key reporting why department's settings (or its
+// projects') are not taken.
+func (l Layout) DepartmentError(department string) string { return l.DepartmentErrors() + department }
 
 // RecordErrors is the folder of reports on suspension records the
 // service does not act on.

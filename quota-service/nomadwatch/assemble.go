@@ -152,6 +152,9 @@ type Inputs struct {
 	// not stopped and not finished, and of every suspension record's job.
 	Specs    map[string]*nomadapi.Job
 	Settings []quota.Settings
+	// Departments are the departments in force: every one a project of
+	// Settings names (quota.Watcher.InForce).
+	Departments []quota.Department
 	// Suspensions are the suspension records the service proved it
 	// wrote; Unverified those that decoded but did not verify;
 	// RecordErrors those that did not decode. Keys verified them and
@@ -229,6 +232,9 @@ func newAssembler(in Inputs) *assembler {
 		a.snap.Projects = append(a.snap.Projects, s.Model())
 		a.projects[s.Project] = true
 		a.minRuntimes[s.Project] = s.MinRuntime
+	}
+	for _, d := range in.Departments {
+		a.snap.Departments = append(a.snap.Departments, d.Model())
 	}
 	return a
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
+	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	"github.com/gpushare/nomad-gpushare/vocab"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -255,5 +256,37 @@ func TestAssembleCoarseShares(t *testing.T) {
 	}
 	if len(v.Warnings) != 0 {
 		t.Errorf("warnings: %v", v.Warnings)
+	}
+}
+
+// TestAssembleDepartments: the snapshot carries the departments in force
+// and each project's department, so the plan reports what a department's
+// projects hold together; a project with work but no quota is on its own.
+func TestAssembleDepartments(t *testing.T) {
+	in := Inputs{
+		Nodes:       []*nomadapi.NodeListStub{node()},
+		Allocations: []*nomadapi.AllocationListStub{alloc("al1", "a", "train", "gpu", "GPU-a"), alloc("al2", "b", "nb", "gpu", "GPU-b")},
+		Jobs:        []*nomadapi.JobListStub{jobStub("a", "train", 0, false, nil), jobStub("b", "nb", 0, false, nil)},
+		Settings:    []quota.Settings{{Project: "a", Namespace: "a", Guaranteed: 200, OverQuotaWeight: 1, Department: "eng"}},
+		Departments: []quota.Department{{Name: "eng", Guaranteed: 300, Priority: 2, OverQuotaWeight: 1}},
+		Now:         time.Unix(200, 0),
+	}
+	snap := Assemble(in).Snapshot
+	if len(snap.Departments) != 1 || snap.Departments[0].Name != "eng" || snap.Departments[0].Guaranteed != 300 || snap.Departments[0].Priority != 2 {
+		t.Fatalf("departments %+v, want eng (3 GPUs, priority 2)", snap.Departments)
+	}
+	depOf := map[string]string{}
+	for _, p := range snap.Projects {
+		depOf[p.Name] = p.Department
+	}
+	if depOf["a"] != "eng" || depOf["b"] != "" {
+		t.Fatalf("project departments %v, want a in eng and b on its own", depOf)
+	}
+	res, err := plan.Plan(snap, plan.Options{})
+	if err != nil {
+		t.Fatalf("plan: %v", err)
+	}
+	if len(res.Departments) != 1 || res.Departments[0].Name != "eng" || res.Departments[0].Usage != 100 || res.Departments[0].Guaranteed != 300 {
+		t.Fatalf("plan's departments %+v, want eng holding 1 GPU of its 3", res.Departments)
 	}
 }

@@ -82,9 +82,10 @@ func NewBuilder(client *nomadapi.Client, log hclog.Logger, opts Options) *Builde
 }
 
 // Build assembles a View of nodes, allocations and jobs in all namespaces
-// with the given quota settings and suspension records. Any read error
-// fails the whole build: the service never plans on partial data.
-func (b *Builder) Build(ctx context.Context, settings []quota.Settings, recs state.Records) (*View, error) {
+// with the given quota settings (projects and departments) and suspension
+// records. Any read error fails the whole build: the service never plans
+// on partial data.
+func (b *Builder) Build(ctx context.Context, settings quota.Set, recs state.Records) (*View, error) {
 	now := time.Now()
 	if err := b.refresh(ctx, now); err != nil {
 		return nil, err
@@ -111,7 +112,7 @@ func (b *Builder) Build(ctx context.Context, settings []quota.Settings, recs sta
 		return nil, err
 	}
 	b.prune(in.Jobs)
-	in.Specs, in.Unlisted, in.Tagged, in.Settings, in.Now, in.ScaledAt = specs, unlisted, tagged, settings, now, scaledAt
+	in.Specs, in.Unlisted, in.Tagged, in.Settings, in.Departments, in.Now, in.ScaledAt = specs, unlisted, tagged, settings.Projects, settings.Departments, now, scaledAt
 	in.Suspensions, in.Unverified, in.RecordErrors, in.Keys = recs.Verified, recs.Unverified, recs.Errors, recs.Keys
 	in.Shrinks, in.ShrinkErrors = recs.Shrinks, recs.ShrinkErrors
 	return Assemble(in), nil

@@ -9,11 +9,16 @@
 //	  "priority": 10,               // higher wins over-quota capacity (default 0)
 //	  "over_quota_weight": 2,       // split of over-quota capacity (default 1; 0: no share of it)
 //	  "min_runtime": "10m",         // no fair-share reclaim or in-project preemption before (default 0; at most 24h)
+//	  "department": "research",     // the project's department (<root>/departments/<name>; default: none)
 //	  "mapping": {
 //	    "namespace": "ml",          // Nomad namespace of the project (default: the project name)
 //	    "job_meta_key": "project"   // a job whose meta[key] names this project belongs to it
 //	  }
 //	}
+//
+// Departments group projects one level up: one JSON document per
+// department at <root>/departments/<name> (department.go). Departments do
+// not nest.
 //
 // Parsing is strict: unknown fields, trailing data and wrong types are
 // rejected, and every error names the field and how to fix it. A Watcher
@@ -54,6 +59,8 @@ type Settings struct {
 	// take them (docs/design.md, Minimum runtime); a job's meta
 	// gpushare.min_runtime may shorten it for that job.
 	MinRuntime time.Duration `json:"min_runtime,omitempty"`
+	// Department names the project's department ("": on its own).
+	Department string `json:"department,omitempty"`
 }
 
 // MaxMinRuntime bounds a project's min_runtime.
@@ -69,16 +76,23 @@ func (s Settings) Model() cluster.Project {
 		Priority:        s.Priority,
 		OverQuotaWeight: s.OverQuotaWeight,
 		NoOverQuota:     s.OverQuotaWeight == 0,
+		Department:      s.Department,
 	}
 }
 
-// FieldError is a rejected quota document: which field is wrong and how to
-// fix it. Field is "" when the document as a whole is malformed.
+// FieldError is a rejected quota or department document: which field is
+// wrong and how to fix it. Field is "" when the document as a whole is
+// malformed.
 type FieldError struct {
+	// Project names the project, or the department when Department is
+	// set.
 	Project string
-	Field   string
-	Problem string
-	Fix     string
+	// Department marks an error in a department's document or in the
+	// consistency of a department with its projects.
+	Department bool
+	Field      string
+	Problem    string
+	Fix        string
 }
 
 func (e *FieldError) Error() string {
@@ -86,7 +100,11 @@ func (e *FieldError) Error() string {
 	if e.Field != "" {
 		where = fmt.Sprintf("field %q", e.Field)
 	}
-	return fmt.Sprintf("quota for project %q: %s: %s; fix: %s", e.Project, where, e.Problem, e.Fix)
+	who := fmt.Sprintf("quota for project %q", e.Project)
+	if e.Department {
+		who = fmt.Sprintf("department %q", e.Project)
+	}
+	return fmt.Sprintf("%s: %s: %s; fix: %s", who, where, e.Problem, e.Fix)
 }
 
 // document is the wire form; pointers tell "absent" from zero.
@@ -96,6 +114,7 @@ type document struct {
 	Priority        json.RawMessage `json:"priority"`
 	OverQuotaWeight json.RawMessage `json:"over_quota_weight"`
 	MinRuntime      json.RawMessage `json:"min_runtime"`
+	Department      json.RawMessage `json:"department"`
 	Mapping         *mapping        `json:"mapping"`
 }
 
@@ -141,37 +160,18 @@ func Parse(project string, data []byte) (Settings, error) {
 		return Settings{}, fe("", "data after the JSON object", "store exactly one JSON object")
 	}
 	s := Settings{Project: project, Namespace: project, OverQuotaWeight: 1}
-	if doc.Guaranteed == nil {
-		return Settings{}, fe("guaranteed", "missing", `add "guaranteed": <GPUs>, e.g. "guaranteed": 1.5 (0 for no guarantee)`)
-	}
-	g, err := gpuAmount(doc.Guaranteed)
+	c, err := parseCommon(commonFields{doc.Guaranteed, doc.Limit, doc.Priority, doc.OverQuotaWeight}, fe)
 	if err != nil {
-		return Settings{}, fe("guaranteed", err.Error(), "write a GPU amount >= 0 with at most two decimals, e.g. 1.5")
+		return Settings{}, err
 	}
-	s.Guaranteed = g
-	if doc.Limit != nil {
-		l, err := gpuAmount(doc.Limit)
-		if err != nil {
-			return Settings{}, fe("limit", err.Error(), "write a GPU amount >= 0 with at most two decimals, e.g. 4, or remove \"limit\" for no cap")
+	s.Guaranteed, s.Limit, s.HasLimit, s.Priority, s.OverQuotaWeight = c.Guaranteed, c.Limit, c.HasLimit, c.Priority, c.OverQuotaWeight
+	if doc.Department != nil {
+		var name string
+		if err := json.Unmarshal(doc.Department, &name); err != nil || !projectRE.MatchString(name) {
+			return Settings{}, fe("department", fmt.Sprintf("%.40s is not a department name", doc.Department),
+				`name a department with a document under the departments folder, e.g. "department": "research" (1-128 letters, digits, '.', '-' or '_'), or remove it for a project on its own`)
 		}
-		if l < g {
-			return Settings{}, fe("limit", fmt.Sprintf("limit %s is below guaranteed %s", l, g), "raise \"limit\" to at least \"guaranteed\" or lower \"guaranteed\"")
-		}
-		s.Limit, s.HasLimit = l, true
-	}
-	if doc.Priority != nil {
-		p, err := integer(doc.Priority, -1_000_000, 1_000_000)
-		if err != nil {
-			return Settings{}, fe("priority", err.Error(), "write an integer between -1000000 and 1000000, e.g. 10 (higher wins)")
-		}
-		s.Priority = int(p)
-	}
-	if doc.OverQuotaWeight != nil {
-		w, err := integer(doc.OverQuotaWeight, 0, 1_000_000)
-		if err != nil {
-			return Settings{}, fe("over_quota_weight", err.Error(), "write an integer between 0 (no share of the over-quota capacity) and 1000000, or remove it for the default 1")
-		}
-		s.OverQuotaWeight = w
+		s.Department = name
 	}
 	if doc.MinRuntime != nil {
 		var text string
@@ -202,28 +202,93 @@ func Parse(project string, data []byte) (Settings, error) {
 	return s, nil
 }
 
+// commonFields are the fields projects and departments share, raw.
+type commonFields struct {
+	Guaranteed, Limit, Priority, OverQuotaWeight json.RawMessage
+}
+
+// common are the fields projects and departments share, parsed, with the
+// default weight 1.
+type common struct {
+	Guaranteed      cluster.Shares
+	Limit           cluster.Shares
+	HasLimit        bool
+	Priority        int
+	OverQuotaWeight int64
+}
+
+// parseCommon checks guaranteed, limit, priority and over_quota_weight;
+// fe makes the error of a field.
+func parseCommon(doc commonFields, fe func(field, problem, fix string) error) (common, error) {
+	c := common{OverQuotaWeight: 1}
+	if doc.Guaranteed == nil {
+		return common{}, fe("guaranteed", "missing", `add "guaranteed": <GPUs>, e.g. "guaranteed": 1.5 (0 for no guarantee)`)
+	}
+	g, err := gpuAmount(doc.Guaranteed)
+	if err != nil {
+		return common{}, fe("guaranteed", err.Error(), "write a GPU amount >= 0 with at most two decimals, e.g. 1.5")
+	}
+	c.Guaranteed = g
+	if doc.Limit != nil {
+		l, err := gpuAmount(doc.Limit)
+		if err != nil {
+			return common{}, fe("limit", err.Error(), "write a GPU amount >= 0 with at most two decimals, e.g. 4, or remove \"limit\" for no cap")
+		}
+		if l < g {
+			return common{}, fe("limit", fmt.Sprintf("limit %s is below guaranteed %s", l, g), "raise \"limit\" to at least \"guaranteed\" or lower \"guaranteed\"")
+		}
+		c.Limit, c.HasLimit = l, true
+	}
+	if doc.Priority != nil {
+		p, err := integer(doc.Priority, -1_000_000, 1_000_000)
+		if err != nil {
+			return common{}, fe("priority", err.Error(), "write an integer between -1000000 and 1000000, e.g. 10 (higher wins)")
+		}
+		c.Priority = int(p)
+	}
+	if doc.OverQuotaWeight != nil {
+		w, err := integer(doc.OverQuotaWeight, 0, 1_000_000)
+		if err != nil {
+			return common{}, fe("over_quota_weight", err.Error(), "write an integer between 0 (no share of the over-quota capacity) and 1000000, or remove it for the default 1")
+		}
+		c.OverQuotaWeight = w
+	}
+	return c, nil
+}
+
+// projectFields lists a project document's fields for error messages.
+const projectFields = "guaranteed, limit, priority, over_quota_weight, min_runtime, department and mapping (namespace, job_meta_key)"
+
 // decodeError turns a JSON decoding error into a FieldError naming the
 // field where possible.
 func decodeError(project string, err error) error {
+	return decodeErrorOf(&FieldError{Project: project}, projectFields, err)
+}
+
+// decodeErrorOf is decodeError for the document of base (its Project and
+// Department set), whose fields are known.
+func decodeErrorOf(base *FieldError, known string, err error) error {
+	e := func(field, problem, fix string) error {
+		out := *base
+		out.Field, out.Problem, out.Fix = field, problem, fix
+		return &out
+	}
 	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError
 	switch {
 	case errors.As(err, &typeErr):
 		field := typeErr.Field
-		return &FieldError{Project: project, Field: field, Problem: fmt.Sprintf("JSON %s where %s is expected", typeErr.Value, expectedKind(field)),
-			Fix: fmt.Sprintf("write %s", expectedKind(field))}
+		return e(field, fmt.Sprintf("JSON %s where %s is expected", typeErr.Value, expectedKind(field)), fmt.Sprintf("write %s", expectedKind(field)))
 	case errors.As(err, &syntaxErr):
-		return &FieldError{Project: project, Problem: fmt.Sprintf("not valid JSON at byte %d: %v", syntaxErr.Offset, err),
-			Fix: `store a JSON object such as {"guaranteed": 2}`}
+		return e("", fmt.Sprintf("not valid JSON at byte %d: %v", syntaxErr.Offset, err), `store a JSON object such as {"guaranteed": 2}`)
 	case errors.Is(err, io.EOF):
-		return &FieldError{Project: project, Problem: "empty document", Fix: `store a JSON object such as {"guaranteed": 2}`}
+		return e("", "empty document", `store a JSON object such as {"guaranteed": 2}`)
 	}
 	msg := err.Error()
 	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		return &FieldError{Project: project, Field: strings.Trim(f, `"`), Problem: "unknown field",
-			Fix: "remove it; known fields are guaranteed, limit, priority, over_quota_weight, min_runtime and mapping (namespace, job_meta_key)"}
+		return e(strings.Trim(f, `"`), "unknown field", "remove it; known fields are "+known)
 	}
-	return &FieldError{Project: project, Problem: msg, Fix: `store a JSON object such as {"guaranteed": 2}`}
+	return e("", msg, `store a JSON object such as {"guaranteed": 2}`)
 }
 
 func expectedKind(field string) string {
@@ -234,7 +299,7 @@ func expectedKind(field string) string {
 		return "an integer"
 	case "mapping":
 		return `an object like {"namespace": "ml"}`
-	case "mapping.namespace", "mapping.job_meta_key", "min_runtime":
+	case "mapping.namespace", "mapping.job_meta_key", "min_runtime", "department":
 		return "a string"
 	}
 	return "a JSON object"

@@ -97,7 +97,7 @@ func TestModel(t *testing.T) {
 }
 
 func FuzzParse(f *testing.F) {
-	for _, seed := range []string{`{"guaranteed": 2}`, `{"guaranteed": 1.5, "limit": 3, "priority": 1, "over_quota_weight": 2, "mapping": {"namespace": "a", "job_meta_key": "k"}}`, `{"guaranteed": -1}`, `[`, `{"mapping": null}`, `{"guaranteed": 1e400}`} {
+	for _, seed := range []string{`{"guaranteed": 2}`, `{"guaranteed": 1.5, "limit": 3, "priority": 1, "over_quota_weight": 2, "mapping": {"namespace": "a", "job_meta_key": "k"}}`, `{"guaranteed": -1}`, `[`, `{"mapping": null}`, `{"guaranteed": 1e400}`, `{"guaranteed": 1, "department": "research"}`} {
 		f.Add("p", []byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, project string, data []byte) {
@@ -109,7 +109,7 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		if s.Guaranteed < 0 || (s.HasLimit && s.Limit < s.Guaranteed) || s.OverQuotaWeight < 0 || s.Namespace == "" {
+		if s.Guaranteed < 0 || (s.HasLimit && s.Limit < s.Guaranteed) || s.OverQuotaWeight < 0 || s.Namespace == "" || (s.Department != "" && !projectRE.MatchString(s.Department)) {
 			t.Fatalf("accepted invalid settings %+v from %q", s, data)
 		}
 	})

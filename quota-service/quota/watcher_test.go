@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,4 +148,153 @@ func TestWatcherAppliesChangesAndKeepsLastGood(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestWatcherDepartments writes a department and a project in it to a
+// real Consul, project first as Terraform may: the project waits for its
+// department, then both are in force; a department lowered below its
+// project is reported under the departments' subfolder of the error
+// reports and keeps its last good settings until it is fixed.
+func TestWatcherDepartments(t *testing.T) {
+	c := needCluster(t)
+	layout := kvlayout.New("watcher-dept-test")
+	w := NewWatcher(c.Consul, layout, hclog.NewNullLogger())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	kv := c.Consul.KV()
+	put := func(key, doc string) {
+		t.Helper()
+		if _, err := kv.Put(&consulapi.KVPair{Key: key, Value: []byte(doc)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report := func(key string) (ErrorReport, error) {
+		var rep ErrorReport
+		pair, _, err := kv.Get(key, nil)
+		if err != nil || pair == nil {
+			return rep, fmt.Errorf("no report at %s (%v)", key, err)
+		}
+		return rep, json.Unmarshal(pair.Value, &rep)
+	}
+	inForce := func() string {
+		var parts []string
+		for _, d := range w.Departments() {
+			parts = append(parts, "department "+d.Name+" "+d.Guaranteed.String())
+		}
+		for _, s := range w.Settings() {
+			parts = append(parts, "project "+s.Project+" "+s.Guaranteed.String()+"@"+s.Department)
+		}
+		return fmt.Sprint(parts)
+	}
+
+	put(layout.Quota("ml"), `{"guaranteed": 2, "department": "research"}`)
+	testcluster.Eventually(t, 30*time.Second, func() error {
+		rep, err := report(layout.QuotaError("ml"))
+		if err != nil {
+			return err
+		}
+		if rep.Field != "department" || rep.InForce != nil {
+			t.Fatalf("report %+v: want field department and nothing in force", rep)
+		}
+		return nil
+	})
+	put(layout.Department("research"), `{"guaranteed": 3}`)
+	testcluster.Eventually(t, 30*time.Second, func() error {
+		if got, want := inForce(), "[department research 3.00 project ml 2.00@research]"; got != want {
+			return fmt.Errorf("in force %s, want %s", got, want)
+		}
+		if _, err := report(layout.QuotaError("ml")); err == nil {
+			return fmt.Errorf("the project's report is still there")
+		}
+		return nil
+	})
+
+	put(layout.Department("research"), `{"guaranteed": 1}`)
+	testcluster.Eventually(t, 30*time.Second, func() error {
+		rep, err := report(layout.DepartmentError("research"))
+		if err != nil {
+			return err
+		}
+		if rep.DepartmentInForce == nil || rep.DepartmentInForce.Guaranteed != 300 || rep.Key != layout.Department("research") {
+			t.Fatalf("report %+v: want the department's key and its last good 3.00 in force", rep)
+		}
+		return nil
+	})
+	if got, want := inForce(), "[department research 3.00 project ml 2.00@research]"; got != want {
+		t.Fatalf("in force %s after a department lowered below its project, want the last good %s", got, want)
+	}
+	put(layout.Quota("ml"), `{"guaranteed": 1, "department": "research"}`)
+	testcluster.Eventually(t, 30*time.Second, func() error {
+		if got, want := inForce(), "[department research 1.00 project ml 1.00@research]"; got != want {
+			return fmt.Errorf("in force %s, want %s", got, want)
+		}
+		if _, err := report(layout.DepartmentError("research")); err == nil {
+			return fmt.Errorf("the department's report is still there")
+		}
+		return nil
+	})
+}
+
+// TestWatcherWithATokenFromBeforeDepartments: the service's Consul token
+// from before departments (read on quotas/ only) still reads the quotas
+// and plans: a project naming a department it cannot read is rejected,
+// the others are in force, and the log says what the token lacks.
+func TestWatcherWithATokenFromBeforeDepartments(t *testing.T) {
+	needCluster(t)
+	c := testcluster.Start(t, localcluster.Options{ConsulOnly: true, ACL: true})
+	layout := kvlayout.New("gpushare")
+	token, err := c.CreateConsulToken("quota-before-departments",
+		`key_prefix "gpushare/quotas/" { policy = "read" }
+key_prefix "gpushare/status/" { policy = "write" }`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := consulapi.NewClient(&consulapi.Config{Address: strings.TrimPrefix(c.ConsulAddr, "http://"), Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, doc := range map[string]string{layout.Department("research"): `{"guaranteed": 2}`,
+		layout.Quota("ml"): `{"guaranteed": 1, "department": "research"}`, layout.Quota("ops"): `{"guaranteed": 1}`} {
+		if _, err := c.Consul.KV().Put(&consulapi.KVPair{Key: key, Value: []byte(doc)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logs strings.Builder
+	var mu sync.Mutex
+	w := NewWatcher(client, layout, hclog.New(&hclog.LoggerOptions{Output: lockedWriter{&mu, &logs}}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testcluster.Eventually(t, 30*time.Second, func() error {
+		if w.LastSync().IsZero() {
+			return fmt.Errorf("the quotas are not read yet")
+		}
+		set := w.InForce()
+		if len(set.Projects) != 1 || set.Projects[0].Project != "ops" || len(set.Departments) != 0 {
+			return fmt.Errorf("in force %+v, want ops alone", set)
+		}
+		if fe := w.Rejected()["ml"]; fe == nil || fe.Field != "department" {
+			return fmt.Errorf("ml's rejection %v, want one on its department", fe)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !strings.Contains(logs.String(), "may not read some documents") || !strings.Contains(logs.String(), "gpushare/departments/") {
+			return fmt.Errorf("no warning about the departments the token cannot read:\n%s", logs.String())
+		}
+		return nil
+	})
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
+	"github.com/gpushare/nomad-gpushare/quota-service/quota"
 	"github.com/gpushare/nomad-gpushare/quota-service/ranking"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
@@ -82,7 +83,7 @@ func runSequence(t *testing.T, ranked bool) outcome {
 	builder := nomadwatch.NewBuilder(c.Nomad, hclog.NewNullLogger(), nomadwatch.Options{})
 	pub := ranking.NewPublisher(c.Nomad, nil)
 	pub.MinInterval = 0
-	view := func() (*nomadwatch.View, error) { return builder.Build(ctx, nil, state.Records{}) }
+	view := func() (*nomadwatch.View, error) { return builder.Build(ctx, quota.Set{}, state.Records{}) }
 	for _, s := range sequence {
 		// Each plugin publishes a GPU in share mode (its open share
 		// GPU or its idle landing place) before the next job comes.

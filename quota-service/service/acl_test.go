@@ -153,6 +153,7 @@ func TestReclaimWithACLs(t *testing.T) {
 		}
 		return nil
 	})
+	checkDepartmentsWithACLs(t, s, svc, consulWithToken(t, c, people))
 	checkElasticWithACLs(t, s, consulWithToken(t, c, people))
 	checkServiceTokensDenied(t, s, svcNomad, svcConsul)
 	// The shipped policy lets the service follow the event stream.
@@ -161,6 +162,27 @@ func TestReclaimWithACLs(t *testing.T) {
 	}
 	stopSvc()
 	checkStreamRefusedPolls(t, s, rules, svcConsul)
+}
+
+// checkDepartmentsWithACLs: the quota admins' token writes a department
+// document, and the service's token reads it (its status shows it).
+func checkDepartmentsWithACLs(t *testing.T, s *scenario, svc *service.Service, people *consulapi.Client) {
+	t.Helper()
+	key := s.layout.Department("acl-research")
+	if _, err := people.KV().Put(&consulapi.KVPair{Key: key, Value: []byte(`{"guaranteed": 0}`)}, nil); err != nil {
+		t.Fatalf("writing department %s with the quota admins' token: %v", key, err)
+	}
+	testcluster.Eventually(t, 30*time.Second, func() error {
+		for _, d := range svc.Status().Departments {
+			if d.Name == "acl-research" {
+				return nil
+			}
+		}
+		return fmt.Errorf("the service does not show department acl-research: its token should read %s", s.layout.Departments())
+	})
+	if _, err := people.KV().Delete(key, nil); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // checkElasticWithACLs: with the shipped policies, team-a's elastic group

@@ -13,6 +13,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/actuator"
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
+	"github.com/gpushare/nomad-gpushare/quota-service/quota"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
@@ -126,7 +127,7 @@ func TestActuatorSuspendsAndResumesARealJob(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := b.Build(ctx, nil, recs)
+		v, err := b.Build(ctx, quota.Set{}, recs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -217,7 +218,7 @@ func TestActuatorRefusesStaleView(t *testing.T) {
 	store := state.New(c.Consul, kvlayout.New("stale-test"))
 	store.Keys = recordKeys(c)
 	runSleeper(t, c, "team-s", "busy")
-	v, err := nomadwatch.NewBuilder(c.Nomad, logger(t), nomadwatch.Options{}).Build(ctx, nil, state.Records{})
+	v, err := nomadwatch.NewBuilder(c.Nomad, logger(t), nomadwatch.Options{}).Build(ctx, quota.Set{}, state.Records{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,9 +22,11 @@ func (s *Service) observe(ctx context.Context) { s.run(ctx, false) }
 // cycleData is what one cycle read, planned and did.
 type cycleData struct {
 	settings []quota.Settings
-	view     *nomadwatch.View
-	res      plan.Result
-	rep      actuator.Report
+	// departments are the departments in force, with settings.
+	departments []quota.Department
+	view        *nomadwatch.View
+	res         plan.Result
+	rep         actuator.Report
 	// acted is set when the cycle went through the actuator (leader).
 	acted bool
 	// gangs are the gangs that run in part (boundPartialGangs), and
@@ -83,8 +85,9 @@ func (s *Service) read(ctx context.Context) (*cycleData, *cycleFailure) {
 	if err != nil {
 		return nil, &cycleFailure{cause: "consul", err: err}
 	}
-	c := &cycleData{settings: s.watcher.Settings()}
-	if c.view, err = s.builder.Build(ctx, c.settings, recs); err != nil {
+	set := s.watcher.InForce()
+	c := &cycleData{settings: set.Projects, departments: set.Departments}
+	if c.view, err = s.builder.Build(ctx, set, recs); err != nil {
 		return nil, &cycleFailure{cause: "nomad", err: err}
 	}
 	for i := range c.view.RecordErrors {

@@ -7,24 +7,28 @@ import (
 
 // metrics are the service's Prometheus metrics.
 type metrics struct {
-	Guaranteed     *prometheus.GaugeVec
-	Allocated      *prometheus.GaugeVec
-	Deserved       *prometheus.GaugeVec
-	Pending        *prometheus.GaugeVec
-	Suspended      *prometheus.GaugeVec
-	Queue          prometheus.Gauge
-	Leader         prometheus.Gauge
-	LastRelist     prometheus.Gauge
-	CycleOK        prometheus.Gauge
-	Reclaims       *prometheus.CounterVec
-	Resumes        *prometheus.CounterVec
-	ReclaimLatency prometheus.Histogram
-	Cycle          prometheus.Histogram
-	CycleErrors    *prometheus.CounterVec
-	Triggers       *prometheus.CounterVec
-	RecordErrors   prometheus.Gauge
-	Relists        *prometheus.CounterVec
-	Corrections    *prometheus.CounterVec
+	Guaranteed *prometheus.GaugeVec
+	Allocated  *prometheus.GaugeVec
+	Deserved   *prometheus.GaugeVec
+	Pending    *prometheus.GaugeVec
+	Suspended  *prometheus.GaugeVec
+	// Department* are the per-department gauges (departments.go).
+	DepartmentGuaranteed *prometheus.GaugeVec
+	DepartmentAllocated  *prometheus.GaugeVec
+	DepartmentDeserved   *prometheus.GaugeVec
+	Queue                prometheus.Gauge
+	Leader               prometheus.Gauge
+	LastRelist           prometheus.Gauge
+	CycleOK              prometheus.Gauge
+	Reclaims             *prometheus.CounterVec
+	Resumes              *prometheus.CounterVec
+	ReclaimLatency       prometheus.Histogram
+	Cycle                prometheus.Histogram
+	CycleErrors          *prometheus.CounterVec
+	Triggers             *prometheus.CounterVec
+	RecordErrors         prometheus.Gauge
+	Relists              *prometheus.CounterVec
+	Corrections          *prometheus.CounterVec
 }
 
 // newMetrics registers the metrics with reg.
@@ -32,15 +36,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	gv := func(name, help string) *prometheus.GaugeVec {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "gpushare", Name: name, Help: help}, []string{"project"})
 	}
+	dv := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "gpushare", Name: name, Help: help}, []string{"department"})
+	}
 	m := &metrics{
-		Guaranteed: gv("project_guaranteed_gpus", "GPUs guaranteed to the project."),
-		Allocated:  gv("project_allocated_gpus", "GPUs the project's running allocations hold."),
-		Deserved:   gv("project_deserved_gpus", "The project's fair share this cycle, in GPUs."),
-		Pending:    gv("project_pending_gpus", "GPUs the project's pending and suspended work asks for."),
-		Suspended:  gv("project_suspended_jobs", "Jobs of the project suspended by the service."),
-		Queue:      prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpushare", Name: "pending_workloads", Help: "Pending GPU workloads (task groups) including suspended ones."}),
-		Leader:     prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpushare", Name: "leader", Help: "1 when this instance acts."}),
-		LastRelist: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpushare", Name: "last_relist_timestamp_seconds", Help: "When Nomad was last listed successfully."}),
+		Guaranteed:           gv("project_guaranteed_gpus", "GPUs guaranteed to the project."),
+		Allocated:            gv("project_allocated_gpus", "GPUs the project's running allocations hold."),
+		Deserved:             gv("project_deserved_gpus", "The project's fair share this cycle, in GPUs."),
+		Pending:              gv("project_pending_gpus", "GPUs the project's pending and suspended work asks for."),
+		Suspended:            gv("project_suspended_jobs", "Jobs of the project suspended by the service."),
+		DepartmentGuaranteed: dv("department_guaranteed_gpus", "GPUs guaranteed to the department (its projects' guarantees fit within it)."),
+		DepartmentAllocated:  dv("department_allocated_gpus", "GPUs the running allocations of the department's projects hold."),
+		DepartmentDeserved:   dv("department_deserved_gpus", "The department's fair share this cycle (its projects' together), in GPUs."),
+		Queue:                prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpushare", Name: "pending_workloads", Help: "Pending GPU workloads (task groups) including suspended ones."}),
+		Leader:               prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpushare", Name: "leader", Help: "1 when this instance acts."}),
+		LastRelist:           prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpushare", Name: "last_relist_timestamp_seconds", Help: "When Nomad was last listed successfully."}),
 		CycleOK: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpushare", Name: "cycle_ok",
 			Help: "1 when the last cycle read Nomad and Consul and planned; 0 while the service is blind (it takes no action then)."}),
 		Reclaims: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpushare", Name: "suspensions_total", Help: "Jobs suspended, by victim project and kind (reclaim or preempt)."}, []string{"project", "kind"}),
@@ -59,7 +69,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Corrections: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpushare", Name: "view_resync_corrections_total",
 			Help: "Objects the periodic resync found wrong in the view the event stream keeps, by kind (node, allocation, job) and change (added, removed, changed); should stay 0."}, []string{"kind", "change"}),
 	}
-	reg.MustRegister(m.Guaranteed, m.Allocated, m.Deserved, m.Pending, m.Suspended, m.Queue, m.Leader, m.LastRelist, m.CycleOK,
+	reg.MustRegister(m.Guaranteed, m.Allocated, m.Deserved, m.Pending, m.Suspended, m.DepartmentGuaranteed, m.DepartmentAllocated, m.DepartmentDeserved, m.Queue, m.Leader, m.LastRelist, m.CycleOK,
 		m.Reclaims, m.Resumes, m.ReclaimLatency, m.Cycle, m.CycleErrors, m.Triggers, m.RecordErrors,
 		m.Relists, m.Corrections)
 	return m

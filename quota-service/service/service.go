@@ -114,7 +114,9 @@ type Service struct {
 	store   *state.Store
 	act     *actuator.Actuator
 	metrics *metrics
-	reg     *prometheus.Registry
+	// metricDepartments are the departments with gauges set (cycle only).
+	metricDepartments map[string]bool
+	reg               *prometheus.Registry
 
 	// cycleMu serializes cycles: the leader's and the standby's.
 	cycleMu sync.Mutex

@@ -20,6 +20,8 @@ type ProjectView struct {
 	Priority        int    `json:"priority"`
 	OverQuotaWeight int64  `json:"over_quota_weight"`
 	Namespace       string `json:"namespace,omitempty"`
+	// Department names the project's department ("": on its own).
+	Department string `json:"department,omitempty"`
 	// NonPreemptibleAboveGuarantee names the project's non-preemptible
 	// jobs that run above its guarantee (Nomad placed them by itself):
 	// they count as preemptible (docs/design.md, Reclaim and preempt).
@@ -44,7 +46,10 @@ type Status struct {
 	LastRelist time.Time     `json:"last_relist"`
 	LastError  string        `json:"last_error,omitempty"`
 	Projects   []ProjectView `json:"projects"`
-	Pending    []string      `json:"pending"`
+	// Departments group projects one level up (departments.go); a
+	// project names its own in its department field.
+	Departments []DepartmentView `json:"departments,omitempty"`
+	Pending     []string         `json:"pending"`
 	// Suspended are the jobs the service stopped and will resume, from
 	// their suspension records; each project's suspended_jobs counts its
 	// entries here.
@@ -141,6 +146,8 @@ func (s *Service) record(ctx context.Context, c *cycleData) {
 	sum := summarizePending(c.view)
 	views := s.projectViews(c, sum)
 	s.setProjectMetrics(c, sum)
+	s.setDepartmentMetrics(c)
+	departments := s.departmentViews(c)
 	s.reportRecordErrors(ctx, c)
 	// The usage summary is read only when a trend sample is due, not on
 	// every cycle.
@@ -155,6 +162,7 @@ func (s *Service) record(ctx context.Context, c *cycleData) {
 	s.noteActions(c.rep, sum, now)
 	st := &s.status
 	st.LastCycle, st.LastRelist, st.LastError = now, c.view.ListedAt, ""
+	st.Departments = departments
 	st.Projects, st.Pending, st.Suspended, st.Unplaced, st.Warnings = views, sum.pending, sum.suspended, unplacedLines(c, c.res.Unplaced), c.view.Warnings
 	st.Unplaceable, st.OutOfPlanning = unplacedLines(c, c.res.Unplaceable), outOfPlanning(c.view.Snapshot)
 	st.RecordErrors = c.view.RecordErrors
@@ -246,7 +254,7 @@ func (s *Service) projectViews(c *cycleData, sum pendingSummary) []ProjectView {
 		if fe, ok := rejected[sh.Name]; ok {
 			st.QuotaError = fe.Error()
 		}
-		v := ProjectView{ProjectStatus: st, Priority: qs.Priority, OverQuotaWeight: qs.OverQuotaWeight, Namespace: qs.Namespace,
+		v := ProjectView{ProjectStatus: st, Priority: qs.Priority, OverQuotaWeight: qs.OverQuotaWeight, Namespace: qs.Namespace, Department: qs.Department,
 			NonPreemptibleAboveGuarantee: exposed, NeverVictims: sh.NeverVictims}
 		if t := s.surplus.tracker; t != nil {
 			v.RecentSurplusGPUHours, v.SurplusFactor = t.Used(sh.Name), c.factors[sh.Name]

@@ -131,6 +131,7 @@ func newClients(m providerModel) (*clients, error) {
 func (p *gpushareProvider) Resources(context.Context) []func() resource.Resource {
 	return []func() resource.Resource{
 		func() resource.Resource { return &quotaResource{} },
+		func() resource.Resource { return &departmentResource{} },
 		func() resource.Resource { return &consulPolicyResource{} },
 		func() resource.Resource { return &consulTokenResource{} },
 		func() resource.Resource { return &nomadVariableResource{} },

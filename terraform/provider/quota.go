@@ -46,6 +46,8 @@ func (r *quotaResource) Schema(_ context.Context, _ resource.SchemaRequest, resp
 				Description: "Share of over-quota capacity among projects of equal priority (0-1000000; 0: none, idle GPUs only while nobody else wants them). Unset: 1."},
 			"min_runtime": schema.StringAttribute{Optional: true,
 				Description: "How long the project's jobs run before reclaim for a project above its guarantee, or preemption inside the project, may take them (a duration such as \"10m\", at most 24h). Restoring another project's guarantee never waits for it. Unset: none."},
+			"department": schema.StringAttribute{Optional: true,
+				Description: "The project's department (a gpushare_department's name): its guarantee counts within the department's, and it shares the department's surplus first. Write the department first (reference it, e.g. gpushare_department.research.name): the service does not take a project naming a department it does not know. Unset: the project is on its own."},
 			"namespace": schema.StringAttribute{Optional: true,
 				Description: "Nomad namespace whose jobs belong to the project. Unset: the project name."},
 			"job_meta_key": schema.StringAttribute{Optional: true,

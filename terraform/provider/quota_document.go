@@ -23,6 +23,7 @@ type quotaModel struct {
 	Namespace       types.String  `tfsdk:"namespace"`
 	JobMetaKey      types.String  `tfsdk:"job_meta_key"`
 	MinRuntime      types.String  `tfsdk:"min_runtime"`
+	Department      types.String  `tfsdk:"department"`
 	Key             types.String  `tfsdk:"key"`
 }
 
@@ -34,6 +35,7 @@ type document struct {
 	Priority        *int64      `json:"priority,omitempty"`
 	OverQuotaWeight *int64      `json:"over_quota_weight,omitempty"`
 	MinRuntime      *string     `json:"min_runtime,omitempty"`
+	Department      *string     `json:"department,omitempty"`
 	Mapping         *mapping    `json:"mapping,omitempty"`
 }
 
@@ -46,7 +48,7 @@ type mapping struct {
 // known (at plan time a value may come from another resource).
 func (m quotaModel) known() bool {
 	for _, v := range []interface{ IsUnknown() bool }{m.Project, m.Guaranteed, m.Limit, m.Priority,
-		m.OverQuotaWeight, m.Namespace, m.JobMetaKey, m.MinRuntime} {
+		m.OverQuotaWeight, m.Namespace, m.JobMetaKey, m.MinRuntime, m.Department} {
 		if v.IsUnknown() {
 			return false
 		}
@@ -64,6 +66,7 @@ func (m quotaModel) encode() []byte {
 	doc.Priority = m.Priority.ValueInt64Pointer()
 	doc.OverQuotaWeight = m.OverQuotaWeight.ValueInt64Pointer()
 	doc.MinRuntime = m.MinRuntime.ValueStringPointer()
+	doc.Department = m.Department.ValueStringPointer()
 	if !m.Namespace.IsNull() || !m.JobMetaKey.IsNull() {
 		doc.Mapping = &mapping{Namespace: m.Namespace.ValueStringPointer(), JobMetaKey: m.JobMetaKey.ValueStringPointer()}
 	}
@@ -91,7 +94,8 @@ func decodeQuota(project string, data []byte) (quotaModel, error) {
 	}
 	m := quotaModel{Project: types.StringValue(project), Limit: types.Float64Null(),
 		Priority: types.Int64PointerValue(doc.Priority), OverQuotaWeight: types.Int64PointerValue(doc.OverQuotaWeight),
-		Namespace: types.StringNull(), JobMetaKey: types.StringNull(), MinRuntime: types.StringPointerValue(doc.MinRuntime)}
+		Namespace: types.StringNull(), JobMetaKey: types.StringNull(), MinRuntime: types.StringPointerValue(doc.MinRuntime),
+		Department: types.StringPointerValue(doc.Department)}
 	g, err := doc.Guaranteed.Float64()
 	if err != nil {
 		return quotaModel{}, fmt.Errorf("quota for project %q: guaranteed: %w", project, err)

@@ -13,13 +13,13 @@ import (
 func sameQuota(a, b quotaModel) bool {
 	return a.Project.Equal(b.Project) && a.Guaranteed.Equal(b.Guaranteed) && a.Limit.Equal(b.Limit) &&
 		a.Priority.Equal(b.Priority) && a.OverQuotaWeight.Equal(b.OverQuotaWeight) &&
-		a.Namespace.Equal(b.Namespace) && a.JobMetaKey.Equal(b.JobMetaKey) && a.MinRuntime.Equal(b.MinRuntime) && a.Key.Equal(b.Key)
+		a.Namespace.Equal(b.Namespace) && a.JobMetaKey.Equal(b.JobMetaKey) && a.MinRuntime.Equal(b.MinRuntime) && a.Department.Equal(b.Department) && a.Key.Equal(b.Key)
 }
 
 func model(project string, guaranteed float64, set func(*quotaModel)) quotaModel {
 	m := quotaModel{Project: types.StringValue(project), Guaranteed: types.Float64Value(guaranteed),
 		Limit: types.Float64Null(), Priority: types.Int64Null(), OverQuotaWeight: types.Int64Null(),
-		Namespace: types.StringNull(), JobMetaKey: types.StringNull(), MinRuntime: types.StringNull(), Key: types.StringNull()}
+		Namespace: types.StringNull(), JobMetaKey: types.StringNull(), MinRuntime: types.StringNull(), Department: types.StringNull(), Key: types.StringNull()}
 	if set != nil {
 		set(&m)
 	}
@@ -40,8 +40,8 @@ func TestQuotaDocumentRoundTrip(t *testing.T) {
 		{"every field", model("ml", 0.5, func(m *quotaModel) {
 			m.Limit, m.Priority, m.OverQuotaWeight = types.Float64Value(4), types.Int64Value(10), types.Int64Value(3)
 			m.Namespace, m.JobMetaKey = types.StringValue("ml-ns"), types.StringValue("project")
-			m.MinRuntime = types.StringValue("10m")
-		}), "{\n  \"guaranteed\": 0.5,\n  \"limit\": 4,\n  \"priority\": 10,\n  \"over_quota_weight\": 3,\n  \"min_runtime\": \"10m\",\n  \"mapping\": {\n    \"namespace\": \"ml-ns\",\n    \"job_meta_key\": \"project\"\n  }\n}\n"},
+			m.MinRuntime, m.Department = types.StringValue("10m"), types.StringValue("research")
+		}), "{\n  \"guaranteed\": 0.5,\n  \"limit\": 4,\n  \"priority\": 10,\n  \"over_quota_weight\": 3,\n  \"min_runtime\": \"10m\",\n  \"department\": \"research\",\n  \"mapping\": {\n    \"namespace\": \"ml-ns\",\n    \"job_meta_key\": \"project\"\n  }\n}\n"},
 		{"explicit zero priority", model("p", 0, func(m *quotaModel) { m.Priority = types.Int64Value(0) }),
 			"{\n  \"guaranteed\": 0,\n  \"priority\": 0\n}\n"},
 	}
@@ -84,6 +84,8 @@ func TestQuotaValidationNamesAttributeAndFix(t *testing.T) {
 		{"empty meta key", model("team-a", 1, func(m *quotaModel) { m.JobMetaKey = types.StringValue("") }),
 			path.Root("job_meta_key"), "not a usable meta key"},
 		{"nested project name", model("teams/a", 1, nil), path.Root("project"), "name like \"ml-team\""},
+		{"bad department name", model("team-a", 1, func(m *quotaModel) { m.Department = types.StringValue("org/research") }),
+			path.Root("department"), "not a department name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -118,7 +120,7 @@ func TestDecodeQuotaRejectsWhatTheServiceRejects(t *testing.T) {
 // model that writes a document reading back the same.
 func FuzzDecodeQuota(f *testing.F) {
 	for _, s := range []string{`{"guaranteed": 2}`, `{"guaranteed": 0.5, "limit": 4, "priority": -3, "mapping": {"namespace": "x"}}`,
-		`{"guaranteed": 1e2}`, `{"guaranteed": 1, "over_quota_weight": 7, "mapping": {"job_meta_key": "p"}}`, `{"guaranteed": 1, "min_runtime": "90s"}`} {
+		`{"guaranteed": 1e2}`, `{"guaranteed": 1, "over_quota_weight": 7, "mapping": {"job_meta_key": "p"}}`, `{"guaranteed": 1, "min_runtime": "90s"}`, `{"guaranteed": 1, "department": "research"}`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, doc string) {

@@ -9,17 +9,18 @@ const refreshMillis = 3000;
 // the status. num marks right-aligned amounts.
 const columns = {
   projects: [
-    { title: "Project", value: p => p.project + (p.quota_error ? " (quota document rejected: " + p.quota_error + ")" : "") },
-    { title: "Namespace", value: p => p.namespace || p.project },
+    { title: "Project", value: p => p.department_row ? departmentTitle(p.department_row)
+      : (p.department ? "\u2514 " : "") + p.project + (p.quota_error ? " (quota document rejected: " + p.quota_error + ")" : "") },
+    { title: "Namespace", value: p => p.department_row ? "" : p.namespace || p.project },
     { title: "Guaranteed", value: p => p.guaranteed, num: true },
-    { title: "Limit", value: p => p.limit || "none", num: true },
+    { title: "Limit", value: p => p.partial ? "" : p.limit || "none", num: true },
     { title: "Deserved", value: p => p.deserved + (p.surplus_factor ? " (surplus x" + p.surplus_factor.toFixed(2) + ")" : ""), num: true },
     { title: "Allocated", value: p => p.allocated, num: true },
     { title: "Over quota", value: p => p.over_quota, num: true, over: true },
-    { title: "Pending", value: p => p.pending, num: true },
-    { title: "Suspended jobs", value: p => String(p.suspended_jobs), num: true },
-    { title: "Priority", value: p => String(p.priority), num: true },
-    { title: "Updated", value: p => clock(p.updated) },
+    { title: "Pending", value: p => p.department_row ? "" : p.pending, num: true },
+    { title: "Suspended jobs", value: p => p.department_row ? "" : String(p.suspended_jobs), num: true },
+    { title: "Priority", value: p => p.partial ? "" : String(p.priority), num: true },
+    { title: "Updated", value: p => p.department_row ? "" : clock(p.updated) },
   ],
   utilization: [
     { title: "Project", value: p => p.project },
@@ -46,6 +47,47 @@ const columns = {
     { title: "By", value: e => e.by || "" },
   ],
 };
+
+// departmentTitle names a department's row; a token that cannot read all
+// of its projects gets the name only (the service leaves its totals out).
+function departmentTitle(d) {
+  let title = "Department " + d.name;
+  if (d.partial) {
+    title += " (totals hidden: your token cannot read all of its projects)";
+  }
+  if (d.error) {
+    title += " (" + d.error + ")";
+  }
+  return title;
+}
+
+// projectRows orders the projects as a tree: each department's row, then
+// its projects; projects on their own at the top level, after them. A
+// department row carries the department's totals in the projects'
+// columns.
+function projectRows(st) {
+  const rows = [];
+  const inDepartment = new Set();
+  const byName = new Map((st.projects || []).map(p => [p.project, p]));
+  (st.departments || []).forEach(d => {
+    const over = d.partial ? "" : Math.max(0, Number(d.allocated) - Number(d.guaranteed)).toFixed(2);
+    rows.push({ department_row: d, partial: d.partial, guaranteed: d.guaranteed || "", limit: d.limit,
+      deserved: d.deserved || "", allocated: d.allocated || "", over_quota: over, priority: d.priority });
+    (d.projects || []).forEach(name => {
+      const p = byName.get(name);
+      if (p) {
+        rows.push(p);
+        inDepartment.add(name);
+      }
+    });
+  });
+  (st.projects || []).forEach(p => {
+    if (!inDepartment.has(p.project)) {
+      rows.push(p);
+    }
+  });
+  return rows;
+}
 
 function clock(t) {
   const d = new Date(t);
@@ -81,6 +123,11 @@ function fillTable(id, rows, empty) {
     });
     if (id === "projects" && r.over_quota && Number(r.over_quota) > 0) {
       tr.className = "over";
+    }
+    if (id === "projects" && r.department_row) {
+      tr.classList.add("department");
+    } else if (id === "projects" && r.department) {
+      tr.classList.add("in-department");
     }
     body.push(tr);
   });
@@ -248,7 +295,7 @@ function render(st) {
   const error = document.getElementById("error");
   error.hidden = !st.last_error;
   error.textContent = st.last_error ? "The last cycle took no action: " + st.last_error : "";
-  fillTable("projects", st.projects, "No project has a quota or GPU work yet.");
+  fillTable("projects", projectRows(st), "No project has a quota or GPU work yet.");
   fillGPUMap(st.nodes);
   fillTrend(st.trend);
   fillTable("suspended", st.suspended, "None.");

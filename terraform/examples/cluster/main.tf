@@ -74,6 +74,7 @@ variable "projects" {
     priority          = optional(number)
     over_quota_weight = optional(number)
     min_runtime       = optional(string)
+    department        = optional(string)
     namespace         = optional(string)
     job_meta_key      = optional(string)
   }))
@@ -81,6 +82,18 @@ variable "projects" {
     team-a = { guaranteed = 2, priority = 10 }
     team-b = { guaranteed = 2, limit = 4 }
   }
+}
+
+# Departments group projects one level up (a project's department names
+# one); none by default.
+variable "departments" {
+  type = map(object({
+    guaranteed        = number
+    limit             = optional(number)
+    priority          = optional(number)
+    over_quota_weight = optional(number)
+  }))
+  default = {}
 }
 
 provider "nomad" {
@@ -101,8 +114,9 @@ provider "gpushare" {
 module "gpushare" {
   source = "../../modules/gpushare"
 
-  name     = var.name
-  projects = var.projects
+  name        = var.name
+  projects    = var.projects
+  departments = var.departments
   quota_service = {
     driver            = var.quota_driver
     artifact_url      = var.quota_artifact_url

@@ -1,5 +1,5 @@
 # A gpushare cluster on existing Nomad and Consul: the projects' quotas and
-# namespaces, Nomad's scheduler configuration, the ACL policies and tokens
+# namespaces, their departments, Nomad's scheduler configuration, the ACL policies and tokens
 # of the quota service and the device plugin (from jobspecs/acl), and the
 # quota service job (jobspecs/quota-service.nomad.hcl).
 
@@ -36,6 +36,23 @@ locals {
   "\"gpushare/", "\"${local.kv_root}/")
 }
 
+resource "gpushare_department" "this" {
+  for_each = var.departments
+
+  name              = each.key
+  guaranteed        = each.value.guaranteed
+  limit             = each.value.limit
+  priority          = each.value.priority
+  over_quota_weight = each.value.over_quota_weight
+
+  lifecycle {
+    postcondition {
+      condition     = startswith(self.key, "${local.kv_root}/departments/")
+      error_message = "The department went to ${self.key}, but this install's quota service reads ${local.kv_root}/departments/: set kv_prefix = \"${local.kv_root}\" in the gpushare provider's configuration."
+    }
+  }
+}
+
 resource "gpushare_quota" "project" {
   for_each = var.projects
 
@@ -45,10 +62,20 @@ resource "gpushare_quota" "project" {
   priority          = each.value.priority
   over_quota_weight = each.value.over_quota_weight
   min_runtime       = each.value.min_runtime
+  department        = each.value.department
   namespace         = each.value.namespace
   job_meta_key      = each.value.job_meta_key
 
+  # Departments are written before their projects and deleted after them:
+  # the service does not take a project naming a department it does not
+  # know.
+  depends_on = [gpushare_department.this]
+
   lifecycle {
+    precondition {
+      condition     = each.value.department == null || contains(keys(var.departments), coalesce(each.value.department, "-"))
+      error_message = "Project ${each.key} names department ${coalesce(each.value.department, "-")}, which is not in departments: add it there, or remove the project's department."
+    }
     postcondition {
       condition     = startswith(self.key, "${local.kv_root}/quotas/")
       error_message = "The quota went to ${self.key}, but this install's quota service reads ${local.kv_root}/quotas/: set kv_prefix = \"${local.kv_root}\" in the gpushare provider's configuration."
@@ -222,5 +249,5 @@ resource "nomad_job" "quota_service" {
   }
 
   # The service starts with its tokens in place and the quotas written.
-  depends_on = [gpushare_nomad_variable.quota_tokens, gpushare_quota.project, nomad_namespace.project]
+  depends_on = [gpushare_nomad_variable.quota_tokens, gpushare_department.this, gpushare_quota.project, nomad_namespace.project]
 }

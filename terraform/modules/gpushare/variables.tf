@@ -9,16 +9,28 @@ variable "name" {
 }
 
 variable "projects" {
-  description = "Projects by name: their quota (guaranteed GPUs, optional limit, priority, over_quota_weight, min_runtime) and where their jobs are (namespace, default the project name; job_meta_key). A namespace is created for each project unless it is \"default\" or create_namespaces is false."
+  description = "Projects by name: their quota (guaranteed GPUs, optional limit, priority, over_quota_weight, min_runtime), their department (a key of departments; default none) and where their jobs are (namespace, default the project name; job_meta_key). A namespace is created for each project unless it is \"default\" or create_namespaces is false."
   type = map(object({
     guaranteed        = number
     limit             = optional(number)
     priority          = optional(number)
     over_quota_weight = optional(number)
     min_runtime       = optional(string)
+    department        = optional(string)
     namespace         = optional(string)
     job_meta_key      = optional(string)
   }))
+}
+
+variable "departments" {
+  description = "Departments by name: projects grouped one level up (a project joins one with its department attribute). Each has a guarantee its projects' guarantees fit within, and optionally a limit, priority and over_quota_weight, as a project has. One level only: departments do not nest."
+  type = map(object({
+    guaranteed        = number
+    limit             = optional(number)
+    priority          = optional(number)
+    over_quota_weight = optional(number)
+  }))
+  default = {}
 }
 
 variable "create_namespaces" {
