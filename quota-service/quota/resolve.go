@@ -45,132 +45,200 @@ type resolution struct {
 //   - a department whose document was deleted stays in force with its last
 //     good settings while projects in force still name it.
 func resolve(layout kvlayout.Layout, projectDocs, departmentDocs map[string][]byte, prev inForce) resolution {
-	r := resolution{inForce: inForce{projects: map[string]Settings{}, departments: map[string]Department{}},
-		projectErrs: map[string]*FieldError{}, departmentErrs: map[string]*FieldError{}}
-	// fromDoc marks what is proposed from its current document (else it
-	// is the last good settings).
-	projectFromDoc, departmentFromDoc := map[string]bool{}, map[string]bool{}
-	// joinable are the departments a project's document may name: those
-	// with a document and settings in force from it, now or last.
-	joinable := map[string]bool{}
-	for _, name := range sortedKeys(departmentDocs) {
-		d, err := ParseDepartment(name, departmentDocs[name])
+	rs := &resolver{layout: layout, projectDocs: projectDocs, departmentDocs: departmentDocs, prev: prev,
+		r: resolution{inForce: inForce{projects: map[string]Settings{}, departments: map[string]Department{}},
+			projectErrs: map[string]*FieldError{}, departmentErrs: map[string]*FieldError{}},
+		projectFromDoc: map[string]bool{}, departmentFromDoc: map[string]bool{}, joinable: map[string]bool{}}
+	rs.parseDepartments()
+	rs.parseProjects()
+	for {
+		named := rs.requireDepartments()
+		fitted := rs.fitGuarantees()
+		if !named && !fitted {
+			break
+		}
+	}
+	rs.reportKeptDepartments()
+	return rs.r
+}
+
+// resolver is one run of resolve: the documents, the settings in force
+// before, and what it proposes so far.
+type resolver struct {
+	layout                      kvlayout.Layout
+	projectDocs, departmentDocs map[string][]byte
+	prev                        inForce
+	r                           resolution
+	// projectFromDoc and departmentFromDoc mark what is proposed from its
+	// current document (else it is the last good settings); joinable are
+	// the departments a project's document may name: those with a
+	// document and settings in force from it, now or last.
+	projectFromDoc, departmentFromDoc, joinable map[string]bool
+}
+
+// parseDepartments proposes every department's document, or its last
+// good settings when the document does not parse.
+func (rs *resolver) parseDepartments() {
+	r := &rs.r
+	for _, name := range sortedKeys(rs.departmentDocs) {
+		d, err := ParseDepartment(name, rs.departmentDocs[name])
 		if err == nil {
-			r.departments[name], departmentFromDoc[name], joinable[name] = d, true, true
+			r.departments[name], rs.departmentFromDoc[name], rs.joinable[name] = d, true, true
 			continue
 		}
 		r.departmentErrs[name] = asFieldError(name, true, err)
-		if old, ok := prev.departments[name]; ok {
-			r.departments[name], joinable[name] = old, true
+		if old, ok := rs.prev.departments[name]; ok {
+			r.departments[name], rs.joinable[name] = old, true
 		}
 	}
-	for _, name := range sortedKeys(projectDocs) {
-		s, err := Parse(name, projectDocs[name])
+}
+
+// parseProjects proposes every project's document, or its last good
+// settings when the document does not parse.
+func (rs *resolver) parseProjects() {
+	r := &rs.r
+	for _, name := range sortedKeys(rs.projectDocs) {
+		s, err := Parse(name, rs.projectDocs[name])
 		if err == nil {
-			r.projects[name], projectFromDoc[name] = s, true
+			r.projects[name], rs.projectFromDoc[name] = s, true
 			continue
 		}
 		r.projectErrs[name] = asFieldError(name, false, err)
-		if old, ok := prev.projects[name]; ok {
+		if old, ok := rs.prev.projects[name]; ok {
 			r.projects[name] = old
 		}
 	}
-	revertProject := func(name string) {
-		projectFromDoc[name] = false
-		if old, ok := prev.projects[name]; ok {
-			r.projects[name] = old
-		} else {
-			delete(r.projects, name)
+}
+
+// revertProject puts project name back to its last good settings (out of
+// force when it has none).
+func (rs *resolver) revertProject(name string) {
+	rs.projectFromDoc[name] = false
+	if old, ok := rs.prev.projects[name]; ok {
+		rs.r.projects[name] = old
+	} else {
+		delete(rs.r.projects, name)
+	}
+}
+
+// requireDepartments keeps in force every department a proposed project
+// names: a project's document naming a department that cannot be joined
+// is not taken, and a department whose document was deleted stays in
+// force with its last good settings while last good settings name it. It
+// reports whether it changed anything.
+func (rs *resolver) requireDepartments() bool {
+	r := &rs.r
+	changed := false
+	for _, name := range sortedKeys(r.projects) {
+		dep := r.projects[name].Department
+		if dep == "" {
+			continue
+		}
+		if rs.projectFromDoc[name] && !rs.joinable[dep] {
+			r.projectErrs[name] = &FieldError{Project: name, Field: "department", Problem: unknownDepartment(dep, rs.departmentDocs, rs.prev),
+				Fix: fmt.Sprintf("store the department's document at %s first, name another department, or remove \"department\" for a project on its own", rs.layout.Department(dep))}
+			rs.revertProject(name)
+			changed = true
+			continue
+		}
+		if _, ok := r.departments[dep]; ok {
+			continue
+		}
+		old, ok := rs.prev.departments[dep]
+		if !ok {
+			delete(r.projects, name) // prev was not consistent; not reached
+			changed = true
+			continue
+		}
+		r.departments[dep] = old
+		changed = true
+	}
+	return changed
+}
+
+// fitGuarantees holds back, for every department whose projects'
+// guarantees add up above its own, the department's document and its
+// projects' changed documents (last good settings kept), and reports the
+// error for the department and those projects. It reports whether it
+// changed anything.
+func (rs *resolver) fitGuarantees() bool {
+	r := &rs.r
+	members := map[string][]string{}
+	for _, name := range sortedKeys(r.projects) {
+		if dep := r.projects[name].Department; dep != "" {
+			members[dep] = append(members[dep], name)
 		}
 	}
-	for changed := true; changed; {
-		changed = false
-		// Every department named must be in force.
-		for _, name := range sortedKeys(r.projects) {
-			s := r.projects[name]
-			dep := s.Department
-			if dep == "" {
-				continue
-			}
-			if projectFromDoc[name] && !joinable[dep] {
-				r.projectErrs[name] = &FieldError{Project: name, Field: "department", Problem: unknownDepartment(dep, departmentDocs, prev),
-					Fix: fmt.Sprintf("store the department's document at %s first, name another department, or remove \"department\" for a project on its own", layout.Department(dep))}
-				revertProject(name)
-				changed = true
-				continue
-			}
-			if _, ok := r.departments[dep]; ok {
-				continue
-			}
-			// The last good settings name a department whose document
-			// was deleted: it stays in force while they name it.
-			old, ok := prev.departments[dep]
-			if !ok {
-				delete(r.projects, name) // prev was not consistent; not reached
-				changed = true
-				continue
-			}
-			r.departments[dep] = old
-			changed = true
-		}
-		// Each department's projects' guarantees fit in its own.
-		members := map[string][]string{}
-		for _, name := range sortedKeys(r.projects) {
-			if dep := r.projects[name].Department; dep != "" {
-				members[dep] = append(members[dep], name)
-			}
-		}
-		for _, dep := range sortedKeys(r.departments) {
-			d := r.departments[dep]
-			var sum cluster.Shares
-			parts := make([]string, 0, len(members[dep]))
-			for _, p := range members[dep] {
-				sum += r.projects[p].Guaranteed
-				parts = append(parts, fmt.Sprintf("%s %s", p, r.projects[p].Guaranteed))
-			}
-			if sum <= d.Guaranteed {
-				continue
-			}
-			reverted := false
-			var held []string
-			if departmentFromDoc[dep] {
-				departmentFromDoc[dep] = false
-				if old, ok := prev.departments[dep]; ok {
-					r.departments[dep] = old
-				} else {
-					delete(r.departments, dep)
-				}
-				reverted = true
-			}
-			for _, p := range members[dep] {
-				if old, ok := prev.projects[p]; projectFromDoc[p] && (!ok || old != r.projects[p]) {
-					revertProject(p)
-					held = append(held, p)
-					reverted = true
-				}
-			}
-			if !reverted {
-				continue // all at their last good settings already
-			}
-			changed = true
-			problem := fmt.Sprintf("its projects' guarantees add up to %s (%s), above the department's guarantee %s", sum, strings.Join(parts, ", "), d.Guaranteed)
-			fix := fmt.Sprintf("raise the department's \"guaranteed\" to at least %s or lower its projects' guarantees; until then the department keeps its last good settings", sum)
-			if len(held) > 0 {
-				fix = fmt.Sprintf("raise the department's \"guaranteed\" to at least %s or lower its projects' guarantees; until then the department and the changed projects (%s) keep their last good settings",
-					sum, strings.Join(held, ", "))
-			}
-			if _, parseErr := r.departmentErrs[dep]; !parseErr {
-				r.departmentErrs[dep] = &FieldError{Project: dep, Department: true, Field: "guaranteed", Problem: problem, Fix: fix}
-			}
-			for _, p := range held {
-				r.projectErrs[p] = &FieldError{Project: p, Field: "guaranteed",
-					Problem: fmt.Sprintf("in department %q %s (reported at %s)", dep, problem, layout.DepartmentError(dep)), Fix: fix}
-			}
-		}
-	}
-	// A department kept in force only because projects name it says so.
+	changed := false
 	for _, dep := range sortedKeys(r.departments) {
-		if _, ok := departmentDocs[dep]; ok {
+		sum, parts := rs.guaranteesOf(members[dep])
+		if d := r.departments[dep]; sum > d.Guaranteed && rs.holdBack(dep, members[dep], sum, parts, d.Guaranteed) {
+			changed = true
+		}
+	}
+	return changed
+}
+
+// guaranteesOf adds up the projects' guarantees, and lists them for
+// errors.
+func (rs *resolver) guaranteesOf(projects []string) (cluster.Shares, []string) {
+	var sum cluster.Shares
+	parts := make([]string, 0, len(projects))
+	for _, p := range projects {
+		sum += rs.r.projects[p].Guaranteed
+		parts = append(parts, fmt.Sprintf("%s %s", p, rs.r.projects[p].Guaranteed))
+	}
+	return sum, parts
+}
+
+// holdBack reverts department dep and its changed projects to their last
+// good settings, as their guarantees (sum) do not fit in dep's, and
+// reports why. It reports whether it reverted anything.
+func (rs *resolver) holdBack(dep string, members []string, sum cluster.Shares, parts []string, guaranteed cluster.Shares) bool {
+	r := &rs.r
+	reverted := false
+	if rs.departmentFromDoc[dep] {
+		rs.departmentFromDoc[dep] = false
+		if old, ok := rs.prev.departments[dep]; ok {
+			r.departments[dep] = old
+		} else {
+			delete(r.departments, dep)
+		}
+		reverted = true
+	}
+	var held []string
+	for _, p := range members {
+		if old, ok := rs.prev.projects[p]; rs.projectFromDoc[p] && (!ok || old != r.projects[p]) {
+			rs.revertProject(p)
+			held = append(held, p)
+			reverted = true
+		}
+	}
+	if !reverted {
+		return false // all at their last good settings already
+	}
+	problem := fmt.Sprintf("its projects' guarantees add up to %s (%s), above the department's guarantee %s", sum, strings.Join(parts, ", "), guaranteed)
+	fix := fmt.Sprintf("raise the department's \"guaranteed\" to at least %s or lower its projects' guarantees; until then the department keeps its last good settings", sum)
+	if len(held) > 0 {
+		fix = fmt.Sprintf("raise the department's \"guaranteed\" to at least %s or lower its projects' guarantees; until then the department and the changed projects (%s) keep their last good settings",
+			sum, strings.Join(held, ", "))
+	}
+	if _, parseErr := r.departmentErrs[dep]; !parseErr {
+		r.departmentErrs[dep] = &FieldError{Project: dep, Department: true, Field: "guaranteed", Problem: problem, Fix: fix}
+	}
+	for _, p := range held {
+		r.projectErrs[p] = &FieldError{Project: p, Field: "guaranteed",
+			Problem: fmt.Sprintf("in department %q %s (reported at %s)", dep, problem, rs.layout.DepartmentError(dep)), Fix: fix}
+	}
+	return true
+}
+
+// reportKeptDepartments reports every department kept in force only
+// because projects name it.
+func (rs *resolver) reportKeptDepartments() {
+	r := &rs.r
+	for _, dep := range sortedKeys(r.departments) {
+		if _, ok := rs.departmentDocs[dep]; ok {
 			continue
 		}
 		var naming []string
@@ -181,9 +249,8 @@ func resolve(layout kvlayout.Layout, projectDocs, departmentDocs map[string][]by
 		}
 		r.departmentErrs[dep] = &FieldError{Project: dep, Department: true,
 			Problem: fmt.Sprintf("document deleted while projects %s still name it; its last good settings stay in force for them", strings.Join(naming, ", ")),
-			Fix:     fmt.Sprintf("remove \"department\": %q from those projects' documents (or name another department), or store the department's document at %s again", dep, layout.Department(dep))}
+			Fix:     fmt.Sprintf("remove \"department\": %q from those projects' documents (or name another department), or store the department's document at %s again", dep, rs.layout.Department(dep))}
 	}
-	return r
 }
 
 // unknownDepartment says why a department cannot be joined.
