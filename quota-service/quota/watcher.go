@@ -243,6 +243,21 @@ func (w *Watcher) apply(ctx context.Context) {
 	w.synced = time.Now()
 	w.mu.Unlock()
 
+	changed := w.logInForce(old, res)
+	if w.report(ctx, old, res) {
+		changed = true
+	}
+	if changed {
+		select {
+		case w.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// logInForce logs every department's and project's settings that came
+// into force or left it, and reports whether any did.
+func (w *Watcher) logInForce(old, res resolution) bool {
 	changed := false
 	for _, name := range sortedKeys(res.departments) {
 		if d, ok := old.departments[name]; !ok || d != res.departments[name] {
@@ -269,6 +284,14 @@ func (w *Watcher) apply(ctx context.Context) {
 			changed = true
 		}
 	}
+	return changed
+}
+
+// report writes the report of every document newly rejected (or
+// rejected for a new reason) and clears those no longer rejected; it
+// reports whether any changed.
+func (w *Watcher) report(ctx context.Context, old, res resolution) bool {
+	changed := false
 	for _, name := range sortedKeys(res.projectErrs) {
 		fe := res.projectErrs[name]
 		if o, ok := old.projectErrs[name]; ok && o.Error() == fe.Error() {
@@ -307,12 +330,7 @@ func (w *Watcher) apply(ctx context.Context) {
 			w.clearReport(ctx, w.reportKey(name, true))
 		}
 	}
-	if changed {
-		select {
-		case w.changed <- struct{}{}:
-		default:
-		}
-	}
+	return changed
 }
 
 // reportKey is where the report on a project's or department's document
