@@ -163,10 +163,10 @@ type Inputs struct {
 	Unverified   []state.Unverified
 	RecordErrors []state.RecordError
 	Keys         *recordkey.Keyring
-	// ScaledAt is, by job Key, the time (Unix ns) of the latest scaling
-	// event of each suspended job whose job modify index moved while it
-	// was stopped (Builder.readScaledAt).
-	ScaledAt map[string]int64
+	// ScaledAt is, by job Key, the times (Unix ns) of the scaling events
+	// Nomad keeps of each suspended job whose job modify index moved while
+	// it was stopped (Builder.readScaledAt).
+	ScaledAt map[string][]int64
 	// Shrinks are the shrink records the service proved it wrote;
 	// ShrinkErrors those it did not (reported, never acted on).
 	Shrinks      []state.Shrink

@@ -107,7 +107,7 @@ func (b *Builder) Build(ctx context.Context, settings quota.Set, recs state.Reco
 	if err != nil {
 		return nil, err
 	}
-	scaledAt, err := b.readScaledAt(ctx, in.Jobs, recs.Verified)
+	scaledAt, err := b.readScaledAt(ctx, in.Jobs, specs, recs.Verified)
 	if err != nil {
 		return nil, err
 	}
@@ -270,22 +270,24 @@ func (b *Builder) readTagged(ctx context.Context, jobs []*nomadapi.JobListStub, 
 	return tagged, nil
 }
 
-// readScaledAt reads the latest scaling event's time of every suspended
+// readScaledAt reads the times of the scaling events of every suspended
 // job that Nomad shows stopped at another job modify index than the
 // service's stop: an owner's scale keeps a stopped job stopped, and only
-// its scaling event tells it from a stop (see Record.scaledByOwner).
-func (b *Builder) readScaledAt(ctx context.Context, jobs []*nomadapi.JobListStub, verified []state.Suspension) (map[string]int64, error) {
+// its scaling event tells it from a stop (see Record.scaledByOwner). It
+// decides from the spec the records are classified with (specs), which
+// may be newer than the listing (a change between the two reads), and
+// from the listing where no spec was read.
+func (b *Builder) readScaledAt(ctx context.Context, jobs []*nomadapi.JobListStub, specs map[string]*nomadapi.Job, verified []state.Suspension) (map[string][]int64, error) {
 	stubs := map[string]*nomadapi.JobListStub{}
 	for _, j := range jobs {
 		stubs[Key(j.Namespace, j.ID)] = j
 	}
-	out := map[string]int64{}
+	out := map[string][]int64{}
 	for _, r := range verified {
-		j := stubs[r.Key()]
-		if j == nil || !j.Stop || r.Phase != state.PhaseSuspended || j.JobModifyIndex == r.StopJobModifyIndex {
+		if r.Phase != state.PhaseSuspended || !stoppedElsewhere(stubs[r.Key()], specs[r.Key()], r.StopJobModifyIndex) {
 			continue
 		}
-		st, _, err := b.nomad.Jobs().ScaleStatus(j.ID, (&nomadapi.QueryOptions{Namespace: j.Namespace}).WithContext(ctx))
+		st, _, err := b.nomad.Jobs().ScaleStatus(r.Job, (&nomadapi.QueryOptions{Namespace: r.Namespace}).WithContext(ctx))
 		if StatusCode(err) == http.StatusNotFound {
 			continue
 		}
@@ -294,11 +296,24 @@ func (b *Builder) readScaledAt(ctx context.Context, jobs []*nomadapi.JobListStub
 		}
 		for _, tg := range st.TaskGroups {
 			for _, e := range tg.Events {
-				out[r.Key()] = max(out[r.Key()], int64(e.Time))
+				out[r.Key()] = append(out[r.Key()], int64(e.Time))
 			}
 		}
 	}
 	return out, nil
+}
+
+// stoppedElsewhere says Nomad shows the job stopped at another job modify
+// index than stopIndex: by its spec when one was read, else by its
+// listing.
+func stoppedElsewhere(stub *nomadapi.JobListStub, spec *nomadapi.Job, stopIndex uint64) bool {
+	switch {
+	case spec != nil:
+		return stopped(spec) && jobModifyIndex(spec) != stopIndex
+	case stub != nil:
+		return stub.Stop && stub.JobModifyIndex != stopIndex
+	}
+	return false
 }
 
 // StatusCode is the HTTP status of a Nomad API error (0 when err is not

@@ -83,10 +83,9 @@ type Record struct {
 	// again with one.
 	Rebuilt *state.Suspension
 	Retag   bool
-	// scaledAt is the time (Unix ns) of the job's latest scaling event,
-	// read only for a suspended job that moved while stopped
-	// (Inputs.ScaledAt).
-	scaledAt int64
+	// scaledAt are the times (Unix ns) of the job's scaling events, read
+	// only for a suspended job that moved while stopped (Inputs.ScaledAt).
+	scaledAt []int64
 }
 
 // Resumable says the record's job waits to be resumed.
@@ -380,11 +379,14 @@ func (r *Record) resumed() {
 	}
 }
 
-// scaledByOwner says the job's current version is a scale (Nomad stamps
-// the version a scale makes with the scaling event's time as its submit
-// time); a later stop or register makes another version.
+// scaledByOwner says the job's current version, at or after the
+// service's stop, was made by a scale: Nomad stamps what a scale registers
+// with the scaling event's time as its submit time, and a later stop or
+// register is another submission. A scale to the same count makes no new
+// version: the version is still one a scale made. (Equal times, not
+// order, so servers' clocks need not agree.)
 func (r *Record) scaledByOwner(job *nomadapi.Job) bool {
-	return r.scaledAt != 0 && job.SubmitTime != nil && *job.SubmitTime == r.scaledAt && jobVersion(job) > r.StopVersion
+	return job.SubmitTime != nil && slices.Contains(r.scaledAt, *job.SubmitTime) && jobVersion(job) >= r.StopVersion
 }
 
 // hasOurTag says job's current version carries the record's tag (by name).

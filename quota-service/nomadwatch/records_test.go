@@ -88,8 +88,8 @@ func TestClassifyRecords(t *testing.T) {
 		want    Verdict
 		event   state.Event
 		errWant string // part of the record error, for a rejected or unreadable record
-		// scaledAt is the time of the job's latest scaling event.
-		scaledAt int64
+		// scaledAt are the times of the job's scaling events.
+		scaledAt []int64
 	}{
 		{name: "stopping, job runs at the recorded version", rec: with(state.PhaseStopping, nil), job: current(3, 10, false, "", recordTime), want: Unfinished},
 		{name: "stopping, job changed since", rec: with(state.PhaseStopping, nil), job: current(4, 15, false, "", soon), want: Closed, event: state.EventSuspendAbandoned},
@@ -104,9 +104,13 @@ func TestClassifyRecords(t *testing.T) {
 		{name: "owner registered it again", rec: with(state.PhaseSuspended, suspended), job: current(5, 25, false, tag, soon), want: Closed, event: state.EventSuperseded},
 		{name: "owner stopped it again", rec: with(state.PhaseSuspended, suspended), job: current(5, 25, true, tag, soon), want: Closed, event: state.EventOwnerStopped},
 		{name: "owner scaled it while suspended", rec: with(state.PhaseSuspended, suspended), job: current(5, 25, true, tag, soon),
-			scaledAt: soon.UnixNano(), want: Rescaled},
+			scaledAt: []int64{soon.Add(-time.Hour).UnixNano(), soon.UnixNano()}, want: Rescaled},
 		{name: "owner scaled it, then stopped it again", rec: with(state.PhaseSuspended, suspended), job: current(6, 27, true, tag, soon.Add(time.Second)),
-			scaledAt: soon.UnixNano(), want: Closed, event: state.EventOwnerStopped},
+			scaledAt: []int64{soon.UnixNano()}, want: Closed, event: state.EventOwnerStopped},
+		{name: "after an adopted scale, a scale to the same count (no new version)", rec: with(state.PhaseSuspended, func(r *state.Suspension) {
+			suspended(r)
+			r.StopVersion, r.StopJobModifyIndex = 5, 25
+		}), job: current(5, 26, true, tag, soon), scaledAt: []int64{soon.UnixNano(), soon.Add(time.Second).UnixNano()}, want: Rescaled},
 		{name: "owner removed the tag", rec: with(state.PhaseSuspended, suspended), job: current(4, 20, true, "", soon), want: Closed, event: state.EventOwnerStopped},
 		{name: "tagged job gone: the owner purged it", rec: with(state.PhaseSuspended, suspended), gone: true, want: Closed, event: state.EventOwnerPurged},
 		{name: "untagged job gone: collected, comes back from the spec", rec: with(state.PhaseSuspended, untagged), gone: true, want: Vanished},
@@ -122,7 +126,7 @@ func TestClassifyRecords(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			in := Inputs{Suspensions: []state.Suspension{tt.rec}, Specs: map[string]*nomadapi.Job{}, Unlisted: map[string]error{}, Now: recordTime, Keys: testKeys,
-				ScaledAt: map[string]int64{"a/j": tt.scaledAt}}
+				ScaledAt: map[string][]int64{"a/j": tt.scaledAt}}
 			if tt.job != nil {
 				in.Specs["a/j"] = tt.job
 			}
@@ -253,5 +257,34 @@ func TestAdoptTaggedSkipsUntaggedSpec(t *testing.T) {
 	v := Assemble(in)
 	if r := v.Records["a/j"]; r != nil {
 		t.Errorf("record %+v adopted from a spec without a tag", r)
+	}
+}
+
+// TestStoppedElsewhere: the scaling events of a suspended job are read
+// when the spec the record is classified with moved past the service's
+// stop, even where the listing, read before, did not (an owner's scale
+// right after the stop: the soak's seed 1); the listing decides only
+// where no spec was read.
+func TestStoppedElsewhere(t *testing.T) {
+	yes, no := true, false
+	spec := func(stop *bool, jmi uint64) *nomadapi.Job { return &nomadapi.Job{Stop: stop, JobModifyIndex: &jmi} }
+	tests := []struct {
+		name string
+		stub *nomadapi.JobListStub
+		spec *nomadapi.Job
+		want bool
+	}{
+		{"spec moved, listing not yet", &nomadapi.JobListStub{Stop: true, JobModifyIndex: 20}, spec(&yes, 25), true},
+		{"spec at the stop, listing too", &nomadapi.JobListStub{Stop: true, JobModifyIndex: 20}, spec(&yes, 20), false},
+		{"spec running again", &nomadapi.JobListStub{Stop: true, JobModifyIndex: 20}, spec(&no, 25), false},
+		{"no spec: the listing moved", &nomadapi.JobListStub{Stop: true, JobModifyIndex: 25}, nil, true},
+		{"nothing read", nil, nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := stoppedElsewhere(tt.stub, tt.spec, 20); got != tt.want {
+				t.Errorf("stoppedElsewhere = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

@@ -459,6 +459,15 @@ func TestOwnerScalesASuspendedJob(t *testing.T) {
 	if rec := s.waitRecord(scaled, state.PhaseSuspended); rec.Groups["main"] != 2 {
 		t.Errorf("record groups %v, want main at the owner's 2", rec.Groups)
 	}
+	// A second scale, to the same count, after the first was adopted
+	// (the soak's seed 1 did this): still the owner's scale, not a stop.
+	if _, _, err := c.Nomad.Jobs().Scale(scaled.id, "main", &two, "owner: two workers again", false, nil, &nomadapi.WriteOptions{Namespace: scaled.ns}); err != nil {
+		t.Fatal(err)
+	}
+	waitCycles(t, svc, 4)
+	if got := s.historyOf(scaled); slices.Contains(got, state.EventOwnerStopped) {
+		t.Fatalf("history of %s: %v; a scale to the same count is no stop", scaled.id, got)
+	}
 	for _, j := range b {
 		s.finish(j.ns, j.id)
 	}
