@@ -135,9 +135,12 @@ type driver struct {
 // panicked in nomadwatch's adoptTagged on a spec cached without the
 // service's tag, after an owner's stop of a resumed job or a failover; a
 // new leader closed its own suspension as owner-stopped, taking a stale
-// untagged spec for a removed tag; and an owner's scale of a suspended job
+// untagged spec for a removed tag; an owner's scale of a suspended job
 // was taken for a stop, so the job never came back: it now stays
-// suspended and resumes at the owner's counts.)
+// suspended and resumes at the owner's counts; and so were a scale right
+// after the service's stop, seen in the job's spec before its listing,
+// and a scale to the same count after an adopted one, which makes no new
+// version.)
 const (
 	// FindingScaleSuspended names the owner's scale of a suspended job,
 	// which Config.Avoid can still leave out (fixed: no violation is
