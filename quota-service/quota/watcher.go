@@ -176,7 +176,10 @@ func (w *Watcher) follow(ctx context.Context, prefix string, optional bool, set 
 	retry := backoff.Backoff{Min: 250 * time.Millisecond, Max: 5 * time.Second}
 	hidden := false // the last read left documents out
 	for {
-		pairs, meta, err := w.kv.List(prefix, (&consulapi.QueryOptions{WaitIndex: index, WaitTime: wait}).WithContext(ctx))
+		// Consistent: after a Consul restart a new leader may answer a
+		// default read before it has applied its log, and an empty
+		// folder would read as every document deleted.
+		pairs, meta, err := w.kv.List(prefix, (&consulapi.QueryOptions{WaitIndex: index, WaitTime: wait, RequireConsistent: true}).WithContext(ctx))
 		if ctx.Err() != nil {
 			return
 		}

@@ -179,7 +179,10 @@ func (s *Store) Suspensions(ctx context.Context) (Records, error) {
 		return Records{}, err
 	}
 	prefix := s.layout.Suspended()
-	pairs, _, err := s.kv.List(prefix, (&consulapi.QueryOptions{}).WithContext(ctx))
+	// Consistent: a Consul leader elected a moment ago may answer a
+	// default read before it has applied its log (an empty folder after
+	// a restart), and a missing record is a decision (see Consistent).
+	pairs, _, err := s.kv.List(prefix, Consistent(ctx))
 	if err != nil {
 		return Records{}, fmt.Errorf("listing Consul prefix %s: %w", prefix, err)
 	}
@@ -236,7 +239,7 @@ func (s *Store) PutRecordErrors(ctx context.Context, errs []RecordError) error {
 			return err
 		}
 	}
-	keys, _, err := s.kv.Keys(s.layout.RecordErrors(), "", (&consulapi.QueryOptions{}).WithContext(ctx))
+	keys, _, err := s.kv.Keys(s.layout.RecordErrors(), "", Consistent(ctx))
 	if err != nil {
 		return fmt.Errorf("listing Consul prefix %s: %w", s.layout.RecordErrors(), err)
 	}

@@ -134,7 +134,7 @@ func (s *Store) Shrinks(ctx context.Context) ([]Shrink, []RecordError, error) {
 		return nil, nil, err
 	}
 	prefix := s.layout.Shrunk()
-	pairs, _, err := s.kv.List(prefix, (&consulapi.QueryOptions{}).WithContext(ctx))
+	pairs, _, err := s.kv.List(prefix, Consistent(ctx))
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing Consul prefix %s: %w", prefix, err)
 	}

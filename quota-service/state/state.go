@@ -251,7 +251,7 @@ func (s *Store) SurplusUse(ctx context.Context) (rec surplususe.Record, found bo
 		return rec, false, err
 	}
 	key := s.layout.SurplusUse()
-	pair, _, err := s.kv.Get(key, (&consulapi.QueryOptions{}).WithContext(ctx))
+	pair, _, err := s.kv.Get(key, Consistent(ctx))
 	if err != nil {
 		return rec, false, fmt.Errorf("reading Consul key %s: %w", key, err)
 	}
@@ -270,4 +270,13 @@ func (s *Store) SurplusUse(ctx context.Context) (rec surplususe.Record, found bo
 		return rec, false, fmt.Errorf("reading Consul key %s: the service cannot prove it wrote it (%w); it goes on from its own history and writes the key again", key, err)
 	}
 	return signed.Record, true, nil
+}
+
+// Consistent are the options of a read the service decides on: Consul
+// answers it only once its leader has applied its whole log (a leader
+// elected a moment ago may otherwise answer a default read from a state
+// not yet restored, such as an empty folder right after a restart), and
+// a record the read misses is a decision (a job taken for its owner's).
+func Consistent(ctx context.Context) *consulapi.QueryOptions {
+	return (&consulapi.QueryOptions{RequireConsistent: true}).WithContext(ctx)
 }
