@@ -12,6 +12,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/quota-service/httpapi"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
+	"github.com/gpushare/nomad-gpushare/quota-service/state"
 )
 
 // outage is how long an agent stays away.
@@ -192,6 +193,19 @@ func TestOutages(t *testing.T) {
 			t.Fatalf("starting Consul again: %v", err)
 		}
 		up := time.Now()
+		// The first read the service decides on answers with what was
+		// written before the restart, or fails: never an empty folder
+		// from a leader that has not applied its log yet.
+		testcluster.Eventually(t, 30*time.Second, func() error {
+			pairs, _, err := c.Consul.KV().List(s.layout.Quotas(), state.Consistent(t.Context()))
+			if err != nil {
+				return err
+			}
+			if len(pairs) != 2 {
+				t.Fatalf("the first consistent read after the restart lists %d quota documents, want 2", len(pairs))
+			}
+			return nil
+		})
 		lost := s.watchNothingLost(append(append([]gpuJob(nil), a...), b...))
 		// Exactly one leader again, then the reclaim; never two leaders.
 		testcluster.Eventually(t, 90*time.Second, func() error {
