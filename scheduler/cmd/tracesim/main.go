@@ -13,10 +13,16 @@
 //	tracesim -nodes nodes.csv -pods pods.csv [-variant gpushare60] [-variant-seed 1]
 //	         [-policy random,bestfit,fgd,gpushare] [-seeds 42-51] [-name default] [-parallel 1]
 //	tracesim variant -nodes nodes.csv -pods pods.csv -variant multigpu30+gpuspec33 [-seed 1] [-o out.csv]
+//	tracesim table -nodes nodes.csv -pods pods.csv [-families default,gpushare60,multigpu30]
+//	         [-variant-seeds 1-3] [-seeds 42-43] [-policy gpushare] [-baseline fgd] [-bound gpushare]
 //
 // -variant draws a workload variant from the pod list by the published
 // method (trace.Variant) before simulating; the variant subcommand writes
-// one as a pod list instead. Besides the paper's baselines and gpushare,
+// one as a pod list instead; the table subcommand prints the variant table
+// (docs/verification.md): per family of variants, the policy against a
+// baseline, its worst run and the offline reference. -bound adds the
+// offline reference's line (sim.Offline: the tasks that arrive until 100%,
+// largest first). Besides the paper's baselines and gpushare,
 // -policy takes the models of the deployment: deployed (batch jobs),
 // deployed-service, and deployed-ranked (with the ranking mechanism).
 package main
@@ -48,6 +54,9 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "variant" {
 		return runVariant(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "table" {
+		return runTable(args[1:], stdout, stderr)
 	}
 	return runSimulate(args, stdout, stderr)
 }
@@ -129,6 +138,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) error {
 	name := fs.String("name", "", "trace name printed in the output (default: the variant, or \"default\")")
 	parallel := fs.Int("parallel", 1, "seeds simulated at once")
 	perSeed := fs.Bool("per-seed", false, "add each seed's unallocated % to the line (per_seed=a,b,...)")
+	bound := fs.String("bound", "", "also print the offline reference: the tasks that arrive until 100%, sorted largest first and placed by this policy (sim.Offline)")
 	rankOpts := fs.String("ranking", "", "alternatives of deployed-ranked's mechanism, comma-separated: nodemeta-only (no GPU ladder), gpu-jobs-only, device-attribute, exact, thresholds=0;-10, lag=N")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -177,7 +187,32 @@ func runSimulate(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintln(stdout, line)
 	}
+	if *bound != "" {
+		line, err := offlineLine(label, *bound, *seedSpec, nodes, tasks, workload, seeds)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, line)
+	}
 	return nil
+}
+
+// offlineLine is the line of the offline reference placed by policy.
+func offlineLine(label, policy, seedSpec string, nodes []placement.Node, tasks []placement.Task, w *placement.Workload, seeds []int64) (string, error) {
+	if _, err := parsePolicies(policy); err != nil {
+		return "", err
+	}
+	results := make([]sim.Result, len(seeds))
+	for i, seed := range seeds {
+		p, err := policyMaker(policy, w, nil)(seed)
+		if err != nil {
+			return "", err
+		}
+		if results[i], err = sim.Offline(sim.Config{Nodes: nodes, Tasks: tasks, Policy: p, Seed: seed}); err != nil {
+			return "", err
+		}
+	}
+	return format(label, "offline("+policy+")", seedSpec, results), nil
 }
 
 var defaultPolicies = []string{"random", "bestfit", "fgd", "gpushare"}

@@ -134,3 +134,42 @@ func TestRankingAlternatives(t *testing.T) {
 		}
 	}
 }
+
+func TestTableAndBound(t *testing.T) {
+	dir := t.TempDir()
+	nodes := filepath.Join(dir, "nodes.csv")
+	pods := filepath.Join(dir, "pods.csv")
+	if err := os.WriteFile(nodes, []byte("sn,cpu_milli,memory_mib,gpu,model\na,64000,65536,2,T4\nb,64000,65536,4,G2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pods, []byte("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,600\nq,1000,1024,1,1000\nm,2000,1024,2,1000\nr,500,512,0,0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	args := []string{"table", "-nodes", nodes, "-pods", pods, "-families", "default,multigpu50", "-variant-seeds", "1-2", "-seeds", "1-2"}
+	if err := run(args, &out, &errOut); err != nil {
+		t.Fatalf("table: %v (%s)", err, errOut.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "| family | fgd | gpushare |") {
+		t.Fatalf("table printed:\n%s", out.String())
+	}
+	row := regexp.MustCompile(`^\| (default|multigpu50) \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$`)
+	for _, l := range lines[2:] {
+		if !row.MatchString(l) {
+			t.Errorf("bad row %q", l)
+		}
+	}
+	out.Reset()
+	if err := run([]string{"-nodes", nodes, "-pods", pods, "-seeds", "1-2", "-policy", "fgd", "-bound", "bestfit"}, &out, &errOut); err != nil {
+		t.Fatalf("-bound: %v", err)
+	}
+	if !strings.Contains(out.String(), "\ntrace=default policy=offline(bestfit) unalloc_at_100=") {
+		t.Errorf("-bound printed:\n%s", out.String())
+	}
+	for _, bad := range [][]string{{"table", "-nodes", nodes}, {"table", "-nodes", nodes, "-pods", pods, "-policy", "worstfit"}} {
+		if err := run(bad, &out, &errOut); err == nil {
+			t.Errorf("%v: no error", bad)
+		}
+	}
+}
