@@ -6,7 +6,8 @@
 //
 // unalloc_at_100 is the mean over seeds of the unallocated GPU share (%)
 // when arrived GPU demand reaches 100% of capacity; min and max are over
-// seeds; alloc_at_130 is the mean allocated share at 130%.
+// seeds; alloc_at_130 is the mean allocated share at 130%. Lines printed
+// after fgd's end with vs_fgd, the ratio of their unalloc_at_100 to fgd's.
 //
 // Usage:
 //
@@ -171,6 +172,14 @@ func runSimulate(args []string, stdout, stderr io.Writer) error {
 		tasks[i] = t.Task
 	}
 	workload := placement.NewWorkload(tasks, placement.DefaultCoverage)
+	// fgdMean is FGD's mean once it ran: later lines give their ratio to it.
+	fgdMean := 0.0
+	vsFGD := func(rs []sim.Result) string {
+		if fgdMean == 0 {
+			return ""
+		}
+		return fmt.Sprintf(" vs_fgd=%.3f", meanUnalloc(rs)/fgdMean)
+	}
 	for _, p := range names {
 		results, err := runSeeds(nodes, tasks, policyMaker(p, workload, tune), seeds, *parallel)
 		if err != nil {
@@ -182,37 +191,51 @@ func runSimulate(args []string, stdout, stderr io.Writer) error {
 			shown += "(" + *rankOpts + ")"
 		}
 		line := format(label, shown, *seedSpec, results)
+		if p == "fgd" && tune == nil {
+			fgdMean = meanUnalloc(results)
+		} else {
+			line += vsFGD(results)
+		}
 		if *perSeed {
 			line += " per_seed=" + formatPerSeed(results)
 		}
 		fmt.Fprintln(stdout, line)
 	}
 	if *bound != "" {
-		line, err := offlineLine(label, *bound, *seedSpec, nodes, tasks, workload, seeds)
+		results, err := offline(*bound, nodes, tasks, workload, seeds)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintln(stdout, line)
+		fmt.Fprintln(stdout, format(label, "offline("+*bound+")", *seedSpec, results)+vsFGD(results))
 	}
 	return nil
 }
 
-// offlineLine is the line of the offline reference placed by policy.
-func offlineLine(label, policy, seedSpec string, nodes []placement.Node, tasks []placement.Task, w *placement.Workload, seeds []int64) (string, error) {
+// offline is the offline reference (sim.Offline) placed by policy, per seed.
+func offline(policy string, nodes []placement.Node, tasks []placement.Task, w *placement.Workload, seeds []int64) ([]sim.Result, error) {
 	if _, err := parsePolicies(policy); err != nil {
-		return "", err
+		return nil, err
 	}
 	results := make([]sim.Result, len(seeds))
 	for i, seed := range seeds {
 		p, err := policyMaker(policy, w, nil)(seed)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		if results[i], err = sim.Offline(sim.Config{Nodes: nodes, Tasks: tasks, Policy: p, Seed: seed}); err != nil {
-			return "", err
+			return nil, err
 		}
 	}
-	return format(label, "offline("+policy+")", seedSpec, results), nil
+	return results, nil
+}
+
+// meanUnalloc is the mean unallocated % of rs.
+func meanUnalloc(rs []sim.Result) float64 {
+	var sum float64
+	for _, r := range rs {
+		sum += r.UnallocAtRead
+	}
+	return sum / float64(len(rs))
 }
 
 var defaultPolicies = []string{"random", "bestfit", "fgd", "gpushare"}

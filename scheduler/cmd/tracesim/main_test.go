@@ -54,10 +54,14 @@ func TestRunPrintsOneLinePerPolicy(t *testing.T) {
 	if len(lines) != len(defaultPolicies) {
 		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(defaultPolicies), out.String())
 	}
-	re := regexp.MustCompile(`^trace=tiny policy=\w+ unalloc_at_100=[0-9.]+ min=[0-9.]+ max=[0-9.]+ alloc_at_130=[0-9.]+ seeds=1-3$`)
+	re := regexp.MustCompile(`^trace=tiny policy=\w+ unalloc_at_100=[0-9.]+ min=[0-9.]+ max=[0-9.]+ alloc_at_130=[0-9.]+ seeds=1-3( vs_fgd=[0-9.]+)?$`)
 	for _, l := range lines {
 		if !re.MatchString(l) {
 			t.Errorf("bad line %q", l)
+		}
+		// fgd comes before gpushare in the default list.
+		if strings.Contains(l, "policy=gpushare ") != strings.Contains(l, " vs_fgd=") {
+			t.Errorf("line %q: vs_fgd on gpushare's line only", l)
 		}
 	}
 	if err := run([]string{"-nodes", nodes, "-pods", pods, "-policy", "worstfit"}, &out, &errOut); err == nil ||
@@ -146,15 +150,15 @@ func TestTableAndBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errOut bytes.Buffer
-	args := []string{"table", "-nodes", nodes, "-pods", pods, "-families", "default,multigpu50", "-variant-seeds", "1-2", "-seeds", "1-2"}
+	args := []string{"table", "-nodes", nodes, "-pods", pods, "-families", "default,multigpu50", "-variant-seeds", "1-2", "-seeds", "1-2", "-policy", "gpushare,gpushare-reserve"}
 	if err := run(args, &out, &errOut); err != nil {
 		t.Fatalf("table: %v (%s)", err, errOut.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[0], "| family | fgd | gpushare |") {
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "| family | fgd | gpushare | ratio | worst run | gpushare-reserve |") {
 		t.Fatalf("table printed:\n%s", out.String())
 	}
-	row := regexp.MustCompile(`^\| (default|multigpu50) \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$`)
+	row := regexp.MustCompile(`^\| (default|multigpu50) \| [0-9.]+ (\| [0-9.]+ \| [0-9.]+ \| [0-9.]+ ){2}\| [0-9.]+ \|$`)
 	for _, l := range lines[2:] {
 		if !row.MatchString(l) {
 			t.Errorf("bad row %q", l)

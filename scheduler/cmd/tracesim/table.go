@@ -8,15 +8,15 @@ import (
 	"strings"
 
 	"github.com/gpushare/nomad-gpushare/scheduler/placement"
-	"github.com/gpushare/nomad-gpushare/scheduler/sim"
 	"github.com/gpushare/nomad-gpushare/scheduler/trace"
 )
 
 // runTable prints the variant table: for each family (a variant name, or
 // "default" for the pod list as it is), over every variant seed and run
-// seed, the mean unallocated GPU % of the baseline and of the policy, the
-// ratio of the means, the worst ratio of one run (variant seed and run
-// seed) and the offline reference (sim.Offline with the bound policy).
+// seed, the mean unallocated GPU % of the baseline, then for each policy
+// its mean, the ratio of the means to the baseline's and the worst ratio
+// of one run (variant seed and run seed), and last the offline reference
+// (sim.Offline with the bound policy).
 func runTable(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("tracesim table", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -25,7 +25,7 @@ func runTable(args []string, stdout, stderr io.Writer) error {
 	families := fs.String("families", "default,gpushare60,multigpu30", "comma-separated variant names; default is the pod list as it is")
 	variantSeeds := fs.String("variant-seeds", "1-3", "seeds of the variants' draws: a range A-B or a list")
 	seedSpec := fs.String("seeds", "42-43", "run seeds: a range A-B or a list")
-	policy := fs.String("policy", "gpushare", "the policy compared")
+	policy := fs.String("policy", "gpushare", "the policies compared, comma-separated")
 	baseline := fs.String("baseline", "fgd", "the policy it is compared with")
 	bound := fs.String("bound", "gpushare", "the policy that places the offline reference's sorted tasks (none: no reference)")
 	parallel := fs.Int("parallel", 1, "runs simulated at once")
@@ -46,7 +46,11 @@ func runTable(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if _, err := parsePolicies(*policy + "," + *baseline); err != nil {
+	policies, err := parsePolicies(*policy)
+	if err != nil {
+		return err
+	}
+	if _, err := parsePolicies(*baseline); err != nil {
 		return err
 	}
 	if *bound != "none" {
@@ -62,11 +66,15 @@ func runTable(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "| family | %s | %s | ratio of means | worst run | offline (%s) |\n", *baseline, *policy, *bound)
-	fmt.Fprintln(stdout, "| --- | --- | --- | --- | --- | --- |")
+	head, rule := "| family | "+*baseline+" |", "| --- | --- |"
+	for _, p := range policies {
+		head += " " + p + " | ratio | worst run |"
+		rule += " --- | --- | --- |"
+	}
+	fmt.Fprintf(stdout, "%s offline (%s) |\n%s --- |\n", head, *bound, rule)
 	for fam := range strings.SplitSeq(*families, ",") {
 		fam = strings.TrimSpace(fam)
-		row, err := familyRow(nodes, base, fam, vseeds, seeds, *policy, *baseline, *bound, *parallel)
+		row, err := familyRow(nodes, base, fam, vseeds, seeds, policies, *baseline, *bound, *parallel)
 		if err != nil {
 			return err
 		}
@@ -77,7 +85,7 @@ func runTable(args []string, stdout, stderr io.Writer) error {
 
 // familyRow simulates one family and formats its table row.
 func familyRow(nodes []placement.Node, base []trace.Task, fam string, vseeds, seeds []int64,
-	policy, baseline, bound string, parallel int) (string, error) {
+	policies []string, baseline, bound string, parallel int) (string, error) {
 	var variant trace.Variant
 	if fam != "default" {
 		v, err := trace.ParseVariant(fam)
@@ -88,7 +96,8 @@ func familyRow(nodes []placement.Node, base []trace.Task, fam string, vseeds, se
 	} else {
 		vseeds = vseeds[:1]
 	}
-	var sumP, sumB, sumO, worst float64
+	sums, worst := make([]float64, len(policies)), make([]float64, len(policies))
+	var sumB, sumO float64
 	runs := 0
 	for _, vs := range vseeds {
 		tasks, err := variantTasks(base, nodes, variant, vs)
@@ -96,47 +105,50 @@ func familyRow(nodes []placement.Node, base []trace.Task, fam string, vseeds, se
 			return "", err
 		}
 		w := placement.NewWorkload(tasks, placement.DefaultCoverage)
-		pr, err := runSeeds(nodes, tasks, policyMaker(policy, w, nil), seeds, parallel)
-		if err != nil {
-			return "", err
-		}
 		br, err := runSeeds(nodes, tasks, policyMaker(baseline, w, nil), seeds, parallel)
 		if err != nil {
 			return "", err
 		}
-		for i := range seeds {
-			sumP += pr[i].UnallocAtRead
-			sumB += br[i].UnallocAtRead
-			if br[i].UnallocAtRead > 0 {
-				worst = max(worst, pr[i].UnallocAtRead/br[i].UnallocAtRead)
+		for j, policy := range policies {
+			pr, err := runSeeds(nodes, tasks, policyMaker(policy, w, nil), seeds, parallel)
+			if err != nil {
+				return "", err
 			}
-			runs++
+			for i := range seeds {
+				sums[j] += pr[i].UnallocAtRead
+				if br[i].UnallocAtRead > 0 {
+					worst[j] = max(worst[j], pr[i].UnallocAtRead/br[i].UnallocAtRead)
+				}
+			}
 		}
+		for i := range seeds {
+			sumB += br[i].UnallocAtRead
+		}
+		runs += len(seeds)
 		if bound == "none" {
 			continue
 		}
-		for _, seed := range seeds {
-			p, err := policyMaker(bound, w, nil)(seed)
-			if err != nil {
-				return "", err
-			}
-			r, err := sim.Offline(sim.Config{Nodes: nodes, Tasks: tasks, Policy: p, Seed: seed})
-			if err != nil {
-				return "", err
-			}
+		or, err := offline(bound, nodes, tasks, w, seeds)
+		if err != nil {
+			return "", err
+		}
+		for _, r := range or {
 			sumO += r.UnallocAtRead
 		}
 	}
 	n := float64(runs)
-	offline := "-"
-	if bound != "none" {
-		offline = fmt.Sprintf("%.2f", sumO/n)
+	row := fmt.Sprintf("| %s | %.2f |", fam, sumB/n)
+	for j := range policies {
+		ratio := 0.0
+		if sumB > 0 {
+			ratio = sums[j] / sumB
+		}
+		row += fmt.Sprintf(" %.2f | %.3f | %.3f |", sums[j]/n, ratio, worst[j])
 	}
-	ratio := 0.0
-	if sumB > 0 {
-		ratio = sumP / sumB
+	if bound == "none" {
+		return row + " - |", nil
 	}
-	return fmt.Sprintf("| %s | %.2f | %.2f | %.3f | %.3f | %s |", fam, sumB/n, sumP/n, ratio, worst, offline), nil
+	return row + fmt.Sprintf(" %.2f |", sumO/n), nil
 }
 
 // variantTasks draws variant v (none: base as it is) with seed.
