@@ -16,7 +16,8 @@ import (
 // it is best-fit-decreasing, the classic offline bin-packing heuristic: it
 // is not a proven bound, but no online policy is expected to come close
 // to it, since it places the largest tasks while the cluster is empty.
-// Only UnallocAtRead, Arrived, Placed, Failed and Capacity are set.
+// AllocAtStop is the allocation after the reference's tasks (at the read
+// level: it places nothing more).
 func Offline(cfg Config) (Result, error) {
 	readAt, stopAt, err := cfg.levels()
 	if err != nil {
@@ -60,6 +61,7 @@ func Offline(cfg Config) (Result, error) {
 		allocated += t.Demand()
 		res.Placed++
 	}
-	res.UnallocAtRead = 100 - 100*float64(allocated)/float64(capacity)
+	res.AllocAtStop = 100 * float64(allocated) / float64(capacity)
+	res.UnallocAtRead = 100 - res.AllocAtStop
 	return res, nil
 }

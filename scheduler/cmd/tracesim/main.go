@@ -8,6 +8,8 @@
 // when arrived GPU demand reaches 100% of capacity; min and max are over
 // seeds; alloc_at_130 is the mean allocated share at 130%. Lines printed
 // after fgd's end with vs_fgd, the ratio of their unalloc_at_100 to fgd's.
+// The offline reference's line (-bound) gives as alloc_at_130 its
+// allocation at 100%: it places nothing more.
 //
 // Usage:
 //
