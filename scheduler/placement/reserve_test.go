@@ -69,3 +69,42 @@ func TestReserveWeighsNothingOnCandidates(t *testing.T) {
 		t.Errorf("reserve on the whole cluster: slots %v need %v; want 1 slot and some need", r.slots, r.need)
 	}
 }
+
+func TestWorkloadMultiKeepsRareTypes(t *testing.T) {
+	var common []Task
+	for range 98 {
+		common = append(common, whole(8000, 1))
+	}
+	tests := []struct {
+		name  string
+		tasks []Task
+		// want are the multi-GPU types as GPU count, CPU and weight.
+		want []TaskType
+	}{
+		{"none", common, nil},
+		{
+			"rare types kept, by CPU ask, weighed among all tasks",
+			append(append([]Task{}, common...), whole(120000, 8), whole(88000, 8)),
+			[]TaskType{{GPUCount: 8, CPUMilli: 88000, Weight: 0.01}, {GPUCount: 8, CPUMilli: 120000, Weight: 0.01}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := NewWorkload(tc.tasks, DefaultCoverage)
+			if len(w.Multi) != len(tc.want) {
+				t.Fatalf("Multi = %+v, want %d types", w.Multi, len(tc.want))
+			}
+			for i, m := range w.Multi {
+				want := tc.want[i]
+				if m.GPUCount != want.GPUCount || m.CPUMilli != want.CPUMilli || m.Weight != want.Weight {
+					t.Errorf("Multi[%d] = %+v, want %d GPUs, %d CPU, weight %v", i, m, want.GPUCount, want.CPUMilli, want.Weight)
+				}
+			}
+			for _, tt := range w.Types {
+				if tt.GPUCount > 1 {
+					t.Errorf("rare multi-GPU type %+v among the common types", tt)
+				}
+			}
+		})
+	}
+}
