@@ -1,6 +1,10 @@
 package placement
 
-import "math/rand"
+import (
+	"math/rand"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
+)
 
 // GPUShare is gpushare's own fragmentation-aware placement policy: FGD's
 // decision wherever FGD sees a difference in how a node's GPUs fit the
@@ -45,6 +49,12 @@ import "math/rand"
 type GPUShare struct {
 	frag *fragMeter
 	pool *pools
+	// res, when not nil, adds the multi-GPU reserve's loss to the pool
+	// loss (the gpushare-reserve policy).
+	res *reserve
+	// before and after are scratch: a node's GPUs' free capacities before
+	// and after a candidate placement.
+	before, after []cluster.Shares
 }
 
 // NewGPUShare returns the gpushare policy for workload w. It breaks ties by
@@ -57,8 +67,27 @@ func NewGPUShare(_ *rand.Rand, w *Workload) *GPUShare {
 	return &GPUShare{frag: f, pool: newPools(w)}
 }
 
+// NewGPUShareReserve returns the gpushare-reserve policy for workload w:
+// gpushare with the multi-GPU reserve (reserve.go) weighed in step 1 of
+// the ranking, beside the pool loss. It keeps the nodes that the largest
+// multi-GPU tasks need while fewer are left than such tasks are expected
+// until the cluster is full, which FGD's measure does not see when those
+// tasks are rare. When the cluster it is shown carries Pools (a bounded
+// search shows candidates only), the reserve weighs nothing and the policy
+// places as gpushare does.
+func NewGPUShareReserve(rng *rand.Rand, w *Workload) *GPUShare {
+	p := NewGPUShare(rng, w)
+	p.res = newReserve(w)
+	return p
+}
+
 // Name implements Policy.
-func (*GPUShare) Name() string { return "gpushare" }
+func (p *GPUShare) Name() string {
+	if p.res != nil {
+		return "gpushare-reserve"
+	}
+	return "gpushare"
+}
 
 // SamplesNodes implements Policy: it scores every node it is shown.
 func (*GPUShare) SamplesNodes() bool { return false }
@@ -90,6 +119,9 @@ func (p *GPUShare) Place(c *Cluster, t Task) (Choice, bool) {
 	best, bestGPU := -1, -1
 	var bestRank rank
 	p.pool.load(c)
+	if p.res != nil {
+		p.res.load(c, p.before)
+	}
 	for i := range c.Nodes {
 		n := &c.Nodes[i]
 		if !fitsNode(n, t) {
@@ -115,7 +147,7 @@ func (p *GPUShare) bestOnNode(n *Node, t Task, loss float64) (rank, int) {
 	f := p.frag
 	before := f.current(n)
 	if !isShare(t) {
-		return rankOf(f.afterWhole(n, t).minus(before), loss), -1
+		return rankOf(f.afterWhole(n, t).minus(before), loss+p.reserveLoss(n, t, -1)), -1
 	}
 	var best rank
 	bestGPU := -1
@@ -123,9 +155,35 @@ func (p *GPUShare) bestOnNode(n *Node, t Task, loss float64) (rank, int) {
 		if !f.shareCandidate(n, t, g) {
 			continue
 		}
-		if r := rankOf(f.afterShare(n, t, g).minus(before), loss); bestGPU < 0 || r.better(best) {
+		if r := rankOf(f.afterShare(n, t, g).minus(before), loss+p.reserveLoss(n, t, g)); bestGPU < 0 || r.better(best) {
 			best, bestGPU = r, g
 		}
 	}
 	return best, bestGPU
+}
+
+// reserveLoss is the reserve's loss of placing t on n: on GPU g for a
+// share, else on the lowest-numbered GPUs that fit. It is 0 without the
+// reserve.
+func (p *GPUShare) reserveLoss(n *Node, t Task, g int) float64 {
+	if p.res == nil || !p.res.active() {
+		return 0
+	}
+	p.before, p.after = p.before[:0], p.after[:0]
+	for i := range n.GPUs {
+		p.before = append(p.before, n.GPUs[i].Free)
+	}
+	p.after = append(p.after, p.before...)
+	if g >= 0 {
+		p.after[g] -= t.Shares
+	} else {
+		k := t.GPUCount
+		for i := range n.GPUs {
+			if k > 0 && p.after[i] >= t.Shares && t.MayUse(n.GPUs[i].Model, n.GPUs[i].Mode) {
+				p.after[i] -= t.Shares
+				k--
+			}
+		}
+	}
+	return p.res.loss(n, t, p.before, p.after)
 }

@@ -32,6 +32,7 @@ var registry = map[string]constructor{
 	"bestfit":          {build: func(rng *rand.Rand, _ *Workload) Policy { return NewBestFit(rng) }},
 	"fgd":              {needsWorkload: true, build: func(rng *rand.Rand, w *Workload) Policy { return NewFGD(rng, w) }},
 	"gpushare":         {needsWorkload: true, build: func(rng *rand.Rand, w *Workload) Policy { return NewGPUShare(rng, w) }},
+	"gpushare-reserve": {needsWorkload: true, build: func(rng *rand.Rand, w *Workload) Policy { return NewGPUShareReserve(rng, w) }},
 	"deployed":         {build: func(rng *rand.Rand, _ *Workload) Policy { return NewDeployed(rng, Batch, nil) }},
 	"deployed-service": {build: func(rng *rand.Rand, _ *Workload) Policy { return NewDeployed(rng, Service, nil) }},
 	"deployed-ranked": {needsWorkload: true, build: func(rng *rand.Rand, w *Workload) Policy {

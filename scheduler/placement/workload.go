@@ -37,6 +37,10 @@ type Workload struct {
 	// memory of its tasks and its share of the tasks as Weight, most common
 	// first. The ranking mechanism publishes a level per class (Ranking).
 	Classes []TaskType
+	// Multi has one entry per multi-GPU task type (the same key as Types:
+	// CPU, GPU ask and models) of all the tasks, however rare, with its
+	// share of all the tasks as Weight.
+	Multi []TaskType
 }
 
 // NewWorkload builds the histogram of task types of tasks and keeps the most
@@ -60,7 +64,18 @@ func NewWorkloadBy(tasks []Task, coverage float64, weight func(Task) float64) *W
 	classes := histogram(tasks, func(Task) float64 { return 1 }, func(t Task) typeKey {
 		return typeKey{count: t.GPUCount, shares: t.Shares, cpu: cpuBound(t.CPUMilli)}
 	})
-	return &Workload{Types: mostCommon(all, coverage), Classes: mostCommon(classes, 1)}
+	var total float64
+	for _, t := range tasks {
+		total += weight(t)
+	}
+	var multi []TaskType
+	for _, t := range all {
+		if t.GPUCount > 1 {
+			t.Weight /= total
+			multi = append(multi, t)
+		}
+	}
+	return &Workload{Types: mostCommon(all, coverage), Classes: mostCommon(classes, 1), Multi: multi}
 }
 
 // typeKey identifies a task type; models are joined in sorted order.

@@ -20,6 +20,12 @@ func BenchmarkPlanCyclePolicy(b *testing.B) {
 	benchmarkPlanCycle(b, "gpushare")
 }
 
+// BenchmarkPlanCyclePolicyReserve is the same cycle with gpushare-reserve,
+// which weighs its reserve only where it sees every node.
+func BenchmarkPlanCyclePolicyReserve(b *testing.B) {
+	benchmarkPlanCycle(b, "gpushare-reserve")
+}
+
 func benchmarkPlanCycle(b *testing.B, policy string) {
 	snap := cluster.Synthetic(cluster.ScaleSpec)
 	b.ReportAllocs()

@@ -101,17 +101,11 @@ func (cfg Config) levels() (readAt, stopAt float64, err error) {
 func arrive(cfg Config, c *placement.Cluster, capacity cluster.Shares, readLevel, stopLevel float64) (Result, error) {
 	res := Result{Capacity: capacity}
 	unallocated := func(allocated cluster.Shares) float64 { return 100 - 100*float64(allocated)/float64(capacity) }
-	rng := rand.New(rand.NewSource(cfg.Seed))
-	order := rng.Perm(len(cfg.Tasks))
+	next := arrivals(cfg.Tasks, cfg.Seed)
 	var arrived, allocated cluster.Shares
 	read := false
 	for i := 0; ; i++ {
-		var t placement.Task
-		if i < len(order) {
-			t = cfg.Tasks[order[i]]
-		} else {
-			t = cfg.Tasks[rng.Intn(len(cfg.Tasks))]
-		}
+		t := next()
 		if float64(arrived+t.Demand()) > stopLevel {
 			break
 		}
@@ -136,6 +130,21 @@ func arrive(cfg Config, c *placement.Cluster, capacity cluster.Shares, readLevel
 	}
 	res.AllocAtStop = 100 - unallocated(allocated)
 	return res, nil
+}
+
+// arrivals returns the tasks in the order a run with seed sees them: the
+// list shuffled, then uniform draws with replacement, one per call.
+func arrivals(tasks []placement.Task, seed int64) func() placement.Task {
+	rng := rand.New(rand.NewSource(seed))
+	order := rng.Perm(len(tasks))
+	i := 0
+	return func() placement.Task {
+		defer func() { i++ }()
+		if i < len(order) {
+			return tasks[order[i]]
+		}
+		return tasks[rng.Intn(len(tasks))]
+	}
 }
 
 func cloneNodes(nodes []placement.Node) []placement.Node {

@@ -6,17 +6,26 @@
 //
 // unalloc_at_100 is the mean over seeds of the unallocated GPU share (%)
 // when arrived GPU demand reaches 100% of capacity; min and max are over
-// seeds; alloc_at_130 is the mean allocated share at 130%.
+// seeds; alloc_at_130 is the mean allocated share at 130%. Lines printed
+// after fgd's end with vs_fgd, the ratio of their unalloc_at_100 to fgd's.
+// The offline reference's line (-bound) gives as alloc_at_130 its
+// allocation at 100%: it places nothing more.
 //
 // Usage:
 //
 //	tracesim -nodes nodes.csv -pods pods.csv [-variant gpushare60] [-variant-seed 1]
 //	         [-policy random,bestfit,fgd,gpushare] [-seeds 42-51] [-name default] [-parallel 1]
 //	tracesim variant -nodes nodes.csv -pods pods.csv -variant multigpu30+gpuspec33 [-seed 1] [-o out.csv]
+//	tracesim table -nodes nodes.csv -pods pods.csv [-families default,gpushare60,multigpu30]
+//	         [-variant-seeds 1-3] [-seeds 42-43] [-policy gpushare] [-baseline fgd] [-bound gpushare]
 //
 // -variant draws a workload variant from the pod list by the published
 // method (trace.Variant) before simulating; the variant subcommand writes
-// one as a pod list instead. Besides the paper's baselines and gpushare,
+// one as a pod list instead; the table subcommand prints the variant table
+// (docs/verification.md): per family of variants, the policy against a
+// baseline, its worst run and the offline reference. -bound adds the
+// offline reference's line (sim.Offline: the tasks that arrive until 100%,
+// largest first). Besides the paper's baselines and gpushare,
 // -policy takes the models of the deployment: deployed (batch jobs),
 // deployed-service, and deployed-ranked (with the ranking mechanism).
 package main
@@ -48,6 +57,9 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "variant" {
 		return runVariant(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "table" {
+		return runTable(args[1:], stdout, stderr)
 	}
 	return runSimulate(args, stdout, stderr)
 }
@@ -129,6 +141,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) error {
 	name := fs.String("name", "", "trace name printed in the output (default: the variant, or \"default\")")
 	parallel := fs.Int("parallel", 1, "seeds simulated at once")
 	perSeed := fs.Bool("per-seed", false, "add each seed's unallocated % to the line (per_seed=a,b,...)")
+	bound := fs.String("bound", "", "also print the offline reference: the tasks that arrive until 100%, sorted largest first and placed by this policy (sim.Offline)")
 	rankOpts := fs.String("ranking", "", "alternatives of deployed-ranked's mechanism, comma-separated: nodemeta-only (no GPU ladder), gpu-jobs-only, device-attribute, exact, thresholds=0;-10, lag=N")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -161,6 +174,14 @@ func runSimulate(args []string, stdout, stderr io.Writer) error {
 		tasks[i] = t.Task
 	}
 	workload := placement.NewWorkload(tasks, placement.DefaultCoverage)
+	// fgdMean is FGD's mean once it ran: later lines give their ratio to it.
+	fgdMean := 0.0
+	vsFGD := func(rs []sim.Result) string {
+		if fgdMean == 0 {
+			return ""
+		}
+		return fmt.Sprintf(" vs_fgd=%.3f", meanUnalloc(rs)/fgdMean)
+	}
 	for _, p := range names {
 		results, err := runSeeds(nodes, tasks, policyMaker(p, workload, tune), seeds, *parallel)
 		if err != nil {
@@ -172,12 +193,51 @@ func runSimulate(args []string, stdout, stderr io.Writer) error {
 			shown += "(" + *rankOpts + ")"
 		}
 		line := format(label, shown, *seedSpec, results)
+		if p == "fgd" && tune == nil {
+			fgdMean = meanUnalloc(results)
+		} else {
+			line += vsFGD(results)
+		}
 		if *perSeed {
 			line += " per_seed=" + formatPerSeed(results)
 		}
 		fmt.Fprintln(stdout, line)
 	}
+	if *bound != "" {
+		results, err := offline(*bound, nodes, tasks, workload, seeds)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, format(label, "offline("+*bound+")", *seedSpec, results)+vsFGD(results))
+	}
 	return nil
+}
+
+// offline is the offline reference (sim.Offline) placed by policy, per seed.
+func offline(policy string, nodes []placement.Node, tasks []placement.Task, w *placement.Workload, seeds []int64) ([]sim.Result, error) {
+	if _, err := parsePolicies(policy); err != nil {
+		return nil, err
+	}
+	results := make([]sim.Result, len(seeds))
+	for i, seed := range seeds {
+		p, err := policyMaker(policy, w, nil)(seed)
+		if err != nil {
+			return nil, err
+		}
+		if results[i], err = sim.Offline(sim.Config{Nodes: nodes, Tasks: tasks, Policy: p, Seed: seed}); err != nil {
+			return nil, err
+		}
+	}
+	return results, nil
+}
+
+// meanUnalloc is the mean unallocated % of rs.
+func meanUnalloc(rs []sim.Result) float64 {
+	var sum float64
+	for _, r := range rs {
+		sum += r.UnallocAtRead
+	}
+	return sum / float64(len(rs))
 }
 
 var defaultPolicies = []string{"random", "bestfit", "fgd", "gpushare"}

@@ -54,10 +54,14 @@ func TestRunPrintsOneLinePerPolicy(t *testing.T) {
 	if len(lines) != len(defaultPolicies) {
 		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(defaultPolicies), out.String())
 	}
-	re := regexp.MustCompile(`^trace=tiny policy=\w+ unalloc_at_100=[0-9.]+ min=[0-9.]+ max=[0-9.]+ alloc_at_130=[0-9.]+ seeds=1-3$`)
+	re := regexp.MustCompile(`^trace=tiny policy=\w+ unalloc_at_100=[0-9.]+ min=[0-9.]+ max=[0-9.]+ alloc_at_130=[0-9.]+ seeds=1-3( vs_fgd=[0-9.]+)?$`)
 	for _, l := range lines {
 		if !re.MatchString(l) {
 			t.Errorf("bad line %q", l)
+		}
+		// fgd comes before gpushare in the default list.
+		if strings.Contains(l, "policy=gpushare ") != strings.Contains(l, " vs_fgd=") {
+			t.Errorf("line %q: vs_fgd on gpushare's line only", l)
 		}
 	}
 	if err := run([]string{"-nodes", nodes, "-pods", pods, "-policy", "worstfit"}, &out, &errOut); err == nil ||
@@ -131,6 +135,45 @@ func TestRankingAlternatives(t *testing.T) {
 	for _, bad := range []string{"lag=-1", "thresholds=x", "bogus"} {
 		if err := run([]string{"-nodes", nodes, "-pods", pods, "-ranking", bad}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "-ranking") {
 			t.Errorf("-ranking %s: error %v", bad, err)
+		}
+	}
+}
+
+func TestTableAndBound(t *testing.T) {
+	dir := t.TempDir()
+	nodes := filepath.Join(dir, "nodes.csv")
+	pods := filepath.Join(dir, "pods.csv")
+	if err := os.WriteFile(nodes, []byte("sn,cpu_milli,memory_mib,gpu,model\na,64000,65536,2,T4\nb,64000,65536,4,G2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pods, []byte("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,600\nq,1000,1024,1,1000\nm,2000,1024,2,1000\nr,500,512,0,0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	args := []string{"table", "-nodes", nodes, "-pods", pods, "-families", "default,multigpu50", "-variant-seeds", "1-2", "-seeds", "1-2", "-policy", "gpushare,gpushare-reserve"}
+	if err := run(args, &out, &errOut); err != nil {
+		t.Fatalf("table: %v (%s)", err, errOut.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "| family | fgd | gpushare | ratio | worst run | gpushare-reserve |") {
+		t.Fatalf("table printed:\n%s", out.String())
+	}
+	row := regexp.MustCompile(`^\| (default|multigpu50) \| [0-9.]+ (\| [0-9.]+ \| [0-9.]+ \| [0-9.]+ ){2}\| [0-9.]+ \|$`)
+	for _, l := range lines[2:] {
+		if !row.MatchString(l) {
+			t.Errorf("bad row %q", l)
+		}
+	}
+	out.Reset()
+	if err := run([]string{"-nodes", nodes, "-pods", pods, "-seeds", "1-2", "-policy", "fgd", "-bound", "bestfit"}, &out, &errOut); err != nil {
+		t.Fatalf("-bound: %v", err)
+	}
+	if !strings.Contains(out.String(), "\ntrace=default policy=offline(bestfit) unalloc_at_100=") {
+		t.Errorf("-bound printed:\n%s", out.String())
+	}
+	for _, bad := range [][]string{{"table", "-nodes", nodes}, {"table", "-nodes", nodes, "-pods", pods, "-policy", "worstfit"}} {
+		if err := run(bad, &out, &errOut); err == nil {
+			t.Errorf("%v: no error", bad)
 		}
 	}
 }
