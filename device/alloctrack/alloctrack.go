@@ -52,6 +52,10 @@ type Config struct {
 	Timeout time.Duration
 	// Demand: Read also lists the waiting demand (see Demand).
 	Demand bool
+	// Published: where the quota service publishes each node's demand
+	// (published.go); while it is fresh, Read takes the demand from there
+	// instead of listing the blocked evaluations.
+	Published PublishedConfig
 	// Logger, if set, gets debug messages.
 	Logger hclog.Logger
 }
@@ -104,6 +108,11 @@ type Snapshot struct {
 	// could not be read, DemandErr says why and Demand is empty.
 	Demand    []Demand
 	DemandErr error
+	// FromService: Demand is the quota service's published demand (see
+	// PublishedConfig); else it was read from the blocked evaluations,
+	// and Published says why the service's was not taken.
+	FromService bool
+	Published   PublishedState
 }
 
 // Tracker reads snapshots. Read is not safe for concurrent Read calls;
@@ -155,6 +164,8 @@ type view struct {
 	evals      []*api.Evaluation
 	evalsIndex uint64
 	evalsAt    time.Time
+	// pub is the published demand (published.go).
+	pub published
 }
 
 // indexes are the X-Nomad-Index values of one read of the node and of its
@@ -308,7 +319,15 @@ func (t *Tracker) Read(ctx context.Context, o ReadOptions) (Snapshot, error) {
 		return Snapshot{}, err
 	}
 	if t.cfg.Demand {
-		snap.Demand, snap.DemandErr = t.readDemand(ctx, b)
+		t.mu.Lock()
+		idx, changed := t.view.seen.allocs, t.view.allocsChanged
+		t.mu.Unlock()
+		if d, st := t.publishedDemand(now, idx, changed); st.Fresh {
+			snap.Demand, snap.FromService, snap.Published = d, true, st
+		} else {
+			snap.Published = st
+			snap.Demand, snap.DemandErr = t.readDemand(ctx, b)
+		}
 	}
 	return snap, nil
 }

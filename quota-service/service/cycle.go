@@ -130,6 +130,7 @@ func (s *Service) apply(ctx context.Context, c *cycleData) *cycleFailure {
 	}
 	c.rep, c.acted = rep, true
 	s.publishRanks(ctx, c)
+	s.publishDemand(ctx, c)
 	for _, e := range rep.Errors {
 		s.log.Error("action failed", "error", e)
 	}
