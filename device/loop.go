@@ -296,7 +296,7 @@ func (p *Plugin) noteDemandSource(st *loopState, snap alloctrack.Snapshot) {
 	if from == "service" {
 		p.logger.Info("taking waiting GPU demand from the quota service's published demand; blocked evaluations are not listed while it is fresh")
 	} else if st.demandFrom != "" || st.cfg.DemandVar != "" {
-		p.logger.Info("reading waiting GPU demand from the Nomad API (blocked evaluations)", "published_demand", snap.Published.Why)
+		p.logger.Info("the quota service's published demand is not fresh: listing blocked evaluations", "why", snap.Published.Why)
 	}
 	st.demandFrom = from
 }
