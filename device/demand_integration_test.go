@@ -21,7 +21,7 @@ func startDemandService(t testing.TB, c *localcluster.Cluster) (stop func()) {
 	t.Helper()
 	layout := kvlayout.New("gpushare-demand-test")
 	svc := service.New(service.Config{Nomad: c.Nomad, Consul: c.Consul, Layout: layout, Instance: "demand-test",
-		Log:        hclog.New(&hclog.LoggerOptions{Name: "quota", Level: hclog.Info, Output: testWriter{t}}),
+		Log:        hclog.New(&hclog.LoggerOptions{Name: "quota", Level: hclog.Warn, Output: testWriter{t}}),
 		SessionTTL: 10 * time.Second, LockDelay: time.Millisecond, PlanInterval: time.Second,
 		Demand: service.DemandConfig{Publish: true, Beat: 2 * time.Second}})
 	ctx, cancel := context.WithCancel(context.Background())
