@@ -81,20 +81,23 @@ func (s *Service) leadDemand(ctx context.Context) {
 	}
 }
 
-// publishDemand writes the node demand of the cycle's plan.
-func (s *Service) publishDemand(ctx context.Context, c *cycleData) {
+// publishDemand writes the node demand of the cycle's plan; it returns
+// the nodes deferred to a later cycle, as held actions (the leader
+// retries soon).
+func (s *Service) publishDemand(ctx context.Context, c *cycleData) (deferred []string) {
 	d := s.demand
 	if d == nil || d.pub.Epoch() == "" {
-		return
+		return nil
 	}
 	rep, err := d.pub.Publish(ctx, nodedemand.Compute(c.view.Snapshot, c.res))
 	if err == nil {
 		err = errors.Join(rep.Errors...)
 	}
 	for _, id := range rep.Deferred {
-		c.rep.Skipped = append(c.rep.Skipped, fmt.Sprintf("published demand of node %s: %d variables written this cycle", id, d.pub.MaxCalls))
+		deferred = append(deferred, fmt.Sprintf("published demand of node %s: %d variables written this cycle", id, d.pub.MaxCalls))
 	}
 	d.note(err, len(rep.Written)+len(rep.Deleted), s)
+	return deferred
 }
 
 // note counts writes and logs a failure once while it lasts.
