@@ -159,6 +159,11 @@ type view struct {
 	// allocsChanged: the request that brought the last change of allocs
 	// (its index moved) was sent then.
 	allocsChanged time.Time
+	// placedIndex is the highest create index of the node's allocations
+	// (the Raft index of the newest placement), placedAt when the plugin
+	// first saw it (published.go).
+	placedIndex uint64
+	placedAt    time.Time
 	// evals are the blocked evaluations, evalsIndex their index, evalsAt
 	// when the request that returned them was sent.
 	evals      []*api.Evaluation
@@ -320,9 +325,9 @@ func (t *Tracker) Read(ctx context.Context, o ReadOptions) (Snapshot, error) {
 	}
 	if t.cfg.Demand {
 		t.mu.Lock()
-		idx, changed := t.view.seen.allocs, t.view.allocsChanged
+		idx, at := t.view.placedIndex, t.view.placedAt
 		t.mu.Unlock()
-		if d, st := t.publishedDemand(now, idx, changed); st.Fresh {
+		if d, st := t.publishedDemand(now, idx, at); st.Fresh {
 			snap.Demand, snap.FromService, snap.Published = d, true, st
 		} else {
 			snap.Published = st
@@ -390,6 +395,7 @@ func (t *Tracker) readActive(ctx context.Context, nodeID string, consistent bool
 		if idx.allocs != v.seen.allocs {
 			v.allocsChanged = started
 		}
+		v.notePlaced(allocs, started)
 		v.node, v.allocs, v.hidden = node, allocs, hidden
 		v.nodeAt, v.allocsAt = started, started
 		v.seen = idx.after(v.seen, consistent)

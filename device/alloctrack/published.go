@@ -70,11 +70,13 @@ func (t *Tracker) publishedOn() bool { return t.cfg.Demand && t.cfg.Published.Pr
 // publishedDemand is this node's demand as published, when it is fresh:
 // the heartbeat changed within nodedemand.StaleBeats of its period, its
 // epoch is the node value's (else the node has no demand from this
-// leader), and the value reads. allocsIndex and allocsChanged are the
-// allocation list's index and when it changed: a non-empty value written
-// before that change is dropped (only held, see partition's DemandHold)
-// for Grace.
-func (t *Tracker) publishedDemand(now time.Time, allocsIndex uint64, allocsChanged time.Time) ([]Demand, PublishedState) {
+// leader), and the value reads. placedIndex is the newest placement on
+// the node (the highest create index of its allocations) and placedAt when
+// the plugin saw it: a non-empty value written before that placement may
+// still count it, so it is dropped (only held, see partition's DemandHold)
+// for Grace after placedAt. Updates of allocations already placed (their
+// client status) do not count: they change no demand.
+func (t *Tracker) publishedDemand(now time.Time, placedIndex uint64, placedAt time.Time) ([]Demand, PublishedState) {
 	if !t.publishedOn() {
 		return nil, PublishedState{Why: "not configured"}
 	}
@@ -95,7 +97,7 @@ func (t *Tracker) publishedDemand(now time.Time, allocsIndex uint64, allocsChang
 	if p.node == nil || p.node.Epoch != p.leader.Epoch || p.node.Empty() {
 		return nil, fresh
 	}
-	if p.nodeIndex < allocsIndex && now.Sub(allocsChanged) < t.publishedGrace() {
+	if p.nodeIndex < placedIndex && now.Sub(placedAt) < t.publishedGrace() {
 		return nil, fresh
 	}
 	out := make([]Demand, 0, len(p.node.Requests))
@@ -122,10 +124,20 @@ func (t *Tracker) publishedNamespace() string {
 // Published says whether the published demand is fresh now.
 func (t *Tracker) Published() PublishedState {
 	t.mu.Lock()
-	idx, changed := t.view.seen.allocs, t.view.allocsChanged
+	idx, at := t.view.placedIndex, t.view.placedAt
 	t.mu.Unlock()
-	_, st := t.publishedDemand(t.now(), idx, changed)
+	_, st := t.publishedDemand(t.now(), idx, at)
 	return st
+}
+
+// notePlaced keeps the newest placement of allocs seen at (see
+// publishedDemand); t.mu must be held.
+func (v *view) notePlaced(allocs []*api.Allocation, at time.Time) {
+	for _, a := range allocs {
+		if a != nil && a.CreateIndex > v.placedIndex {
+			v.placedIndex, v.placedAt = a.CreateIndex, at
+		}
+	}
 }
 
 // peekVar reads a variable of the published demand, a blocking query from

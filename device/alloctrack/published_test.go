@@ -46,7 +46,7 @@ func TestPublishedDemand(t *testing.T) {
 		{name: "nonsense value: the plugin reads Nomad itself", pub: live(published{leader: leader, leaderSeen: t0, nodeErr: errors.New("published demand of this node: bad")}),
 			now: t0, wantWhy: "published demand of this node"},
 		{name: "variables not read yet", pub: published{leader: leader, leaderSeen: t0, node: one}, now: t0, wantWhy: "cannot be read"},
-		{name: "value older than a placement on the node: held only, within the grace", pub: live(published{leader: leader, leaderSeen: t0, node: one, nodeIndex: 50}),
+		{name: "value older than the newest placement on the node: held only, within the grace", pub: live(published{leader: leader, leaderSeen: t0, node: one, nodeIndex: 50}),
 			now: t0.Add(time.Second), allocsIdx: 60, allocsAt: t0, wantFresh: true},
 		{name: "value older than a placement, past the grace: taken", pub: live(published{leader: leader, leaderSeen: t0, node: one, nodeIndex: 50}),
 			now: t0.Add(DefaultPublishedGrace + time.Second), allocsIdx: 60, allocsAt: t0, wantFresh: true,
@@ -125,7 +125,7 @@ func (f *fakePublishing) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the node's published demand and lists no blocked evaluation; a nonsense
 // value, or no heartbeat, makes it list them again.
 func TestReadTakesPublishedDemand(t *testing.T) {
-	f := &fakePublishing{vars: map[string]*api.Variable{}, index: 10} // above the allocation list's 7
+	f := &fakePublishing{vars: map[string]*api.Variable{}, index: 10}
 	srv := httptest.NewServer(f)
 	defer srv.Close()
 	prefix := nodedemand.DefaultPrefix

@@ -191,6 +191,7 @@ func (t *Tracker) watchAllocs(ctx context.Context, nodeID string, blocking bool,
 	if meta.LastIndex >= v.seen.allocs { // else Read took a newer answer meanwhile
 		v.allocs, v.seen.allocs, v.allocsAt, v.hidden = allocs, meta.LastIndex, sent, hidden
 		v.allocsChanged = sent
+		v.notePlaced(allocs, sent)
 		if v.allocs == nil {
 			v.allocs = []*api.Allocation{}
 		}
