@@ -11,6 +11,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/device/dynamic"
 	"github.com/gpushare/nomad-gpushare/device/gpu"
 	"github.com/gpushare/nomad-gpushare/vocab"
+	"github.com/gpushare/nomad-gpushare/vocab/nodedemand"
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
 )
 
@@ -79,6 +80,15 @@ type Config struct {
 	// node (/v1/agent/self), else the node named like the hostname.
 	NodeID   string `codec:"node_id"`
 	NodeName string `codec:"node_name"`
+	// DemandVar is the path prefix of the demand the quota service's
+	// leader publishes per node (Nomad Variables <prefix>/leader and
+	// <prefix>/nodes/<node ID>, package vocab/nodedemand): while it is
+	// fresh the plugin reads it instead of listing blocked evaluations.
+	// Default "gpushare/demand"; empty: always list the evaluations.
+	DemandVar string `codec:"demand_var"`
+	// DemandNamespace is the namespace of those variables. Default
+	// "default".
+	DemandNamespace string `codec:"demand_namespace"`
 	// MPSEnabled: shares get CUDA MPS limits and the pipe directory mount.
 	MPSEnabled bool `codec:"mps_enabled"`
 	// MPSPipeDirectory: the MPS control daemon's pipe directory. Default
@@ -148,6 +158,8 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 	"nomad_poll_period":    attr("nomad_poll_period", "string", `"2s"`),
 	"node_id":              attr("node_id", "string", ""),
 	"node_name":            attr("node_name", "string", ""),
+	"demand_var":           attr("demand_var", "string", `"gpushare/demand"`),
+	"demand_namespace":     attr("demand_namespace", "string", `"default"`),
 	"mps_enabled":          attr("mps_enabled", "bool", `false`),
 	"mps_pipe_directory":   attr("mps_pipe_directory", "string", `"/tmp/nvidia-mps"`),
 	// Dynamic fractions and the node-level scheduler.
@@ -179,6 +191,8 @@ func DefaultConfig() Config {
 		ShareHeadroom:      vocab.DefaultShareHeadroom,
 		SwitchSettlePeriod: "10s",
 		NomadPollPeriod:    "2s",
+		DemandVar:          nodedemand.DefaultPrefix,
+		DemandNamespace:    nodedemand.DefaultNamespace,
 		MPSPipeDirectory:   "/tmp/nvidia-mps",
 		Dynamic: Dynamic{MonitorPeriod: "500ms", MemoryEnforcement: dynamic.EnforceKill, ReclaimHeadroom: "0.1", Spread: true,
 			GuestMoveTimeout: "30s"},

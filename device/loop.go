@@ -45,6 +45,10 @@ type loopState struct {
 	hidden    string
 	// foreign are the last read's Foreign, joined.
 	foreign string
+	// demandFrom is where the last read took its demand: "service" (the
+	// quota service's published demand) or "nomad" (blocked
+	// evaluations); "" before the first read.
+	demandFrom string
 	// mpsDown says why MPS does not isolate shares (mps_enabled without a
 	// control daemon); "" when it does or is not enabled.
 	mpsDown string
@@ -274,9 +278,27 @@ func (p *Plugin) noteRead(st *loopState, snap alloctrack.Snapshot) {
 		p.logger.Info("reading waiting GPU demand from the Nomad API (blocked evaluations)")
 		st.demandErr = ""
 	}
+	p.noteDemandSource(st, snap)
 	if p.logger.IsTrace() {
 		p.logger.Trace("usage", "snapshot", snap.String())
 	}
+}
+
+// noteDemandSource logs, once per change, where the demand comes from.
+func (p *Plugin) noteDemandSource(st *loopState, snap alloctrack.Snapshot) {
+	from := "nomad"
+	if snap.FromService {
+		from = "service"
+	}
+	if from == st.demandFrom {
+		return
+	}
+	if from == "service" {
+		p.logger.Info("taking waiting GPU demand from the quota service's published demand; blocked evaluations are not listed while it is fresh")
+	} else if st.demandFrom != "" || st.cfg.DemandVar != "" {
+		p.logger.Info("the quota service's published demand is not fresh: listing blocked evaluations", "why", snap.Published.Why)
+	}
+	st.demandFrom = from
 }
 
 // noteHidden logs, once per change, whether the token sees every

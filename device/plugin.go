@@ -146,7 +146,8 @@ func (p *Plugin) configure(c Config) error {
 		return err
 	}
 	tr, err := alloctrack.New(alloctrack.Config{Address: s.NomadAddress, Token: s.NomadToken, NodeID: s.NodeID, NodeName: s.NodeName,
-		Demand: true, Logger: p.logger.Named("demand")})
+		Demand: true, Published: alloctrack.PublishedConfig{Prefix: s.DemandVar, Namespace: s.DemandNamespace},
+		Logger: p.logger.Named("demand")})
 	if err != nil {
 		return &FieldError{"nomad_address", err.Error(), `use a URL such as "http://127.0.0.1:4646"`}
 	}

@@ -58,6 +58,9 @@ type nomadGate struct {
 	// byPath counts every request by method and path (IDs as :id), with
 	// " (blocking)" for blocking queries.
 	byPath map[string]int
+	// blockedLists counts the listings of blocked evaluations that failed
+	// for devices (the plugin's demand reads, not the settle proof's).
+	blockedLists int
 }
 
 func newNomadGate(t testing.TB) *nomadGate {
@@ -78,6 +81,9 @@ func newNomadGate(t testing.TB) *nomadGate {
 			g.reads[tok]++
 		}
 		g.byPath[requestKind(r)]++
+		if r.URL.Path == "/v1/evaluations" && strings.Contains(r.URL.Query().Get("filter"), "FailedTGAllocs") {
+			g.blockedLists++
+		}
 		g.mu.Unlock()
 		proxy.ServeHTTP(w, r)
 	}))
@@ -105,6 +111,13 @@ func (g *nomadGate) requests() map[string]int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return maps.Clone(g.byPath)
+}
+
+// demandListings counts the plugin's listings of blocked evaluations.
+func (g *nomadGate) demandListings() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.blockedLists
 }
 
 // useToken makes the plugin's requests carry the token's secret.

@@ -3,6 +3,7 @@ package device_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/internal/localcluster"
+	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/vocab"
 )
 
@@ -40,12 +42,31 @@ plugin "nomad-device-gpushare" {
 // place is switched to whole (to-whole); then all stop and one GPU goes
 // back to share mode (to-share). Each switch is timed step by step (see
 // switchSteps); the medians are reported, and every switch is logged.
+//
+// defaults-published-demand is defaults with the quota service running
+// in process and publishing the node's demand (docs/design.md, Partition
+// protocol, "Published demand"): the plugin takes the demand from it
+// instead of listing blocked evaluations.
 func BenchmarkSwitchOnRealNomad(b *testing.B) {
-	for _, cfg := range []struct{ name, config string }{{"defaults", defaultsPluginConfig}, {"test-node", pluginConfig}} {
+	for _, cfg := range []struct {
+		name, config string
+		service      bool
+	}{{"defaults", defaultsPluginConfig, false}, {"test-node", pluginConfig, false}, {"defaults-published-demand", defaultsPluginConfig, true}} {
 		b.Run(cfg.name, func(b *testing.B) {
 			c, gate := startGatedClusterWith(b, localcluster.Options{}, cfg.config)
 			gate.open(b, c)
 			waitLayout(b, c, 3, 1)
+			if cfg.service {
+				startDemandService(b, c)
+				testcluster.Eventually(b, liveWindow, func() error {
+					if pluginLogs(c, "taking waiting GPU demand from the quota service") == 0 {
+						return errors.New("the plugin does not take the published demand yet")
+					}
+					return nil
+				})
+			}
+			lists := gate.demandListings()
+			defer func() { b.Logf("blocked-evaluation listings by the plugin: %d", gate.demandListings()-lists) }()
 			view := watchServerView(b, c)
 			var toWhole, toShare []switchSteps
 			b.ResetTimer()

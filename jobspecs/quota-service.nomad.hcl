@@ -136,6 +136,12 @@ variable "record_key_var" {
   default     = "gpushare/record-key"
 }
 
+variable "demand_var" {
+  description = "Path prefix of the Nomad Variables (default namespace) where the leader publishes each GPU node's demand for the device plugins (docs/design.md, Partition protocol, Published demand); the plugins' demand_var must match. Its Nomad policy must grant read, write, list and destroy on <prefix>/* (jobspecs/acl/nomad-gpushare-quota.policy.hcl)."
+  type        = string
+  default     = "gpushare/demand"
+}
+
 variable "publish_ranks" {
   description = "Publish placement ranks as Nomad dynamic node metadata gpushare.rank.<class> (docs/design.md, Placement ranking); needs node write in the service's Nomad policy."
   type        = bool
@@ -227,6 +233,7 @@ job "gpushare-quota" {
         GPUSHARE_USAGE_PERIOD   = var.usage_period
         GPUSHARE_PUBLISH_RANKS  = var.publish_ranks ? "true" : "false"
         GPUSHARE_RECORD_KEY_VAR = var.record_key_var
+        GPUSHARE_DEMAND_VAR     = var.demand_var
         # Go's garbage collector works to stay below 90% of the memory
         # reserved, rather than doubling the heap before it collects.
         GOMEMLIMIT = "${floor(var.memory_mb * 0.9)}MiB"

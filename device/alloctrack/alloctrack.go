@@ -52,6 +52,10 @@ type Config struct {
 	Timeout time.Duration
 	// Demand: Read also lists the waiting demand (see Demand).
 	Demand bool
+	// Published: where the quota service publishes each node's demand
+	// (published.go); while it is fresh, Read takes the demand from there
+	// instead of listing the blocked evaluations.
+	Published PublishedConfig
 	// Logger, if set, gets debug messages.
 	Logger hclog.Logger
 }
@@ -104,6 +108,11 @@ type Snapshot struct {
 	// could not be read, DemandErr says why and Demand is empty.
 	Demand    []Demand
 	DemandErr error
+	// FromService: Demand is the quota service's published demand (see
+	// PublishedConfig); else it was read from the blocked evaluations,
+	// and Published says why the service's was not taken.
+	FromService bool
+	Published   PublishedState
 }
 
 // Tracker reads snapshots. Read is not safe for concurrent Read calls;
@@ -150,11 +159,18 @@ type view struct {
 	// allocsChanged: the request that brought the last change of allocs
 	// (its index moved) was sent then.
 	allocsChanged time.Time
+	// placedIndex is the highest create index of the node's allocations
+	// (the Raft index of the newest placement), placedAt when the plugin
+	// first saw it (published.go).
+	placedIndex uint64
+	placedAt    time.Time
 	// evals are the blocked evaluations, evalsIndex their index, evalsAt
 	// when the request that returned them was sent.
 	evals      []*api.Evaluation
 	evalsIndex uint64
 	evalsAt    time.Time
+	// pub is the published demand (published.go).
+	pub published
 }
 
 // indexes are the X-Nomad-Index values of one read of the node and of its
@@ -308,7 +324,15 @@ func (t *Tracker) Read(ctx context.Context, o ReadOptions) (Snapshot, error) {
 		return Snapshot{}, err
 	}
 	if t.cfg.Demand {
-		snap.Demand, snap.DemandErr = t.readDemand(ctx, b)
+		t.mu.Lock()
+		idx, at := t.view.placedIndex, t.view.placedAt
+		t.mu.Unlock()
+		if d, st := t.publishedDemand(now, idx, at); st.Fresh {
+			snap.Demand, snap.FromService, snap.Published = d, true, st
+		} else {
+			snap.Published = st
+			snap.Demand, snap.DemandErr = t.readDemand(ctx, b)
+		}
 	}
 	return snap, nil
 }
@@ -371,6 +395,7 @@ func (t *Tracker) readActive(ctx context.Context, nodeID string, consistent bool
 		if idx.allocs != v.seen.allocs {
 			v.allocsChanged = started
 		}
+		v.notePlaced(allocs, started)
 		v.node, v.allocs, v.hidden = node, allocs, hidden
 		v.nodeAt, v.allocsAt = started, started
 		v.seen = idx.after(v.seen, consistent)

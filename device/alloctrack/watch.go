@@ -61,8 +61,15 @@ func (t *Tracker) Watch(ctx context.Context, o WatchOptions) {
 	if t.cfg.Demand {
 		run("blocked evaluations", t.watchEvals, func(v *view) { v.evalsLive = false })
 	}
+	if t.publishedOn() {
+		run("demand heartbeat", t.watchLeader, func(v *view) { v.pub.leaderLive = false })
+		run("node demand", t.watchPublishedNode, func(v *view) { v.pub.nodeLive = false })
+	}
 	wg.Wait()
-	t.setLive(func(v *view) { v.nodeLive, v.allocsLive, v.evalsLive = false, false, false })
+	t.setLive(func(v *view) {
+		v.nodeLive, v.allocsLive, v.evalsLive = false, false, false
+		v.pub.leaderLive, v.pub.nodeLive = false, false
+	})
 }
 
 // follow runs one watch: step sends one query, a blocking one from the
@@ -184,6 +191,7 @@ func (t *Tracker) watchAllocs(ctx context.Context, nodeID string, blocking bool,
 	if meta.LastIndex >= v.seen.allocs { // else Read took a newer answer meanwhile
 		v.allocs, v.seen.allocs, v.allocsAt, v.hidden = allocs, meta.LastIndex, sent, hidden
 		v.allocsChanged = sent
+		v.notePlaced(allocs, sent)
 		if v.allocs == nil {
 			v.allocs = []*api.Allocation{}
 		}
@@ -203,7 +211,14 @@ func (t *Tracker) fromLeader(ctx context.Context, nodeID string) error {
 
 // watchEvals waits for the evaluations to change and keeps the blocked
 // ones that failed for devices.
+// While the quota service's published demand is fresh it sends nothing
+// (Read does not use the evaluations then); the first query after it
+// goes stale does not block.
 func (t *Tracker) watchEvals(ctx context.Context, _ string, blocking bool, o WatchOptions) error {
+	if t.Published().Fresh {
+		t.setLive(func(v *view) { v.evalsLive = false })
+		return nil
+	}
 	t.mu.Lock()
 	index := t.view.evalsIndex
 	if !blocking {

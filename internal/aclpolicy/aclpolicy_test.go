@@ -41,6 +41,15 @@ func TestQuotaServiceActsOnlyInProjectNamespaces(t *testing.T) {
 			t.Errorf("submit-job in %s: %v, want %v", ns, got, project)
 		}
 	}
+	// The published node demand (-publish-demand): its heartbeat and node
+	// values, written, listed and deleted by the service alone.
+	for _, path := range []string{"gpushare/demand/leader", "gpushare/demand/nodes/n1"} {
+		for _, op := range []string{acl.VariablesCapabilityRead, acl.VariablesCapabilityWrite, acl.VariablesCapabilityList, acl.VariablesCapabilityDestroy} {
+			if !a.AllowVariableOperation("default", path, op, nil) {
+				t.Errorf("the service may not %s the variable %s", op, path)
+			}
+		}
+	}
 	// Node write: the placement ranks are node metadata (-publish-ranks).
 	if !a.AllowNodeRead() || !a.AllowNodeWrite() || a.AllowAgentRead() {
 		t.Errorf("node read %v, node write %v, agent read %v: want node read and write (placement ranks), no agent read", a.AllowNodeRead(), a.AllowNodeWrite(), a.AllowAgentRead())
@@ -71,5 +80,19 @@ func TestPluginPolicyOnlyReadsAndMovesGuests(t *testing.T) {
 				t.Errorf("the plugin may %s in %s", op, ns)
 			}
 		}
+	}
+	// The published node demand: read only; no other variable.
+	for _, path := range []string{"gpushare/demand/leader", "gpushare/demand/nodes/n1"} {
+		if !a.AllowVariableOperation("default", path, acl.VariablesCapabilityRead, nil) {
+			t.Errorf("the plugin may not read the variable %s", path)
+		}
+		for _, op := range []string{acl.VariablesCapabilityWrite, acl.VariablesCapabilityDestroy} {
+			if a.AllowVariableOperation("default", path, op, nil) {
+				t.Errorf("the plugin may %s the variable %s", op, path)
+			}
+		}
+	}
+	if a.AllowVariableOperation("default", "gpushare/record-key", acl.VariablesCapabilityRead, nil) {
+		t.Error("the plugin may read the service's record keys")
 	}
 }

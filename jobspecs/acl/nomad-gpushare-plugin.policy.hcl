@@ -41,3 +41,19 @@ node {
 namespace "*" {
   capabilities = ["read-job", "alloc-lifecycle"]
 }
+
+# The demand the quota service's leader publishes for this node (Nomad
+# Variables gpushare/demand/leader and gpushare/demand/nodes/<node ID>,
+# the plugin's demand_var; docs/design.md, Partition protocol, "Published
+# demand"): read only. While it is fresh the plugin lists no blocked
+# evaluations. Without this block the plugin reads Nomad itself, as
+# before. A block naming "default" replaces the "*" block there, so it
+# repeats its capabilities: the plugin must still read every job there.
+namespace "default" {
+  capabilities = ["read-job", "alloc-lifecycle"]
+  variables {
+    path "gpushare/demand/*" {
+      capabilities = ["read"]
+    }
+  }
+}

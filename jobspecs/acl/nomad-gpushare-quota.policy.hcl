@@ -48,11 +48,23 @@ namespace "*" {
 # default namespace reads every variable there. To keep the keys
 # elsewhere, run the service with -record-key-namespace and
 # -record-key-var (and move this block), or give it -record-key-file.
+#
+# gpushare/demand/*: the demand the leader publishes for each GPU node
+# (-publish-demand, on by default; -demand-var): a heartbeat
+# gpushare/demand/leader and gpushare/demand/nodes/<node ID>, which the
+# device plugins read (docs/design.md, Partition protocol, "Published
+# demand"). list: a new leader lists the node variables an earlier one
+# left; destroy: it deletes those of nodes gone, and its heartbeat when it
+# stops leading. Only the service may write there: a plugin trusts it for
+# speed only, never for safety.
 namespace "default" {
   capabilities = ["list-jobs", "read-job"]
   variables {
     path "gpushare/record-key" {
       capabilities = ["read", "write"]
+    }
+    path "gpushare/demand/*" {
+      capabilities = ["read", "write", "list", "destroy"]
     }
   }
 }

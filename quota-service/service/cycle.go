@@ -124,11 +124,15 @@ func (s *Service) apply(ctx context.Context, c *cycleData) *cycleFailure {
 	if err := leader.Held(ctx, s.cfg.Consul, s.cfg.Layout.Leader(), s.cfg.Instance); err != nil {
 		return &cycleFailure{cause: "leadership", err: err}
 	}
+	// The demand goes out before the actions: a plugin may start moving
+	// an idle GPU to the family a resumption needs before Nomad blocks it.
+	deferred := s.publishDemand(ctx, c)
 	rep, err := s.act.Apply(ctx, c.view, c.res)
 	if err != nil {
 		return &cycleFailure{cause: "stale", err: err}
 	}
 	c.rep, c.acted = rep, true
+	c.rep.Skipped = append(c.rep.Skipped, deferred...)
 	s.publishRanks(ctx, c)
 	for _, e := range rep.Errors {
 		s.log.Error("action failed", "error", e)

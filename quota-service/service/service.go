@@ -94,6 +94,8 @@ type Config struct {
 	// PublishRanks: while leading, write the placement ranks as Nomad
 	// dynamic node metadata (package ranking, ranks.go).
 	PublishRanks bool
+	// Demand: publishing each node's demand for its idle GPUs (demand.go).
+	Demand DemandConfig
 	// RecordKeys sign the suspension records and prove the service's
 	// version tags (package recordkey). Nil: the Nomad Variable
 	// DefaultRecordKeyPath in namespace "default", created with a new
@@ -145,6 +147,8 @@ type Service struct {
 
 	// ranks is nil without Config.PublishRanks.
 	ranks *ranks
+	// demand is nil without Config.Demand.Publish.
+	demand *demand
 
 	// nomadChanged is Follow's signal; nomadWake wakes the leader.
 	nomadChanged func()
@@ -212,6 +216,9 @@ func New(cfg Config) *Service {
 	if cfg.PublishRanks {
 		s.ranks = newRanks(s)
 	}
+	if cfg.Demand.Publish {
+		s.demand = newDemand(s)
+	}
 	return s
 }
 
@@ -260,6 +267,10 @@ func (s *Service) lead(ctx context.Context) {
 		// Another instance may have published since this one last led.
 		s.ranks.pub.Forget()
 	}
+	s.startDemand()
+	beats := make(chan struct{})
+	go func() { defer close(beats); s.leadDemand(ctx) }()
+	defer func() { <-beats }()
 	tick := time.NewTicker(s.cfg.PlanInterval)
 	defer tick.Stop()
 	follow := time.NewTimer(s.cfg.FollowUpPeriod)

@@ -69,7 +69,7 @@ func run(args []string) error {
 	svc := service.New(service.Config{Nomad: nomad, Consul: consul, Layout: opts.layout, Log: log,
 		Instance: opts.instance, PlanInterval: opts.interval, ResyncInterval: opts.resync, MaxStaleness: opts.staleness, GangPartialHold: opts.gangHold,
 		FairShareHalfLife: opts.fairHalfLife, FairShareUsageWeight: opts.fairUsageWeight, PolicyName: opts.policy, MaxRecordBytes: opts.maxRecordBytes,
-		Usage: service.UsageConfig{Port: opts.usagePort, Period: opts.usagePeriod}, PublishRanks: opts.publishRanks,
+		Usage: service.UsageConfig{Port: opts.usagePort, Period: opts.usagePeriod}, PublishRanks: opts.publishRanks, Demand: opts.demand,
 		RecordKeys: opts.recordKeys(nomad)})
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

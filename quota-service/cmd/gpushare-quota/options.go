@@ -19,6 +19,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/utilization"
 	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
+	"github.com/gpushare/nomad-gpushare/vocab/nodedemand"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -48,6 +49,8 @@ type options struct {
 	usagePeriod time.Duration
 	// publishRanks: write the placement ranks as node metadata.
 	publishRanks bool
+	// demand: publishing each node's demand for its idle GPUs.
+	demand service.DemandConfig
 	// recordKeyFile, else the Nomad Variable recordKeyVar in
 	// recordKeyNamespace, holds the keys that sign suspension records.
 	recordKeyFile, recordKeyVar, recordKeyNamespace string
@@ -118,6 +121,10 @@ func newFlags(o *options, instance string) (*flagDefs, *string) {
 	d.integer(&o.usagePort, "usage-port", "GPUSHARE_USAGE_PORT", 0, "the device plugins' usage_listen port (0: read no GPU usage)")
 	d.duration(&o.usagePeriod, "usage-period", "GPUSHARE_USAGE_PERIOD", utilization.DefaultPeriod, "how often the GPU nodes' usage is read")
 	d.boolean(&o.publishRanks, "publish-ranks", "GPUSHARE_PUBLISH_RANKS", true, "write placement ranks as Nomad dynamic node metadata gpushare.rank.<class> (the token needs node:write); GPU jobs with the ranking affinity then land where they fragment no GPU")
+	d.boolean(&o.demand.Publish, "publish-demand", "GPUSHARE_PUBLISH_DEMAND", true, "publish each GPU node's demand (the whole and share requests the plan places there) as Nomad Variables under -demand-var, with a heartbeat (the token needs variables write there); device plugins then stop listing blocked evaluations and pre-position idle GPUs")
+	d.str(&o.demand.Prefix, "demand-var", "GPUSHARE_DEMAND_VAR", nodedemand.DefaultPrefix, "path prefix of the published demand's Nomad Variables (<prefix>/leader, <prefix>/nodes/<node ID>); the plugins' demand_var must match")
+	d.str(&o.demand.Namespace, "demand-namespace", "GPUSHARE_DEMAND_NAMESPACE", nodedemand.DefaultNamespace, "namespace of the published demand's variables")
+	d.duration(&o.demand.Beat, "demand-beat", "GPUSHARE_DEMAND_BEAT", nodedemand.DefaultBeat, "heartbeat period of the published demand: plugins read Nomad themselves after 3 beats without one")
 	d.str(&o.recordKeyFile, "record-key-file", "GPUSHARE_RECORD_KEY_FILE", "", "file holding the keys that sign suspension records (base64, current key first, then previous ones); default: the Nomad Variable -record-key-var")
 	d.str(&o.recordKeyVar, "record-key-var", "GPUSHARE_RECORD_KEY_VAR", service.DefaultRecordKeyPath, "Nomad Variable holding the record keys (items key and previous), created with a new key when absent")
 	d.str(&o.recordKeyNamespace, "record-key-namespace", "GPUSHARE_RECORD_KEY_NAMESPACE", "default", "namespace of -record-key-var: one only operators may read")

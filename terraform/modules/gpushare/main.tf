@@ -24,11 +24,15 @@ locals {
 
   # Each install keeps its record keys in a variable of its own.
   record_key_var = "${local.kv_root}/record-key"
+  # and publishes its node demand under a prefix of its own (the plugins'
+  # demand_var must name it).
+  demand_var = "${local.kv_root}/demand"
 
   # The service reads everywhere and suspends and resumes work only in the
   # project namespaces.
   quota_nomad_rules = join("\n", concat(
-    [replace(file("${local.jobspecs}/acl/nomad-gpushare-quota.policy.hcl"), "\"gpushare/record-key\"", "\"${local.record_key_var}\"")],
+    [replace(replace(file("${local.jobspecs}/acl/nomad-gpushare-quota.policy.hcl"), "\"gpushare/record-key\"", "\"${local.record_key_var}\""),
+    "\"gpushare/demand/*\"", "\"${local.demand_var}/*\"")],
     [for ns in sort(tolist(local.namespaces)) :
     replace(file("${local.jobspecs}/acl/nomad-gpushare-quota-project.policy.hcl"), "<namespace>", ns)],
   ))
@@ -150,7 +154,7 @@ resource "nomad_acl_policy" "plugin" {
 
   name        = local.policies.plugin.name
   description = local.policies.plugin.description
-  rules_hcl   = file("${local.jobspecs}/acl/nomad-gpushare-plugin.policy.hcl")
+  rules_hcl   = replace(file("${local.jobspecs}/acl/nomad-gpushare-plugin.policy.hcl"), "\"gpushare/demand/*\"", "\"${local.demand_var}/*\"")
 
   lifecycle {
     precondition {
@@ -237,6 +241,7 @@ resource "nomad_job" "quota_service" {
       publish_ranks        = tostring(var.quota_service.publish_ranks)
       kv_prefix            = local.kv_root
       record_key_var       = local.record_key_var
+      demand_var           = local.demand_var
       tokens_from_variable = tostring(var.acl)
     }
   }

@@ -18,3 +18,8 @@ output "quota_service_job" {
   description = "ID of the quota service job."
   value       = nomad_job.quota_service.id
 }
+
+output "plugin_demand_var" {
+  description = "Where the quota service publishes each GPU node's demand: put it in each GPU client's plugin config (demand_var) when it is not the default gpushare/demand."
+  value       = local.demand_var
+}
