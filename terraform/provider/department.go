@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
-	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
@@ -69,37 +68,23 @@ func (r *departmentResource) ValidateConfig(ctx context.Context, req resource.Va
 	}
 }
 
+// doc is the resource's Consul key.
+func (r *departmentResource) doc() kvDocument {
+	return kvDocument{c: r.c, holds: "department", valid: func(name string, value []byte) bool {
+		_, err := quota.ParseDepartment(name, value)
+		return err == nil
+	}}
+}
+
 func (r *departmentResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var m departmentModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	name := m.Name.ValueString()
-	key := r.c.layout.Department(name)
-	pair, _, err := r.c.consul.KV().Get(key, (&consulapi.QueryOptions{RequireConsistent: true}).WithContext(ctx))
-	if err != nil {
-		resp.Diagnostics.AddError("Cannot create department", fmt.Sprintf("reading Consul key %s: %v", key, err))
-		return
-	}
-	// A document the service rejects may be replaced; a valid one is
-	// another owner's.
-	var index uint64
-	if pair != nil {
-		if _, err := quota.ParseDepartment(name, pair.Value); err == nil {
-			resp.Diagnostics.AddError("Cannot create department",
-				fmt.Sprintf("%s already holds department %q: import it (%s) or delete the key first", key, name, importCommand(name)))
-			return
-		}
-		index = pair.ModifyIndex
-	}
-	ok, _, err := r.c.consul.KV().CAS(&consulapi.KVPair{Key: key, Value: m.encode(), ModifyIndex: index}, (&consulapi.WriteOptions{}).WithContext(ctx))
-	switch {
-	case err != nil:
-		resp.Diagnostics.AddError("Cannot create department", fmt.Sprintf("writing Consul key %s: %v (is the token allowed to write it?)", key, err))
-		return
-	case !ok:
-		resp.Diagnostics.AddError("Cannot create department", fmt.Sprintf("%s changed while it was being written; run plan again", key))
+	key := r.c.layout.Department(m.Name.ValueString())
+	if err := r.doc().create(ctx, m.Name.ValueString(), key, m.encode()); err != nil {
+		resp.Diagnostics.AddError("Cannot create department", err.Error())
 		return
 	}
 	m.Key = types.StringValue(key)
@@ -114,16 +99,16 @@ func (r *departmentResource) Read(ctx context.Context, req resource.ReadRequest,
 	}
 	name := m.Name.ValueString()
 	key := r.c.layout.Department(name)
-	pair, _, err := r.c.consul.KV().Get(key, (&consulapi.QueryOptions{}).WithContext(ctx))
+	value, found, err := r.doc().read(ctx, key)
 	if err != nil {
-		resp.Diagnostics.AddError("Cannot read department", fmt.Sprintf("reading Consul key %s: %v", key, err))
+		resp.Diagnostics.AddError("Cannot read department", err.Error())
 		return
 	}
-	if pair == nil {
+	if !found {
 		resp.State.RemoveResource(ctx)
 		return
 	}
-	got, err := decodeDepartment(name, pair.Value)
+	got, err := decodeDepartment(name, value)
 	if err != nil {
 		resp.Diagnostics.AddWarning("The department document in Consul is invalid",
 			fmt.Sprintf("%s: %v. The service keeps the last good settings in force; apply writes the configured document.", key, err))
@@ -141,8 +126,8 @@ func (r *departmentResource) Update(ctx context.Context, req resource.UpdateRequ
 		return
 	}
 	key := r.c.layout.Department(m.Name.ValueString())
-	if _, err := r.c.consul.KV().Put(&consulapi.KVPair{Key: key, Value: m.encode()}, (&consulapi.WriteOptions{}).WithContext(ctx)); err != nil {
-		resp.Diagnostics.AddError("Cannot update department", fmt.Sprintf("writing Consul key %s: %v", key, err))
+	if err := r.doc().put(ctx, key, m.encode()); err != nil {
+		resp.Diagnostics.AddError("Cannot update department", err.Error())
 		return
 	}
 	m.Key = types.StringValue(key)
@@ -155,9 +140,8 @@ func (r *departmentResource) Delete(ctx context.Context, req resource.DeleteRequ
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	key := r.c.layout.Department(m.Name.ValueString())
-	if _, err := r.c.consul.KV().Delete(key, (&consulapi.WriteOptions{}).WithContext(ctx)); err != nil {
-		resp.Diagnostics.AddError("Cannot delete department", fmt.Sprintf("deleting Consul key %s: %v", key, err))
+	if err := r.doc().delete(ctx, r.c.layout.Department(m.Name.ValueString())); err != nil {
+		resp.Diagnostics.AddError("Cannot delete department", err.Error())
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
-	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
@@ -80,6 +79,14 @@ func (r *quotaResource) ValidateConfig(ctx context.Context, req resource.Validat
 	}
 }
 
+// doc is the resource's Consul key.
+func (r *quotaResource) doc() kvDocument {
+	return kvDocument{c: r.c, holds: "a quota for project", valid: func(name string, value []byte) bool {
+		_, err := quota.Parse(name, value)
+		return err == nil
+	}}
+}
+
 func (r *quotaResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var m quotaModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
@@ -87,48 +94,12 @@ func (r *quotaResource) Create(ctx context.Context, req resource.CreateRequest, 
 		return
 	}
 	key := r.c.layout.Quota(m.Project.ValueString())
-	index, err := r.replaceableIndex(ctx, m.Project.ValueString(), key)
-	if err != nil {
-		resp.Diagnostics.AddError("Cannot create quota", err.Error())
-		return
-	}
-	if err := r.write(ctx, key, m, index); err != nil {
+	if err := r.doc().create(ctx, m.Project.ValueString(), key, m.encode()); err != nil {
 		resp.Diagnostics.AddError("Cannot create quota", err.Error())
 		return
 	}
 	m.Key = types.StringValue(key)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-}
-
-// replaceableIndex returns the CAS index a create may write key at: 0 when
-// there is no document, the document's index when it is one the service
-// rejects (Read drops such a document from state so that apply replaces
-// it). A valid document is another owner's: import it instead.
-func (r *quotaResource) replaceableIndex(ctx context.Context, project, key string) (uint64, error) {
-	pair, _, err := r.c.consul.KV().Get(key, (&consulapi.QueryOptions{RequireConsistent: true}).WithContext(ctx))
-	if err != nil {
-		return 0, fmt.Errorf("reading Consul key %s: %w", key, err)
-	}
-	if pair == nil {
-		return 0, nil
-	}
-	if _, err := quota.Parse(project, pair.Value); err != nil {
-		return pair.ModifyIndex, nil
-	}
-	return 0, fmt.Errorf("%s already holds a quota for project %q: import it (%s) or delete the key first", key, project, importCommand(project))
-}
-
-// write puts the document at key if the key is still at index (0: absent).
-func (r *quotaResource) write(ctx context.Context, key string, m quotaModel, index uint64) error {
-	ok, _, err := r.c.consul.KV().CAS(&consulapi.KVPair{Key: key, Value: m.encode(), ModifyIndex: index},
-		(&consulapi.WriteOptions{}).WithContext(ctx))
-	if err != nil {
-		return fmt.Errorf("writing Consul key %s: %w (is the token allowed to write it?)", key, err)
-	}
-	if !ok {
-		return fmt.Errorf("%s changed while it was being written; run plan again", key)
-	}
-	return nil
 }
 
 func (r *quotaResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -137,18 +108,18 @@ func (r *quotaResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	project := m.Project.ValueString()
-	key := r.c.layout.Quota(project)
-	pair, _, err := r.c.consul.KV().Get(key, (&consulapi.QueryOptions{}).WithContext(ctx))
+	name := m.Project.ValueString()
+	key := r.c.layout.Quota(name)
+	value, found, err := r.doc().read(ctx, key)
 	if err != nil {
-		resp.Diagnostics.AddError("Cannot read quota", fmt.Sprintf("reading Consul key %s: %v", key, err))
+		resp.Diagnostics.AddError("Cannot read quota", err.Error())
 		return
 	}
-	if pair == nil {
+	if !found {
 		resp.State.RemoveResource(ctx)
 		return
 	}
-	got, err := decodeQuota(project, pair.Value)
+	got, err := decodeQuota(name, value)
 	if err != nil {
 		resp.Diagnostics.AddWarning("The quota document in Consul is invalid",
 			fmt.Sprintf("%s: %v. The service keeps the last good settings in force; apply writes the configured document.", key, err))
@@ -166,8 +137,8 @@ func (r *quotaResource) Update(ctx context.Context, req resource.UpdateRequest, 
 		return
 	}
 	key := r.c.layout.Quota(m.Project.ValueString())
-	if _, err := r.c.consul.KV().Put(&consulapi.KVPair{Key: key, Value: m.encode()}, (&consulapi.WriteOptions{}).WithContext(ctx)); err != nil {
-		resp.Diagnostics.AddError("Cannot update quota", fmt.Sprintf("writing Consul key %s: %v", key, err))
+	if err := r.doc().put(ctx, key, m.encode()); err != nil {
+		resp.Diagnostics.AddError("Cannot update quota", err.Error())
 		return
 	}
 	m.Key = types.StringValue(key)
@@ -180,9 +151,8 @@ func (r *quotaResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	key := r.c.layout.Quota(m.Project.ValueString())
-	if _, err := r.c.consul.KV().Delete(key, (&consulapi.WriteOptions{}).WithContext(ctx)); err != nil {
-		resp.Diagnostics.AddError("Cannot delete quota", fmt.Sprintf("deleting Consul key %s: %v", key, err))
+	if err := r.doc().delete(ctx, r.c.layout.Quota(m.Project.ValueString())); err != nil {
+		resp.Diagnostics.AddError("Cannot delete quota", err.Error())
 	}
 }
 
