@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -287,20 +288,49 @@ func (b *Builder) readScaledAt(ctx context.Context, jobs []*nomadapi.JobListStub
 		if r.Phase != state.PhaseSuspended || !stoppedElsewhere(stubs[r.Key()], specs[r.Key()], r.StopJobModifyIndex) {
 			continue
 		}
-		st, _, err := b.nomad.Jobs().ScaleStatus(r.Job, (&nomadapi.QueryOptions{Namespace: r.Namespace}).WithContext(ctx))
-		if StatusCode(err) == http.StatusNotFound {
-			continue
+		times, err := b.scalingEvents(ctx, r, nil)
+		if spec := specs[r.Key()]; err == nil && spec != nil && spec.SubmitTime != nil && !slices.Contains(times, *spec.SubmitTime) {
+			// A scale writes the job, then its event: wait briefly
+			// for an event written after this version before taking
+			// it for a stop (the soak's seed 1 saw the gap).
+			times, err = b.scalingEvents(ctx, r, spec.ModifyIndex)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading the scaling events of Nomad job %s: %w", r.Key(), err)
+			return nil, err
 		}
-		for _, tg := range st.TaskGroups {
-			for _, e := range tg.Events {
-				out[r.Key()] = append(out[r.Key()], int64(e.Time))
-			}
+		if times != nil {
+			out[r.Key()] = times
 		}
 	}
 	return out, nil
+}
+
+// scalingEventWait bounds how long readScaledAt waits for the scaling
+// event of a version a scale registered.
+const scalingEventWait = time.Second
+
+// scalingEvents reads the times of record r's job's scaling events; with
+// after, it waits up to scalingEventWait for a change past that index.
+// A job Nomad no longer knows has none.
+func (b *Builder) scalingEvents(ctx context.Context, r state.Suspension, after *uint64) ([]int64, error) {
+	q := &nomadapi.QueryOptions{Namespace: r.Namespace}
+	if after != nil {
+		q.WaitIndex, q.WaitTime = *after, scalingEventWait
+	}
+	st, _, err := b.nomad.Jobs().ScaleStatus(r.Job, q.WithContext(ctx))
+	if StatusCode(err) == http.StatusNotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the scaling events of Nomad job %s: %w", r.Key(), err)
+	}
+	var times []int64
+	for _, tg := range st.TaskGroups {
+		for _, e := range tg.Events {
+			times = append(times, int64(e.Time))
+		}
+	}
+	return times, nil
 }
 
 // stoppedElsewhere says Nomad shows the job stopped at another job modify
