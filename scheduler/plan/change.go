@@ -37,7 +37,7 @@ func (s *state) place(a *attempt, ch placement.Choice, reason string) error {
 		s.plan.actions = append(s.plan.actions, Action{Kind: Place, Project: wl.Project, Job: wl.Job, Group: wl.Group, Workload: a.w,
 			Node: s.cluster.Nodes[ch.Node].Name, GPUs: gpus, Reason: reason})
 	}
-	a.undo = append(a.undo, func() {
+	release := func() {
 		s.cluster.Release(placement.Choice{Node: ch.Node, GPUs: gpus}, t)
 		s.cluster.summarize(ch.Node)
 		s.cluster.releases++
@@ -46,7 +46,21 @@ func (s *state) place(a *attempt, ch placement.Choice, reason string) error {
 		if !wl.Preemptible {
 			ps.nonPreemptible -= inst
 		}
-	})
+	}
+	a.undo = append(a.undo, release)
+	if a.reserve {
+		a.holds = append(a.holds, hold{release: release, retake: func() {
+			if err := s.cluster.Assign(placement.Choice{Node: ch.Node, GPUs: gpus}, t); err != nil && s.broken == nil {
+				s.broken = fmt.Errorf("%w: holding a released reservation again: %w", ErrPlacement, err)
+			}
+			s.cluster.summarize(ch.Node)
+			ps.addHeld(inst)
+			ps.reserved += inst
+			if !wl.Preemptible {
+				ps.nonPreemptible += inst
+			}
+		}})
+	}
 	return nil
 }
 
@@ -184,6 +198,7 @@ func (s *state) rollback(a *attempt) {
 		a.undo[i]()
 	}
 	a.undo = a.undo[:0]
+	a.instances = a.instances[:0]
 	s.plan.actions = s.plan.actions[:a.firstAction]
 }
 

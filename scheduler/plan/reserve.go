@@ -71,6 +71,7 @@ func (s *state) reserveFor(j int32) error {
 	if ok {
 		s.plan.reservations[j] = -1
 		s.plan.placements++
+		s.keepRoom(j, &s.attempt)
 	}
 	return nil
 }
@@ -97,11 +98,26 @@ func (s *state) tryReserve(j int32) (bool, error) {
 		firstAction: len(s.plan.actions),
 		undo:        a.undo[:0],
 		instances:   a.instances[:0],
+		holds:       a.holds[:0],
 	}
 	s.entitle(a)
 	if job.nonPreemptible && ps.nonPreemptible+job.held > ps.guaranteed {
 		return false, nil
 	}
+	ok, err := s.reserveOnce(a, shapes, waiting)
+	if err != nil || ok || !s.yieldRooms(a) {
+		return ok, err
+	}
+	if ok, err = s.reserveOnce(a, shapes, waiting); err == nil && !ok {
+		s.entitle(a)
+	}
+	return ok, err
+}
+
+// reserveOnce is one try of tryReserve: it holds room for every shape of
+// the job and every waiting workload of its gang, or rolls back.
+func (s *state) reserveOnce(a *attempt, shapes []cluster.Pending, waiting []int32) (bool, error) {
+	a.holds = a.holds[:0]
 	for i := range len(shapes) + len(waiting) {
 		if i < len(shapes) {
 			a.w, a.wl, a.nodes = -1, &shapes[i], everyNode
@@ -185,8 +201,11 @@ func (s *state) fence(a *attempt) bool {
 			s.holdOver(a, j)
 			continue
 		}
-		s.jobs[j].fenced = true
-		a.undo = append(a.undo, func() { s.jobs[j].fenced = false })
+		fence := func() { s.jobs[j].fenced = true }
+		unfence := func() { s.jobs[j].fenced = false }
+		fence()
+		a.undo = append(a.undo, unfence)
+		a.holds = append(a.holds, hold{release: unfence, retake: fence})
 		for _, al := range s.jobs[j].allocs {
 			if !s.allocs.get(al).gone && int(s.allocs.get(al).node) == n {
 				s.shift(al, +1)
@@ -207,13 +226,18 @@ func (s *state) fence(a *attempt) bool {
 		if held <= 0 {
 			continue
 		}
-		node.GPUs[g].Free = 0
-		s.cluster.summarize(n)
-		a.undo = append(a.undo, func() {
+		release := func() {
 			node.GPUs[g].Free += held
 			s.cluster.summarize(n)
 			s.cluster.releases++
-		})
+		}
+		retake := func() {
+			node.GPUs[g].Free -= held
+			s.cluster.summarize(n)
+		}
+		retake()
+		a.undo = append(a.undo, release)
+		a.holds = append(a.holds, hold{release: release, retake: retake})
 	}
 	return true
 }

@@ -44,6 +44,9 @@ func (s *state) run() error {
 			break
 		}
 	}
+	if s.broken != nil {
+		return s.broken
+	}
 	for _, w := range s.plan.takenBack {
 		if !s.plan.placed[w] && s.units.lead[w] == w {
 			s.plan.unplaced = append(s.plan.unplaced, Unplaced{int(w), "its placement was taken back in this plan by work entitled to reclaim it"})
@@ -139,12 +142,13 @@ func (s *state) walkQueues() error {
 	}
 }
 
-// fairnessClass: 0 below guarantee, 1 below deserved share, 2 otherwise.
-func (p *projectState) fairnessClass() int {
+// fairnessClass is the project's class when it holds held: 0 below its
+// guarantee, 1 below its deserved share, 2 otherwise.
+func (p *projectState) fairnessClass(held cluster.Shares) int {
 	switch {
-	case p.held < p.guaranteed:
+	case held < p.guaranteed:
 		return 0
-	case p.held < p.deserved:
+	case held < p.deserved:
 		return 1
 	}
 	return 2
@@ -156,20 +160,7 @@ func (p *projectState) fairnessClass() int {
 // priority, then the project's next workload (priority, submit time).
 func (s *state) compareFairness(a, b int) int {
 	pa, pb := &s.projects[a], &s.projects[b]
-	ca, cb := pa.fairnessClass(), pb.fairnessClass()
-	if ca != cb {
-		return cmp.Compare(ca, cb)
-	}
-	var c int
-	switch ca {
-	case 0:
-		c = cmp.Compare(pa.held*pb.guaranteed, pb.held*pa.guaranteed)
-	case 1:
-		c = cmp.Compare(pa.held*pb.deserved, pb.held*pa.deserved)
-	default:
-		c = cmp.Compare(pa.held-pa.deserved, pb.held-pb.deserved)
-	}
-	if c != 0 {
+	if c := compareStanding(pa, pb, pa.held, pb.held); c != 0 {
 		return c
 	}
 	if c := cmp.Compare(pb.priority, pa.priority); c != 0 {
@@ -223,7 +214,22 @@ func (s *state) tryUnit(w, p int) error {
 
 // placeUnit places every instance of every workload of the attempt's unit,
 // or none: a failure rolls back every change of the attempt and says why.
+// A unit that fails is tried once more with the rooms of reservations the
+// next cycle tries after it released (see yieldRooms).
 func (s *state) placeUnit(a *attempt) (placed bool, reason string, err error) {
+	placed, reason, err = s.placeUnitOnce(a)
+	if err != nil || placed || !s.yieldRooms(a) {
+		return placed, reason, err
+	}
+	if placed, _, err = s.placeUnitOnce(a); err != nil || placed {
+		return placed, "", err
+	}
+	s.entitle(a)
+	return false, reason, nil
+}
+
+// placeUnitOnce is one try of placeUnit.
+func (s *state) placeUnitOnce(a *attempt) (placed bool, reason string, err error) {
 	for _, m := range a.unit {
 		s.member(a, int(m))
 		for range a.wl.Count {

@@ -39,6 +39,9 @@ type state struct {
 	plan planProgress
 	// attempt is the workload being tried.
 	attempt attempt
+	// broken is a broken invariant found where no error can be
+	// returned (see hold); run returns it.
+	broken error
 	// walk is findVictims' scratch space, reused from one search to the
 	// next.
 	walk walkState
@@ -243,6 +246,9 @@ type planProgress struct {
 	// reserved for it, else the change count when a reservation last
 	// failed (see reserveFor).
 	reservations map[int32]int
+	// rooms are the successful reservations' rooms, in the order they
+	// were reserved (see yieldRooms).
+	rooms []heldRoom
 	// grow lists the elastic groups that grow back (see grow).
 	grow []Growth
 }
@@ -288,6 +294,8 @@ type attempt struct {
 	// placements hold capacity but make no action, and its victims may
 	// only be work placed in this cycle.
 	reserve bool
+	// holds is the room a reservation holds so far.
+	holds []hold
 	// w is the workload being placed and wl its record; task is one
 	// instance as placement sees it, inst its GPU amount, nodes the
 	// nodes it may run on.

@@ -36,7 +36,12 @@ func TestRandomClustersStayStable(t *testing.T) {
 	// resumption: the reservation fences that room). Work the fence
 	// takes back waits for the next cycle: placed again on the node, it
 	// was the next cycle's better victim there (199584).
-	for _, seed := range []uint64{14813, 18581, 23028, 16532, 48672, 58574, 75522, 81023, 99645, 103288, 137932, 143339, 145228, 156825, 180197, 199584} {
+	//
+	// A reservation held room that the next cycle gave to a workload it
+	// tries first, here a higher-priority unit of the reserved job's
+	// project; the reserved job then preempted work this plan started
+	// (docs/design.md, Reclaim and preempt: a reservation gives way).
+	for _, seed := range []uint64{14813, 18581, 23028, 16532, 48672, 53889, 58574, 75522, 81023, 99645, 103288, 137932, 143339, 145228, 156825, 180197, 199584} {
 		if seed >= seeds {
 			checkStable(t, seed)
 		}
@@ -55,6 +60,14 @@ func TestRandomDepartmentsStayStable(t *testing.T) {
 	}
 	for seed := range seeds {
 		checkStableScenario(t, seed, withDepartments(randomScenario(seed), seed))
+	}
+	// A reservation held room the next cycle gave to another project's
+	// work, earlier in fairness order once this plan's placements count
+	// (146290; 53889 as in TestRandomClustersStayStable).
+	for _, seed := range []uint64{53889, 146290} {
+		if seed >= seeds {
+			checkStableScenario(t, seed, withDepartments(randomScenario(seed), seed))
+		}
 	}
 }
 
