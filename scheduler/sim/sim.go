@@ -42,6 +42,13 @@ type Config struct {
 	// ReadAt and StopAt are arrived GPU demand levels as shares of GPU
 	// capacity (defaults 1.0 and 1.3).
 	ReadAt, StopAt float64
+	// Movable is the fraction of GPU tasks that may be moved once placed
+	// (drawn per arrival from the seed); 0 turns consolidation off. A
+	// task that fits nowhere is placed by moving at most
+	// Consolidation.MaxMoves of them (placement.Consolidate; the default
+	// limits when zero).
+	Movable       float64
+	Consolidation placement.ConsolidationLimits
 }
 
 // Result is the outcome of a run. Percentages are of the cluster's GPU
@@ -57,6 +64,9 @@ type Result struct {
 	Arrived, Placed, Failed int
 	// Capacity is the cluster's GPU capacity.
 	Capacity cluster.Shares
+	// Moves counts the moves of movable tasks (Config.Movable), and
+	// Consolidated the arrivals placed by them.
+	Moves, Consolidated int
 }
 
 // Run simulates one seed. It copies the nodes; cfg is not changed.
@@ -102,6 +112,7 @@ func arrive(cfg Config, c *placement.Cluster, capacity cluster.Shares, readLevel
 	res := Result{Capacity: capacity}
 	unallocated := func(allocated cluster.Shares) float64 { return 100 - 100*float64(allocated)/float64(capacity) }
 	next := arrivals(cfg.Tasks, cfg.Seed)
+	mover := newMover(cfg)
 	var arrived, allocated cluster.Shares
 	read := false
 	for i := 0; ; i++ {
@@ -111,10 +122,11 @@ func arrive(cfg Config, c *placement.Cluster, capacity cluster.Shares, readLevel
 		}
 		arrived += t.Demand()
 		res.Arrived++
-		if ch, ok := cfg.Policy.Place(c, t); ok {
-			if err := c.Assign(ch, t); err != nil {
-				return res, fmt.Errorf("sim: policy %s: task %d: %w", cfg.Policy.Name(), i, err)
-			}
+		placed, err := mover.place(c, t, &res)
+		if err != nil {
+			return res, fmt.Errorf("sim: policy %s: task %d: %w", cfg.Policy.Name(), i, err)
+		}
+		if placed {
 			allocated += t.Demand()
 			res.Placed++
 		} else {

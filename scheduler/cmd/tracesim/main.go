@@ -142,6 +142,9 @@ func runSimulate(args []string, stdout, stderr io.Writer) error {
 	parallel := fs.Int("parallel", 1, "seeds simulated at once")
 	perSeed := fs.Bool("per-seed", false, "add each seed's unallocated % to the line (per_seed=a,b,...)")
 	bound := fs.String("bound", "", "also print the offline reference: the tasks that arrive until 100%, sorted largest first and placed by this policy (sim.Offline)")
+	consolidate := fs.String("consolidate", "", "also print a run of this policy that moves movable tasks to place one that fits nowhere (sim.Config.Movable, placement.Consolidate)")
+	movable := fs.Float64("movable", 0.3, "with -consolidate: the fraction of GPU tasks that may be moved")
+	maxMoves := fs.Int("max-moves", placement.DefaultConsolidationLimits.MaxMoves, "with -consolidate: the most tasks moved to place one")
 	rankOpts := fs.String("ranking", "", "alternatives of deployed-ranked's mechanism, comma-separated: nodemeta-only (no GPU ladder), gpu-jobs-only, device-attribute, exact, thresholds=0;-10, lag=N")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -183,7 +186,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) error {
 		return fmt.Sprintf(" vs_fgd=%.3f", meanUnalloc(rs)/fgdMean)
 	}
 	for _, p := range names {
-		results, err := runSeeds(nodes, tasks, policyMaker(p, workload, tune), seeds, *parallel)
+		results, err := runSeeds(nodes, tasks, policyMaker(p, workload, tune), seeds, *parallel, consolidation{})
 		if err != nil {
 			return err
 		}
@@ -202,6 +205,20 @@ func runSimulate(args []string, stdout, stderr io.Writer) error {
 			line += " per_seed=" + formatPerSeed(results)
 		}
 		fmt.Fprintln(stdout, line)
+	}
+	if *consolidate != "" {
+		if _, err := parsePolicies(*consolidate); err != nil {
+			return err
+		}
+		if *movable <= 0 || *movable > 1 {
+			return fmt.Errorf("-movable %g: must be in (0, 1]", *movable)
+		}
+		results, err := runSeeds(nodes, tasks, policyMaker(*consolidate, workload, nil), seeds, *parallel, consolidation{*movable, *maxMoves})
+		if err != nil {
+			return err
+		}
+		shown := fmt.Sprintf("consolidate(%s,movable=%.2f)", *consolidate, *movable)
+		fmt.Fprintln(stdout, format(label, shown, *seedSpec, results)+vsFGD(results)+formatMoves(results))
 	}
 	if *bound != "" {
 		results, err := offline(*bound, nodes, tasks, workload, seeds)
@@ -346,7 +363,16 @@ func parseRanking(s string) (func(*placement.Ranking), error) {
 
 // runSeeds simulates the policy build makes for each seed, at most parallel
 // at a time.
-func runSeeds(nodes []placement.Node, tasks []placement.Task, build func(seed int64) (placement.Policy, error), seeds []int64, parallel int) ([]sim.Result, error) {
+// consolidation is a run's fraction of movable tasks and the most moves
+// for one task (sim.Config.Movable and Consolidation); zero is none.
+type consolidation struct {
+	movable  float64
+	maxMoves int
+}
+
+// runSeeds runs the simulation once per seed, parallel at once, with
+// consolidation as cons says.
+func runSeeds(nodes []placement.Node, tasks []placement.Task, build func(seed int64) (placement.Policy, error), seeds []int64, parallel int, cons consolidation) ([]sim.Result, error) {
 	results := make([]sim.Result, len(seeds))
 	errs := make([]error, len(seeds))
 	sem := make(chan struct{}, parallel)
@@ -362,7 +388,8 @@ func runSeeds(nodes []placement.Node, tasks []placement.Task, build func(seed in
 				errs[i] = err
 				return
 			}
-			results[i], errs[i] = sim.Run(sim.Config{Nodes: nodes, Tasks: tasks, Policy: p, Seed: seed})
+			results[i], errs[i] = sim.Run(sim.Config{Nodes: nodes, Tasks: tasks, Policy: p, Seed: seed,
+				Movable: cons.movable, Consolidation: placement.ConsolidationLimits{MaxMoves: cons.maxMoves}})
 		}()
 	}
 	wg.Wait()
@@ -392,4 +419,14 @@ func formatPerSeed(rs []sim.Result) string {
 		vals[i] = strconv.FormatFloat(r.UnallocAtRead, 'f', 2, 64)
 	}
 	return strings.Join(vals, ",")
+}
+
+// formatMoves is the mean moves and consolidated arrivals per run.
+func formatMoves(rs []sim.Result) string {
+	var moves, placed int
+	for _, r := range rs {
+		moves += r.Moves
+		placed += r.Consolidated
+	}
+	return fmt.Sprintf(" moves=%.1f consolidated=%.1f", float64(moves)/float64(len(rs)), float64(placed)/float64(len(rs)))
 }

@@ -171,7 +171,15 @@ func TestTableAndBound(t *testing.T) {
 	if !strings.Contains(out.String(), "\ntrace=default policy=offline(bestfit) unalloc_at_100=") {
 		t.Errorf("-bound printed:\n%s", out.String())
 	}
-	for _, bad := range [][]string{{"table", "-nodes", nodes}, {"table", "-nodes", nodes, "-pods", pods, "-policy", "worstfit"}} {
+	out.Reset()
+	if err := run([]string{"-nodes", nodes, "-pods", pods, "-seeds", "1-2", "-policy", "fgd", "-consolidate", "gpushare", "-movable", "0.5"}, &out, &errOut); err != nil {
+		t.Fatalf("-consolidate: %v", err)
+	}
+	if !regexp.MustCompile(`\ntrace=default policy=consolidate\(gpushare,movable=0.50\) unalloc_at_100=.* vs_fgd=[0-9.]+ moves=[0-9.]+ consolidated=[0-9.]+\n`).MatchString(out.String()) {
+		t.Errorf("-consolidate printed:\n%s", out.String())
+	}
+	for _, bad := range [][]string{{"table", "-nodes", nodes}, {"table", "-nodes", nodes, "-pods", pods, "-policy", "worstfit"},
+		{"-nodes", nodes, "-pods", pods, "-consolidate", "worstfit"}, {"-nodes", nodes, "-pods", pods, "-consolidate", "fgd", "-movable", "1.5"}} {
 		if err := run(bad, &out, &errOut); err == nil {
 			t.Errorf("%v: no error", bad)
 		}

@@ -105,12 +105,12 @@ func familyRow(nodes []placement.Node, base []trace.Task, fam string, vseeds, se
 			return "", err
 		}
 		w := placement.NewWorkload(tasks, placement.DefaultCoverage)
-		br, err := runSeeds(nodes, tasks, policyMaker(baseline, w, nil), seeds, parallel)
+		br, err := runSeeds(nodes, tasks, policyMaker(baseline, w, nil), seeds, parallel, consolidation{})
 		if err != nil {
 			return "", err
 		}
 		for j, policy := range policies {
-			pr, err := runSeeds(nodes, tasks, policyMaker(policy, w, nil), seeds, parallel)
+			pr, err := runSeeds(nodes, tasks, policyMaker(policy, w, nil), seeds, parallel, consolidation{})
 			if err != nil {
 				return "", err
 			}
