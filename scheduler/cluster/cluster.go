@@ -241,6 +241,11 @@ type Allocation struct {
 	// elastic instance, while it is). Restoring a guarantee and holding a
 	// project to its limit do not wait for it.
 	InMinRuntime bool
+	// Movable marks work that may be moved to another node to make room
+	// (job meta gpushare.movable = "true"; docs/design.md,
+	// Consolidation): the plan suspends it and holds its room elsewhere,
+	// and it comes back there. Only a job of one allocation moves.
+	Movable bool
 	// Instance is the allocation's index in its task group (Nomad's
 	// allocation name "job.group[Instance]"). When a group's count falls,
 	// Nomad stops the highest indexes, so an elastic group shrinks from

@@ -22,10 +22,11 @@ type Move struct {
 
 // ConsolidationLimits bound a consolidation: at most MaxMoves pieces move
 // for one task, and at most MaxNodes candidate nodes (the cheapest) are
-// tried.
+// tried. Allowed, when set, says which nodes the task may use.
 type ConsolidationLimits struct {
 	MaxMoves int
 	MaxNodes int
+	Allowed  func(node int) bool
 }
 
 // DefaultConsolidationLimits are the bounds the simulator and the planner
@@ -68,6 +69,9 @@ func cheapestNodes(c *Cluster, t Task, movable []Placed, lim ConsolidationLimits
 	}
 	var cands []candidate
 	for n, pieces := range onNode {
+		if lim.Allowed != nil && !lim.Allowed(n) {
+			continue
+		}
 		if chosen, ok := piecesToFree(&c.Nodes[n], t, movable, pieces, lim.MaxMoves); ok {
 			cand := candidate{node: n, pieces: chosen}
 			for _, i := range chosen {

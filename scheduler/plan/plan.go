@@ -90,6 +90,10 @@ type Options struct {
 	// scores them all, as without a bound. Policies that sample nodes
 	// themselves ("random" and the "deployed" models) are not bounded.
 	PlacementCandidates int
+	// MaxMoves bounds the movable jobs one plan moves to make room
+	// (docs/design.md, Consolidation): 0 means DefaultMaxMoves, a
+	// negative value moves none.
+	MaxMoves int
 }
 
 // Kind is what an action does.

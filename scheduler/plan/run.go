@@ -326,6 +326,9 @@ func (s *state) placeInstance(a *attempt) (placed, overLimit bool, err error) {
 		if ch, ok := s.cluster.placeIdle(a.task, a.nodes); ok {
 			return true, false, s.place(a, ch, a.resume+s.idleReason(a.p, a.inst))
 		}
+		if ok, err := s.consolidate(a); err != nil || ok {
+			return ok, false, err
+		}
 		if a.withinGuarantee || a.withinDeserved {
 			if ok, err := s.reclaim(a); err != nil || ok {
 				return ok, false, err

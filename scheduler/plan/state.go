@@ -39,6 +39,10 @@ type state struct {
 	plan planProgress
 	// attempt is the workload being tried.
 	attempt attempt
+	// movable lists the jobs that may be moved, and maxMoves bounds the
+	// moves (Options.MaxMoves; see consolidate).
+	movable  []int32
+	maxMoves int
 	// broken is a broken invariant found where no error can be
 	// returned (see hold); run returns it.
 	broken error
@@ -249,6 +253,11 @@ type planProgress struct {
 	// rooms are the successful reservations' rooms, in the order they
 	// were reserved (see yieldRooms).
 	rooms []heldRoom
+	// moves counts the movable jobs moved (see consolidate);
+	// consolidateFailed records, per task shape, the change count when
+	// consolidation last failed for it.
+	moves             int
+	consolidateFailed map[shapeKey]int
 	// grow lists the elastic groups that grow back (see grow).
 	grow []Growth
 }
@@ -262,13 +271,14 @@ type plannedJob struct {
 
 func newPlanProgress(pending int) planProgress {
 	return planProgress{
-		cancelled:    map[int32]bool{},
-		planned:      map[int32]*plannedJob{},
-		reservations: map[int32]int{},
-		placed:       make([]bool, pending),
-		queued:       make([]bool, pending),
-		heldOver:     make([]bool, pending),
-		failedAt:     make([]int, pending),
+		cancelled:         map[int32]bool{},
+		planned:           map[int32]*plannedJob{},
+		reservations:      map[int32]int{},
+		consolidateFailed: map[shapeKey]int{},
+		placed:            make([]bool, pending),
+		queued:            make([]bool, pending),
+		heldOver:          make([]bool, pending),
+		failedAt:          make([]int, pending),
 	}
 }
 
@@ -332,10 +342,12 @@ func newState(snap *cluster.Snapshot, opts Options) (*state, error) {
 		jobByKey: make(map[string]int32, len(snap.Allocations)/2+1),
 		units:    newUnits(snap),
 		plan:     newPlanProgress(len(snap.Pending)),
+		maxMoves: opts.MaxMoves,
 	}
 	s.findUnplaceable()
 	s.projects, s.groups = newProjects(snap, x, s.plan.never)
 	s.addRunningJobs()
+	s.listMovable()
 	s.listVictims()
 	s.listShrinks()
 	s.findPartialGangs()

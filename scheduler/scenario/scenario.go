@@ -47,7 +47,8 @@
 // MinCount); "shrunk" marks pending instances a shrink took from a running
 // elastic group, which come back only by growth (plan.Result.Grow).
 // "young" marks an allocation within its minimum runtime
-// (cluster.Allocation.InMinRuntime). A project's "department" names a
+// (cluster.Allocation.InMinRuntime); "movable" one that may be moved to
+// make room (cluster.Allocation.Movable). A project's "department" names a
 // department declared above it (cluster.Project.Department).
 //
 // Any expect line may end with the flag "firstfit": the expectation depends
@@ -573,7 +574,7 @@ func (p *parser) ask(l line) (cluster.Ask, error) {
 }
 
 func (p *parser) run(num int, words []string) error {
-	l, err := p.splitNamed(num, words, append([]string{"node", "gpu", "start", "id"}, workloadKeys...), []string{"nonpreemptible", "system", "gang", "young"})
+	l, err := p.splitNamed(num, words, append([]string{"node", "gpu", "start", "id"}, workloadKeys...), []string{"nonpreemptible", "system", "gang", "young", "movable"})
 	if err != nil {
 		return err
 	}
@@ -614,7 +615,7 @@ func (p *parser) run(num int, words []string) error {
 	p.sc.Initial.Allocations = append(p.sc.Initial.Allocations, cluster.Allocation{
 		ID: id, Project: w.project, Job: w.job, Group: w.group, Priority: w.priority, Preemptible: w.preemptible,
 		System: l.flags["system"], Ask: w.ask, Node: node, GPUs: gpus, Start: start, Gang: w.gang, MinCount: w.minCount,
-		InMinRuntime: l.flags["young"],
+		InMinRuntime: l.flags["young"], Movable: l.flags["movable"],
 	})
 	p.refs = append(p.refs, ref{line: num, project: w.project, node: node, gpus: gpus, ask: w.ask, unbound: !bound})
 	return nil
