@@ -1,11 +1,8 @@
 package quota
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 
 	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
@@ -73,14 +70,10 @@ func ParseDepartment(name string, data []byte) (Department, error) {
 		return Department{}, fe("", "the department name (the key below the departments folder) is empty, too long, nested or has characters other than letters, digits, '.', '-' and '_'",
 			`store the document directly under the departments folder with a name like "research"`)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
 	var doc departmentDocument
-	if err := dec.Decode(&doc); err != nil {
+	if trailing, err := decodeOne(data, &doc); err != nil {
 		return Department{}, decodeErrorOf(&FieldError{Project: name, Department: true}, departmentFields, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+	} else if trailing {
 		return Department{}, fe("", "data after the JSON object", "store exactly one JSON object")
 	}
 	for _, f := range []struct {

@@ -149,14 +149,10 @@ func Parse(project string, data []byte) (Settings, error) {
 	fe := func(field, problem, fix string) error {
 		return &FieldError{Project: project, Field: field, Problem: problem, Fix: fix}
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
 	var doc document
-	if err := dec.Decode(&doc); err != nil {
+	if trailing, err := decodeOne(data, &doc); err != nil {
 		return Settings{}, decodeError(project, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+	} else if trailing {
 		return Settings{}, fe("", "data after the JSON object", "store exactly one JSON object")
 	}
 	s := Settings{Project: project, Namespace: project, OverQuotaWeight: 1}
@@ -200,6 +196,20 @@ func Parse(project string, data []byte) (Settings, error) {
 		}
 	}
 	return s, nil
+}
+
+// decodeOne decodes data, one JSON object, into doc: unknown fields are
+// an error and numbers stay json.Number. trailing reports data after the
+// object.
+func decodeOne(data []byte, doc any) (trailing bool, err error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	if err := dec.Decode(doc); err != nil {
+		return false, err
+	}
+	_, err = dec.Token()
+	return !errors.Is(err, io.EOF), nil
 }
 
 // commonFields are the fields projects and departments share, raw.
