@@ -166,6 +166,16 @@ func (i *instance) pause(stop bool) error {
 	return i.cmd.Process.Signal(sig)
 }
 
+// pid is the process's ID, 0 when it does not run.
+func (i *instance) pid() int {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.cmd == nil {
+		return 0
+	}
+	return i.cmd.Process.Pid
+}
+
 func (i *instance) running() bool {
 	i.mu.Lock()
 	defer i.mu.Unlock()

@@ -44,6 +44,9 @@ type checker struct {
 	overbooked map[string]bool
 	// lost remembers the jobs already reported lost, until they are fine.
 	lost map[string]bool
+	// memory follows the RSS of the service's and the plugins'
+	// processes (memory.go).
+	memory *rssTracker
 }
 
 func (c *checker) disturb() {

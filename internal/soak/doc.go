@@ -47,14 +47,28 @@
 //     of the start of the episode, the end of the last fault and the last
 //     quota edit (starved, placeable). The instances run with a 20 s gang
 //     partial hold so that a partial gang does not hold GPUs beyond it.
+//   - Memory bounded: after every poll the checker samples VmRSS
+//     (/proc/<pid>/status) of each quota-service instance and each
+//     node's device plugin process. A process's baseline is its RSS at
+//     its first sample at least 30 s after the soak first saw it (a
+//     restarted process, a new PID, gets a new baseline); from then on
+//     it must stay within max(2 x baseline, baseline + 64 MiB). Twice
+//     the baseline allows one doubling of a Go heap (GOGC's target is
+//     twice the live heap); 64 MiB allows a small process's caches to
+//     fill as the cluster's jobs, records and history grow. A leak that
+//     grows with time or churn crosses it in a long soak; a short one
+//     proves only that nothing grows that fast. Each process over its
+//     bound is reported once.
 //
 // After the chaos phase a settle phase brings every instance up and stops
 // all owner actions and faults; it ends once no project has been owed
 // work for 10 s, or after RestoreBound plus 15 s. A violation prints the
 // event history 30 s either side of it; Run returns the summary
 // (Result.Summary: `soak seconds= jobs= faults= suspensions= resumes=
-// violations= max_restore_s= known_findings=`), max_restore_s being the longest episode
-// from its last disturbance to its end.
+// violations= max_restore_s= known_findings= max_rss_service_mib=
+// max_rss_plugin_mib=`), max_restore_s being the longest episode
+// from its last disturbance to its end, max_rss_*_mib the highest VmRSS
+// seen of any quota-service instance and of any device plugin.
 //
 // Known findings (bugs in the quota service the soak found, to be fixed
 // there; driver.go) have names. A violation that is a case of one is

@@ -69,14 +69,17 @@ type Result struct {
 	Known      []string
 	MaxRestore time.Duration
 	Polls      int
+	// MaxRSSService and MaxRSSPlugin are the highest resident set sizes
+	// seen of a quota-service instance and of a device plugin, in MiB.
+	MaxRSSService, MaxRSSPlugin float64
 	// Report is the event history around each violation.
 	Report string
 }
 
 // Summary is the one-line summary.
 func (r Result) Summary() string {
-	return fmt.Sprintf("soak seconds=%.0f jobs=%d faults=%d suspensions=%d resumes=%d violations=%d max_restore_s=%.1f known_findings=%d",
-		r.Seconds, r.Jobs, r.Faults, r.Suspensions, r.Resumes, len(r.Violations), r.MaxRestore.Seconds(), len(r.Known))
+	return fmt.Sprintf("soak seconds=%.0f jobs=%d faults=%d suspensions=%d resumes=%d violations=%d max_restore_s=%.1f known_findings=%d max_rss_service_mib=%.1f max_rss_plugin_mib=%.1f",
+		r.Seconds, r.Jobs, r.Faults, r.Suspensions, r.Resumes, len(r.Violations), r.MaxRestore.Seconds(), len(r.Known), r.MaxRSSService, r.MaxRSSPlugin)
 }
 
 // faultKinds are the faults the injector draws from, with weights.
@@ -176,7 +179,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	drv.editQuotas(false)
 	chk := &checker{nomad: nomad, store: store, hist: hist, table: table, driver: drv, nodes: nodes, bound: cfg.RestoreBound,
 		starvedSince: map[string]time.Time{}, reported: map[string]bool{}, seenHistory: map[string]bool{},
-		overbooked: map[string]bool{}, lost: map[string]bool{}, lastEvent: map[string]state.Entry{}}
+		overbooked: map[string]bool{}, lost: map[string]bool{}, lastEvent: map[string]state.Entry{}, memory: newRSSTracker()}
 
 	// The instances: the chk hears of their crashes.
 	bin := filepath.Join(dir, "gpushare-quota")
@@ -203,6 +206,16 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 
+	pluginBin := filepath.Join(dir, "plugins", "nomad-device-gpushare")
+	procs := func() map[string][]int {
+		out := map[string][]int{"plugin": processesOf(pluginBin)}
+		for _, i := range insts {
+			if pid := i.pid(); pid != 0 {
+				out["service"] = append(out["service"], pid)
+			}
+		}
+		return out
+	}
 	start := time.Now()
 	chaosEnd := start.Add(cfg.Duration)
 	chkCtx, stopChecker := context.WithCancel(ctx)
@@ -213,6 +226,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			pctx, cancel := context.WithTimeout(chkCtx, 10*time.Second)
 			chk.poll(pctx)
 			cancel()
+			chk.sampleMemory(procs())
 			select {
 			case <-chkCtx.Done():
 			case <-time.After(time.Second):
@@ -220,7 +234,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}()
 
-	inj := &injector{rng: rand.New(rand.NewSource(cfg.Seed + 1)), c: c, plugin: filepath.Join(dir, "plugins", "nomad-device-gpushare"), insts: insts, nomad: nomad, hist: hist, chk: chk, only: cfg.Faults}
+	inj := &injector{rng: rand.New(rand.NewSource(cfg.Seed + 1)), c: c, plugin: pluginBin, insts: insts, nomad: nomad, hist: hist, chk: chk, only: cfg.Faults}
 	faultsDone := make(chan struct{})
 	go func() {
 		defer close(faultsDone)
@@ -261,7 +275,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	chk.mu.Lock()
 	defer chk.mu.Unlock()
 	res := Result{Seconds: time.Since(start).Seconds(), Jobs: drv.submitted, Faults: inj.faults, Suspensions: chk.suspensions,
-		Resumes: chk.resumes, Violations: append([]string(nil), chk.violations...), Known: append([]string(nil), chk.known...), MaxRestore: chk.maxRestore, Polls: chk.polls}
+		Resumes: chk.resumes, Violations: append([]string(nil), chk.violations...), Known: append([]string(nil), chk.known...), MaxRestore: chk.maxRestore, Polls: chk.polls,
+		MaxRSSService: chk.memory.peakMiB("service"), MaxRSSPlugin: chk.memory.peakMiB("plugin")}
 	if len(res.Violations) > 0 {
 		res.Report = hist.Around(time.Now(), time.Since(start)+time.Minute)
 	}
