@@ -20,9 +20,16 @@
 // SIGSTOP to the leader for 2 to 18 s (past the 10 s session TTL it loses
 // the lock without knowing it) then SIGCONT, Nomad's garbage collection (with a 30 s job GC threshold), a
 // restart of the Nomad agent (server and its client), a stop and start of
-// Consul, and a SIGKILL to one node's device plugin (Nomad starts it
-// again). Every action and fault, and every entry of the service's own
-// history, goes to the event history (History).
+// Consul, a SIGKILL to one node's device plugin (Nomad starts it
+// again), and client faults (clientfaults.go): a restart of a
+// client-only Nomad agent (its tasks keep running), a SIGSTOP of one for
+// 3 to 35 s then SIGCONT (past its heartbeat TTL and the server's grace,
+// about 20 to 30 s, its node goes down, Nomad marks its allocations lost
+// and places them again; its tasks and plugin run on, and the client
+// stops them when it comes back), and a drain of a node through Nomad's
+// API with a deadline of 5 to 20 s, waited out, after which the node is
+// marked eligible again. Every action and fault, and every entry of the
+// service's own history, goes to the event history (History).
 //
 // The checker (checker.go) asserts at every poll, and a quota-service
 // instance that exits on its own (a panic) is a violation, with its log's
@@ -38,7 +45,15 @@
 //   - No GPU overbooked: among the allocations Nomad books (desired run,
 //     pending or running), no instance ID of a node is given twice, no
 //     GPU is held whole by one and whole or in shares by another, and no
-//     GPU has more than 100 share units (overbooking).
+//     GPU has more than 100 share units (overbooking). Under the client
+//     faults the rules stay as they are: the allocations of a node that
+//     went down are "lost" in Nomad's books (not booked) and their
+//     replacements are placed on other nodes' GPUs; a drained allocation
+//     is desired "stop" once its replacement is placed. A job the
+//     service suspended stays registered and stopped with its record
+//     whatever happens to its old allocations' node, and a job Nomad
+//     moves stays registered and not stopped, so "nothing lost" needs no
+//     exception either.
 //   - Restore bound: a project under its guarantee by at least the size
 //     of a waiting single job of one GPU or less (pending, or suspended
 //     with a record) that is placeable (it fits once every allocation of

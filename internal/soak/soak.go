@@ -94,6 +94,9 @@ var faultKinds = []struct {
 	{"restart-nomad", 1},
 	{"restart-consul", 1},
 	{"kill-plugin", 2},
+	{"restart-client", 1},
+	{"pause-client", 1},
+	{"drain-node", 1},
 }
 
 // FaultKinds names the faults the soak injects.
@@ -404,6 +407,12 @@ func (f *injector) inject() {
 		f.faults++
 		err := syscall.Kill(pid, syscall.SIGKILL)
 		f.hist.Add("fault kill-plugin: SIGKILL to device plugin pid %d (of %d): %v (Nomad starts it again)", pid, len(pids), errString(err))
+	case "restart-client":
+		f.restartClient()
+	case "pause-client":
+		f.pauseClient()
+	case "drain-node":
+		f.drainNode()
 	case "restart-consul":
 		f.faults++
 		f.hist.Add("fault restart-consul: stopping Consul for %s", down)
