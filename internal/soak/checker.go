@@ -47,6 +47,9 @@ type checker struct {
 	// memory follows the RSS of the service's and the plugins'
 	// processes (memory.go).
 	memory *rssTracker
+	// fencing holds the lock's reads and the instances' Nomad writes
+	// (fencingcheck.go).
+	fencing fencing
 }
 
 func (c *checker) disturb() {

@@ -62,6 +62,36 @@
 //     of the start of the episode, the end of the last fault and the last
 //     quota edit (starved, placeable). The instances run with a 20 s gang
 //     partial hold so that a partial gang does not hold GPUs beyond it.
+//   - No action on stale state (fencing*.go): each instance reaches
+//     Nomad through a reverse proxy of the soak's, which notes every job
+//     write Nomad accepts (register, stop, scale, version tags...: any
+//     non-read request to /v1/job/... or /v1/jobs) with the instance's
+//     name, when it was sent and when it was answered: Nomad applied it in
+//     between. A watcher reads the leader lock's key with consistent
+//     blocking queries. Two reads that show the same session, value,
+//     create, modify and lock index prove that this session, that is the
+//     instance the value names, held the lock all the time between the
+//     end of the first and the start of the second (a release, a lost
+//     session, a re-acquire or a re-create changes one of them): a
+//     tenure. A write that lies wholly within another instance's tenure
+//     is a stale action (a violation): an instance acted after another
+//     had taken the lock, whatever plan it acted on. A write within its
+//     own instance's tenure is proven made by the leader, so its plan
+//     was the current leader's (each instance plans and acts within one
+//     leadership, leader.Run); a write no tenure covers (a change of
+//     leader or a Consul outage around it) is not judged, and logged.
+//     The summary counts service_writes= (accepted job writes) and
+//     writes_in_tenure= (proven made by the holder); the rest are
+//     unjudged or violations. What this cannot see: a stale write
+//     within a gap of the watcher's reads. What the service does to
+//     prevent one: a consistent read of the lock (leader.Held) right
+//     before each Nomad write, and job-modify-index guards (a resume's
+//     register is Nomad's compare-and-set; a stop checks the index just
+//     before). The check between that read and the write is not atomic:
+//     an instance paused in between (a SIGSTOP, a GC pause) writes after
+//     its lock is gone, and Nomad offers no fencing token to refuse it;
+//     pause-leader draws the pause's moment at random, so the soak hits
+//     that window rarely, and reports it when it does.
 //   - Memory bounded: after every poll the checker samples VmRSS
 //     (/proc/<pid>/status) of each quota-service instance and each
 //     node's device plugin process. A process's baseline is its RSS at
@@ -81,7 +111,7 @@
 // event history 30 s either side of it; Run returns the summary
 // (Result.Summary: `soak seconds= jobs= faults= suspensions= resumes=
 // violations= max_restore_s= known_findings= max_rss_service_mib=
-// max_rss_plugin_mib=`), max_restore_s being the longest episode
+// max_rss_plugin_mib= service_writes= writes_in_tenure=`), max_restore_s being the longest episode
 // from its last disturbance to its end, max_rss_*_mib the highest VmRSS
 // seen of any quota-service instance and of any device plugin.
 //

@@ -72,14 +72,19 @@ type Result struct {
 	// MaxRSSService and MaxRSSPlugin are the highest resident set sizes
 	// seen of a quota-service instance and of a device plugin, in MiB.
 	MaxRSSService, MaxRSSPlugin float64
+	// ServiceWrites are the job writes the instances made that Nomad
+	// accepted; WritesInTenure those proven made while their instance
+	// held the leader lock (the rest: unjudged, or stale violations).
+	ServiceWrites, WritesInTenure int
 	// Report is the event history around each violation.
 	Report string
 }
 
 // Summary is the one-line summary.
 func (r Result) Summary() string {
-	return fmt.Sprintf("soak seconds=%.0f jobs=%d faults=%d suspensions=%d resumes=%d violations=%d max_restore_s=%.1f known_findings=%d max_rss_service_mib=%.1f max_rss_plugin_mib=%.1f",
-		r.Seconds, r.Jobs, r.Faults, r.Suspensions, r.Resumes, len(r.Violations), r.MaxRestore.Seconds(), len(r.Known), r.MaxRSSService, r.MaxRSSPlugin)
+	return fmt.Sprintf("soak seconds=%.0f jobs=%d faults=%d suspensions=%d resumes=%d violations=%d max_restore_s=%.1f known_findings=%d max_rss_service_mib=%.1f max_rss_plugin_mib=%.1f service_writes=%d writes_in_tenure=%d",
+		r.Seconds, r.Jobs, r.Faults, r.Suspensions, r.Resumes, len(r.Violations), r.MaxRestore.Seconds(), len(r.Known), r.MaxRSSService, r.MaxRSSPlugin,
+		r.ServiceWrites, r.WritesInTenure)
 }
 
 // faultKinds are the faults the injector draws from, with weights.
@@ -192,7 +197,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		insts = append(insts, &instance{name: name, bin: bin, port: port, args: serviceArgs(c, layout.Root),
+		// Each instance reaches Nomad through a proxy that tells the
+		// checker its job writes.
+		proxy, err := startNomadProxy(name, c.NomadAddr, chk.noteWrite)
+		if err != nil {
+			return Result{}, err
+		}
+		defer proxy.close()
+		insts = append(insts, &instance{name: name, bin: bin, port: port, args: serviceArgs(c, proxy.addr, layout.Root),
 			logPath: filepath.Join(dir, name+".log"), onCrash: func(name, why string) {
 				msg := fmt.Sprintf("quota-service instance %s crashed: %s", name, why)
 				chk.report(knownFinding(msg), msg)
@@ -223,6 +235,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	chaosEnd := start.Add(cfg.Duration)
 	chkCtx, stopChecker := context.WithCancel(ctx)
 	checkerDone := make(chan struct{})
+	lockDone := make(chan struct{})
+	go func() {
+		defer close(lockDone)
+		watchLock(chkCtx, consul, layout.Leader(), chk.noteLock)
+	}()
 	go func() {
 		defer close(checkerDone)
 		for chkCtx.Err() == nil {
@@ -230,6 +247,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			chk.poll(pctx)
 			cancel()
 			chk.sampleMemory(procs())
+			chk.judgeWrites()
 			select {
 			case <-chkCtx.Done():
 			case <-time.After(time.Second):
@@ -274,12 +292,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	chk.settle(ctx, cfg.RestoreBound+15*time.Second)
 	stopChecker()
 	<-checkerDone
+	<-lockDone
+	chk.judgeWrites()
 
 	chk.mu.Lock()
 	defer chk.mu.Unlock()
 	res := Result{Seconds: time.Since(start).Seconds(), Jobs: drv.submitted, Faults: inj.faults, Suspensions: chk.suspensions,
 		Resumes: chk.resumes, Violations: append([]string(nil), chk.violations...), Known: append([]string(nil), chk.known...), MaxRestore: chk.maxRestore, Polls: chk.polls,
-		MaxRSSService: chk.memory.peakMiB("service"), MaxRSSPlugin: chk.memory.peakMiB("plugin")}
+		MaxRSSService: chk.memory.peakMiB("service"), MaxRSSPlugin: chk.memory.peakMiB("plugin"),
+		ServiceWrites: chk.fencing.writes, WritesInTenure: chk.fencing.inTenure}
 	if len(res.Violations) > 0 {
 		res.Report = hist.Around(time.Now(), time.Since(start)+time.Minute)
 	}

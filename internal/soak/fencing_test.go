@@ -1,0 +1,92 @@
+package soak
+
+import (
+	"net/http"
+	"testing"
+	"time"
+)
+
+func TestJobWriteNamesJobChanges(t *testing.T) {
+	cases := []struct {
+		method, path, want string
+	}{
+		{http.MethodPut, "/v1/jobs", "register"},
+		{http.MethodPost, "/v1/job/train", "register"},
+		{http.MethodDelete, "/v1/job/train", "stop"},
+		{http.MethodPost, "/v1/job/train/scale", "scale"},
+		{http.MethodPut, "/v1/job/train/versions/for-b/tag", "write versions/for-b/tag"},
+		{http.MethodGet, "/v1/job/train", ""},
+		{http.MethodGet, "/v1/jobs", ""},
+		{http.MethodPost, "/v1/jobs/parse", ""},
+		{http.MethodPost, "/v1/jobs/statuses", ""},
+		{http.MethodPut, "/v1/job/train/plan", ""},
+		{http.MethodPut, "/v1/var/gpushare/key", ""},
+		{http.MethodPut, "/v1/jobsx", ""},
+	}
+	for _, tc := range cases {
+		if got := jobWrite(tc.method, tc.path); got != tc.want {
+			t.Errorf("jobWrite(%s %s) = %q, want %q", tc.method, tc.path, got, tc.want)
+		}
+	}
+}
+
+func TestJudgeWritesAgainstLockTenures(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	// read returns a read of the lock from ms to ms+10.
+	read := func(ms int, holder, session string, modify uint64) lockObs {
+		return lockObs{start: at(ms), end: at(ms + 10), holder: holder, session: session, createIndex: modify, modifyIndex: modify, lockIndex: 1}
+	}
+	// a holds the lock (read at 0, 1000, 2000), loses it (absent at
+	// 3000), b holds it (reads at 4000, 5000, 6000).
+	obs := []lockObs{read(0, "a", "s1", 5), read(1000, "a", "s1", 5), read(2000, "a", "s1", 5),
+		read(3000, "", "", 0), read(4000, "b", "s2", 9), read(5000, "b", "s2", 9), read(6000, "b", "s2", 9)}
+	ts := tenures(obs)
+	if len(ts) != 2 || ts[0].holder != "a" || !ts[0].from.Equal(at(10)) || !ts[0].to.Equal(at(2000)) || ts[1].holder != "b" {
+		t.Fatalf("tenures = %+v", ts)
+	}
+	cases := []struct {
+		name       string
+		by         string
+		start, end int
+		want       verdict
+	}{
+		{"leader acting in its tenure", "a", 500, 900, inTenure},
+		{"new leader acting in its tenure", "b", 4500, 5500, inTenure},
+		{"old leader acting in the new one's tenure", "a", 4500, 4600, stale},
+		{"answered after the last read", "b", 5500, 6500, unjudged},
+		{"across the change of leader", "a", 1500, 3500, unjudged},
+		{"sent before the tenure's first read ended", "b", 4005, 4500, unjudged},
+	}
+	for _, tc := range cases {
+		got, _ := judge(write{by: tc.by, what: "stop x", start: at(tc.start), end: at(tc.end)}, ts)
+		if got != tc.want {
+			t.Errorf("%s: verdict %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestTenuresNeedAnUnchangedKey(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	o := func(s int, session string, create, modify, lock uint64) lockObs {
+		return lockObs{start: t0.Add(time.Duration(s) * time.Second), end: t0.Add(time.Duration(s)*time.Second + time.Millisecond),
+			holder: "a", session: session, createIndex: create, modifyIndex: modify, lockIndex: lock}
+	}
+	cases := []struct {
+		name string
+		obs  []lockObs
+		want int
+	}{
+		{"one read proves no span", []lockObs{o(0, "s1", 1, 1, 1)}, 0},
+		{"same key state", []lockObs{o(0, "s1", 1, 1, 1), o(1, "s1", 1, 1, 1)}, 1},
+		{"re-created key", []lockObs{o(0, "s1", 1, 1, 1), o(1, "s1", 2, 2, 1)}, 0},
+		{"released and re-acquired", []lockObs{o(0, "s1", 1, 1, 1), o(1, "s1", 1, 3, 2)}, 0},
+		{"another session", []lockObs{o(0, "s1", 1, 1, 1), o(1, "s2", 1, 1, 1)}, 0},
+		{"not held", []lockObs{o(0, "", 1, 1, 1), o(1, "", 1, 1, 1)}, 0},
+	}
+	for _, tc := range cases {
+		if got := len(tenures(tc.obs)); got != tc.want {
+			t.Errorf("%s: %d tenures, want %d", tc.name, got, tc.want)
+		}
+	}
+}
