@@ -23,7 +23,7 @@ func (f *injector) restartClient() {
 	f.hist.Add("fault restart-client: %s back: %v", name, errString(err))
 }
 
-// pauseClient stops a client-only Nomad agent (SIGSTOP) for 3 to 35 s:
+// pauseClient stops a client-only Nomad agent (SIGSTOP) for 3 to 40 s:
 // past its heartbeat TTL and the server's grace (10 s each by default)
 // its node goes down and Nomad marks its allocations lost and places them
 // again; its tasks and plugin run on meanwhile. Then SIGCONT.
@@ -34,12 +34,28 @@ func (f *injector) pauseClient() {
 	}
 	f.faults++
 	name := f.c.ClientNodeName(i)
-	down := time.Duration(3000+f.rng.Intn(32000)) * time.Millisecond
+	down := time.Duration(3000+f.rng.Intn(37000)) * time.Millisecond
 	f.hist.Add("fault pause-client: SIGSTOP to the Nomad client %s for %s", name, down)
 	err := f.c.PauseClient(i, true)
 	time.Sleep(down) // the fault's length, not synchronization
+	status := f.nodeStatus(name)
 	err = errors.Join(err, f.c.PauseClient(i, false))
-	f.hist.Add("fault pause-client: SIGCONT to %s: %s", name, errString(err))
+	f.hist.Add("fault pause-client: SIGCONT to %s (its node was %s): %s", name, status, errString(err))
+}
+
+// nodeStatus is the status Nomad's server gives the node named name
+// ("ready", "down"...), or why it cannot say.
+func (f *injector) nodeStatus(name string) string {
+	nodes, _, err := f.nomad.Nodes().List(nil)
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	for _, n := range nodes {
+		if n.Name == name {
+			return n.Status
+		}
+	}
+	return "not listed"
 }
 
 func (f *injector) clientAgent(fault string) (int, bool) {

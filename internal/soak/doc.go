@@ -23,7 +23,7 @@
 // Consul, a SIGKILL to one node's device plugin (Nomad starts it
 // again), and client faults (clientfaults.go): a restart of a
 // client-only Nomad agent (its tasks keep running), a SIGSTOP of one for
-// 3 to 35 s then SIGCONT (past its heartbeat TTL and the server's grace,
+// 3 to 40 s then SIGCONT (the history says whether its node was down) (past its heartbeat TTL and the server's grace,
 // about 20 to 30 s, its node goes down, Nomad marks its allocations lost
 // and places them again; its tasks and plugin run on, and the client
 // stops them when it comes back), and a drain of a node through Nomad's
