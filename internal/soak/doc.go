@@ -23,10 +23,11 @@
 // Consul, a SIGKILL to one node's device plugin (Nomad starts it
 // again), and client faults (clientfaults.go): a restart of a
 // client-only Nomad agent (its tasks keep running), a SIGSTOP of one for
-// 3 to 40 s then SIGCONT (the history says whether its node was down) (past its heartbeat TTL and the server's grace,
+// 3 to 40 s then SIGCONT (past its heartbeat TTL and the server's grace,
 // about 20 to 30 s, its node goes down, Nomad marks its allocations lost
 // and places them again; its tasks and plugin run on, and the client
-// stops them when it comes back), and a drain of a node through Nomad's
+// stops them when it comes back; the history says whether its node was
+// down before the SIGCONT), and a drain of a node through Nomad's
 // API with a deadline of 5 to 20 s, waited out, after which the node is
 // marked eligible again. Every action and fault, and every entry of the
 // service's own history, goes to the event history (History).
