@@ -111,6 +111,8 @@ func jobWrite(method, path string) string {
 		return ""
 	case parts[1] == "scale":
 		return "scale"
+	case parts[1] == "versions" && parts[len(parts)-1] == "tag":
+		return "tag"
 	}
 	return "write " + strings.Join(parts[1:], "/")
 }

@@ -1,7 +1,10 @@
 package soak
 
 import (
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -14,7 +17,8 @@ func TestJobWriteNamesJobChanges(t *testing.T) {
 		{http.MethodPost, "/v1/job/train", "register"},
 		{http.MethodDelete, "/v1/job/train", "stop"},
 		{http.MethodPost, "/v1/job/train/scale", "scale"},
-		{http.MethodPut, "/v1/job/train/versions/for-b/tag", "write versions/for-b/tag"},
+		{http.MethodPut, "/v1/job/train/versions/for-b/tag", "tag"},
+		{http.MethodPut, "/v1/job/train/evaluate", "write evaluate"},
 		{http.MethodGet, "/v1/job/train", ""},
 		{http.MethodGet, "/v1/jobs", ""},
 		{http.MethodPost, "/v1/jobs/parse", ""},
@@ -87,6 +91,26 @@ func TestTenuresNeedAnUnchangedKey(t *testing.T) {
 	for _, tc := range cases {
 		if got := len(tenures(tc.obs)); got != tc.want {
 			t.Errorf("%s: %d tenures, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestJobOfRequest(t *testing.T) {
+	cases := []struct {
+		method, target, body, want string
+	}{
+		{http.MethodDelete, "/v1/job/j003?namespace=team-b&purge=false", "", "team-b/j003"},
+		{http.MethodPut, "/v1/job/j003/versions/x/tag?namespace=team-b", "", "team-b/j003"},
+		{http.MethodPut, "/v1/jobs?namespace=team-b", `{"Job":{"ID":"j010","Namespace":"team-c"}}`, "team-c/j010"},
+		{http.MethodPut, "/v1/jobs", `not json`, "default/?"},
+	}
+	for _, tc := range cases {
+		r := httptest.NewRequest(tc.method, tc.target, strings.NewReader(tc.body))
+		if got := jobOfRequest(r); got != tc.want {
+			t.Errorf("jobOfRequest(%s %s) = %q, want %q", tc.method, tc.target, got, tc.want)
+		}
+		if b, _ := io.ReadAll(r.Body); string(b) != tc.body {
+			t.Errorf("%s %s: the body left for the proxy is %q, want %q", tc.method, tc.target, b, tc.body)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
@@ -64,8 +65,12 @@ func jobOfRequest(r *http.Request) string {
 	if ns == "" {
 		ns = "default"
 	}
-	if r.URL.Path != "/v1/jobs" || r.Body == nil {
-		return ns + "/" + r.URL.Path
+	if id, ok := strings.CutPrefix(r.URL.Path, "/v1/job/"); ok {
+		id, _, _ = strings.Cut(id, "/")
+		return ns + "/" + id
+	}
+	if r.Body == nil {
+		return ns + "/?"
 	}
 	body, err := io.ReadAll(r.Body)
 	r.Body = io.NopCloser(bytes.NewReader(body))
