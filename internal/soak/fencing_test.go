@@ -114,3 +114,27 @@ func TestJobOfRequest(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckerReportsStaleWriteWithHistory(t *testing.T) {
+	var out strings.Builder
+	c := &checker{hist: newHistory(100, &out)}
+	t0 := time.Now().Add(-time.Minute)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	for _, ms := range []int{0, 1000, 2000} {
+		c.noteLock(lockObs{start: at(ms), end: at(ms + 10), holder: "soak-b", session: "s2", createIndex: 7, modifyIndex: 7, lockIndex: 1})
+	}
+	c.noteWrite(write{by: "soak-a", what: "stop team-a/j1", start: at(500), end: at(600)})
+	c.noteWrite(write{by: "soak-b", what: "register team-a/j2", start: at(700), end: at(800)})
+	c.noteWrite(write{by: "soak-b", what: "register team-a/j3", start: at(2500), end: at(2600)}) // no read after it yet
+	c.judgeWrites()
+	if len(c.violations) != 1 || !strings.Contains(c.violations[0], "stale action: stop team-a/j1 by soak-a") ||
+		!strings.Contains(c.violations[0], "while soak-b held the leader lock") {
+		t.Fatalf("violations = %q", c.violations)
+	}
+	if !strings.Contains(out.String(), "history around the violation") || !strings.Contains(out.String(), "service write: stop team-a/j1") {
+		t.Errorf("no history around the violation:\n%s", out.String())
+	}
+	if f := c.fencing; f.writes != 3 || f.inTenure != 1 || f.unjudged != 0 || len(f.pending) != 1 {
+		t.Errorf("fencing counts = %+v, want 3 writes, 1 in tenure, 1 pending", f)
+	}
+}
