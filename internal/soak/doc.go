@@ -77,9 +77,10 @@
 //     tenure. A write that lies wholly within another instance's tenure
 //     is a stale action (a violation): an instance acted after another
 //     had taken the lock, whatever plan it acted on. A write within its
-//     own instance's tenure is proven made by the leader, so its plan
-//     was the current leader's (each instance plans and acts within one
-//     leadership, leader.Run); a write no tenure covers (a change of
+//     own instance's tenure is proven made by the leader, on a plan of
+//     the current leadership (leader.Run starts a leadership's planning
+//     only after the previous one's has returned, and the next instance
+//     takes the lock only after it is released or lost); a write no tenure covers (a change of
 //     leader or a Consul outage around it) is not judged, and logged.
 //     The summary counts service_writes= (accepted job writes) and
 //     writes_in_tenure= (proven made by the holder); the rest are
@@ -112,9 +113,10 @@
 // event history 30 s either side of it; Run returns the summary
 // (Result.Summary: `soak seconds= jobs= faults= suspensions= resumes=
 // violations= max_restore_s= known_findings= max_rss_service_mib=
-// max_rss_plugin_mib= service_writes= writes_in_tenure=`), max_restore_s being the longest episode
-// from its last disturbance to its end, max_rss_*_mib the highest VmRSS
-// seen of any quota-service instance and of any device plugin.
+// max_rss_plugin_mib= service_writes= writes_in_tenure=`), max_restore_s
+// being the longest episode from its last disturbance to its end,
+// max_rss_*_mib the highest VmRSS seen of any quota-service instance and
+// of any device plugin, the last two the fencing check's counts.
 //
 // Known findings (bugs in the quota service the soak found, to be fixed
 // there; driver.go) have names. A violation that is a case of one is
