@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -70,6 +72,11 @@ func (f *injector) clientAgent(fault string) (int, bool) {
 // drainNode drains one node through Nomad's API with a deadline of 5 to
 // 20 s (its allocations migrate; at the deadline Nomad stops the rest),
 // waits until the drain is over, and marks the node eligible again.
+// Nomad does not migrate a batch job's allocation: it runs on until the
+// deadline, then Nomad stops it and places no replacement (Nomad's
+// documented drain behavior for batch jobs), so the drain ends the task
+// as an operator would: the jobs it did that to count as told to end
+// (endDrained).
 func (f *injector) drainNode() {
 	if len(f.c.NodeIDs) == 0 {
 		f.hist.Add("fault drain-node: no node")
@@ -84,6 +91,7 @@ func (f *injector) drainNode() {
 	if err == nil {
 		err = f.waitDrained(id, deadline+30*time.Second)
 	}
+	f.endDrained(id)
 	err = errors.Join(err, f.markEligible(id, 30*time.Second))
 	f.hist.Add("fault drain-node: node %s eligible again: %s", short(id), errString(err))
 }
@@ -132,4 +140,36 @@ func pollUntil(limit time.Duration, cond func() error) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// endDrained tells the driver which jobs the drain of node id ended:
+// those with an allocation there that Nomad stopped to migrate it. The
+// soak's jobs are batch jobs, which Nomad does not migrate: they end.
+func (f *injector) endDrained(id string) {
+	allocs, _, err := f.nomad.Nodes().Allocations(id, nil)
+	if err != nil {
+		f.hist.Add("fault drain-node: listing node %s's allocations: %v", short(id), err)
+		return
+	}
+	for _, k := range drainStopped(allocs) {
+		f.chk.driver.endedByDrain(k)
+	}
+}
+
+// drainStopped returns the jobs (namespace/ID, sorted, once each) with an
+// allocation that Nomad stopped to migrate it off a draining node.
+func drainStopped(allocs []*nomadapi.Allocation) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, a := range allocs {
+		if a.DesiredStatus != nomadapi.AllocDesiredStatusStop || !strings.Contains(a.DesiredDescription, "migrat") {
+			continue
+		}
+		if k := a.Namespace + "/" + a.JobID; !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
 }

@@ -53,8 +53,16 @@
 //     is desired "stop" once its replacement is placed. A job the
 //     service suspended stays registered and stopped with its record
 //     whatever happens to its old allocations' node, and a job Nomad
-//     moves stays registered and not stopped, so "nothing lost" needs no
-//     exception either.
+//     moves stays registered and not stopped. One exception to "nothing
+//     lost", for Nomad's reason, not the service's: Nomad does not
+//     migrate a batch job's allocation off a draining node, it stops it
+//     at the deadline and places no replacement (Nomad's documented drain
+//     behavior; the soak's jobs are batch jobs), so the job ends and its
+//     collector takes it. The drain fault then marks each active job
+//     with an allocation Nomad stopped to migrate ("alloc is being
+//     migrated") as told to end, as an operator's drain did (found by
+//     the soak's first drain run: team-a/j009 vanished 45 s after a
+//     drain with no suspension and no service write on it).
 //   - Restore bound: a project under its guarantee by at least the size
 //     of a waiting single job of one GPU or less (pending, or suspended
 //     with a record) that is placeable (it fits once every allocation of
