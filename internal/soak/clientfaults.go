@@ -157,12 +157,15 @@ func (f *injector) endDrained(id string) {
 }
 
 // drainStopped returns the jobs (namespace/ID, sorted, once each) with an
-// allocation that Nomad stopped to migrate it off a draining node.
+// allocation that Nomad stopped, or marked to stop, to migrate it off a
+// draining node (the drainer marks it before the scheduler stops it).
 func drainStopped(allocs []*nomadapi.Allocation) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, a := range allocs {
-		if a.DesiredStatus != nomadapi.AllocDesiredStatusStop || !strings.Contains(a.DesiredDescription, "migrat") {
+		stopped := a.DesiredStatus == nomadapi.AllocDesiredStatusStop && strings.Contains(a.DesiredDescription, "migrat")
+		marked := a.DesiredTransition.Migrate != nil && *a.DesiredTransition.Migrate
+		if !stopped && !marked {
 			continue
 		}
 		if k := a.Namespace + "/" + a.JobID; !seen[k] {

@@ -59,8 +59,9 @@
 //     at the deadline and places no replacement (Nomad's documented drain
 //     behavior; the soak's jobs are batch jobs), so the job ends and its
 //     collector takes it. The drain fault then marks each active job
-//     with an allocation Nomad stopped to migrate ("alloc is being
-//     migrated") as told to end, as an operator's drain did (found by
+//     with an allocation Nomad stopped, or marked to stop, to migrate
+//     ("alloc is being migrated", desired transition migrate) as told to
+//     end, as an operator's drain did (found by
 //     the soak's first drain run: team-a/j009 vanished 45 s after a
 //     drain with no suspension and no service write on it).
 //   - Restore bound: a project under its guarantee by at least the size
