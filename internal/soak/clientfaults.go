@@ -145,14 +145,23 @@ func pollUntil(limit time.Duration, cond func() error) error {
 // endDrained tells the driver which jobs the drain of node id ended:
 // those with an allocation there that Nomad stopped to migrate it. The
 // soak's jobs are batch jobs, which Nomad does not migrate: they end.
+// Nomad's drainer may clear the node's drain a moment before it marks
+// the last allocations, so it looks for 5 s (Nomad's collector waits 30
+// s before it takes an ended job).
 func (f *injector) endDrained(id string) {
-	allocs, _, err := f.nomad.Nodes().Allocations(id, nil)
-	if err != nil {
-		f.hist.Add("fault drain-node: listing node %s's allocations: %v", short(id), err)
-		return
-	}
-	for _, k := range drainStopped(allocs) {
-		f.chk.driver.endedByDrain(k)
+	until := time.Now().Add(5 * time.Second)
+	for {
+		allocs, _, err := f.nomad.Nodes().Allocations(id, nil)
+		if err != nil {
+			f.hist.Add("fault drain-node: listing node %s's allocations: %v", short(id), err)
+		}
+		for _, k := range drainStopped(allocs) {
+			f.chk.driver.endedByDrain(k)
+		}
+		if time.Now().After(until) {
+			return
+		}
+		time.Sleep(500 * time.Millisecond) // the look's pace, not synchronization
 	}
 }
 
