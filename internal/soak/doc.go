@@ -90,7 +90,8 @@
 //     the current leadership (leader.Run starts a leadership's planning
 //     only after the previous one's has returned, and the next instance
 //     takes the lock only after it is released or lost); a write no tenure covers (a change of
-//     leader or a Consul outage around it) is not judged, and logged.
+//     leader or a Consul outage around it, or the soak's end before the
+//     next read) is not judged, and logged.
 //     The summary counts service_writes= (accepted job writes) and
 //     writes_in_tenure= (proven made by the holder); the rest are
 //     unjudged or violations. What this cannot see: a stale write

@@ -78,3 +78,16 @@ func (c *checker) judgeWrites() {
 		c.violation("%s", m)
 	}
 }
+
+// endWrites counts the writes no lock read followed (the soak ended
+// first) as unjudged.
+func (c *checker) endWrites() {
+	c.mu.Lock()
+	left := c.fencing.pending
+	c.fencing.pending = nil
+	c.fencing.unjudged += len(left)
+	c.mu.Unlock()
+	for _, w := range left {
+		c.hist.Add("fencing: unjudged (no lock read after it before the end): %s", w)
+	}
+}

@@ -294,6 +294,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	<-checkerDone
 	<-lockDone
 	chk.judgeWrites()
+	chk.endWrites()
 
 	chk.mu.Lock()
 	defer chk.mu.Unlock()
