@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -117,4 +118,61 @@ func (c *Cluster) stopClients() []error {
 		}
 	}
 	return errs
+}
+
+// ClientAgents is how many client-only agents run (Options.Clients less
+// the server's own client); RestartClient and PauseClient number them
+// from 0.
+func (c *Cluster) ClientAgents() int { return len(c.clients) }
+
+// ClientNodeName is the node name of client-only agent i.
+func (c *Cluster) ClientNodeName(i int) string { return fmt.Sprintf("%s%d", extraClientPrefix, i+1) }
+
+func (c *Cluster) clientAgentAt(i int) (*agent, error) {
+	if i < 0 || i >= len(c.clients) {
+		return nil, fmt.Errorf("no client-only agent %d (there are %d)", i, len(c.clients))
+	}
+	return c.clients[i], nil
+}
+
+// RestartClient stops client-only agent i (SIGINT: its tasks keep
+// running, as a Nomad client restart leaves them) and starts it again on
+// the same ports and data directory, waiting until its node is ready.
+func (c *Cluster) RestartClient(i int) error {
+	a, err := c.clientAgentAt(i)
+	if err != nil {
+		return err
+	}
+	if !a.exited() {
+		c.detached = append(c.detached, descendants(a.cmd.Process.Pid)...)
+		a.stop(20 * time.Second)
+	}
+	name := c.ClientNodeName(i)
+	return restart(a, name, func(a *agent) error {
+		return waitUntil(a, c.opts.StartTimeout, func() error {
+			_, err := readyNode(c.Nomad, func(n *nomadapi.NodeListStub) bool { return n.Name == name })
+			return err
+		})
+	})
+}
+
+// PauseClient stops (SIGSTOP) or continues (SIGCONT) client-only agent
+// i's own process; its plugins and tasks run on. Paused past its
+// heartbeat TTL, its node goes down.
+func (c *Cluster) PauseClient(i int, stop bool) error {
+	a, err := c.clientAgentAt(i)
+	if err != nil {
+		return err
+	}
+	if a.exited() {
+		return fmt.Errorf("%s is not running", a.name)
+	}
+	sig := syscall.SIGCONT
+	if stop {
+		sig = syscall.SIGSTOP
+	}
+	if err := a.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signalling %s: %w", a.name, err)
+	}
+	return nil
 }

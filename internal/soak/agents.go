@@ -166,6 +166,16 @@ func (i *instance) pause(stop bool) error {
 	return i.cmd.Process.Signal(sig)
 }
 
+// pid is the process's ID, 0 when it does not run.
+func (i *instance) pid() int {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.cmd == nil {
+		return 0
+	}
+	return i.cmd.Process.Pid
+}
+
 func (i *instance) running() bool {
 	i.mu.Lock()
 	defer i.mu.Unlock()
@@ -203,9 +213,10 @@ func tail(path string, n int) string {
 }
 
 // serviceArgs are the instances' flags: production defaults but a gang
-// partial hold of 20 s, so that the restore bound fits a short run.
-func serviceArgs(c *localcluster.Cluster, root string) []string {
-	return []string{"-nomad-addr", c.NomadAddr, "-consul-addr", strings.TrimPrefix(c.ConsulAddr, "http://"),
+// partial hold of 20 s, so that the restore bound fits a short run, and
+// Nomad at nomadAddr (the instance's proxy).
+func serviceArgs(c *localcluster.Cluster, nomadAddr, root string) []string {
+	return []string{"-nomad-addr", nomadAddr, "-consul-addr", strings.TrimPrefix(c.ConsulAddr, "http://"),
 		"-kv-prefix", root, "-gang-partial-hold", "20s", "-log-level", "info"}
 }
 

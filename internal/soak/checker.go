@@ -44,6 +44,12 @@ type checker struct {
 	overbooked map[string]bool
 	// lost remembers the jobs already reported lost, until they are fine.
 	lost map[string]bool
+	// memory follows the RSS of the service's and the plugins'
+	// processes (memory.go).
+	memory *rssTracker
+	// fencing holds the lock's reads and the instances' Nomad writes
+	// (fencingcheck.go).
+	fencing fencing
 }
 
 func (c *checker) disturb() {

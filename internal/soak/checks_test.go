@@ -72,8 +72,10 @@ func TestStarvedOnlyUnderGuaranteeAndPlaceable(t *testing.T) {
 }
 
 func TestSummaryLine(t *testing.T) {
-	r := Result{Seconds: 150.4, Jobs: 40, Faults: 9, Suspensions: 7, Resumes: 5, Violations: []string{"x", "y"}, Known: []string{"y"}, MaxRestore: 12500 * 1e6}
-	want := "soak seconds=150 jobs=40 faults=9 suspensions=7 resumes=5 violations=2 max_restore_s=12.5 known_findings=1"
+	r := Result{Seconds: 150.4, Jobs: 40, Faults: 9, Suspensions: 7, Resumes: 5, Violations: []string{"x", "y"}, Known: []string{"y"}, MaxRestore: 12500 * 1e6,
+		MaxRSSService: 31.25, MaxRSSPlugin: 40, ServiceWrites: 80, WritesInTenure: 78}
+	want := "soak seconds=150 jobs=40 faults=9 suspensions=7 resumes=5 violations=2 max_restore_s=12.5 known_findings=1" +
+		" max_rss_service_mib=31.2 max_rss_plugin_mib=40.0 service_writes=80 writes_in_tenure=78"
 	if got := r.Summary(); got != want {
 		t.Errorf("summary %q, want %q", got, want)
 	}

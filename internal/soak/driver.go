@@ -262,6 +262,23 @@ func (d *driver) act(j *job, what string, do func() error, after ownerState) {
 	d.hist.Add("owner %s %s/%s (%s)", what, j.ns, j.id, j.kind.name)
 }
 
+// endedByDrain notes that a node drain ended job k's task (Nomad does
+// not migrate a batch job's allocation): an active job counts as told to
+// end, so Nomad's collector may take it.
+func (d *driver) endedByDrain(k string) {
+	d.table.mu.Lock()
+	j := d.table.jobs[k]
+	ended := j != nil && j.state == active
+	if ended {
+		j.state = finished
+		j.seq++
+	}
+	d.table.mu.Unlock()
+	if ended {
+		d.hist.Add("operator drain ended %s (%s): Nomad stopped its allocation and does not migrate a batch job's", k, j.kind.name)
+	}
+}
+
 func (d *driver) register(j *job) error {
 	_, _, err := d.nomad.Jobs().Register(d.nomadJob(j), &nomadapi.WriteOptions{Namespace: j.ns})
 	return err

@@ -69,14 +69,22 @@ type Result struct {
 	Known      []string
 	MaxRestore time.Duration
 	Polls      int
+	// MaxRSSService and MaxRSSPlugin are the highest resident set sizes
+	// seen of a quota-service instance and of a device plugin, in MiB.
+	MaxRSSService, MaxRSSPlugin float64
+	// ServiceWrites are the job writes the instances made that Nomad
+	// accepted; WritesInTenure those proven made while their instance
+	// held the leader lock (the rest: unjudged, or stale violations).
+	ServiceWrites, WritesInTenure int
 	// Report is the event history around each violation.
 	Report string
 }
 
 // Summary is the one-line summary.
 func (r Result) Summary() string {
-	return fmt.Sprintf("soak seconds=%.0f jobs=%d faults=%d suspensions=%d resumes=%d violations=%d max_restore_s=%.1f known_findings=%d",
-		r.Seconds, r.Jobs, r.Faults, r.Suspensions, r.Resumes, len(r.Violations), r.MaxRestore.Seconds(), len(r.Known))
+	return fmt.Sprintf("soak seconds=%.0f jobs=%d faults=%d suspensions=%d resumes=%d violations=%d max_restore_s=%.1f known_findings=%d max_rss_service_mib=%.1f max_rss_plugin_mib=%.1f service_writes=%d writes_in_tenure=%d",
+		r.Seconds, r.Jobs, r.Faults, r.Suspensions, r.Resumes, len(r.Violations), r.MaxRestore.Seconds(), len(r.Known), r.MaxRSSService, r.MaxRSSPlugin,
+		r.ServiceWrites, r.WritesInTenure)
 }
 
 // faultKinds are the faults the injector draws from, with weights.
@@ -91,6 +99,9 @@ var faultKinds = []struct {
 	{"restart-nomad", 1},
 	{"restart-consul", 1},
 	{"kill-plugin", 2},
+	{"restart-client", 1},
+	{"pause-client", 1},
+	{"drain-node", 1},
 }
 
 // FaultKinds names the faults the soak injects.
@@ -176,7 +187,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	drv.editQuotas(false)
 	chk := &checker{nomad: nomad, store: store, hist: hist, table: table, driver: drv, nodes: nodes, bound: cfg.RestoreBound,
 		starvedSince: map[string]time.Time{}, reported: map[string]bool{}, seenHistory: map[string]bool{},
-		overbooked: map[string]bool{}, lost: map[string]bool{}, lastEvent: map[string]state.Entry{}}
+		overbooked: map[string]bool{}, lost: map[string]bool{}, lastEvent: map[string]state.Entry{}, memory: newRSSTracker()}
 
 	// The instances: the chk hears of their crashes.
 	bin := filepath.Join(dir, "gpushare-quota")
@@ -186,7 +197,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		insts = append(insts, &instance{name: name, bin: bin, port: port, args: serviceArgs(c, layout.Root),
+		// Each instance reaches Nomad through a proxy that tells the
+		// checker its job writes.
+		proxy, err := startNomadProxy(name, c.NomadAddr, chk.noteWrite)
+		if err != nil {
+			return Result{}, err
+		}
+		defer proxy.close()
+		insts = append(insts, &instance{name: name, bin: bin, port: port, args: serviceArgs(c, proxy.addr, layout.Root),
 			logPath: filepath.Join(dir, name+".log"), onCrash: func(name, why string) {
 				msg := fmt.Sprintf("quota-service instance %s crashed: %s", name, why)
 				chk.report(knownFinding(msg), msg)
@@ -203,16 +221,33 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 
+	pluginBin := filepath.Join(dir, "plugins", "nomad-device-gpushare")
+	procs := func() map[string][]int {
+		out := map[string][]int{"plugin": processesOf(pluginBin)}
+		for _, i := range insts {
+			if pid := i.pid(); pid != 0 {
+				out["service"] = append(out["service"], pid)
+			}
+		}
+		return out
+	}
 	start := time.Now()
 	chaosEnd := start.Add(cfg.Duration)
 	chkCtx, stopChecker := context.WithCancel(ctx)
 	checkerDone := make(chan struct{})
+	lockDone := make(chan struct{})
+	go func() {
+		defer close(lockDone)
+		watchLock(chkCtx, consul, layout.Leader(), chk.noteLock)
+	}()
 	go func() {
 		defer close(checkerDone)
 		for chkCtx.Err() == nil {
 			pctx, cancel := context.WithTimeout(chkCtx, 10*time.Second)
 			chk.poll(pctx)
 			cancel()
+			chk.sampleMemory(procs())
+			chk.judgeWrites()
 			select {
 			case <-chkCtx.Done():
 			case <-time.After(time.Second):
@@ -220,7 +255,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}()
 
-	inj := &injector{rng: rand.New(rand.NewSource(cfg.Seed + 1)), c: c, plugin: filepath.Join(dir, "plugins", "nomad-device-gpushare"), insts: insts, nomad: nomad, hist: hist, chk: chk, only: cfg.Faults}
+	inj := &injector{rng: rand.New(rand.NewSource(cfg.Seed + 1)), c: c, plugin: pluginBin, insts: insts, nomad: nomad, hist: hist, chk: chk, only: cfg.Faults}
 	faultsDone := make(chan struct{})
 	go func() {
 		defer close(faultsDone)
@@ -257,11 +292,16 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	chk.settle(ctx, cfg.RestoreBound+15*time.Second)
 	stopChecker()
 	<-checkerDone
+	<-lockDone
+	chk.judgeWrites()
+	chk.endWrites()
 
 	chk.mu.Lock()
 	defer chk.mu.Unlock()
 	res := Result{Seconds: time.Since(start).Seconds(), Jobs: drv.submitted, Faults: inj.faults, Suspensions: chk.suspensions,
-		Resumes: chk.resumes, Violations: append([]string(nil), chk.violations...), Known: append([]string(nil), chk.known...), MaxRestore: chk.maxRestore, Polls: chk.polls}
+		Resumes: chk.resumes, Violations: append([]string(nil), chk.violations...), Known: append([]string(nil), chk.known...), MaxRestore: chk.maxRestore, Polls: chk.polls,
+		MaxRSSService: chk.memory.peakMiB("service"), MaxRSSPlugin: chk.memory.peakMiB("plugin"),
+		ServiceWrites: chk.fencing.writes, WritesInTenure: chk.fencing.inTenure}
 	if len(res.Violations) > 0 {
 		res.Report = hist.Around(time.Now(), time.Since(start)+time.Minute)
 	}
@@ -389,6 +429,12 @@ func (f *injector) inject() {
 		f.faults++
 		err := syscall.Kill(pid, syscall.SIGKILL)
 		f.hist.Add("fault kill-plugin: SIGKILL to device plugin pid %d (of %d): %v (Nomad starts it again)", pid, len(pids), errString(err))
+	case "restart-client":
+		f.restartClient()
+	case "pause-client":
+		f.pauseClient()
+	case "drain-node":
+		f.drainNode()
 	case "restart-consul":
 		f.faults++
 		f.hist.Add("fault restart-consul: stopping Consul for %s", down)
