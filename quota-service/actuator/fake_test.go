@@ -174,8 +174,8 @@ func TestSuspendThenResume(t *testing.T) {
 	w := newWorld(t)
 	w.run("team-a", "train")
 	w.suspend("team-a", "train")
-	if got := strings.Join(w.writesSince(0), ", "); got != "stop team-a/train, tag team-a/train" {
-		t.Fatalf("Nomad writes %q, want the stop then the tag", got)
+	if got := strings.Join(w.writesSince(0), ", "); got != "register team-a/train, tag team-a/train" {
+		t.Fatalf("Nomad writes %q, want the stop (a register with Stop set) then the tag", got)
 	}
 	rec := w.record("team-a", "train")
 	job := w.nomad.Job("team-a", "train")
@@ -320,6 +320,36 @@ func TestRecordsNobodyCanSteerFast(t *testing.T) {
 	}
 	if w.nomad.Job("team-b", "pwned") != nil {
 		t.Fatal("a hand-written record registered a job")
+	}
+}
+
+// TestStopAfterTheJobChangedIsRefused: a leader that passed its lock
+// check and then paused (here: the job changes inside the check) stops
+// nothing: its stop enforces the job modify index of its plan, and Nomad
+// refuses it. The record stays "stopping" for the next cycle to decide.
+func TestStopAfterTheJobChangedIsRefused(t *testing.T) {
+	w := newWorld(t)
+	w.run("team-a", "train")
+	changed := false
+	w.act.opts.Guard = func(ctx context.Context) error {
+		if !changed && w.consul.Value("gs/suspended/team-a/train") != nil {
+			changed = true
+			j := w.nomad.Job("team-a", "train")
+			j.Meta = map[string]string{"owner": "edited"}
+			w.nomad.Put(j) // the owner (or the next leader) writes the job
+		}
+		return nil
+	}
+	v := w.view(cluster.Pending{Project: "team-b", Job: "team-b/big", Group: "g", Count: 1, Ask: cluster.Ask{WholeGPUs: 1}})
+	rep, err := w.act.Apply(context.Background(), v, plan.Result{Actions: []plan.Action{{Kind: plan.Suspend, Project: "team-a", Job: "team-a/train", Workload: len(v.Snapshot.Pending) - 1}}})
+	if err != nil || !changed || len(rep.Errors) == 0 || !strings.Contains(rep.Errors[0].Error(), "conflicting job modify index") {
+		t.Fatalf("Apply: %v, report %+v; want the stop refused by Nomad's index check", err, rep)
+	}
+	if j := w.nomad.Job("team-a", "train"); j.Stop != nil && *j.Stop || j.Meta["owner"] != "edited" {
+		t.Fatalf("job %+v; want the owner's version, running", j)
+	}
+	if rec := w.record("team-a", "train"); rec == nil || rec.Phase != state.PhaseStopping {
+		t.Fatalf("record %+v; want it kept, stopping", rec)
 	}
 }
 

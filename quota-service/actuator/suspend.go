@@ -110,10 +110,14 @@ func (ap *applying) newRecord(ctx context.Context, act plan.Action, forWorkload,
 }
 
 // stop stops rec's job without purging it, tags the version the stop
-// made, and marks the record. Before the stop it checks that the job is
-// still the recorded version; after it, that the stop Nomad shows is this
-// one. A failure after the stop leaves the record "stopping": the next
-// cycle reads the stop from Nomad (nomadwatch.StopLanded).
+// made, and marks the record. The stop registers the job as Nomad shows
+// it with Stop set, enforcing the recorded job modify index: Nomad refuses
+// it if anything changed the job since the plan, so a leader that lost its
+// lock between its check (guard) and the stop cannot stop a job another
+// leader or its owner changed meanwhile (a deregistration would land
+// whatever happened). After it, the stop Nomad shows must be this one. A
+// failure after the stop leaves the record "stopping": the next cycle
+// reads the stop from Nomad (nomadwatch.StopLanded).
 func (ap *applying) stop(ctx context.Context, rec *state.Suspension) error {
 	key := rec.Key()
 	q := (&nomadapi.QueryOptions{Namespace: rec.Namespace}).WithContext(ctx)
@@ -127,15 +131,17 @@ func (ap *applying) stop(ctx context.Context, rec *state.Suspension) error {
 	if err := ap.guard(ctx, "stopping "+key+" (recorded; the next leader decides)"); err != nil {
 		return err
 	}
-	_, wm, err := ap.nomad.Jobs().Deregister(rec.Job, false, (&nomadapi.WriteOptions{Namespace: rec.Namespace}).WithContext(ctx))
+	cur.Stop, cur.VersionTag = ptr(true), nil
+	resp, _, err := ap.nomad.Jobs().EnforceRegister(cur, rec.JobModifyIndex, (&nomadapi.WriteOptions{Namespace: rec.Namespace}).WithContext(ctx))
 	if err != nil {
-		return fmt.Errorf("stopping %s (record kept at %s; the next cycle decides): %w", key, ap.store.Layout().Suspension(rec.Namespace, rec.Job), err)
+		return fmt.Errorf("stopping %s: registering version %d with Stop=true at job modify index %d (record kept at %s; the next cycle decides): %w",
+			key, rec.Version, rec.JobModifyIndex, ap.store.Layout().Suspension(rec.Namespace, rec.Job), err)
 	}
 	job, _, err := ap.nomad.Jobs().Info(rec.Job, q)
 	if err != nil {
 		return fmt.Errorf("reading %s after its stop (the next cycle marks it): %w", key, err)
 	}
-	if job.Stop == nil || !*job.Stop || (wm != nil && wm.LastIndex != 0 && jobModifyIndex(job) != wm.LastIndex) {
+	if job.Stop == nil || !*job.Stop || jobModifyIndex(job) != resp.JobModifyIndex {
 		return fmt.Errorf("%s changed right after its stop (job modify index %d); the next cycle decides from what Nomad shows", key, jobModifyIndex(job))
 	}
 	next := *rec
