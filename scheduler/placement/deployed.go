@@ -48,6 +48,9 @@ func (*Deployed) SamplesNodes() bool { return true }
 // idle GPUs for the waiting request.
 func (p *Deployed) Place(c *Cluster, t Task) (Choice, bool) {
 	if p.rank != nil {
+		if p.rank.CPUJobsElsewhere && t.GPUCount == 0 {
+			return Choice{}, false // in another node pool
+		}
 		p.rank.observe(c)
 	}
 	if ch, ok := p.choose(c, t, false); ok {

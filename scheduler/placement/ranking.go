@@ -73,6 +73,11 @@ type Ranking struct {
 	// GPUJobsOnly: only jobs that ask for GPUs carry the affinities
 	// (CPU-only jobs are placed as today).
 	GPUJobsOnly bool
+	// CPUJobsElsewhere: CPU-only jobs never run on the GPU nodes, as
+	// with the node-pool recipe (docs/operator.md, Placement ranking for
+	// jobs without the affinity): the GPU nodes form their own node pool
+	// and only GPU work is placed there.
+	CPUJobsElsewhere bool
 	// Exact scores each task itself instead of its class's typical task
 	// (an upper bound for measuring what the classes cost).
 	Exact bool

@@ -145,7 +145,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) error {
 	consolidate := fs.String("consolidate", "", "also print a run of this policy that moves movable tasks to place one that fits nowhere (sim.Config.Movable, placement.Consolidate)")
 	movable := fs.Float64("movable", 0.3, "with -consolidate: the fraction of GPU tasks that may be moved")
 	maxMoves := fs.Int("max-moves", placement.DefaultConsolidationLimits.MaxMoves, "with -consolidate: the most tasks moved to place one")
-	rankOpts := fs.String("ranking", "", "alternatives of deployed-ranked's mechanism, comma-separated: nodemeta-only (no GPU ladder), gpu-jobs-only, device-attribute, exact, thresholds=0;-10, lag=N")
+	rankOpts := fs.String("ranking", "", "alternatives of deployed-ranked's mechanism, comma-separated: nodemeta-only (no GPU ladder), gpu-jobs-only, cpu-jobs-elsewhere (CPU-only jobs in another node pool), device-attribute, exact, thresholds=0;-10, lag=N")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -330,6 +330,8 @@ func parseRanking(s string) (func(*placement.Ranking), error) {
 			steps = append(steps, func(r *placement.Ranking) { r.GPULadder = false })
 		case "gpu-jobs-only":
 			steps = append(steps, func(r *placement.Ranking) { r.GPUJobsOnly = true })
+		case "cpu-jobs-elsewhere":
+			steps = append(steps, func(r *placement.Ranking) { r.CPUJobsElsewhere = true })
 		case "device-attribute":
 			steps = append(steps, func(r *placement.Ranking) { r.DeviceAttribute = true })
 		case "exact":
@@ -351,7 +353,7 @@ func parseRanking(s string) (func(*placement.Ranking), error) {
 			}
 			steps = append(steps, func(r *placement.Ranking) { r.Thresholds = th })
 		default:
-			return nil, fmt.Errorf("-ranking: unknown option %q (valid: nodemeta-only, gpu-jobs-only, device-attribute, exact, thresholds=A;B, lag=N)", opt)
+			return nil, fmt.Errorf("-ranking: unknown option %q (valid: nodemeta-only, gpu-jobs-only, cpu-jobs-elsewhere, device-attribute, exact, thresholds=A;B, lag=N)", opt)
 		}
 	}
 	return func(r *placement.Ranking) {
