@@ -214,3 +214,22 @@ func TestRankingLag(t *testing.T) {
 		t.Fatalf("after %d placements: score %v, want the republished 0", r.Lag, got)
 	}
 }
+
+// TestCPUJobsElsewhere: with the node-pool recipe a CPU-only task is not
+// placed on the GPU nodes; GPU tasks are, and without the recipe the
+// CPU-only task is too.
+func TestCPUJobsElsewhere(t *testing.T) {
+	w := NewWorkload([]Task{share(1000, 50), {CPUMilli: 1000}}, 1)
+	c := &Cluster{Nodes: []Node{node("a", 64000, 1<<20, 2, "G")}}
+	for _, elsewhere := range []bool{false, true} {
+		r := NewRanking(w)
+		r.CPUJobsElsewhere = elsewhere
+		p := NewDeployed(rand.New(rand.NewSource(1)), Batch, r)
+		if _, ok := p.Place(c, Task{CPUMilli: 1000}); ok == elsewhere {
+			t.Errorf("CPUJobsElsewhere %v: CPU-only task placed %v", elsewhere, ok)
+		}
+		if _, ok := p.Place(c, share(1000, 50)); !ok {
+			t.Errorf("CPUJobsElsewhere %v: share not placed", elsewhere)
+		}
+	}
+}
