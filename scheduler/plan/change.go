@@ -49,7 +49,7 @@ func (s *state) place(a *attempt, ch placement.Choice, reason string) error {
 	}
 	a.undo = append(a.undo, release)
 	if a.reserve {
-		a.holds = append(a.holds, hold{release: release, retake: func() {
+		a.holds = append(a.holds, hold{node: ch.Node, release: release, retake: func() {
 			if err := s.cluster.Assign(placement.Choice{Node: ch.Node, GPUs: gpus}, t); err != nil && s.broken == nil {
 				s.broken = fmt.Errorf("%w: holding a released reservation again: %w", ErrPlacement, err)
 			}

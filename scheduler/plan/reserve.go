@@ -205,7 +205,7 @@ func (s *state) fence(a *attempt) bool {
 		unfence := func() { s.jobs[j].fenced = false }
 		fence()
 		a.undo = append(a.undo, unfence)
-		a.holds = append(a.holds, hold{release: unfence, retake: fence})
+		a.holds = append(a.holds, hold{node: -1, release: unfence, retake: fence})
 		for _, al := range s.jobs[j].allocs {
 			if !s.allocs.get(al).gone && int(s.allocs.get(al).node) == n {
 				s.shift(al, +1)
@@ -237,7 +237,7 @@ func (s *state) fence(a *attempt) bool {
 		}
 		retake()
 		a.undo = append(a.undo, release)
-		a.holds = append(a.holds, hold{release: release, retake: retake})
+		a.holds = append(a.holds, hold{node: n, release: release, retake: retake})
 	}
 	return true
 }

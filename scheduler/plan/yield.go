@@ -21,9 +21,13 @@ import (
 // back work placed in this cycle); if it fails anyway, the rollback holds
 // the rooms again.
 
-// hold is one piece of room a reservation holds: release gives it back and
-// retake holds it again (only ever right after a release was undone).
-type hold struct{ release, retake func() }
+// hold is one piece of room a reservation holds on node (-1: none, a
+// mark): release gives it back and retake holds it again (only ever right
+// after a release was undone).
+type hold struct {
+	node            int
+	release, retake func()
+}
 
 // heldRoom is the room a successful reservation holds for job: amount
 // GPUs, in holds.
@@ -40,12 +44,13 @@ func (s *state) keepRoom(j int32, a *attempt) {
 }
 
 // yieldRooms releases, as part of attempt a, the rooms held for jobs the
-// next cycle tries after a's work. It reports whether it released any;
-// the attempt's entitlements then count its project without them.
+// next cycle tries after a's work, where the attempt's instance would fit
+// once they are released. It reports whether it released any; the
+// attempt's entitlements then count its project without them.
 func (s *state) yieldRooms(a *attempt) bool {
 	yielded := false
 	for i := range s.plan.rooms {
-		if r := &s.plan.rooms[i]; !r.released && s.nextCycleKeeps(a, r) {
+		if r := &s.plan.rooms[i]; !r.released && s.nextCycleKeeps(a, r) && s.fitsReleased(a, r) {
 			s.releaseRoom(a, i)
 			yielded = true
 		}
@@ -73,7 +78,34 @@ func (s *state) releaseRoom(a *attempt, i int) {
 		}
 		r.released = false
 		s.plan.reservations[r.job] = -1
+		// Held again, the plan is as it was: what failed before the
+		// release need not be tried again for it.
+		s.plan.changes--
 	})
+}
+
+// fitsReleased reports whether attempt a's instance fits, on a node it may
+// use, on a node of room r once r is released. It releases and retakes
+// the room, and leaves the plan as it was.
+func (s *state) fitsReleased(a *attempt, r *heldRoom) bool {
+	releases := s.cluster.releases
+	for k := len(r.holds) - 1; k >= 0; k-- {
+		r.holds[k].release()
+	}
+	fits := false
+	for _, h := range r.holds {
+		if h.node >= 0 && a.nodes.has(h.node) {
+			if _, ok := s.cluster.Fits(h.node, a.task); ok {
+				fits = true
+				break
+			}
+		}
+	}
+	for _, h := range r.holds {
+		h.retake()
+	}
+	s.cluster.releases = releases
+	return fits
 }
 
 // nextCycleKeeps reports whether the next cycle would give attempt a's
