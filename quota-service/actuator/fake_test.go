@@ -323,6 +323,26 @@ func TestRecordsNobodyCanSteerFast(t *testing.T) {
 	}
 }
 
+// TestOwnersStopIsNeverTaggedAsTheServices: the plan read a job's
+// allocations as running, but the spec the view read is its owner's stop
+// (the soak's seed 1, run 4: a stop 1.5 s before the cycle). The service
+// writes no record, no stop and no tag, so it never resumes the job.
+func TestOwnersStopIsNeverTaggedAsTheServices(t *testing.T) {
+	w := newWorld(t)
+	w.run("team-a", "train")
+	v := w.view(cluster.Pending{Project: "team-b", Job: "team-b/big", Group: "g", Count: 1, Ask: cluster.Ask{WholeGPUs: 1}})
+	stopped := *v.Specs["team-a/train"]
+	stopped.Stop = ptr(true)
+	v.Specs["team-a/train"] = &stopped
+	w.apply(v, plan.Action{Kind: plan.Suspend, Project: "team-a", Job: "team-a/train", Workload: len(v.Snapshot.Pending) - 1, Reason: "reclaim for team-b"})
+	if got := w.writesSince(0); len(got) > 0 {
+		t.Fatalf("Nomad writes %v for a job its owner stopped", got)
+	}
+	if rec := w.record("team-a", "train"); rec != nil {
+		t.Fatalf("record %+v for a job its owner stopped", rec)
+	}
+}
+
 // TestStopAfterTheJobChangedIsRefused: a leader that passed its lock
 // check and then paused (here: the job changes inside the check) stops
 // nothing: its stop enforces the job modify index of its plan, and Nomad

@@ -30,6 +30,12 @@ func (ap *applying) suspendFor(ctx context.Context, act plan.Action) {
 		ap.skip(act, "suspend %s: job not in the view", act.Job)
 		return
 	}
+	if spec.Stop != nil && *spec.Stop {
+		// Its owner stopped it after the listing the plan read: its
+		// allocations still ran there. Nothing is the service's to stop.
+		ap.skip(act, "suspend %s: the job is stopped already (its owner's stop)", act.Job)
+		return
+	}
 	r := ap.v.Records[act.Job]
 	if why := ap.holdSuspend(r, ap.withinGuarantee[w.Project]); why != "" {
 		ap.skip(act, "suspend %s (for %q): %s", act.Job, forWorkload, why)
@@ -127,6 +133,10 @@ func (ap *applying) stop(ctx context.Context, rec *state.Suspension) error {
 	}
 	if cur.JobModifyIndex == nil || *cur.JobModifyIndex != rec.JobModifyIndex {
 		return fmt.Errorf("stopping %s: the job changed since it was planned (job modify index %d, recorded %d); not stopping it", key, jobModifyIndex(cur), rec.JobModifyIndex)
+	}
+	if cur.Stop != nil && *cur.Stop {
+		// Never tag an owner's stop as the service's.
+		return fmt.Errorf("stopping %s: the job is stopped already, not by the service; not stopping it", key)
 	}
 	if err := ap.guard(ctx, "stopping "+key+" (recorded; the next leader decides)"); err != nil {
 		return err
