@@ -46,12 +46,11 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/internal/feasible"
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
 	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
-	"github.com/gpushare/nomad-gpushare/vocab"
-	"github.com/gpushare/nomad-gpushare/vocab/nomadread"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -181,16 +180,24 @@ type Inputs struct {
 	// job the direct read found is in Specs.
 	Unlisted map[string]error
 	Now      time.Time
+	// memo, when set, holds the segments of the last View (the
+	// Builder's); changed are the nodes the cache changed since, whose
+	// segments must be derived again. Nodes, NodeInfo, Devices,
+	// Allocations and AllocResources are then not read.
+	memo    *segmentMemo
+	changed []*nodeData
 }
 
 // Assemble turns listings into a View. It never fails: records it cannot
 // use are left out with a warning.
 func Assemble(in Inputs) *View {
 	a := newAssembler(in)
-	a.addNodes()
 	a.addJobs()
-	a.addAllocations()
-	a.settleNodeResources()
+	jobWarnings := a.v.Warnings
+	a.v.Warnings = nil
+	set := a.segments()
+	a.slots = set.totals.slots
+	a.addSegments(set, jobWarnings)
 	a.classifyRecords()
 	a.judgeShrinks()
 	a.addPending()
@@ -219,6 +226,13 @@ type assembler struct {
 	shareUnit int
 	// minRuntimes are the projects' min_runtime settings.
 	minRuntimes map[string]time.Duration
+	// facts are what the feasibility checks read of the snapshot's
+	// nodes, in snapshot order, when the segments gave them (factsSet).
+	facts    []feasible.Node
+	factsSet bool
+	// slots are the allocations of every job by task group, as the
+	// segments count them (countSlots).
+	slots map[string]map[string]*slotCounts
 }
 
 func newAssembler(in Inputs) *assembler {
@@ -226,7 +240,6 @@ func newAssembler(in Inputs) *assembler {
 		Unverified: map[string]uint64{}, Keys: in.Keys, Shrinks: map[string]*ShrinkRecord{}}
 	a := &assembler{in: in, v: v, snap: v.Snapshot, resolver: newResolver(in.Settings),
 		projects: map[string]bool{}, nodes: map[string]*nodeGPUs{}, readDevs: map[string]*nodeDevices{}, jobKeys: map[[2]string]string{}}
-	a.shareUnit = a.shareUnitOf(in.Nodes)
 	a.minRuntimes = map[string]time.Duration{}
 	for _, s := range in.Settings {
 		a.snap.Projects = append(a.snap.Projects, s.Model())
@@ -239,24 +252,13 @@ func newAssembler(in Inputs) *assembler {
 	return a
 }
 
-// shareUnitOf is what one instance of a pending nvidia/gpu-share request
-// stands for, in shares: 100 over the plugin's shares_per_gpu, read from
-// the nodes' share groups (nomadread.ShareUnit). A pending job is on no node, so
-// one value must hold for the cluster; when nodes differ, the most common
-// wins (ties: the finer) and a warning says so.
-func (a *assembler) shareUnitOf(nodes []*nomadapi.NodeListStub) int {
-	seen := map[int]int{}
-	for _, n := range nodes {
-		if n == nil || n.NodeResources == nil {
-			continue
-		}
-		for _, g := range n.NodeResources.Devices {
-			if g != nil && g.Vendor == vocab.Vendor && g.Type == vocab.TypeShare {
-				seen[nomadread.ShareUnit(n.NodeResources.Devices)]++
-				break
-			}
-		}
-	}
+// pickShareUnit is what one instance of a pending nvidia/gpu-share
+// request stands for, in shares: 100 over the plugin's shares_per_gpu,
+// read from the nodes' share groups (nomadread.ShareUnit; seen counts the
+// nodes by unit). A pending job is on no node, so one value must hold for
+// the cluster; when nodes differ, the most common wins (ties: the finer)
+// and a warning says so.
+func (a *assembler) pickShareUnit(seen map[int]int) int {
 	unit := 1
 	for u, c := range seen {
 		if c > seen[unit] || c == seen[unit] && u < unit {
@@ -267,6 +269,15 @@ func (a *assembler) shareUnitOf(nodes []*nomadapi.NodeListStub) int {
 		a.warn("GPU nodes publish different shares_per_gpu (shares per instance: %v); pending share requests are read at %d shares per instance: set one shares_per_gpu on every node", seen, unit)
 	}
 	return unit
+}
+
+// segments are the View's node segments: derived again where the
+// Builder's memo says they changed, else all derived from the inputs.
+func (a *assembler) segments() segmentSet {
+	if a.in.memo != nil {
+		return a.in.memo.update(a.in.changed, a.v.Jobs, a.in.Specs, a.in.Now)
+	}
+	return deriveAll(nodeDataFromInputs(a.in), a.v.Jobs, a.in.Specs, a.in.Now)
 }
 
 // jobKey is Key(namespace, id), made once per job: a cycle looks up the

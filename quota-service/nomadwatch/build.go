@@ -68,6 +68,10 @@ type Builder struct {
 	// reconnect asks Follow to subscribe again.
 	streamNS  string
 	reconnect chan struct{}
+	// buildMu serializes Builds: each carries memo, the node segments
+	// of the last View, forward (segments.go).
+	buildMu sync.Mutex
+	memo    *segmentMemo
 }
 
 // NewBuilder returns a builder over the Nomad client.
@@ -86,7 +90,9 @@ func NewBuilder(client *nomadapi.Client, log hclog.Logger, opts Options) *Builde
 // with the given quota settings (projects and departments) and suspension
 // records. Any read error fails the whole build: the service never plans
 // on partial data.
-func (b *Builder) Build(ctx context.Context, settings quota.Set, recs state.Records) (*View, error) {
+func (b *Builder) Build(ctx context.Context, settings quota.Set, recs state.Records) (v *View, err error) {
+	b.buildMu.Lock()
+	defer b.buildMu.Unlock()
 	now := time.Now()
 	if err := b.refresh(ctx, now); err != nil {
 		return nil, err
@@ -95,6 +101,11 @@ func (b *Builder) Build(ctx context.Context, settings quota.Set, recs state.Reco
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			b.untouch()
+		}
+	}()
 	recorded := recordedKeys(recs)
 	specs, err := b.readSpecs(ctx, in.Jobs, recorded, taggedRecords(recs))
 	if err != nil {

@@ -62,6 +62,9 @@ func groupOf(spec *nomadapi.Job, name string) *nomadapi.TaskGroup {
 // nodes, in snapshot order: from the full node where it was read, else
 // from the list stub.
 func (a *assembler) nodeFacts() []feasible.Node {
+	if a.factsSet {
+		return a.facts
+	}
 	stubs := map[string]*nomadapi.NodeListStub{}
 	for _, n := range a.in.Nodes {
 		stubs[n.ID] = n

@@ -1,0 +1,144 @@
+package nomadwatch
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+// segmentMemo keeps the node segments of the last View between cycles,
+// so that a cycle derives again only what changed (segments.go).
+type segmentMemo struct {
+	segs map[string]*nodeSegment
+	// ids are the keys of segs, sorted.
+	ids []string
+	// prints are what each job's segments read of it, by job Key, as of
+	// the last View; users are the nodes whose segments read each job.
+	prints map[string]jobPrint
+	users  map[string]map[string]bool
+	totals *segmentTotals
+}
+
+func newSegmentMemo() *segmentMemo {
+	return &segmentMemo{segs: map[string]*nodeSegment{}, prints: map[string]jobPrint{}, users: map[string]map[string]bool{},
+		totals: newSegmentTotals()}
+}
+
+// jobPrint is what a segment reads of a job: its reading by addJobs
+// (without the counts segments make) and its spec.
+type jobPrint struct {
+	listed                  bool
+	project, typ            string
+	priority                int
+	preemptible, gang, stop bool
+	minRuntime              time.Duration
+	minCounts               map[string]int
+	spec                    *nomadapi.Job
+}
+
+func printOf(info *JobInfo, spec *nomadapi.Job) jobPrint {
+	p := jobPrint{spec: spec}
+	if info != nil {
+		p.listed, p.project, p.typ, p.priority = true, info.Project, info.Type, info.Priority
+		p.preemptible, p.gang, p.stop, p.minRuntime, p.minCounts = info.Preemptible, info.Gang, info.Stop, info.MinRuntime, info.MinCounts
+	}
+	return p
+}
+
+func (p jobPrint) equal(q jobPrint) bool {
+	return p.listed == q.listed && p.project == q.project && p.typ == q.typ && p.priority == q.priority &&
+		p.preemptible == q.preemptible && p.gang == q.gang && p.stop == q.stop && p.minRuntime == q.minRuntime &&
+		p.spec == q.spec && maps.Equal(p.minCounts, q.minCounts)
+}
+
+// update derives again the segments of the changed nodes, of the nodes
+// that run a job whose print changed, and of the nodes whose time came,
+// and returns the View's segments.
+func (m *segmentMemo) update(changed []*nodeData, jobs map[string]*JobInfo, specs map[string]*nomadapi.Job, now time.Time) segmentSet {
+	stale := map[string]*nodeData{}
+	for _, d := range changed {
+		stale[d.id] = d
+	}
+	m.staleByJobs(stale, jobs, specs)
+	for _, id := range m.ids {
+		if s := m.segs[id]; s.expiry != 0 && s.expiry <= now.UnixNano() && stale[id] == nil {
+			stale[id] = s.data
+		}
+	}
+	for id, d := range stale {
+		m.replace(id, d, jobs, specs, now)
+	}
+	set := segmentSet{segs: make([]*nodeSegment, len(m.ids)), totals: m.totals}
+	for i, id := range m.ids {
+		set.segs[i] = m.segs[id]
+	}
+	return set
+}
+
+// staleByJobs adds to stale the nodes whose segments read a job whose
+// print changed, and keeps the new prints.
+func (m *segmentMemo) staleByJobs(stale map[string]*nodeData, jobs map[string]*JobInfo, specs map[string]*nomadapi.Job) {
+	seen := map[string]bool{}
+	check := func(key string) {
+		if seen[key] {
+			return
+		}
+		seen[key] = true
+		p := printOf(jobs[key], specs[key])
+		if old, ok := m.prints[key]; ok && old.equal(p) {
+			return
+		}
+		m.prints[key] = p
+		for id := range m.users[key] {
+			if stale[id] == nil {
+				stale[id] = m.segs[id].data
+			}
+		}
+	}
+	for key := range jobs {
+		check(key)
+	}
+	for key := range specs {
+		check(key)
+	}
+	for key := range m.prints {
+		if !seen[key] {
+			check(key)
+			delete(m.prints, key)
+		}
+	}
+}
+
+// replace derives node id's segment again from d (nil or empty: the
+// segment goes).
+func (m *segmentMemo) replace(id string, d *nodeData, jobs map[string]*JobInfo, specs map[string]*nomadapi.Job, now time.Time) {
+	if old := m.segs[id]; old != nil {
+		m.totals.add(old, -1)
+		for _, k := range old.jobs {
+			delete(m.users[k], id)
+			if len(m.users[k]) == 0 {
+				delete(m.users, k)
+			}
+		}
+		delete(m.segs, id)
+		if i, ok := slices.BinarySearch(m.ids, id); ok {
+			m.ids = slices.Delete(m.ids, i, i+1)
+		}
+	}
+	if d == nil || d.empty() {
+		return
+	}
+	s := deriveSegment(d, jobs, specs, now)
+	m.segs[id] = s
+	i, _ := slices.BinarySearch(m.ids, id)
+	m.ids = slices.Insert(m.ids, i, id)
+	m.totals.add(s, 1)
+	for _, k := range s.jobs {
+		if m.users[k] == nil {
+			m.users[k] = map[string]bool{}
+		}
+		m.users[k][id] = true
+	}
+}
