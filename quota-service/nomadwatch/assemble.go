@@ -315,30 +315,61 @@ func (a *assembler) warn(format string, args ...any) {
 
 // addJobs records every job that can run (not parameterized or periodic
 // parents), with its version and group counts where its spec was read.
+// With the Builder's memo, a job's reading is kept while its listing, its
+// spec and the settings stay the same.
 func (a *assembler) addJobs() {
-	for _, j := range a.in.Jobs {
-		if j.ParameterizedJob || j.Periodic {
-			continue
-		}
-		info := &JobInfo{Namespace: j.Namespace, ID: j.ID, Priority: j.Priority, JobModifyIndex: j.JobModifyIndex,
-			Stop: j.Stop, Status: j.Status, Preemptible: jobPreemptible(j.Meta), Type: j.Type, Groups: map[string]int{},
-			Project: a.resolver.Project(j.Namespace, j.Meta)}
-		info.MinRuntime = a.minRuntime(info.Project, Key(j.Namespace, j.ID), j.Meta)
-		if spec := a.in.Specs[Key(j.Namespace, j.ID)]; spec != nil {
-			if spec.Version != nil {
-				info.Version = *spec.Version
-			}
-			for _, tg := range spec.TaskGroups {
-				if tg.Name != nil && tg.Count != nil {
-					info.Groups[*tg.Name] = *tg.Count
-				}
-			}
-			info.Gang = a.gang(Key(j.Namespace, j.ID), spec)
-			var err error
-			if info.MinCounts, err = minCounts(spec); err != nil {
-				a.warn("job %s: %v; it is planned as a group that is not elastic", Key(j.Namespace, j.ID), err)
-			}
-		}
-		a.v.Jobs[Key(j.Namespace, j.ID)] = info
+	m := a.in.memo
+	if m != nil {
+		m.noteSettings(a.in.Settings)
 	}
+	for _, j := range a.in.Jobs {
+		key := Key(j.Namespace, j.ID)
+		spec := a.in.Specs[key]
+		var info *JobInfo
+		var warnings []string
+		if m != nil {
+			info, warnings = m.job(key, j, spec, a.readJob)
+		} else {
+			info, warnings = a.readJob(key, j, spec)
+		}
+		a.v.Warnings = append(a.v.Warnings, warnings...)
+		if info != nil {
+			c := *info
+			a.v.Jobs[key] = &c
+		}
+	}
+	if m != nil {
+		m.pruneJobs()
+	}
+}
+
+// readJob reads one job's listing and spec: nil for a job that does not
+// run itself (a parameterized or periodic parent), and the warnings.
+func (a *assembler) readJob(key string, j *nomadapi.JobListStub, spec *nomadapi.Job) (*JobInfo, []string) {
+	if j.ParameterizedJob || j.Periodic {
+		return nil, nil
+	}
+	before := a.v.Warnings
+	a.v.Warnings = nil
+	defer func() { a.v.Warnings = before }()
+	info := &JobInfo{Namespace: j.Namespace, ID: j.ID, Priority: j.Priority, JobModifyIndex: j.JobModifyIndex,
+		Stop: j.Stop, Status: j.Status, Preemptible: jobPreemptible(j.Meta), Type: j.Type, Groups: map[string]int{},
+		Project: a.resolver.Project(j.Namespace, j.Meta)}
+	info.MinRuntime = a.minRuntime(info.Project, key, j.Meta)
+	if spec != nil {
+		if spec.Version != nil {
+			info.Version = *spec.Version
+		}
+		for _, tg := range spec.TaskGroups {
+			if tg.Name != nil && tg.Count != nil {
+				info.Groups[*tg.Name] = *tg.Count
+			}
+		}
+		info.Gang = a.gang(key, spec)
+		var err error
+		if info.MinCounts, err = minCounts(spec); err != nil {
+			a.warn("job %s: %v; it is planned as a group that is not elastic", key, err)
+		}
+	}
+	return info, a.v.Warnings
 }

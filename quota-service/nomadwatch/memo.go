@@ -2,9 +2,11 @@ package nomadwatch
 
 import (
 	"maps"
+	"reflect"
 	"slices"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/quota-service/quota"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -19,11 +21,60 @@ type segmentMemo struct {
 	prints map[string]jobPrint
 	users  map[string]map[string]bool
 	totals *segmentTotals
+	// jobs are addJobs' readings of the jobs, kept while their listing,
+	// spec and the settings (settingsGen) stay the same; cycle counts
+	// the Views, so that jobs no longer listed go.
+	jobs        map[string]*jobEntry
+	settings    []quota.Settings
+	settingsGen uint64
+	cycle       uint64
+}
+
+// jobEntry is one job's reading by addJobs, and what it was read from.
+type jobEntry struct {
+	stub        *nomadapi.JobListStub
+	spec        *nomadapi.Job
+	settingsGen uint64
+	info        *JobInfo
+	warnings    []string
+	seen        uint64
 }
 
 func newSegmentMemo() *segmentMemo {
 	return &segmentMemo{segs: map[string]*nodeSegment{}, prints: map[string]jobPrint{}, users: map[string]map[string]bool{},
-		totals: newSegmentTotals()}
+		totals: newSegmentTotals(), jobs: map[string]*jobEntry{}}
+}
+
+// noteSettings starts a View's jobs: settings other than the last View's
+// make every job's reading stale.
+func (m *segmentMemo) noteSettings(settings []quota.Settings) {
+	m.cycle++
+	if m.cycle == 1 || !reflect.DeepEqual(settings, m.settings) {
+		m.settings = slices.Clone(settings)
+		m.settingsGen++
+	}
+}
+
+// job is job key's reading (read with read when stale).
+func (m *segmentMemo) job(key string, j *nomadapi.JobListStub, spec *nomadapi.Job,
+	read func(string, *nomadapi.JobListStub, *nomadapi.Job) (*JobInfo, []string)) (*JobInfo, []string) {
+	e := m.jobs[key]
+	if e == nil || e.stub != j || e.spec != spec || e.settingsGen != m.settingsGen {
+		e = &jobEntry{stub: j, spec: spec, settingsGen: m.settingsGen}
+		e.info, e.warnings = read(key, j, spec)
+		m.jobs[key] = e
+	}
+	e.seen = m.cycle
+	return e.info, e.warnings
+}
+
+// pruneJobs forgets the jobs this View did not list.
+func (m *segmentMemo) pruneJobs() {
+	for key, e := range m.jobs {
+		if e.seen != m.cycle {
+			delete(m.jobs, key)
+		}
+	}
 }
 
 // jobPrint is what a segment reads of a job: its reading by addJobs
