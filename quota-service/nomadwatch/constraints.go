@@ -24,7 +24,13 @@ func (a *assembler) constrainPending() {
 		return
 	}
 	facts := a.nodeFacts()
-	memo := map[string]admission{}
+	memo, used := map[string]admission{}, map[string]bool{}
+	if m := a.in.memo; m != nil {
+		// The Builder's memo keeps admissions while the nodes' facts stay
+		// the same (segmentMemo.update).
+		memo = m.admissions
+		defer m.keepAdmissions(used)
+	}
 	for i := range a.snap.Pending {
 		w := &a.snap.Pending[i]
 		spec := a.in.Specs[w.Job]
@@ -33,6 +39,7 @@ func (a *assembler) constrainPending() {
 			continue
 		}
 		key := admissionKey(spec, tg)
+		used[key] = true
 		adm, ok := memo[key]
 		if !ok {
 			adm = admit(facts, spec, tg)

@@ -78,7 +78,7 @@ func (w *eventWorld) nodeEvent(i int) *nomadapi.Event {
 		}
 		devs = append(devs, whole)
 	}
-	n := &nomadapi.Node{ID: id, Name: id, Datacenter: "dc1", NodePool: "default", ModifyIndex: w.index,
+	n := &nomadapi.Node{ID: id, Name: id, Datacenter: []string{"dc1", "dc2"}[w.pick(2)], NodePool: "default", ModifyIndex: w.index,
 		Status: []string{"ready", "ready", "down"}[w.pick(3)], Drain: w.pick(6) == 0, SchedulingEligibility: "eligible",
 		Attributes: map[string]string{"nomad.version": "1.9.0"}, Meta: map[string]string{"rank": fmt.Sprint(w.pick(3))},
 		NodeResources: &nomadapi.NodeResources{Devices: devs, Cpu: nomadapi.NodeCpuResources{CpuShares: int64(4000 * w.pick(3))},
@@ -154,6 +154,9 @@ func (w *eventWorld) newSpec(ns string, j *nomadapi.Job) {
 	tg.ReschedulePolicy = &nomadapi.ReschedulePolicy{Attempts: ptr(1 + w.pick(2)), Interval: ptr(time.Duration(1+w.pick(10)) * time.Minute)}
 	spec.AddTaskGroup(tg)
 	spec.Meta = map[string]string{}
+	if w.pick(2) == 0 {
+		spec.Datacenters = []string{"dc1"}
+	}
 	if w.pick(3) == 0 {
 		spec.Meta[MetaGang] = "true"
 	}

@@ -28,6 +28,9 @@ type segmentMemo struct {
 	settings    []quota.Settings
 	settingsGen uint64
 	cycle       uint64
+	// admissions are constrainPending's, by admissionKey, while no
+	// node's facts change.
+	admissions map[string]admission
 }
 
 // jobEntry is one job's reading by addJobs, and what it was read from.
@@ -42,7 +45,7 @@ type jobEntry struct {
 
 func newSegmentMemo() *segmentMemo {
 	return &segmentMemo{segs: map[string]*nodeSegment{}, prints: map[string]jobPrint{}, users: map[string]map[string]bool{},
-		totals: newSegmentTotals(), jobs: map[string]*jobEntry{}}
+		totals: newSegmentTotals(), jobs: map[string]*jobEntry{}, admissions: map[string]admission{}}
 }
 
 // noteSettings starts a View's jobs: settings other than the last View's
@@ -119,7 +122,9 @@ func (m *segmentMemo) update(changed []*nodeData, jobs map[string]*JobInfo, spec
 		}
 	}
 	for id, d := range stale {
-		m.replace(id, d, jobs, specs, now)
+		if m.replace(id, d, jobs, specs, now) {
+			clear(m.admissions)
+		}
 	}
 	set := segmentSet{segs: make([]*nodeSegment, len(m.ids)), totals: m.totals}
 	for i, id := range m.ids {
@@ -162,10 +167,30 @@ func (m *segmentMemo) staleByJobs(stale map[string]*nodeData, jobs map[string]*J
 	}
 }
 
+// keepAdmissions forgets the admissions no pending group used.
+func (m *segmentMemo) keepAdmissions(used map[string]bool) {
+	for key := range m.admissions {
+		if !used[key] {
+			delete(m.admissions, key)
+		}
+	}
+}
+
+// sameFacts says two segments put the same node, with the same facts, in
+// the same place of the snapshot's nodes (either may be nil).
+func sameFacts(x, y *nodeSegment) bool {
+	if x == nil || y == nil {
+		return (x == nil || !x.hasNode) && (y == nil || !y.hasNode)
+	}
+	return x.hasNode == y.hasNode && x.gpuNode == y.gpuNode &&
+		x.data.stub == y.data.stub && x.data.full == y.data.full && x.data.dev == y.data.dev
+}
+
 // replace derives node id's segment again from d (nil or empty: the
-// segment goes).
-func (m *segmentMemo) replace(id string, d *nodeData, jobs map[string]*JobInfo, specs map[string]*nomadapi.Job, now time.Time) {
-	if old := m.segs[id]; old != nil {
+// segment goes) and says whether the node's facts changed.
+func (m *segmentMemo) replace(id string, d *nodeData, jobs map[string]*JobInfo, specs map[string]*nomadapi.Job, now time.Time) bool {
+	old := m.segs[id]
+	if old != nil {
 		m.totals.add(old, -1)
 		for _, k := range old.jobs {
 			delete(m.users[k], id)
@@ -179,7 +204,7 @@ func (m *segmentMemo) replace(id string, d *nodeData, jobs map[string]*JobInfo, 
 		}
 	}
 	if d == nil || d.empty() {
-		return
+		return !sameFacts(old, nil)
 	}
 	s := deriveSegment(d, jobs, specs, now)
 	m.segs[id] = s
@@ -192,4 +217,5 @@ func (m *segmentMemo) replace(id string, d *nodeData, jobs map[string]*JobInfo, 
 		}
 		m.users[k][id] = true
 	}
+	return !sameFacts(old, s)
 }
