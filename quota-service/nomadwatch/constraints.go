@@ -20,14 +20,17 @@ import (
 // the planner to report unplaceable, with the reason (which filters left
 // out how many nodes).
 func (a *assembler) constrainPending() {
+	if m := a.in.memo; m != nil {
+		// The Builder's memo keeps admissions while the nodes' facts
+		// judge them the same.
+		m.reviseAdmissions()
+	}
 	if len(a.snap.Pending) == 0 {
 		return
 	}
 	facts := a.nodeFacts()
-	memo, used := map[string]admission{}, map[string]bool{}
+	memo, used := map[string]*keptAdmission{}, map[string]bool{}
 	if m := a.in.memo; m != nil {
-		// The Builder's memo keeps admissions while the nodes' facts stay
-		// the same (segmentMemo.update).
 		memo = m.admissions
 		defer m.keepAdmissions(used)
 	}
@@ -40,11 +43,12 @@ func (a *assembler) constrainPending() {
 		}
 		key := admissionKey(spec, tg)
 		used[key] = true
-		adm, ok := memo[key]
+		kept, ok := memo[key]
 		if !ok {
-			adm = admit(facts, spec, tg)
-			memo[key] = adm
+			kept = &keptAdmission{adm: admit(facts, spec, tg), spec: spec, tg: tg}
+			memo[key] = kept
 		}
+		adm := kept.adm
 		w.Nodes, w.NodesReason = adm.nodes, adm.reason
 		if adm.models != nil {
 			w.Ask.Models = adm.models
@@ -102,6 +106,14 @@ type admission struct {
 	nodes  []string
 	reason string
 	models []string
+}
+
+// keptAdmission is an admission with the job and group it was judged
+// for (any with the same admissionKey is judged the same).
+type keptAdmission struct {
+	adm  admission
+	spec *nomadapi.Job
+	tg   *nomadapi.TaskGroup
 }
 
 // admissionKey is the part of a job and group that decides its admission,

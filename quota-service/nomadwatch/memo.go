@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/internal/feasible"
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -28,9 +29,12 @@ type segmentMemo struct {
 	settings    []quota.Settings
 	settingsGen uint64
 	cycle       uint64
-	// admissions are constrainPending's, by admissionKey, while no
-	// node's facts change.
-	admissions map[string]admission
+	// admissions are constrainPending's, by admissionKey, kept while
+	// the nodes whose facts changed (moved: before, after) judge them as
+	// before and no node joined or left the snapshot's nodes (reordered).
+	admissions map[string]*keptAdmission
+	moved      [][2]feasible.Node
+	reordered  bool
 }
 
 // jobEntry is one job's reading by addJobs, and what it was read from.
@@ -45,7 +49,7 @@ type jobEntry struct {
 
 func newSegmentMemo() *segmentMemo {
 	return &segmentMemo{segs: map[string]*nodeSegment{}, prints: map[string]jobPrint{}, users: map[string]map[string]bool{},
-		totals: newSegmentTotals(), jobs: map[string]*jobEntry{}, admissions: map[string]admission{}}
+		totals: newSegmentTotals(), jobs: map[string]*jobEntry{}, admissions: map[string]*keptAdmission{}}
 }
 
 // noteSettings starts a View's jobs: settings other than the last View's
@@ -122,9 +126,7 @@ func (m *segmentMemo) update(changed []*nodeData, jobs map[string]*JobInfo, spec
 		}
 	}
 	for id, d := range stale {
-		if m.replace(id, d, jobs, specs, now) {
-			clear(m.admissions)
-		}
+		m.noteFacts(m.replace(id, d, jobs, specs, now))
 	}
 	set := segmentSet{segs: make([]*nodeSegment, len(m.ids)), totals: m.totals}
 	for i, id := range m.ids {
@@ -176,19 +178,47 @@ func (m *segmentMemo) keepAdmissions(used map[string]bool) {
 	}
 }
 
-// sameFacts says two segments put the same node, with the same facts, in
-// the same place of the snapshot's nodes (either may be nil).
-func sameFacts(x, y *nodeSegment) bool {
-	if x == nil || y == nil {
-		return (x == nil || !x.hasNode) && (y == nil || !y.hasNode)
+// noteFacts notes what a segment derived again (old, now) did to the
+// snapshot's nodes: a node that joined or left them, or moved to the
+// other part (GPU nodes, nodes added for allocations), reorders them; a
+// node read again may judge admissions otherwise.
+func (m *segmentMemo) noteFacts(old, now *nodeSegment) {
+	placed := func(s *nodeSegment) (bool, bool) { return s != nil && s.hasNode, s != nil && s.gpuNode }
+	oh, og := placed(old)
+	nh, ng := placed(now)
+	switch {
+	case oh != nh || og != ng:
+		m.reordered = true
+	case !nh:
+	case old.data.stub != now.data.stub || old.data.full != now.data.full || old.data.dev != now.data.dev:
+		m.moved = append(m.moved, [2]feasible.Node{old.fact, now.fact})
 	}
-	return x.hasNode == y.hasNode && x.gpuNode == y.gpuNode &&
-		x.data.stub == y.data.stub && x.data.full == y.data.full && x.data.dev == y.data.dev
+}
+
+// reviseAdmissions forgets the admissions that the nodes read again
+// since judge otherwise, all of them when the snapshot's nodes changed.
+func (m *segmentMemo) reviseAdmissions() {
+	defer func() { m.moved, m.reordered = nil, false }()
+	if m.reordered {
+		clear(m.admissions)
+		return
+	}
+	for key, k := range m.admissions {
+		for _, mv := range m.moved {
+			before, after := mv[0], mv[1]
+			w1, m1 := before.Rejection(k.spec, k.tg)
+			w2, m2 := after.Rejection(k.spec, k.tg)
+			if w1 != w2 || !slices.Equal(m1, m2) {
+				delete(m.admissions, key)
+				break
+			}
+		}
+	}
 }
 
 // replace derives node id's segment again from d (nil or empty: the
-// segment goes) and says whether the node's facts changed.
-func (m *segmentMemo) replace(id string, d *nodeData, jobs map[string]*JobInfo, specs map[string]*nomadapi.Job, now time.Time) bool {
+// segment goes) and returns the old segment and the new (either nil).
+func (m *segmentMemo) replace(id string, d *nodeData, jobs map[string]*JobInfo, specs map[string]*nomadapi.Job, now time.Time) (*nodeSegment, *nodeSegment) {
 	old := m.segs[id]
 	if old != nil {
 		m.totals.add(old, -1)
@@ -204,7 +234,7 @@ func (m *segmentMemo) replace(id string, d *nodeData, jobs map[string]*JobInfo, 
 		}
 	}
 	if d == nil || d.empty() {
-		return !sameFacts(old, nil)
+		return old, nil
 	}
 	s := deriveSegment(d, jobs, specs, now)
 	m.segs[id] = s
@@ -217,5 +247,5 @@ func (m *segmentMemo) replace(id string, d *nodeData, jobs map[string]*JobInfo, 
 		}
 		m.users[k][id] = true
 	}
-	return !sameFacts(old, s)
+	return old, s
 }
