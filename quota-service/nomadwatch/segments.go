@@ -114,6 +114,26 @@ func sortAllocs(allocs []*nomadapi.AllocationListStub) {
 // read them), specs and time, by running Assemble's node and allocation
 // steps on d alone.
 func deriveSegment(d *nodeData, jobs map[string]*JobInfo, specs map[string]*nomadapi.Job, now time.Time) *nodeSegment {
+	seg := &nodeSegment{data: d, counts: map[string]jobCounts{}, slots: map[string]map[string]slotCounts{}}
+	a := &assembler{in: segmentInputs(d, specs, now), v: &View{Snapshot: &cluster.Snapshot{}, Jobs: map[string]*JobInfo{}},
+		projects: map[string]bool{}, nodes: map[string]*nodeGPUs{}, readDevs: map[string]*nodeDevices{}, jobKeys: map[[2]string]string{}}
+	a.snap = a.v.Snapshot
+	seg.jobs = segmentJobs(d, jobs, a.v.Jobs)
+	a.addNodes()
+	seg.gpuNode = len(a.snap.Nodes) > 0
+	seg.nodeWarnings, a.v.Warnings = a.v.Warnings, nil
+	a.addAllocations()
+	seg.allocWarnings, a.v.Warnings = a.v.Warnings, nil
+	a.settleNodeResources()
+	seg.settleWarnings = a.v.Warnings
+	seg.collect(a)
+	seg.shareUnit = shareUnitOfNode(d.stub)
+	seg.expiry = expiryOf(d, jobs, specs, now)
+	return seg
+}
+
+// segmentInputs are Assemble's inputs of node d alone.
+func segmentInputs(d *nodeData, specs map[string]*nomadapi.Job, now time.Time) Inputs {
 	in := Inputs{Devices: map[string]*nodeDevices{}, NodeInfo: map[string]*nomadapi.Node{}, AllocResources: map[string]*allocResources{},
 		Allocations: d.allocs, Specs: specs, Now: now}
 	if d.stub != nil {
@@ -125,37 +145,37 @@ func deriveSegment(d *nodeData, jobs map[string]*JobInfo, specs map[string]*noma
 			in.NodeInfo[d.id] = d.full
 		}
 	}
-	seg := &nodeSegment{data: d, counts: map[string]jobCounts{}}
-	own := map[string]*JobInfo{}
 	for i, al := range d.allocs {
 		in.AllocResources[al.ID] = d.res[i]
+	}
+	return in
+}
+
+// segmentJobs puts into own a copy of the reading of every job of node
+// d's allocations (without counts, which the segment makes) and returns
+// their Keys, those not listed included.
+func segmentJobs(d *nodeData, jobs, own map[string]*JobInfo) []string {
+	var keys []string
+	seen := map[string]bool{}
+	for _, al := range d.allocs {
 		key := Key(al.Namespace, al.JobID)
-		if _, seen := own[key]; seen {
+		if seen[key] {
 			continue
 		}
-		seg.jobs = append(seg.jobs, key)
-		own[key] = nil
+		seen[key] = true
+		keys = append(keys, key)
 		if info := jobs[key]; info != nil {
 			c := *info
 			c.Live, c.Running = 0, 0
 			own[key] = &c
 		}
 	}
-	a := &assembler{in: in, v: &View{Snapshot: &cluster.Snapshot{}, Jobs: map[string]*JobInfo{}}, projects: map[string]bool{},
-		nodes: map[string]*nodeGPUs{}, readDevs: map[string]*nodeDevices{}, jobKeys: map[[2]string]string{}}
-	a.snap = a.v.Snapshot
-	for k, info := range own {
-		if info != nil {
-			a.v.Jobs[k] = info
-		}
-	}
-	a.addNodes()
-	seg.gpuNode = len(a.snap.Nodes) > 0
-	seg.nodeWarnings, a.v.Warnings = a.v.Warnings, nil
-	a.addAllocations()
-	seg.allocWarnings, a.v.Warnings = a.v.Warnings, nil
-	a.settleNodeResources()
-	seg.settleWarnings = a.v.Warnings
+	return keys
+}
+
+// collect takes what the segment's assembler a made: its node and facts,
+// allocations, projects, job counts and slots.
+func (seg *nodeSegment) collect(a *assembler) {
 	seg.allocs = a.snap.Allocations
 	if len(a.snap.Nodes) > 0 {
 		seg.node, seg.hasNode = a.snap.Nodes[0], true
@@ -169,16 +189,12 @@ func deriveSegment(d *nodeData, jobs map[string]*JobInfo, specs map[string]*noma
 			seg.counts[k] = jobCounts{live: info.Live, running: info.Running}
 		}
 	}
-	seg.slots = map[string]map[string]slotCounts{}
 	for k, groups := range a.countSlots() {
 		seg.slots[k] = map[string]slotCounts{}
 		for g, c := range groups {
 			seg.slots[k][g] = *c
 		}
 	}
-	seg.shareUnit = shareUnitOfNode(d.stub)
-	seg.expiry = expiryOf(d, jobs, specs, now)
-	return seg
 }
 
 // shareUnitOfNode is nomadread.ShareUnit of the node's share groups, or 0
