@@ -64,6 +64,9 @@ func (s *Service) run(ctx context.Context, mayAct bool) (held bool) {
 	}
 	if failure != nil {
 		s.fail(failure)
+		times := s.builder.LastTimes()
+		s.log.Debug("cycle failed", "cause", failure.cause, "read", phases.read, "nomad_reading", times.Reading,
+			"assembling", times.Assembling, "plan", phases.plan, "act", phases.act)
 		return false
 	}
 	s.metrics.CycleOK.Set(1)
