@@ -172,7 +172,8 @@ func serveStandIn(tb testing.TB, c Config) (*Server, *nomadapi.Client) {
 // reports both per op.
 func measureCycles(b *testing.B, builder *nomadwatch.Builder) {
 	ctx := context.Background()
-	var build, planning time.Duration
+	var build, planning, assembling time.Duration
+	var segments int
 	for b.Loop() {
 		t0 := time.Now()
 		v, err := builder.Build(ctx, quota.Set{}, state.Records{})
@@ -180,6 +181,8 @@ func measureCycles(b *testing.B, builder *nomadwatch.Builder) {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
+		times := builder.LastTimes()
+		assembling, segments = assembling+times.Assembling, segments+times.Segments
 		pol, err := plan.PolicyByName("gpushare", 1, v.Snapshot)
 		if err != nil {
 			b.Fatal(err)
@@ -191,4 +194,6 @@ func measureCycles(b *testing.B, builder *nomadwatch.Builder) {
 	}
 	b.ReportMetric(float64(build.Milliseconds())/float64(b.N), "build-ms/op")
 	b.ReportMetric(float64(planning.Milliseconds())/float64(b.N), "plan-ms/op")
+	b.ReportMetric(float64(assembling.Microseconds())/1000/float64(b.N), "assemble-ms/op")
+	b.ReportMetric(float64(segments)/float64(b.N), "segments/op")
 }

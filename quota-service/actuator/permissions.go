@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,8 +37,11 @@ type permissions struct {
 	// acl is nil when everything is allowed (ACLs disabled, or a
 	// management token).
 	acl *acl.ACL
-	// gen counts successful reads, to key cached verdicts.
-	gen int
+	// gen counts the reads that found other policies than the last
+	// (policies: their names and rules), to key cached verdicts: a read
+	// that finds the same keeps every verdict.
+	gen      int
+	policies string
 }
 
 func newPermissions(client *nomadapi.Client, every time.Duration) *permissions {
@@ -52,33 +56,37 @@ func (p *permissions) current(ctx context.Context, now time.Time) (*acl.ACL, int
 	if p.gen > 0 && now.Sub(p.read) < p.every {
 		return p.acl, p.gen, nil
 	}
-	a, err := p.load(ctx)
+	a, policies, err := p.load(ctx)
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading the service's Nomad token's policies (needed to know it may resume what it suspends): %w", err)
 	}
-	p.acl, p.read = a, now
-	p.gen++
+	if p.gen == 0 || policies != p.policies {
+		p.gen++
+	}
+	p.acl, p.read, p.policies = a, now, policies
 	return p.acl, p.gen, nil
 }
 
-// load builds the token's ACL from its policies and its roles' policies.
-func (p *permissions) load(ctx context.Context) (*acl.ACL, error) {
+// load builds the token's ACL from its policies and its roles' policies,
+// and says what it was built from: the policies' names and rules, or that
+// everything is allowed.
+func (p *permissions) load(ctx context.Context) (*acl.ACL, string, error) {
 	q := (&nomadapi.QueryOptions{}).WithContext(ctx)
 	tok, _, err := p.nomad.ACLTokens().Self(q)
 	if nomadwatch.StatusCode(err) == http.StatusBadRequest {
-		return nil, nil // ACL support disabled
+		return nil, "everything allowed", nil // ACL support disabled
 	}
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if tok.Type == "management" || tok.AccessorID == "acls-disabled" {
-		return nil, nil // Nomad answers with this pseudo-token when ACLs are off
+		return nil, "everything allowed", nil // Nomad answers with this pseudo-token when ACLs are off
 	}
 	names := slices.Clone(tok.Policies)
 	for _, link := range tok.Roles {
 		role, _, err := p.nomad.ACLRoles().Get(link.ID, q)
 		if err != nil {
-			return nil, fmt.Errorf("reading ACL role %s: %w", link.Name, err)
+			return nil, "", fmt.Errorf("reading ACL role %s: %w", link.Name, err)
 		}
 		for _, pl := range role.Policies {
 			names = append(names, pl.Name)
@@ -86,18 +94,25 @@ func (p *permissions) load(ctx context.Context) (*acl.ACL, error) {
 	}
 	slices.Sort(names)
 	var policies []*acl.Policy
+	var read strings.Builder
+	read.WriteString("policies\n")
 	for _, name := range slices.Compact(names) {
 		pol, _, err := p.nomad.ACLPolicies().Info(name, q)
 		if err != nil {
-			return nil, fmt.Errorf("reading ACL policy %s: %w", name, err)
+			return nil, "", fmt.Errorf("reading ACL policy %s: %w", name, err)
 		}
 		parsed, err := acl.Parse(pol.Rules, acl.PolicyParseLenient)
 		if err != nil {
-			return nil, fmt.Errorf("parsing ACL policy %s: %w", name, err)
+			return nil, "", fmt.Errorf("parsing ACL policy %s: %w", name, err)
 		}
 		policies = append(policies, parsed)
+		fmt.Fprintf(&read, "%q %q\n", name, pol.Rules)
 	}
-	return acl.NewACL(false, policies)
+	a, err := acl.NewACL(false, policies)
+	if err != nil {
+		return nil, "", fmt.Errorf("building the token's ACL: %w", err)
+	}
+	return a, read.String(), nil
 }
 
 // MayRegister says why a token with ACL a (nil: everything allowed) may

@@ -46,12 +46,11 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gpushare/nomad-gpushare/internal/feasible"
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
 	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
-	"github.com/gpushare/nomad-gpushare/vocab"
-	"github.com/gpushare/nomad-gpushare/vocab/nomadread"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -181,16 +180,24 @@ type Inputs struct {
 	// job the direct read found is in Specs.
 	Unlisted map[string]error
 	Now      time.Time
+	// memo, when set, holds the segments of the last View (the
+	// Builder's); changed are the nodes the cache changed since, whose
+	// segments must be derived again. Nodes, NodeInfo, Devices,
+	// Allocations and AllocResources are then not read.
+	memo    *segmentMemo
+	changed []*nodeData
 }
 
 // Assemble turns listings into a View. It never fails: records it cannot
 // use are left out with a warning.
 func Assemble(in Inputs) *View {
 	a := newAssembler(in)
-	a.addNodes()
 	a.addJobs()
-	a.addAllocations()
-	a.settleNodeResources()
+	jobWarnings := a.v.Warnings
+	a.v.Warnings = nil
+	set := a.segments()
+	a.slots = set.totals.slots
+	a.addSegments(set, jobWarnings)
 	a.classifyRecords()
 	a.judgeShrinks()
 	a.addPending()
@@ -219,6 +226,13 @@ type assembler struct {
 	shareUnit int
 	// minRuntimes are the projects' min_runtime settings.
 	minRuntimes map[string]time.Duration
+	// facts are what the feasibility checks read of the snapshot's
+	// nodes, in snapshot order, when the segments gave them (factsSet).
+	facts    []feasible.Node
+	factsSet bool
+	// slots are the allocations of every job by task group, as the
+	// segments count them (countSlots).
+	slots map[string]map[string]*slotCounts
 }
 
 func newAssembler(in Inputs) *assembler {
@@ -226,7 +240,6 @@ func newAssembler(in Inputs) *assembler {
 		Unverified: map[string]uint64{}, Keys: in.Keys, Shrinks: map[string]*ShrinkRecord{}}
 	a := &assembler{in: in, v: v, snap: v.Snapshot, resolver: newResolver(in.Settings),
 		projects: map[string]bool{}, nodes: map[string]*nodeGPUs{}, readDevs: map[string]*nodeDevices{}, jobKeys: map[[2]string]string{}}
-	a.shareUnit = a.shareUnitOf(in.Nodes)
 	a.minRuntimes = map[string]time.Duration{}
 	for _, s := range in.Settings {
 		a.snap.Projects = append(a.snap.Projects, s.Model())
@@ -239,24 +252,13 @@ func newAssembler(in Inputs) *assembler {
 	return a
 }
 
-// shareUnitOf is what one instance of a pending nvidia/gpu-share request
-// stands for, in shares: 100 over the plugin's shares_per_gpu, read from
-// the nodes' share groups (nomadread.ShareUnit). A pending job is on no node, so
-// one value must hold for the cluster; when nodes differ, the most common
-// wins (ties: the finer) and a warning says so.
-func (a *assembler) shareUnitOf(nodes []*nomadapi.NodeListStub) int {
-	seen := map[int]int{}
-	for _, n := range nodes {
-		if n == nil || n.NodeResources == nil {
-			continue
-		}
-		for _, g := range n.NodeResources.Devices {
-			if g != nil && g.Vendor == vocab.Vendor && g.Type == vocab.TypeShare {
-				seen[nomadread.ShareUnit(n.NodeResources.Devices)]++
-				break
-			}
-		}
-	}
+// pickShareUnit is what one instance of a pending nvidia/gpu-share
+// request stands for, in shares: 100 over the plugin's shares_per_gpu,
+// read from the nodes' share groups (nomadread.ShareUnit; seen counts the
+// nodes by unit). A pending job is on no node, so one value must hold for
+// the cluster; when nodes differ, the most common wins (ties: the finer)
+// and a warning says so.
+func (a *assembler) pickShareUnit(seen map[int]int) int {
 	unit := 1
 	for u, c := range seen {
 		if c > seen[unit] || c == seen[unit] && u < unit {
@@ -267,6 +269,15 @@ func (a *assembler) shareUnitOf(nodes []*nomadapi.NodeListStub) int {
 		a.warn("GPU nodes publish different shares_per_gpu (shares per instance: %v); pending share requests are read at %d shares per instance: set one shares_per_gpu on every node", seen, unit)
 	}
 	return unit
+}
+
+// segments are the View's node segments: derived again where the
+// Builder's memo says they changed, else all derived from the inputs.
+func (a *assembler) segments() segmentSet {
+	if a.in.memo != nil {
+		return a.in.memo.update(a.in.changed, a.v.Jobs, a.in.Specs, a.in.Now)
+	}
+	return deriveAll(nodeDataFromInputs(a.in), a.v.Jobs, a.in.Specs, a.in.Now)
 }
 
 // jobKey is Key(namespace, id), made once per job: a cycle looks up the
@@ -304,30 +315,61 @@ func (a *assembler) warn(format string, args ...any) {
 
 // addJobs records every job that can run (not parameterized or periodic
 // parents), with its version and group counts where its spec was read.
+// With the Builder's memo, a job's reading is kept while its listing, its
+// spec and the settings stay the same.
 func (a *assembler) addJobs() {
-	for _, j := range a.in.Jobs {
-		if j.ParameterizedJob || j.Periodic {
-			continue
-		}
-		info := &JobInfo{Namespace: j.Namespace, ID: j.ID, Priority: j.Priority, JobModifyIndex: j.JobModifyIndex,
-			Stop: j.Stop, Status: j.Status, Preemptible: jobPreemptible(j.Meta), Type: j.Type, Groups: map[string]int{},
-			Project: a.resolver.Project(j.Namespace, j.Meta)}
-		info.MinRuntime = a.minRuntime(info.Project, Key(j.Namespace, j.ID), j.Meta)
-		if spec := a.in.Specs[Key(j.Namespace, j.ID)]; spec != nil {
-			if spec.Version != nil {
-				info.Version = *spec.Version
-			}
-			for _, tg := range spec.TaskGroups {
-				if tg.Name != nil && tg.Count != nil {
-					info.Groups[*tg.Name] = *tg.Count
-				}
-			}
-			info.Gang = a.gang(Key(j.Namespace, j.ID), spec)
-			var err error
-			if info.MinCounts, err = minCounts(spec); err != nil {
-				a.warn("job %s: %v; it is planned as a group that is not elastic", Key(j.Namespace, j.ID), err)
-			}
-		}
-		a.v.Jobs[Key(j.Namespace, j.ID)] = info
+	m := a.in.memo
+	if m != nil {
+		m.noteSettings(a.in.Settings)
 	}
+	for _, j := range a.in.Jobs {
+		key := Key(j.Namespace, j.ID)
+		spec := a.in.Specs[key]
+		var info *JobInfo
+		var warnings []string
+		if m != nil {
+			info, warnings = m.job(key, j, spec, a.readJob)
+		} else {
+			info, warnings = a.readJob(key, j, spec)
+		}
+		a.v.Warnings = append(a.v.Warnings, warnings...)
+		if info != nil {
+			c := *info
+			a.v.Jobs[key] = &c
+		}
+	}
+	if m != nil {
+		m.pruneJobs()
+	}
+}
+
+// readJob reads one job's listing and spec: nil for a job that does not
+// run itself (a parameterized or periodic parent), and the warnings.
+func (a *assembler) readJob(key string, j *nomadapi.JobListStub, spec *nomadapi.Job) (*JobInfo, []string) {
+	if j.ParameterizedJob || j.Periodic {
+		return nil, nil
+	}
+	before := a.v.Warnings
+	a.v.Warnings = nil
+	defer func() { a.v.Warnings = before }()
+	info := &JobInfo{Namespace: j.Namespace, ID: j.ID, Priority: j.Priority, JobModifyIndex: j.JobModifyIndex,
+		Stop: j.Stop, Status: j.Status, Preemptible: jobPreemptible(j.Meta), Type: j.Type, Groups: map[string]int{},
+		Project: a.resolver.Project(j.Namespace, j.Meta)}
+	info.MinRuntime = a.minRuntime(info.Project, key, j.Meta)
+	if spec != nil {
+		if spec.Version != nil {
+			info.Version = *spec.Version
+		}
+		for _, tg := range spec.TaskGroups {
+			if tg.Name != nil && tg.Count != nil {
+				info.Groups[*tg.Name] = *tg.Count
+			}
+		}
+		info.Gang = a.gang(key, spec)
+		var err error
+		if info.MinCounts, err = minCounts(spec); err != nil {
+			a.warn("job %s: %v; it is planned as a group that is not elastic", key, err)
+		}
+	}
+	return info, a.v.Warnings
 }

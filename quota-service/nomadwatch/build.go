@@ -68,6 +68,28 @@ type Builder struct {
 	// reconnect asks Follow to subscribe again.
 	streamNS  string
 	reconnect chan struct{}
+	// buildMu serializes Builds: each carries memo, the node segments
+	// of the last View, forward (segments.go). times are the last
+	// Build's.
+	buildMu sync.Mutex
+	memo    *segmentMemo
+	times   BuildTimes
+}
+
+// BuildTimes say where a Build's time went: reading (Nomad's indexes,
+// the wait for the stream to deliver them, what events leave out, the job
+// specs) and assembling the View; Segments counts the nodes the cache
+// touched since the last View (all of them after a listing).
+type BuildTimes struct {
+	Reading, Assembling time.Duration
+	Segments            int
+}
+
+// LastTimes are the last successful Build's times.
+func (b *Builder) LastTimes() BuildTimes {
+	b.buildMu.Lock()
+	defer b.buildMu.Unlock()
+	return b.times
 }
 
 // NewBuilder returns a builder over the Nomad client.
@@ -86,7 +108,9 @@ func NewBuilder(client *nomadapi.Client, log hclog.Logger, opts Options) *Builde
 // with the given quota settings (projects and departments) and suspension
 // records. Any read error fails the whole build: the service never plans
 // on partial data.
-func (b *Builder) Build(ctx context.Context, settings quota.Set, recs state.Records) (*View, error) {
+func (b *Builder) Build(ctx context.Context, settings quota.Set, recs state.Records) (v *View, err error) {
+	b.buildMu.Lock()
+	defer b.buildMu.Unlock()
 	now := time.Now()
 	if err := b.refresh(ctx, now); err != nil {
 		return nil, err
@@ -95,6 +119,11 @@ func (b *Builder) Build(ctx context.Context, settings quota.Set, recs state.Reco
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			b.untouch()
+		}
+	}()
 	recorded := recordedKeys(recs)
 	specs, err := b.readSpecs(ctx, in.Jobs, recorded, taggedRecords(recs))
 	if err != nil {
@@ -116,7 +145,10 @@ func (b *Builder) Build(ctx context.Context, settings quota.Set, recs state.Reco
 	in.Specs, in.Unlisted, in.Tagged, in.Settings, in.Departments, in.Now, in.ScaledAt = specs, unlisted, tagged, settings.Projects, settings.Departments, now, scaledAt
 	in.Suspensions, in.Unverified, in.RecordErrors, in.Keys = recs.Verified, recs.Unverified, recs.Errors, recs.Keys
 	in.Shrinks, in.ShrinkErrors = recs.Shrinks, recs.ShrinkErrors
-	return Assemble(in), nil
+	t := time.Now()
+	v = Assemble(in)
+	b.times = BuildTimes{Reading: t.Sub(now), Assembling: time.Since(t), Segments: len(in.changed)}
+	return v, nil
 }
 
 // recordedKeys are the job Keys some record names (verified or not), in

@@ -114,11 +114,16 @@ type cache struct {
 	// dirtySummary are the system and sysbatch jobs whose summary (their
 	// queued instances, which no event carries) must be read again.
 	dirtySummary map[string]bool
+	// touched are the nodes whose entry or allocations changed since the
+	// last View took them (takeTouched); allTouched says every node did
+	// (a listing adopted): the View derives them all again.
+	touched    map[string]bool
+	allTouched bool
 }
 
 func newCache() *cache {
 	c := &cache{nodes: map[string]nodeEntry{}, allocs: map[string]allocEntry{}, jobs: map[string]*nomadapi.JobListStub{},
-		dirtySummary: map[string]bool{}}
+		dirtySummary: map[string]bool{}, touched: map[string]bool{}, allTouched: true}
 	for k := range c.deleted {
 		c.deleted[k] = map[string]uint64{}
 	}
@@ -185,6 +190,7 @@ func (c *cache) putNode(n *nomadapi.Node, at uint64) bool {
 		return false
 	}
 	c.nodes[n.ID] = newNodeEntry(n)
+	c.touched[n.ID] = true
 	return true
 }
 
@@ -230,6 +236,10 @@ func refOf(s *nomadapi.AllocationListStub) allocRef { return allocRef{node: s.No
 // putAlloc stores an allocation entry; a new allocation takes its place
 // in the order.
 func (c *cache) putAlloc(e allocEntry) {
+	if old, had := c.allocs[e.stub.ID]; had && old.stub.NodeID != e.stub.NodeID {
+		c.dropAlloc(e.stub.ID) // Nomad never moves one; a test may
+	}
+	c.touched[e.stub.NodeID] = true
 	if _, had := c.allocs[e.stub.ID]; !had {
 		ref := refOf(e.stub)
 		i, _ := slices.BinarySearchFunc(c.order, ref, compareAllocRefs)
@@ -244,6 +254,7 @@ func (c *cache) dropAlloc(id string) {
 	if !ok {
 		return
 	}
+	c.touched[e.stub.NodeID] = true
 	if i, found := slices.BinarySearchFunc(c.order, refOf(e.stub), compareAllocRefs); found {
 		c.order = slices.Delete(c.order, i, i+1)
 	}
@@ -258,6 +269,62 @@ func (c *cache) reorder() {
 		c.order = append(c.order, refOf(e.stub))
 	}
 	slices.SortFunc(c.order, compareAllocRefs)
+}
+
+// takeTouched returns the nodes touched since the last call, and whether
+// all were, and forgets them.
+func (c *cache) takeTouched() (map[string]bool, bool) {
+	touched, all := c.touched, c.allTouched
+	c.touched, c.allTouched = map[string]bool{}, false
+	return touched, all
+}
+
+// nodeData is what node id's segment is derived from, as the cache holds
+// it now.
+func (c *cache) nodeData(id string) *nodeData {
+	d := &nodeData{id: id}
+	if n, ok := c.nodes[id]; ok {
+		d.stub, d.full, d.dev = n.stub, n.full, n.dev
+	}
+	i, _ := slices.BinarySearchFunc(c.order, allocRef{node: id}, compareAllocRefs)
+	for ; i < len(c.order) && c.order[i].node == id; i++ {
+		e := c.allocs[c.order[i].id]
+		d.allocs = append(d.allocs, e.stub)
+		d.res = append(d.res, e.res)
+	}
+	return d
+}
+
+// viewInputs are Assemble's inputs from the cache with memo, the
+// segments of the last View: the jobs, and the nodes touched since. With
+// every node touched (a listing adopted) or no memo, the memo is a new
+// one and every node is read: the full rebuild.
+func (c *cache) viewInputs(memo *segmentMemo) (Inputs, *segmentMemo) {
+	touched, all := c.takeTouched()
+	if all || memo == nil {
+		memo, touched = newSegmentMemo(), c.allNodeIDs()
+	}
+	in := Inputs{memo: memo, changed: make([]*nodeData, 0, len(touched)), Jobs: make([]*nomadapi.JobListStub, 0, len(c.jobs))}
+	for id := range touched {
+		in.changed = append(in.changed, c.nodeData(id))
+	}
+	for _, j := range c.jobs {
+		in.Jobs = append(in.Jobs, j)
+	}
+	return in, memo
+}
+
+// allNodeIDs are the IDs of every node the cache holds or that an
+// allocation names.
+func (c *cache) allNodeIDs() map[string]bool {
+	ids := make(map[string]bool, len(c.nodes))
+	for id := range c.nodes {
+		ids[id] = true
+	}
+	for _, ref := range c.order {
+		ids[ref.node] = true
+	}
+	return ids
 }
 
 // older says an event's object (modify index got, in an event at index
@@ -334,6 +401,7 @@ func (c *cache) remove(k kind, key string, index uint64) {
 			return
 		}
 		delete(c.nodes, key)
+		c.touched[key] = true
 	case kindAlloc:
 		if a, ok := c.allocs[key]; ok && a.stub.ModifyIndex >= index {
 			return

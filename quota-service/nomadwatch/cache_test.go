@@ -13,7 +13,7 @@ import (
 
 // wire turns an API object into an event payload as the stream delivers it
 // (JSON decoded into maps).
-func wire(t *testing.T, field string, obj any) map[string]any {
+func wire(t testing.TB, field string, obj any) map[string]any {
 	t.Helper()
 	raw, err := json.Marshal(map[string]any{field: obj})
 	if err != nil {

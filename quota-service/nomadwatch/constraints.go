@@ -20,11 +20,20 @@ import (
 // the planner to report unplaceable, with the reason (which filters left
 // out how many nodes).
 func (a *assembler) constrainPending() {
+	if m := a.in.memo; m != nil {
+		// The Builder's memo keeps admissions while the nodes' facts
+		// judge them the same.
+		m.reviseAdmissions()
+	}
 	if len(a.snap.Pending) == 0 {
 		return
 	}
 	facts := a.nodeFacts()
-	memo := map[string]admission{}
+	memo, used := map[string]*keptAdmission{}, map[string]bool{}
+	if m := a.in.memo; m != nil {
+		memo = m.admissions
+		defer m.keepAdmissions(used)
+	}
 	for i := range a.snap.Pending {
 		w := &a.snap.Pending[i]
 		spec := a.in.Specs[w.Job]
@@ -33,11 +42,13 @@ func (a *assembler) constrainPending() {
 			continue
 		}
 		key := admissionKey(spec, tg)
-		adm, ok := memo[key]
+		used[key] = true
+		kept, ok := memo[key]
 		if !ok {
-			adm = admit(facts, spec, tg)
-			memo[key] = adm
+			kept = &keptAdmission{adm: admit(facts, spec, tg), spec: spec, tg: tg}
+			memo[key] = kept
 		}
+		adm := kept.adm
 		w.Nodes, w.NodesReason = adm.nodes, adm.reason
 		if adm.models != nil {
 			w.Ask.Models = adm.models
@@ -62,6 +73,9 @@ func groupOf(spec *nomadapi.Job, name string) *nomadapi.TaskGroup {
 // nodes, in snapshot order: from the full node where it was read, else
 // from the list stub.
 func (a *assembler) nodeFacts() []feasible.Node {
+	if a.factsSet {
+		return a.facts
+	}
 	stubs := map[string]*nomadapi.NodeListStub{}
 	for _, n := range a.in.Nodes {
 		stubs[n.ID] = n
@@ -92,6 +106,14 @@ type admission struct {
 	nodes  []string
 	reason string
 	models []string
+}
+
+// keptAdmission is an admission with the job and group it was judged
+// for (any with the same admissionKey is judged the same).
+type keptAdmission struct {
+	adm  admission
+	spec *nomadapi.Job
+	tg   *nomadapi.TaskGroup
 }
 
 // admissionKey is the part of a job and group that decides its admission,

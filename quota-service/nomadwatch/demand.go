@@ -111,7 +111,7 @@ func (a *assembler) addPending() {
 	for _, j := range a.in.Jobs {
 		stubs[Key(j.Namespace, j.ID)] = j
 	}
-	slots := a.countSlots()
+	slots := a.slots
 	for _, key := range jobKeys {
 		if r := a.v.Records[key]; r != nil && r.Resumable() {
 			a.addSuspendedDemand(key, r)

@@ -123,6 +123,7 @@ func (b *Builder) readNode(ctx context.Context, id string, index uint64) (*nomad
 // listing in the cache are the events'; an object missing from a listing
 // and older than it is gone.
 func (c *cache) adopt(l *listing) []Change {
+	c.allTouched = true
 	var out []Change
 	if l.kinds[kindNode] {
 		var ch Change

@@ -201,9 +201,12 @@ func (b *Builder) catchUp(ctx context.Context, target [numKinds]uint64) string {
 	}
 }
 
-// inputs copies the cache into Assemble's inputs, after reading what the
+// inputs takes from the cache Assemble's inputs, after reading what the
 // events leave out: the summaries of system jobs they touched, and the job
-// version of finished allocations placed since the last listing.
+// version of finished allocations placed since the last listing. Nodes
+// and allocations go by the Builder's segment memo: only the nodes the
+// cache touched since the last View are read (every node after a
+// listing, with a new memo: the full rebuild).
 func (b *Builder) inputs(ctx context.Context) (Inputs, error) {
 	if err := b.readSummaries(ctx); err != nil {
 		return Inputs{}, err
@@ -213,27 +216,17 @@ func (b *Builder) inputs(ctx context.Context) (Inputs, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	c := b.cache
-	in := Inputs{NodeInfo: make(map[string]*nomadapi.Node, len(c.nodes)),
-		Devices:        make(map[string]*nodeDevices, len(c.nodes)),
-		AllocResources: make(map[string]*allocResources, len(c.allocs)),
-		Nodes:          make([]*nomadapi.NodeListStub, 0, len(c.nodes)),
-		Allocations:    make([]*nomadapi.AllocationListStub, 0, len(c.allocs)),
-		Jobs:           make([]*nomadapi.JobListStub, 0, len(c.jobs))}
-	for id, n := range c.nodes {
-		in.Nodes = append(in.Nodes, n.stub)
-		in.NodeInfo[id] = n.full
-		in.Devices[id] = n.dev
-	}
-	for _, ref := range c.order {
-		a := c.allocs[ref.id]
-		in.Allocations = append(in.Allocations, a.stub)
-		in.AllocResources[a.stub.ID] = a.res
-	}
-	for _, j := range c.jobs {
-		in.Jobs = append(in.Jobs, j)
-	}
+	var in Inputs
+	in, b.memo = b.cache.viewInputs(b.memo)
 	return in, nil
+}
+
+// untouch makes the next View derive every node again (a Build that took
+// the touched nodes failed before its View kept them).
+func (b *Builder) untouch() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cache.allTouched = true
 }
 
 // readSummaries reads the summary of every system or sysbatch job whose
@@ -302,6 +295,7 @@ func (b *Builder) readVersions(ctx context.Context) error {
 				st.JobVersion, st.JobType = s.JobVersion, s.JobType
 				e.stub, e.versionKnown = &st, true
 				b.cache.allocs[s.ID] = e
+				b.cache.touched[st.NodeID] = true
 			}
 		}
 		b.mu.Unlock()

@@ -50,16 +50,23 @@ func (s *Service) run(ctx context.Context, mayAct bool) (held bool) {
 	defer s.cycleMu.Unlock()
 	start := time.Now()
 	defer func() { s.metrics.Cycle.Observe(time.Since(start).Seconds()) }()
+	phases := cyclePhases{last: start}
 	c, failure := s.read(ctx)
+	phases.mark(&phases.read)
 	if failure == nil {
 		s.applySurplusFactors(ctx, c, start)
 		failure = s.plan(c)
+		phases.mark(&phases.plan)
 	}
 	if failure == nil && mayAct && s.leading() {
 		failure = s.apply(ctx, c)
+		phases.mark(&phases.act)
 	}
 	if failure != nil {
 		s.fail(failure)
+		times := s.builder.LastTimes()
+		s.log.Debug("cycle failed", "cause", failure.cause, "read", phases.read, "nomad_reading", times.Reading,
+			"assembling", times.Assembling, "plan", phases.plan, "act", phases.act)
 		return false
 	}
 	s.metrics.CycleOK.Set(1)
@@ -68,7 +75,26 @@ func (s *Service) run(ctx context.Context, mayAct bool) (held bool) {
 	}
 	s.noteSurplusUse(ctx, c, start)
 	s.record(ctx, c)
+	phases.mark(&phases.record)
+	times := s.builder.LastTimes()
+	s.log.Debug("cycle", "read", phases.read, "nomad_reading", times.Reading, "assembling", times.Assembling,
+		"segments", times.Segments, "plan", phases.plan, "act", phases.act, "record", phases.record)
 	return len(c.rep.Skipped) > 0 || len(c.rep.Errors) > 0
+}
+
+// cyclePhases are where one cycle's time went, for the debug log
+// (docs/scale.md): reading Consul and Nomad, planning, acting, recording
+// the status and metrics.
+type cyclePhases struct {
+	last                    time.Time
+	read, plan, act, record time.Duration
+}
+
+// mark ends a phase: its time since the last mark (or since the cycle
+// began) goes to d.
+func (p *cyclePhases) mark(d *time.Duration) {
+	now := time.Now()
+	*d, p.last = now.Sub(p.last), now
 }
 
 // read takes the quota settings in force, the suspension records and the

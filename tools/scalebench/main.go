@@ -5,10 +5,10 @@
 // plugin's real layout, allocations, jobs in one namespace per project,
 // pending groups and events at a steady rate. It prints one line:
 //
-//	service_scale nodes=5000 allocs=100000 resync_s=<x> event_to_decision_ms_p99=<y> rss_mib=<z> cpu_pct=<w>
+//	service_scale nodes=5000 allocs=100000 resync_s=<x> event_to_decision_ms_p50=<m> event_to_decision_ms_p99=<y> rss_mib=<z> cpu_pct=<w>
 //
 // resync_s: from the service's start until its first successful cycle (a
-// full read of Nomad, a plan, the metrics set); event_to_decision_ms_p99:
+// full read of Nomad, a plan, the metrics set); event_to_decision_ms_p50 and _p99:
 // from the stand-in publishing a job registration (or deregistration) of
 // a pending group until the service's gpushare_pending_workloads counts it;
 // rss_mib: the service's peak resident memory (VmHWM); cpu_pct: its CPU
@@ -144,8 +144,8 @@ func run(o options) error {
 	m, _ := svc.metrics()
 	fmt.Fprintf(os.Stderr, "scalebench: cycles %.0f (mean %.2f s), requests to the stand-in: %v\n",
 		m["gpushare_cycle_seconds_count"], m["gpushare_cycle_seconds_sum"]/max(m["gpushare_cycle_seconds_count"], 1), standin.Requests())
-	fmt.Printf("service_scale nodes=%d allocs=%d resync_s=%.1f event_to_decision_ms_p99=%.0f rss_mib=%.0f cpu_pct=%.0f\n",
-		nodes, allocs, resync.Seconds(), p99(lat), rss, cpu)
+	fmt.Printf("service_scale nodes=%d allocs=%d resync_s=%.1f event_to_decision_ms_p50=%.0f event_to_decision_ms_p99=%.0f rss_mib=%.0f cpu_pct=%.0f\n",
+		nodes, allocs, resync.Seconds(), percentile(lat, 50), percentile(lat, 99), rss, cpu)
 	return nil
 }
 
@@ -344,12 +344,12 @@ func probe(st *nomadstandin.Server, s *service, n int, limit time.Duration) ([]t
 	return out, nil
 }
 
-// p99 is the 99th percentile in milliseconds (the largest below 100
-// samples).
-func p99(d []time.Duration) float64 {
+// percentile is the p-th percentile in milliseconds (the 99th: the
+// largest below 100 samples).
+func percentile(d []time.Duration, p int) float64 {
 	if len(d) == 0 {
 		return 0
 	}
 	slices.Sort(d)
-	return float64(d[min(len(d)*99/100, len(d)-1)].Microseconds()) / 1000
+	return float64(d[min(len(d)*p/100, len(d)-1)].Microseconds()) / 1000
 }

@@ -1,0 +1,301 @@
+package nomadwatch
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/quota-service/quota"
+	"github.com/gpushare/nomad-gpushare/vocab"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+// fullInputs copies the whole cache into Assemble's inputs, without a
+// memo: the View derived from scratch.
+func fullInputs(c *cache) Inputs {
+	in := Inputs{NodeInfo: map[string]*nomadapi.Node{}, Devices: map[string]*nodeDevices{}, AllocResources: map[string]*allocResources{}}
+	for id, n := range c.nodes {
+		in.Nodes = append(in.Nodes, n.stub)
+		in.NodeInfo[id], in.Devices[id] = n.full, n.dev
+	}
+	for _, ref := range c.order {
+		a := c.allocs[ref.id]
+		in.Allocations = append(in.Allocations, a.stub)
+		in.AllocResources[a.stub.ID] = a.res
+	}
+	for _, j := range c.jobs {
+		in.Jobs = append(in.Jobs, j)
+	}
+	return in
+}
+
+// eventWorld makes random events over a few nodes, jobs and allocations,
+// and keeps what a Builder adds to the cache: specs, settings, the time.
+type eventWorld struct {
+	t        testing.TB
+	rng      *rand.Rand
+	index    uint64
+	now      time.Time
+	specs    map[string]*nomadapi.Job
+	settings []quota.Settings
+	// sent are the events made so far, to replay out of order.
+	sent []*nomadapi.Event
+}
+
+const (
+	worldNodes  = 6
+	worldJobs   = 6
+	worldAllocs = 24
+)
+
+func (w *eventWorld) pick(n int) int { return w.rng.IntN(n) }
+
+func (w *eventWorld) gpus(node int) []string {
+	return []string{fmt.Sprintf("GPU-%d-0", node), fmt.Sprintf("GPU-%d-1", node), fmt.Sprintf("GPU-%d-2", node)}
+}
+
+// nodeEvent registers or updates node i: its GPUs whole or in shares,
+// its status and drain, its CPU and memory.
+func (w *eventWorld) nodeEvent(i int) *nomadapi.Event {
+	id := fmt.Sprintf("n%d", i)
+	var devs []*nomadapi.NodeDeviceResource
+	if w.pick(5) > 0 {
+		whole := &nomadapi.NodeDeviceResource{Vendor: vocab.Vendor, Type: vocab.TypeWhole, Name: "H100"}
+		for k, u := range w.gpus(i) {
+			if k == 2 && w.pick(2) == 0 {
+				g := &nomadapi.NodeDeviceResource{Vendor: vocab.Vendor, Type: vocab.TypeShare, Name: "H100-" + u}
+				for s := 0; s < vocab.DefaultSharesPerGPU; s++ {
+					g.Instances = append(g.Instances, &nomadapi.NodeDevice{ID: vocab.Share(u, s), Healthy: true})
+				}
+				devs = append(devs, g)
+				continue
+			}
+			whole.Instances = append(whole.Instances, &nomadapi.NodeDevice{ID: u, Healthy: w.pick(8) > 0})
+		}
+		devs = append(devs, whole)
+	}
+	n := &nomadapi.Node{ID: id, Name: id, Datacenter: []string{"dc1", "dc2"}[w.pick(2)], NodePool: "default", ModifyIndex: w.index,
+		Status: []string{"ready", "ready", "down"}[w.pick(3)], Drain: w.pick(6) == 0, SchedulingEligibility: "eligible",
+		Attributes: map[string]string{"nomad.version": "1.9.0"}, Meta: map[string]string{"rank": fmt.Sprint(w.pick(3))},
+		NodeResources: &nomadapi.NodeResources{Devices: devs, Cpu: nomadapi.NodeCpuResources{CpuShares: int64(4000 * w.pick(3))},
+			Memory: nomadapi.NodeMemoryResources{MemoryMB: 16000}}}
+	return &nomadapi.Event{Topic: nomadapi.TopicNode, Type: "NodeRegistration", Key: id, Index: w.index, Payload: wire(w.t, "Node", n)}
+}
+
+// allocEvent places, updates or stops allocation i: on one of the nodes
+// (or one that never registers), holding GPUs of its node or not.
+func (w *eventWorld) allocEvent(i int) *nomadapi.Event {
+	id := fmt.Sprintf("a%02d", i)
+	node := w.pick(worldNodes + 1)
+	var held []string
+	for _, u := range w.gpus(node) {
+		switch w.pick(4) {
+		case 0:
+			held = append(held, u)
+		case 1:
+			held = append(held, vocab.Share(u, w.pick(vocab.DefaultSharesPerGPU)))
+		}
+	}
+	typ := vocab.TypeWhole
+	if len(held) > 0 && w.pick(2) == 0 {
+		typ = vocab.TypeShare
+	}
+	a := &nomadapi.Allocation{ID: id, Name: fmt.Sprintf("j.g[%d]", w.pick(3)), Namespace: []string{"a", "b"}[w.pick(2)],
+		JobID: fmt.Sprintf("j%d", w.pick(worldJobs)), TaskGroup: "g", NodeID: fmt.Sprintf("n%d", node),
+		DesiredStatus: []string{"run", "run", "run", "stop"}[w.pick(4)],
+		ClientStatus:  []string{"pending", "running", "running", "complete", "failed"}[w.pick(5)],
+		CreateIndex:   w.index, ModifyIndex: w.index, AllocModifyIndex: w.index,
+		CreateTime: w.now.Add(-time.Duration(w.pick(20)) * time.Minute).UnixNano(),
+		AllocatedResources: &nomadapi.AllocatedResources{Tasks: map[string]*nomadapi.AllocatedTaskResources{"t": {
+			Cpu: nomadapi.AllocatedCpuResources{CpuShares: int64(500 * w.pick(4))}, Memory: nomadapi.AllocatedMemoryResources{MemoryMB: 1000},
+			Devices: []*nomadapi.AllocatedDeviceResource{{Vendor: vocab.Vendor, Type: typ, DeviceIDs: held}}}}}}
+	if a.ClientStatus == "failed" && w.pick(2) == 0 {
+		a.RescheduleTracker = &nomadapi.RescheduleTracker{Events: []*nomadapi.RescheduleEvent{
+			{RescheduleTime: w.now.Add(-time.Duration(w.pick(10)) * time.Minute).UnixNano()}}}
+	}
+	return &nomadapi.Event{Topic: nomadapi.TopicAllocation, Type: "AllocationUpdated", Key: id, Index: w.index, Payload: wire(w.t, "Allocation", a)}
+}
+
+// jobEvent registers, updates or purges job i of a namespace.
+func (w *eventWorld) jobEvent(ns string, i int) *nomadapi.Event {
+	id := fmt.Sprintf("j%d", i)
+	meta := map[string]string{}
+	if w.pick(3) == 0 {
+		meta[MetaMinRuntime] = []string{"1m", "7m", "soon"}[w.pick(3)]
+	}
+	if w.pick(4) == 0 {
+		meta[MetaPreempt] = "false"
+	}
+	j := &nomadapi.Job{ID: ptr(id), Namespace: ptr(ns), Type: ptr([]string{"batch", "service", "system"}[w.pick(3)]),
+		Status: ptr([]string{"running", "pending", "dead"}[w.pick(3)]), Stop: ptr(w.pick(5) == 0), Priority: ptr(10 * (1 + w.pick(9))),
+		ModifyIndex: ptr(w.index), JobModifyIndex: ptr(w.index), Meta: meta}
+	p := wire(w.t, "Job", j)
+	typ := "JobRegistered"
+	if w.pick(6) == 0 {
+		p["Deleted"], typ = true, "JobDeregistered"
+	} else if w.pick(2) == 0 {
+		w.newSpec(ns, j)
+	}
+	return &nomadapi.Event{Topic: nomadapi.TopicJob, Type: typ, Key: id, Index: w.index, Payload: p}
+}
+
+// newSpec is a Builder reading job j's spec again: a gang or not, an
+// elastic group or not, a reschedule policy, a version.
+func (w *eventWorld) newSpec(ns string, j *nomadapi.Job) {
+	task := nomadapi.NewTask("t", "raw_exec")
+	task.Resources = &nomadapi.Resources{Devices: []*nomadapi.RequestedDevice{{Name: "nvidia/gpu", Count: ptr(uint64(1 + w.pick(2)))}}}
+	spec := nomadapi.NewBatchJob(*j.ID, *j.ID, "global", *j.Priority)
+	spec.Type, spec.Namespace, spec.Version, spec.ModifyIndex = j.Type, ptr(ns), ptr(uint64(w.pick(3))), j.ModifyIndex
+	tg := nomadapi.NewTaskGroup("g", 1+w.pick(4)).AddTask(task)
+	tg.ReschedulePolicy = &nomadapi.ReschedulePolicy{Attempts: ptr(1 + w.pick(2)), Interval: ptr(time.Duration(1+w.pick(10)) * time.Minute)}
+	spec.AddTaskGroup(tg)
+	spec.Meta = map[string]string{}
+	if w.pick(2) == 0 {
+		spec.Datacenters = []string{"dc1"}
+	}
+	if w.pick(3) == 0 {
+		spec.Meta[MetaGang] = "true"
+	}
+	if w.pick(3) == 0 {
+		tg.Meta = map[string]string{MetaMinCount: fmt.Sprint(w.pick(3))}
+	}
+	w.specs[Key(ns, *j.ID)] = spec
+}
+
+// newSettings gives the namespaces' projects other settings.
+func (w *eventWorld) newSettings() {
+	w.settings = nil
+	for _, ns := range []string{"a", "b"} {
+		if w.pick(4) > 0 {
+			w.settings = append(w.settings, quota.Settings{Project: []string{"p", "q"}[w.pick(2)] + ns, Namespace: ns, OverQuotaWeight: 1,
+				MinRuntime: time.Duration(w.pick(15)) * time.Minute})
+		}
+	}
+}
+
+// listing is what a full listing of Nomad would read now: the cache's
+// objects as new entries.
+func listingOf(c *cache, at uint64) *listing {
+	l := &listing{kinds: allKinds, index: [numKinds]uint64{at, at, at}, nodes: map[string]nodeEntry{}, allocs: map[string]allocEntry{},
+		jobs: maps.Clone(c.jobs)}
+	for id, n := range c.nodes {
+		l.nodes[id] = nodeEntry{stub: n.stub, full: n.full, dev: n.dev}
+	}
+	for id, a := range c.allocs {
+		st := *a.stub
+		a.stub = &st
+		l.allocs[id] = a
+	}
+	return l
+}
+
+// step makes one random change; it names it for a failure's log.
+func (w *eventWorld) step(c *cache, builder *segmentMemo) (string, *segmentMemo) {
+	w.index++
+	var ev *nomadapi.Event
+	what := ""
+	switch r := w.pick(100); {
+	case r < 20:
+		ev, what = w.nodeEvent(w.pick(worldNodes)), "node"
+	case r < 24:
+		id := fmt.Sprintf("n%d", w.pick(worldNodes))
+		ev, what = &nomadapi.Event{Topic: nomadapi.TopicNode, Type: "NodeDeregistration", Key: id, Index: w.index}, "node gone"
+	case r < 60:
+		ev, what = w.allocEvent(w.pick(worldAllocs)), "allocation"
+	case r < 75:
+		ev, what = w.jobEvent([]string{"a", "b"}[w.pick(2)], w.pick(worldJobs)), "job"
+	case r < 80:
+		key := Key([]string{"a", "b"}[w.pick(2)], fmt.Sprintf("j%d", w.pick(worldJobs)))
+		if j := c.jobs[key]; j != nil {
+			w.newSpec(j.Namespace, &nomadapi.Job{ID: &j.ID, Type: &j.Type, Priority: &j.Priority, ModifyIndex: &j.ModifyIndex})
+		}
+		return "spec read", builder
+	case r < 84:
+		w.newSettings()
+		return "settings", builder
+	case r < 90:
+		w.now = w.now.Add(time.Duration(w.pick(600)) * time.Second)
+		return "time", builder
+	case r < 94 && len(w.sent) > 0:
+		ev, what = w.sent[w.pick(len(w.sent))], "replay"
+	case r < 97:
+		c.adopt(listingOf(c, w.index))
+		return "resync", builder
+	default:
+		c.allTouched = true
+		return "failed build", builder
+	}
+	w.sent = append(w.sent, ev)
+	if err := c.apply(ev); err != nil {
+		w.t.Fatalf("%s: %v", what, err)
+	}
+	return what, builder
+}
+
+// views assembles the incremental View (with the memo, which it returns)
+// and the View from scratch.
+func (w *eventWorld) views(c *cache, memo *segmentMemo) (inc, full *View, _ *segmentMemo) {
+	finish := func(in Inputs) *View {
+		in.Specs, in.Settings, in.Now = w.specs, w.settings, w.now
+		v := Assemble(in)
+		slices.Sort(v.Warnings) // the jobs come from a map
+		return v
+	}
+	in, memo := c.viewInputs(memo)
+	inc = finish(in)
+	full = finish(fullInputs(c))
+	return inc, full, memo
+}
+
+// checkIncremental runs steps random changes from seed and compares the
+// incremental View with the View from scratch after each.
+func checkIncremental(t testing.TB, seed uint64, steps int) {
+	w := &eventWorld{t: t, rng: rand.New(rand.NewPCG(seed, 26)), now: time.Unix(1_000_000, 0), specs: map[string]*nomadapi.Job{}}
+	w.newSettings()
+	c := newCache()
+	var memo *segmentMemo
+	var log []string
+	for i := 0; i < steps; i++ {
+		var what string
+		what, memo = w.step(c, memo)
+		log = append(log, what)
+		var inc, full *View
+		inc, full, memo = w.views(c, memo)
+		if !reflect.DeepEqual(inc, full) {
+			t.Fatalf("seed %d, step %d (%v): the incremental View differs from the rebuild:\nincremental %s\nrebuild     %s",
+				seed, i, log[max(0, len(log)-8):], describe(inc), describe(full))
+		}
+	}
+}
+
+// describe is a View's snapshot and jobs for a failure's log.
+func describe(v *View) string {
+	jobs := map[string]JobInfo{}
+	for k, j := range v.Jobs {
+		jobs[k] = *j
+	}
+	return fmt.Sprintf("nodes %+v\nallocations %+v\npending %+v\nprojects %+v\njobs %+v\nwarnings %q",
+		v.Snapshot.Nodes, v.Snapshot.Allocations, v.Snapshot.Pending, v.Snapshot.Projects, jobs, v.Warnings)
+}
+
+// TestIncrementalViewEqualsRebuild: after any sequence of node,
+// allocation and job events (applied, replayed out of order, a listing
+// adopted, a Build that failed), spec reads, settings changes and time
+// passing, the View assembled from the kept segments equals the View
+// assembled from scratch.
+func TestIncrementalViewEqualsRebuild(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		checkIncremental(t, seed, 150)
+	}
+}
+
+// FuzzIncrementalView is TestIncrementalViewEqualsRebuild from any seed.
+func FuzzIncrementalView(f *testing.F) {
+	f.Add(uint64(0))
+	f.Add(uint64(26))
+	f.Fuzz(func(t *testing.T, seed uint64) { checkIncremental(t, seed, 100) })
+}

@@ -1,0 +1,251 @@
+package nomadwatch
+
+import (
+	"maps"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/gpushare/nomad-gpushare/internal/feasible"
+	"github.com/gpushare/nomad-gpushare/quota-service/quota"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
+
+// segmentMemo keeps the node segments of the last View between cycles,
+// so that a cycle derives again only what changed (segments.go).
+type segmentMemo struct {
+	segs map[string]*nodeSegment
+	// ids are the keys of segs, sorted.
+	ids []string
+	// prints are what each job's segments read of it, by job Key, as of
+	// the last View; users are the nodes whose segments read each job.
+	prints map[string]jobPrint
+	users  map[string]map[string]bool
+	totals *segmentTotals
+	// jobs are addJobs' readings of the jobs, kept while their listing,
+	// spec and the settings (settingsGen) stay the same; cycle counts
+	// the Views, so that jobs no longer listed go.
+	jobs        map[string]*jobEntry
+	settings    []quota.Settings
+	settingsGen uint64
+	cycle       uint64
+	// admissions are constrainPending's, by admissionKey, kept while
+	// the nodes whose facts changed (moved: before, after) judge them as
+	// before and no node joined or left the snapshot's nodes (reordered).
+	admissions map[string]*keptAdmission
+	moved      [][2]feasible.Node
+	reordered  bool
+}
+
+// jobEntry is one job's reading by addJobs, and what it was read from.
+type jobEntry struct {
+	stub        *nomadapi.JobListStub
+	spec        *nomadapi.Job
+	settingsGen uint64
+	info        *JobInfo
+	warnings    []string
+	seen        uint64
+}
+
+func newSegmentMemo() *segmentMemo {
+	return &segmentMemo{segs: map[string]*nodeSegment{}, prints: map[string]jobPrint{}, users: map[string]map[string]bool{},
+		totals: newSegmentTotals(), jobs: map[string]*jobEntry{}, admissions: map[string]*keptAdmission{}}
+}
+
+// noteSettings starts a View's jobs: settings other than the last View's
+// make every job's reading stale.
+func (m *segmentMemo) noteSettings(settings []quota.Settings) {
+	m.cycle++
+	if m.cycle == 1 || !reflect.DeepEqual(settings, m.settings) {
+		m.settings = slices.Clone(settings)
+		m.settingsGen++
+	}
+}
+
+// job is job key's reading (read with read when stale).
+func (m *segmentMemo) job(key string, j *nomadapi.JobListStub, spec *nomadapi.Job,
+	read func(string, *nomadapi.JobListStub, *nomadapi.Job) (*JobInfo, []string)) (*JobInfo, []string) {
+	e := m.jobs[key]
+	if e == nil || e.stub != j || e.spec != spec || e.settingsGen != m.settingsGen {
+		e = &jobEntry{stub: j, spec: spec, settingsGen: m.settingsGen}
+		e.info, e.warnings = read(key, j, spec)
+		m.jobs[key] = e
+	}
+	e.seen = m.cycle
+	return e.info, e.warnings
+}
+
+// pruneJobs forgets the jobs this View did not list.
+func (m *segmentMemo) pruneJobs() {
+	for key, e := range m.jobs {
+		if e.seen != m.cycle {
+			delete(m.jobs, key)
+		}
+	}
+}
+
+// jobPrint is what a segment reads of a job: its reading by addJobs
+// (without the counts segments make) and its spec.
+type jobPrint struct {
+	listed                  bool
+	project, typ            string
+	priority                int
+	preemptible, gang, stop bool
+	minRuntime              time.Duration
+	minCounts               map[string]int
+	spec                    *nomadapi.Job
+}
+
+func printOf(info *JobInfo, spec *nomadapi.Job) jobPrint {
+	p := jobPrint{spec: spec}
+	if info != nil {
+		p.listed, p.project, p.typ, p.priority = true, info.Project, info.Type, info.Priority
+		p.preemptible, p.gang, p.stop, p.minRuntime, p.minCounts = info.Preemptible, info.Gang, info.Stop, info.MinRuntime, info.MinCounts
+	}
+	return p
+}
+
+func (p jobPrint) equal(q jobPrint) bool {
+	return p.listed == q.listed && p.project == q.project && p.typ == q.typ && p.priority == q.priority &&
+		p.preemptible == q.preemptible && p.gang == q.gang && p.stop == q.stop && p.minRuntime == q.minRuntime &&
+		p.spec == q.spec && maps.Equal(p.minCounts, q.minCounts)
+}
+
+// update derives again the segments of the changed nodes, of the nodes
+// that run a job whose print changed, and of the nodes whose time came,
+// and returns the View's segments.
+func (m *segmentMemo) update(changed []*nodeData, jobs map[string]*JobInfo, specs map[string]*nomadapi.Job, now time.Time) segmentSet {
+	stale := map[string]*nodeData{}
+	for _, d := range changed {
+		stale[d.id] = d
+	}
+	m.staleByJobs(stale, jobs, specs)
+	for _, id := range m.ids {
+		if s := m.segs[id]; s.expiry != 0 && s.expiry <= now.UnixNano() && stale[id] == nil {
+			stale[id] = s.data
+		}
+	}
+	for id, d := range stale {
+		m.noteFacts(m.replace(id, d, jobs, specs, now))
+	}
+	set := segmentSet{segs: make([]*nodeSegment, len(m.ids)), totals: m.totals}
+	for i, id := range m.ids {
+		set.segs[i] = m.segs[id]
+	}
+	return set
+}
+
+// staleByJobs adds to stale the nodes whose segments read a job whose
+// print changed, and keeps the new prints.
+func (m *segmentMemo) staleByJobs(stale map[string]*nodeData, jobs map[string]*JobInfo, specs map[string]*nomadapi.Job) {
+	seen := map[string]bool{}
+	check := func(key string) {
+		if seen[key] {
+			return
+		}
+		seen[key] = true
+		p := printOf(jobs[key], specs[key])
+		if old, ok := m.prints[key]; ok && old.equal(p) {
+			return
+		}
+		m.prints[key] = p
+		for id := range m.users[key] {
+			if stale[id] == nil {
+				stale[id] = m.segs[id].data
+			}
+		}
+	}
+	for key := range jobs {
+		check(key)
+	}
+	for key := range specs {
+		check(key)
+	}
+	for key := range m.prints {
+		if !seen[key] {
+			check(key)
+			delete(m.prints, key)
+		}
+	}
+}
+
+// keepAdmissions forgets the admissions no pending group used.
+func (m *segmentMemo) keepAdmissions(used map[string]bool) {
+	for key := range m.admissions {
+		if !used[key] {
+			delete(m.admissions, key)
+		}
+	}
+}
+
+// noteFacts notes what a segment derived again (old, now) did to the
+// snapshot's nodes: a node that joined or left them, or moved to the
+// other part (GPU nodes, nodes added for allocations), reorders them; a
+// node read again may judge admissions otherwise.
+func (m *segmentMemo) noteFacts(old, now *nodeSegment) {
+	placed := func(s *nodeSegment) (bool, bool) { return s != nil && s.hasNode, s != nil && s.gpuNode }
+	oh, og := placed(old)
+	nh, ng := placed(now)
+	switch {
+	case oh != nh || og != ng:
+		m.reordered = true
+	case !nh:
+	case old.data.stub != now.data.stub || old.data.full != now.data.full || old.data.dev != now.data.dev:
+		m.moved = append(m.moved, [2]feasible.Node{old.fact, now.fact})
+	}
+}
+
+// reviseAdmissions forgets the admissions that the nodes read again
+// since judge otherwise, all of them when the snapshot's nodes changed.
+func (m *segmentMemo) reviseAdmissions() {
+	defer func() { m.moved, m.reordered = nil, false }()
+	if m.reordered {
+		clear(m.admissions)
+		return
+	}
+	for key, k := range m.admissions {
+		for _, mv := range m.moved {
+			before, after := mv[0], mv[1]
+			w1, m1 := before.Rejection(k.spec, k.tg)
+			w2, m2 := after.Rejection(k.spec, k.tg)
+			if w1 != w2 || !slices.Equal(m1, m2) {
+				delete(m.admissions, key)
+				break
+			}
+		}
+	}
+}
+
+// replace derives node id's segment again from d (nil or empty: the
+// segment goes) and returns the old segment and the new (either nil).
+func (m *segmentMemo) replace(id string, d *nodeData, jobs map[string]*JobInfo, specs map[string]*nomadapi.Job, now time.Time) (*nodeSegment, *nodeSegment) {
+	old := m.segs[id]
+	if old != nil {
+		m.totals.add(old, -1)
+		for _, k := range old.jobs {
+			delete(m.users[k], id)
+			if len(m.users[k]) == 0 {
+				delete(m.users, k)
+			}
+		}
+		delete(m.segs, id)
+		if i, ok := slices.BinarySearch(m.ids, id); ok {
+			m.ids = slices.Delete(m.ids, i, i+1)
+		}
+	}
+	if d == nil || d.empty() {
+		return old, nil
+	}
+	s := deriveSegment(d, jobs, specs, now)
+	m.segs[id] = s
+	i, _ := slices.BinarySearch(m.ids, id)
+	m.ids = slices.Insert(m.ids, i, id)
+	m.totals.add(s, 1)
+	for _, k := range s.jobs {
+		if m.users[k] == nil {
+			m.users[k] = map[string]bool{}
+		}
+		m.users[k][id] = true
+	}
+	return old, s
+}
