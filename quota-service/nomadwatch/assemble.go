@@ -84,6 +84,11 @@ type JobInfo struct {
 	// take the job (its project's min_runtime, shortened by
 	// MetaMinRuntime).
 	MinRuntime time.Duration
+	// Movable says that the job may be moved to make room (MetaMovable),
+	// once its allocation has run MoveCooldown (Inputs.MoveCooldown):
+	// a job moves at most once per cooldown.
+	Movable      bool
+	MoveCooldown time.Duration
 	// Running is the number of its allocations that run.
 	Running int
 	// Live is the number of its allocations placed and not finished
@@ -180,6 +185,9 @@ type Inputs struct {
 	// job the direct read found is in Specs.
 	Unlisted map[string]error
 	Now      time.Time
+	// MoveCooldown is how long a movable job's allocation runs before
+	// the plan may move it (Options.MoveCooldown).
+	MoveCooldown time.Duration
 	// memo, when set, holds the segments of the last View (the
 	// Builder's); changed are the nodes the cache changed since, whose
 	// segments must be derived again. Nodes, NodeInfo, Devices,
@@ -356,6 +364,7 @@ func (a *assembler) readJob(key string, j *nomadapi.JobListStub, spec *nomadapi.
 		Stop: j.Stop, Status: j.Status, Preemptible: jobPreemptible(j.Meta), Type: j.Type, Groups: map[string]int{},
 		Project: a.resolver.Project(j.Namespace, j.Meta)}
 	info.MinRuntime = a.minRuntime(info.Project, key, j.Meta)
+	info.Movable, info.MoveCooldown = jobMovable(j.Meta), a.in.MoveCooldown
 	if spec != nil {
 		if spec.Version != nil {
 			info.Version = *spec.Version

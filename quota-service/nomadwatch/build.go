@@ -34,6 +34,10 @@ type Options struct {
 	// (start, gap, poll, index, resync) and, for a resync, what it
 	// corrected in the cache (each count should be zero).
 	OnRelist func(reason string, corrected []Change)
+	// MoveCooldown is how long a movable job's allocation runs before the
+	// plan may move it (docs/design.md, Consolidation); 0 moves it at
+	// once.
+	MoveCooldown time.Duration
 	// EventHook, when set, sees every batch of events before it is
 	// applied; false drops the batch. A test hook (events lost without a
 	// break in the stream); nil in production.
@@ -143,6 +147,7 @@ func (b *Builder) Build(ctx context.Context, settings quota.Set, recs state.Reco
 	}
 	b.prune(in.Jobs)
 	in.Specs, in.Unlisted, in.Tagged, in.Settings, in.Departments, in.Now, in.ScaledAt = specs, unlisted, tagged, settings.Projects, settings.Departments, now, scaledAt
+	in.MoveCooldown = b.opts.MoveCooldown
 	in.Suspensions, in.Unverified, in.RecordErrors, in.Keys = recs.Verified, recs.Unverified, recs.Errors, recs.Keys
 	in.Shrinks, in.ShrinkErrors = recs.Shrinks, recs.ShrinkErrors
 	t := time.Now()

@@ -130,6 +130,9 @@ func (w *eventWorld) jobEvent(ns string, i int) *nomadapi.Event {
 	if w.pick(4) == 0 {
 		meta[MetaPreempt] = "false"
 	}
+	if w.pick(3) == 0 {
+		meta[MetaMovable] = "true"
+	}
 	j := &nomadapi.Job{ID: ptr(id), Namespace: ptr(ns), Type: ptr([]string{"batch", "service", "system"}[w.pick(3)]),
 		Status: ptr([]string{"running", "pending", "dead"}[w.pick(3)]), Stop: ptr(w.pick(5) == 0), Priority: ptr(10 * (1 + w.pick(9))),
 		ModifyIndex: ptr(w.index), JobModifyIndex: ptr(w.index), Meta: meta}
@@ -240,7 +243,7 @@ func (w *eventWorld) step(c *cache, builder *segmentMemo) (string, *segmentMemo)
 // and the View from scratch.
 func (w *eventWorld) views(c *cache, memo *segmentMemo) (inc, full *View, _ *segmentMemo) {
 	finish := func(in Inputs) *View {
-		in.Specs, in.Settings, in.Now = w.specs, w.settings, w.now
+		in.Specs, in.Settings, in.Now, in.MoveCooldown = w.specs, w.settings, w.now, 3*time.Minute
 		v := Assemble(in)
 		slices.Sort(v.Warnings) // the jobs come from a map
 		return v

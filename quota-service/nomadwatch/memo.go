@@ -92,6 +92,8 @@ type jobPrint struct {
 	priority                int
 	preemptible, gang, stop bool
 	minRuntime              time.Duration
+	movable                 bool
+	moveCooldown            time.Duration
 	minCounts               map[string]int
 	spec                    *nomadapi.Job
 }
@@ -101,6 +103,7 @@ func printOf(info *JobInfo, spec *nomadapi.Job) jobPrint {
 	if info != nil {
 		p.listed, p.project, p.typ, p.priority = true, info.Project, info.Type, info.Priority
 		p.preemptible, p.gang, p.stop, p.minRuntime, p.minCounts = info.Preemptible, info.Gang, info.Stop, info.MinRuntime, info.MinCounts
+		p.movable, p.moveCooldown = info.Movable, info.MoveCooldown
 	}
 	return p
 }
@@ -108,6 +111,7 @@ func printOf(info *JobInfo, spec *nomadapi.Job) jobPrint {
 func (p jobPrint) equal(q jobPrint) bool {
 	return p.listed == q.listed && p.project == q.project && p.typ == q.typ && p.priority == q.priority &&
 		p.preemptible == q.preemptible && p.gang == q.gang && p.stop == q.stop && p.minRuntime == q.minRuntime &&
+		p.movable == q.movable && p.moveCooldown == q.moveCooldown &&
 		p.spec == q.spec && maps.Equal(p.minCounts, q.minCounts)
 }
 

@@ -47,3 +47,33 @@ func TestAssembleMinRuntime(t *testing.T) {
 		})
 	}
 }
+
+// TestAssembleMovable: a job with meta gpushare.movable = "true" is
+// movable once its allocation has run the move cooldown; before, or
+// without the meta, it is not.
+func TestAssembleMovable(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	for _, tc := range []struct {
+		name    string
+		age     time.Duration
+		meta    map[string]string
+		movable bool
+	}{
+		{name: "opted in, past the cooldown", age: 20 * time.Minute, meta: map[string]string{MetaMovable: "true"}, movable: true},
+		{name: "opted in, within the cooldown", age: 5 * time.Minute, meta: map[string]string{MetaMovable: "TRUE"}},
+		{name: "not opted in", age: 20 * time.Minute},
+		{name: "anything but true", age: 20 * time.Minute, meta: map[string]string{MetaMovable: "yes"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			al := alloc("m", "a", "j", "gpu", "GPU-a")
+			al.CreateTime = now.Add(-tc.age).UnixNano()
+			in := Inputs{Nodes: []*nomadapi.NodeListStub{node()}, Allocations: []*nomadapi.AllocationListStub{al},
+				Jobs:     []*nomadapi.JobListStub{jobStub("a", "j", 0, false, tc.meta)},
+				Settings: []quota.Settings{{Project: "a", Namespace: "a", OverQuotaWeight: 1}}, Now: now, MoveCooldown: 10 * time.Minute}
+			v := Assemble(in)
+			if len(v.Snapshot.Allocations) != 1 || v.Snapshot.Allocations[0].Movable != tc.movable {
+				t.Errorf("allocations %+v: want Movable %v", v.Snapshot.Allocations, tc.movable)
+			}
+		})
+	}
+}

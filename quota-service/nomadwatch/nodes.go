@@ -219,7 +219,8 @@ func (a *assembler) addAllocation(al *nomadapi.AllocationListStub) {
 	base := cluster.Allocation{ID: al.ID, Project: info.Project, Job: key, Group: al.TaskGroup, Priority: info.Priority,
 		Preemptible: info.Preemptible, System: info.System(), Gang: info.Gang, MinCount: info.MinCounts[al.TaskGroup],
 		Instance: instanceOf(al.Name), Node: al.NodeID, Start: al.CreateTime / int64(time.Second),
-		InMinRuntime: info.MinRuntime > 0 && a.in.Now.Sub(time.Unix(0, al.CreateTime)) < info.MinRuntime}
+		InMinRuntime: info.MinRuntime > 0 && a.in.Now.Sub(time.Unix(0, al.CreateTime)) < info.MinRuntime,
+		Movable:      info.Movable && a.in.Now.Sub(time.Unix(0, al.CreateTime)) >= info.MoveCooldown}
 	for i, part := range a.bindGPUs(ng, al.ID, held) {
 		alloc := base
 		alloc.Ask, alloc.GPUs = part.ask, part.gpus

@@ -110,6 +110,14 @@ func jobPreemptible(meta map[string]string) bool {
 	return !strings.EqualFold(strings.TrimSpace(meta[MetaPreempt]), "false")
 }
 
+// MetaMovable is the job meta key by which a job opts in to being moved
+// to another node to make room ("true"; docs/design.md, Consolidation).
+const MetaMovable = "gpushare.movable"
+
+func jobMovable(meta map[string]string) bool {
+	return strings.EqualFold(strings.TrimSpace(meta[MetaMovable]), "true")
+}
+
 // MetaMinRuntime is the job meta key that shortens its project's
 // min_runtime for the job (a duration such as "2m"); it never lengthens
 // it.

@@ -212,7 +212,8 @@ func shareUnitOfNode(n *nomadapi.NodeListStub) int {
 }
 
 // expiryOf is the first time after now at which the time alone changes
-// node d's segment: an allocation leaves its job's minimum runtime, or a
+// node d's segment: an allocation leaves its job's minimum runtime or
+// its move cooldown, or a
 // reschedule attempt of a failed one leaves its policy's interval; 0 when
 // none will.
 func expiryOf(d *nodeData, jobs map[string]*JobInfo, specs map[string]*nomadapi.Job, now time.Time) int64 {
@@ -226,6 +227,9 @@ func expiryOf(d *nodeData, jobs map[string]*JobInfo, specs map[string]*nomadapi.
 		key := Key(al.Namespace, al.JobID)
 		if info := jobs[key]; info != nil && info.MinRuntime > 0 {
 			at(al.CreateTime + int64(info.MinRuntime))
+		}
+		if info := jobs[key]; info != nil && info.Movable {
+			at(al.CreateTime + int64(info.MoveCooldown))
 		}
 		if al.ClientStatus != "failed" || al.RescheduleTracker == nil {
 			continue

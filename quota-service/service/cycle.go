@@ -129,7 +129,7 @@ func (s *Service) read(ctx context.Context) (*cycleData, *cycleFailure) {
 
 // plan plans on the cycle's snapshot with the configured placement policy.
 func (s *Service) plan(c *cycleData) *cycleFailure {
-	var opts plan.Options
+	opts := plan.Options{MaxMoves: s.cfg.MaxMoves}
 	var err error
 	if s.cfg.PolicyName != "" {
 		if opts.Policy, err = plan.PolicyByName(s.cfg.PolicyName, 1, c.view.Snapshot); err != nil {

@@ -38,6 +38,10 @@ import (
 // DefaultPlanInterval is the default safety-net cycle period.
 const DefaultPlanInterval = 10 * time.Second
 
+// DefaultMoveCooldown is how long a movable job runs before the plan may
+// move it, and so the shortest time between two moves of a job.
+const DefaultMoveCooldown = 10 * time.Minute
+
 // Config configures a Service. A zero duration takes its default.
 type Config struct {
 	Nomad    *nomadapi.Client
@@ -63,6 +67,13 @@ type Config struct {
 	// off. FairShareUsageWeight weighs that use (default 1).
 	FairShareHalfLife    time.Duration
 	FairShareUsageWeight float64
+	// MaxMoves bounds the movable jobs one cycle moves to make room
+	// (plan.Options.MaxMoves: 0 is plan.DefaultMaxMoves, negative none);
+	// MoveCooldown is how long a movable job runs before it may be moved
+	// (again) (default DefaultMoveCooldown). docs/design.md,
+	// Consolidation.
+	MaxMoves     int
+	MoveCooldown time.Duration
 	// GangPartialHold bounds how long a gang runs in part while the plan
 	// expects Nomad to place the rest (default DefaultGangPartialHold):
 	// past it, the gang is suspended whole (gangs.go).
@@ -172,6 +183,7 @@ func (c Config) withDefaults() Config {
 		{&c.FollowUpPeriod, 500 * time.Millisecond},
 		{&c.MaxStaleness, actuator.DefaultMaxStaleness},
 		{&c.GangPartialHold, DefaultGangPartialHold},
+		{&c.MoveCooldown, DefaultMoveCooldown},
 	} {
 		if *d.field <= 0 {
 			*d.field = d.def
@@ -211,7 +223,7 @@ func New(cfg Config) *Service {
 	}
 	s.nomadChanged, s.nomadWake = nomadwatch.Queue()
 	s.builder = nomadwatch.NewBuilder(cfg.Nomad, cfg.Log, nomadwatch.Options{
-		ResyncInterval: cfg.ResyncInterval, EventHook: cfg.EventHook, OnRelist: s.noteRelist})
+		ResyncInterval: cfg.ResyncInterval, EventHook: cfg.EventHook, OnRelist: s.noteRelist, MoveCooldown: cfg.MoveCooldown})
 	s.initUtilization()
 	if cfg.PublishRanks {
 		s.ranks = newRanks(s)

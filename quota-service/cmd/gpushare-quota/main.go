@@ -68,6 +68,7 @@ func run(args []string) error {
 	}
 	svc := service.New(service.Config{Nomad: nomad, Consul: consul, Layout: opts.layout, Log: log,
 		Instance: opts.instance, PlanInterval: opts.interval, ResyncInterval: opts.resync, MaxStaleness: opts.staleness, GangPartialHold: opts.gangHold,
+		MaxMoves: maxMoves(opts.maxMoves), MoveCooldown: opts.moveCooldown,
 		FairShareHalfLife: opts.fairHalfLife, FairShareUsageWeight: opts.fairUsageWeight, PolicyName: opts.policy, MaxRecordBytes: opts.maxRecordBytes,
 		Usage: service.UsageConfig{Port: opts.usagePort, Period: opts.usagePeriod}, PublishRanks: opts.publishRanks, Demand: opts.demand,
 		RecordKeys: opts.recordKeys(nomad)})
@@ -117,4 +118,13 @@ func listen(opts *options, handler http.Handler) (*http.Server, net.Listener, er
 		srv.TLSConfig = cfg
 	}
 	return srv, ln, nil
+}
+
+// maxMoves is the service's MaxMoves for the -max-moves flag, whose 0
+// means none (the Config's 0 means the default).
+func maxMoves(flag int) int {
+	if flag == 0 {
+		return -1
+	}
+	return flag
 }

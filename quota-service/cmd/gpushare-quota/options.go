@@ -36,6 +36,9 @@ type options struct {
 	interval, staleness, resync     time.Duration
 	// gangHold bounds how long a gang runs in part.
 	gangHold time.Duration
+	// maxMoves and moveCooldown bound consolidation (0 moves: off).
+	maxMoves     int
+	moveCooldown time.Duration
 	// fairHalfLife turns on time-aware fair share (0: off);
 	// fairUsageWeight weighs the past use.
 	fairHalfLife               time.Duration
@@ -114,6 +117,8 @@ func newFlags(o *options, instance string) (*flagDefs, *string) {
 	d.duration(&o.resync, "resync-interval", "GPUSHARE_RESYNC_INTERVAL", nomadwatch.DefaultResyncInterval, "how often the view the event stream keeps is checked against a full listing of Nomad")
 	d.duration(&o.staleness, "max-staleness", "GPUSHARE_MAX_STALENESS", actuator.DefaultMaxStaleness, "take no action on data listed longer ago")
 	d.duration(&o.gangHold, "gang-partial-hold", "GPUSHARE_GANG_PARTIAL_HOLD", service.DefaultGangPartialHold, "longest a gang job (meta gpushare.gang) runs in part while Nomad places the rest; then it is suspended whole and comes back when all of it fits")
+	d.integer(&o.maxMoves, "max-moves", "GPUSHARE_MAX_MOVES", plan.DefaultMaxMoves, "most jobs with meta gpushare.movable = \"true\" one cycle moves to another node to place work that fits nowhere (0: none)")
+	d.duration(&o.moveCooldown, "move-cooldown", "GPUSHARE_MOVE_COOLDOWN", service.DefaultMoveCooldown, "how long a movable job runs before it may be moved, and so the shortest time between two moves of it")
 	d.duration(&o.fairHalfLife, "fair-share-half-life", "GPUSHARE_FAIR_SHARE_HALF_LIFE", 0, "time-aware fair share: a project's share of the surplus shrinks with its use of it, decayed with this half-life (e.g. 24h; 0: off)")
 	d.float(&o.fairUsageWeight, "fair-share-usage-weight", "GPUSHARE_FAIR_SHARE_USAGE_WEIGHT", 1, "how much past use of the surplus weighs in time-aware fair share (above 0)")
 	d.str(&o.policy, "policy", "GPUSHARE_POLICY", "gpushare", "placement policy for idle capacity")
@@ -181,8 +186,11 @@ func (d *flagDefs) boolean(p *bool, name, envName string, def bool, usage string
 }
 
 func (o *options) validate() error {
-	if o.interval <= 0 || o.staleness <= 0 || o.usagePeriod <= 0 || o.resync <= 0 || o.gangHold <= 0 {
-		return errors.New("-plan-interval, -max-staleness, -usage-period, -resync-interval and -gang-partial-hold must be positive durations such as 10s")
+	if o.interval <= 0 || o.staleness <= 0 || o.usagePeriod <= 0 || o.resync <= 0 || o.gangHold <= 0 || o.moveCooldown <= 0 {
+		return errors.New("-plan-interval, -max-staleness, -usage-period, -resync-interval, -gang-partial-hold and -move-cooldown must be positive durations such as 10s")
+	}
+	if o.maxMoves < 0 || o.maxMoves > 1000 {
+		return fmt.Errorf("-max-moves %d: give how many movable jobs a cycle may move, 0 to 1000 (0: none)", o.maxMoves)
 	}
 	if o.fairHalfLife < 0 || !(o.fairUsageWeight > 0) || math.IsInf(o.fairUsageWeight, 0) {
 		return fmt.Errorf("-fair-share-half-life %s and -fair-share-usage-weight %v: want a duration from 0s (off) and a weight above 0, such as 24h and 1", o.fairHalfLife, o.fairUsageWeight)
