@@ -46,6 +46,9 @@ type gpuJob struct {
 	// slowStop makes the task ignore SIGINT, so that a stop takes its
 	// kill timeout (8 s) to end it.
 	slowStop bool
+	// node constrains the job to the node of that ID, prefer gives it an
+	// affinity to it ("": none).
+	node, prefer string
 }
 
 // scenario is one test's world: a KV root, quotas, control files and the
@@ -169,6 +172,12 @@ func (s *scenario) taskGroup(j gpuJob, name string) *nomadapi.TaskGroup {
 	}
 	tg := nomadapi.NewTaskGroup(name, max(j.count, 1)).AddTask(task)
 	tg.Meta = j.groupMeta
+	if j.node != "" {
+		tg.Constraints = append(tg.Constraints, nomadapi.NewConstraint("${node.unique.id}", "=", j.node))
+	}
+	if j.prefer != "" {
+		tg.Affinities = append(tg.Affinities, nomadapi.NewAffinity("${node.unique.id}", "=", j.prefer, 100))
+	}
 	tg.RestartPolicy = &nomadapi.RestartPolicy{Attempts: ptr(0), Mode: ptr("fail")}
 	tg.ReschedulePolicy = &nomadapi.ReschedulePolicy{Attempts: ptr(0), Unlimited: ptr(false)}
 	return tg
