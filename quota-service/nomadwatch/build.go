@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -320,11 +321,14 @@ func (b *Builder) readScaledAt(ctx context.Context, jobs []*nomadapi.JobListStub
 	for _, j := range jobs {
 		stubs[Key(j.Namespace, j.ID)] = j
 	}
-	out := map[string][]int64{}
+	var moved []state.Suspension
 	for _, r := range verified {
-		if r.Phase != state.PhaseSuspended || !stoppedElsewhere(stubs[r.Key()], specs[r.Key()], r.StopJobModifyIndex) {
-			continue
+		if r.Phase == state.PhaseSuspended && stoppedElsewhere(stubs[r.Key()], specs[r.Key()], r.StopJobModifyIndex) {
+			moved = append(moved, r)
 		}
+	}
+	out := map[string][]int64{}
+	err := readEach(moved, out, func(r state.Suspension) (string, []int64, error) {
 		times, err := b.scalingEvents(ctx, r, nil)
 		if spec := specs[r.Key()]; err == nil && spec != nil && spec.SubmitTime != nil && !slices.Contains(times, *spec.SubmitTime) {
 			// A scale writes the job, then its event: wait briefly
@@ -332,13 +336,12 @@ func (b *Builder) readScaledAt(ctx context.Context, jobs []*nomadapi.JobListStub
 			// it for a stop (the soak's seed 1 saw the gap).
 			times, err = b.scalingEvents(ctx, r, spec.ModifyIndex)
 		}
-		if err != nil {
-			return nil, err
-		}
-		if times != nil {
-			out[r.Key()] = times
-		}
+		return r.Key(), times, err
+	})
+	if err != nil {
+		return nil, err
 	}
+	maps.DeleteFunc(out, func(_ string, times []int64) bool { return times == nil })
 	return out, nil
 }
 
