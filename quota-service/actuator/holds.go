@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
+	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 )
 
 // The holds read only the records and Nomad's state, never this process's
@@ -38,7 +39,12 @@ func (ap *applying) holdSuspend(r *nomadwatch.Record, forGuarantee bool) string 
 // holdResume says why the job of record r must not be resumed now: it was
 // suspended within SuspendHold, or the capacity it freed is kept for the
 // workload it was suspended for, which waits to be placed (at most
-// ReclaimHold after the stop).
+// ReclaimHold after the stop), unless the plan keeps the job's project
+// within its guarantee with it: restoring a guarantee waits for no hold
+// (the soak's seed 1, run 5: a quota edit raised team-b's guarantee, and
+// its suspended shares stayed held for work of others that waited). A
+// moved job (plan.MoveReason) always waits for the work it made room
+// for, or Nomad could put it back in the room it left.
 func (ap *applying) holdResume(r *nomadwatch.Record, rec state.Suspension) string {
 	stopped := rec.StoppedAt
 	if stopped.IsZero() {
@@ -48,7 +54,8 @@ func (ap *applying) holdResume(r *nomadwatch.Record, rec state.Suspension) strin
 	if since < ap.opts.SuspendHold {
 		return fmt.Sprintf("suspended only %s ago", since.Round(time.Millisecond))
 	}
-	if since >= ap.opts.ReclaimHold {
+	moved := strings.HasPrefix(rec.Reason, plan.MoveReason)
+	if since >= ap.opts.ReclaimHold || ap.withinGuarantee[rec.Project] && !moved {
 		return ""
 	}
 	i := strings.LastIndex(rec.ForWorkload, "/")

@@ -16,6 +16,10 @@ import (
 // .MaxMoves jobs for one instance and Options.MaxMoves in a cycle; before
 // reclaim and preemption, which stop work until there is room again.
 
+// MoveReason starts the reason of every suspension that moves a movable
+// job.
+const MoveReason = "moved to make room for"
+
 // DefaultMaxMoves is the most movable jobs a plan moves when
 // Options.MaxMoves is 0.
 const DefaultMaxMoves = 4
@@ -53,8 +57,8 @@ func (s *state) consolidate(a *attempt) (bool, error) {
 	// another was.
 	for _, m := range moves {
 		j := jobs[m.Piece]
-		s.suspend(a, j, fmt.Sprintf("moved to make room for %s on %s (gpushare.movable): it comes back on %s",
-			a.wl.Job, s.cluster.Nodes[ch.Node].Name, s.cluster.Nodes[m.To.Node].Name))
+		s.suspend(a, j, fmt.Sprintf("%s %s on %s (gpushare.movable): it comes back on %s",
+			MoveReason, a.wl.Job, s.cluster.Nodes[ch.Node].Name, s.cluster.Nodes[m.To.Node].Name))
 	}
 	for _, m := range moves {
 		s.holdMoved(a, jobs[m.Piece], pieces[m.Piece].Task, m.To)
