@@ -37,7 +37,7 @@ func (ap *applying) suspendFor(ctx context.Context, act plan.Action) {
 		return
 	}
 	r := ap.v.Records[act.Job]
-	if why := ap.holdSuspend(r, ap.withinGuarantee[w.Project]); why != "" {
+	if why := ap.holdSuspend(r, act.ForGuarantee || ap.withinGuarantee[w.Project]); why != "" {
 		ap.skip(act, "suspend %s (for %q): %s", act.Job, forWorkload, why)
 		return
 	}

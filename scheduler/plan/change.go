@@ -83,7 +83,9 @@ func (s *state) suspend(a *attempt, j int32, reason string) {
 		return
 	}
 	s.release(j)
-	s.plan.actions = append(s.plan.actions, s.suspendAction(j, a.w, reason))
+	act := s.suspendAction(j, a.w, reason)
+	act.ForGuarantee = a.withinGuarantee
+	s.plan.actions = append(s.plan.actions, act)
 	a.undo = append(a.undo, func() { s.unrelease(j) })
 }
 

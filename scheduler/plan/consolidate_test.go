@@ -64,3 +64,41 @@ func TestConsolidationBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestSuspendSaysWhetherItRestoresAGuarantee: a reclaim for work within
+// its project's guarantee is marked ForGuarantee (the actuator's holds
+// give way to it); a reclaim for a deserved share above the guarantee is
+// not.
+func TestSuspendSaysWhetherItRestoresAGuarantee(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		guaranteed cluster.Shares
+		want       bool
+	}{
+		{"within the guarantee", 100, true},
+		{"within the deserved share only", 0, false},
+	} {
+		snap := cluster.Snapshot{
+			Nodes:       []cluster.Node{node("n1", 2)},
+			Projects:    []cluster.Project{{Name: "a", OverQuotaWeight: 1}, {Name: "b", Guaranteed: tt.guaranteed, OverQuotaWeight: 1}},
+			Allocations: []cluster.Allocation{running("a1", "a", 0, 1, "n1", 0), running("a2", "a", 0, 2, "n1", 1)},
+			Pending:     []cluster.Pending{{Project: "b", Job: "b1", Group: "main", Ask: cluster.Ask{WholeGPUs: 1}, Count: 1, Preemptible: true}},
+		}
+		res, err := Plan(&snap, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, a := range res.Actions {
+			if a.Kind == Suspend {
+				found = true
+				if a.ForGuarantee != tt.want {
+					t.Errorf("%s: suspension %v has ForGuarantee %v, want %v", tt.name, a, a.ForGuarantee, tt.want)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s: no suspension in %v", tt.name, res.Actions)
+		}
+	}
+}

@@ -146,6 +146,10 @@ type Action struct {
 	GPUs  []int
 	// Reason explains the step to a person.
 	Reason string
+	// ForGuarantee, for Suspend, says that the workload it makes room
+	// for keeps its project within its guarantee: restoring a guarantee
+	// waits for no hold (package actuator).
+	ForGuarantee bool
 }
 
 // String is a one-line rendering of the action.
