@@ -55,6 +55,22 @@ func pluginLogs(c *localcluster.Cluster, what string) int {
 	return strings.Count(c.NomadLogTail(1000000), what)
 }
 
+// startDemandCluster starts the gated cluster of the published-demand
+// tests, open, with its node's idle layout (three whole GPUs and a share
+// landing place); the plugin's log lines are logged if the test fails.
+func startDemandCluster(t *testing.T) (*localcluster.Cluster, *nomadGate) {
+	t.Helper()
+	c, gate := startGatedClusterWith(t, localcluster.Options{}, pluginConfig)
+	gate.open(t, c)
+	waitLayout(t, c, 3, 1)
+	t.Cleanup(func() {
+		if t.Failed() {
+			logPluginLines(t, c)
+		}
+	})
+	return c, gate
+}
+
 // TestPublishedDemandOnRealNomad: a four-whole-GPU job on the idle node
 // (three whole GPUs and a share landing place) runs, first with no quota
 // service (the plugin lists the blocked evaluations to learn the demand),
@@ -62,14 +78,7 @@ func pluginLogs(c *localcluster.Cluster, what string) int {
 // lists no blocked evaluation at all, and the job still runs. When the
 // service stops, the plugin reads Nomad itself again.
 func TestPublishedDemandOnRealNomad(t *testing.T) {
-	c, gate := startGatedClusterWith(t, localcluster.Options{}, pluginConfig)
-	gate.open(t, c)
-	waitLayout(t, c, 3, 1)
-	defer func() {
-		if t.Failed() {
-			logPluginLines(t, c)
-		}
-	}()
+	c, gate := startDemandCluster(t)
 
 	// No service: the fallback, the plugin's own reads.
 	before := gate.demandListings()

@@ -307,6 +307,11 @@ type ReadOptions struct {
 // (Snapshot.Watched) unless o asks for a read. Indexes never go backwards:
 // a stale answer older than one already accepted (a lagging server) is
 // refused and the node read again from the leader, whose answer stands.
+// Until a first answer is accepted there is nothing to compare with, so
+// the first read is the leader's: a server that restarts answers stale
+// reads from a state it has not finished restoring (an empty allocation
+// list at index 1 was seen), and a plugin started at the same moment
+// would take its GPUs for idle.
 func (t *Tracker) Read(ctx context.Context, o ReadOptions) (Snapshot, error) {
 	now := t.now()
 	nodeID, err := t.NodeID(ctx)
@@ -375,6 +380,9 @@ func (t *Tracker) readActive(ctx context.Context, nodeID string, consistent bool
 	hidden := ""
 	if v := t.checkVerdict(ctx); !v.Complete {
 		hidden = v.Reason
+	}
+	if t.seen() == (indexes{}) {
+		consistent = true
 	}
 	node, allocs, idx, err := t.readNode(ctx, nodeID, consistent)
 	if err == nil && !consistent && idx.behind(t.seen()) {

@@ -136,6 +136,11 @@ func (t *Tracker) watchNode(ctx context.Context, nodeID string, blocking bool, o
 	case meta.LastIndex < v.seen.node:
 		t.mu.Unlock()
 		return t.fromLeader(ctx, nodeID)
+	case v.seen.node == 0:
+		// Nothing accepted yet to compare with (see Read): the
+		// leader's answer starts the watch.
+		t.mu.Unlock()
+		return t.startFromLeader(ctx, nodeID, func(v *view) { v.nodeLive = true })
 	case meta.LastIndex == v.seen.node && v.node != nil:
 		v.nodeAt, v.nodeLive = later(v.nodeAt, sent), true
 		t.mu.Unlock()
@@ -180,6 +185,9 @@ func (t *Tracker) watchAllocs(ctx context.Context, nodeID string, blocking bool,
 	case meta.LastIndex < v.seen.allocs:
 		t.mu.Unlock()
 		return t.fromLeader(ctx, nodeID)
+	case v.seen.allocs == 0:
+		t.mu.Unlock()
+		return t.startFromLeader(ctx, nodeID, func(v *view) { v.allocsLive = true })
 	case meta.LastIndex == v.seen.allocs && v.allocs != nil:
 		v.allocsAt, v.allocsLive = later(v.allocsAt, sent), true
 		t.mu.Unlock()
@@ -207,6 +215,17 @@ func (t *Tracker) fromLeader(ctx context.Context, nodeID string) error {
 	t.debug("stale answer of a blocking query refused; reading from the leader")
 	_, _, err := t.readActive(ctx, nodeID, true)
 	return err
+}
+
+// startFromLeader takes the node and its allocations from the leader for
+// a watch's first answer, and marks the watch live (live) once the
+// leader answered.
+func (t *Tracker) startFromLeader(ctx context.Context, nodeID string, live func(*view)) error {
+	if err := t.fromLeader(ctx, nodeID); err != nil {
+		return err
+	}
+	t.setLive(live)
+	return nil
 }
 
 // watchEvals waits for the evaluations to change and keeps the blocked

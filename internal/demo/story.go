@@ -17,6 +17,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/recordkey"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
+	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -32,7 +33,8 @@ const (
 
 // Story is what the reclaim story showed in the browser.
 type Story struct {
-	// Records are the suspensions the service made for research.
+	// Records are the suspensions the service made for research, and
+	// those of queued jobs it held from the room it made (cause hold).
 	Records []state.Suspension
 	// Before is the first dashboard, logged in, before the story.
 	Before Dashboard
@@ -155,12 +157,14 @@ func reclaim(ctx context.Context, c *localcluster.Cluster, root string) ([]state
 			return err
 		}
 		recs = nil
+		forResearch := false
 		for _, r := range all.Verified {
-			if r.Phase == state.PhaseSuspended && r.ForProject == "research" {
+			if r.Phase == state.PhaseSuspended && (r.ForProject == "research" || r.Cause == plan.CauseHold.String()) {
 				recs = append(recs, r)
+				forResearch = forResearch || r.ForProject == "research"
 			}
 		}
-		if len(recs) == 0 {
+		if !forResearch {
 			return errors.New("no suspension recorded for research")
 		}
 		return nil

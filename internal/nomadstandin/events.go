@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -131,6 +132,9 @@ func (s *Server) reregister() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := s.jobOrder[s.rng.IntN(len(s.jobOrder))]
+	if *s.jobs[k].Stop {
+		return // the service's stop: an owner's registration is not the load modelled
+	}
 	s.index++
 	s.tables["jobs"] = s.index
 	j := *s.jobs[k]
@@ -144,10 +148,37 @@ func (s *Server) reregister() {
 // project 0's namespace and publishes its JobRegistered event; the
 // service's pending workloads then grow by one. It returns the job's ID.
 func (s *Server) Probe(n int) string {
+	return s.probe(fmt.Sprintf("probe-%05d", n), s.w.project(0), false, s.w.shareCount(20))
+}
+
+// ReclaimNamespace is the namespace of ReclaimProbe's jobs, where nothing
+// else runs.
+const ReclaimNamespace = "reclaim"
+
+// ReclaimProbe registers a new pending job of one whole GPU in namespace
+// ReclaimNamespace. Every whole GPU of the stand-in runs work, so the job
+// fits only where the service stops work of a project above its
+// guarantee (given a guarantee to project ReclaimNamespace). It returns
+// the job's ID.
+func (s *Server) ReclaimProbe(n int) string {
+	return s.probe(fmt.Sprintf("reclaim-%05d", n), ReclaimNamespace, true, 1)
+}
+
+// Unprobe purges a probe job (Probe's or ReclaimProbe's) and publishes its
+// JobDeregistered event.
+func (s *Server) Unprobe(jobID string) {
+	ns := s.w.project(0)
+	if strings.HasPrefix(jobID, "reclaim-") {
+		ns = ReclaimNamespace
+	}
+	s.purge(ns + "/" + jobID)
+}
+
+func (s *Server) probe(name, ns string, whole bool, devCount int) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.index++
-	j := s.w.jobSpec(fmt.Sprintf("probe-%05d", n), s.w.project(0), 1, false, s.w.shareCount(20))
+	j := s.w.jobSpec(name, ns, 1, whole, devCount)
 	j.Status = ptr("pending")
 	s.tables["jobs"] = s.index
 	j.CreateIndex, j.ModifyIndex, j.JobModifyIndex = ptr(s.index), ptr(s.index), ptr(s.index)
@@ -158,12 +189,11 @@ func (s *Server) Probe(n int) string {
 	return *j.ID
 }
 
-// Unprobe purges a probe job and publishes its JobDeregistered event; the
+// purge removes job k and publishes its JobDeregistered event; the
 // service's pending workloads then shrink by one.
-func (s *Server) Unprobe(jobID string) {
+func (s *Server) purge(k string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := s.w.project(0) + "/" + jobID
 	j := s.jobs[k]
 	if j == nil {
 		return

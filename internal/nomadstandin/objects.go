@@ -96,8 +96,9 @@ func jobStub(j *api.Job, running, pending int) *api.JobListStub {
 		CreateIndex: *j.CreateIndex, ModifyIndex: *j.ModifyIndex, JobModifyIndex: *j.JobModifyIndex, SubmitTime: *j.SubmitTime}
 }
 
-// newAlloc is allocation i of job j on node n, holding devs.
-func newAlloc(i int, j *api.Job, n *api.Node, devs *api.AllocatedDeviceResource, created time.Time) *api.AllocationListStub {
+// newAlloc is allocation i of the cluster, instance instance of job j,
+// on node n, holding devs.
+func newAlloc(i, instance int, j *api.Job, n *api.Node, devs *api.AllocatedDeviceResource, created time.Time) *api.AllocationListStub {
 	started := created.Add(-time.Duration(i%3600) * time.Second)
 	events := []*api.TaskEvent{
 		{Type: "Received", Time: started.UnixNano(), DisplayMessage: "Task received by client"},
@@ -105,7 +106,7 @@ func newAlloc(i int, j *api.Job, n *api.Node, devs *api.AllocatedDeviceResource,
 		{Type: "Driver", Time: started.UnixNano(), DisplayMessage: "Downloading image", Details: map[string]string{"image": "nvcr.io/nvidia/pytorch:24.10-py3"}},
 		{Type: "Started", Time: started.UnixNano(), DisplayMessage: "Task started by client"},
 	}
-	return &api.AllocationListStub{ID: id('a', i), EvalID: id('e', i), Name: fmt.Sprintf("%s.train[%d]", *j.ID, i%10),
+	return &api.AllocationListStub{ID: id('a', i), EvalID: id('e', i), Name: fmt.Sprintf("%s.train[%d]", *j.ID, instance),
 		Namespace: *j.Namespace, NodeID: n.ID, NodeName: n.Name, JobID: *j.ID, JobType: "service", JobVersion: 0, TaskGroup: "train",
 		AllocatedResources: &api.AllocatedResources{
 			Tasks:  map[string]*api.AllocatedTaskResources{"main": {Cpu: api.AllocatedCpuResources{CpuShares: 8000}, Memory: api.AllocatedMemoryResources{MemoryMB: 65536}, Devices: []*api.AllocatedDeviceResource{devs}}},

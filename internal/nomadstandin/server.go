@@ -37,6 +37,12 @@ type Server struct {
 	jobOrder             []string
 	rng                  *rand.Rand
 	subs                 map[chan []byte]struct{}
+	// registered are the job registrations applied (register), and
+	// versions each registered job's versions, newest first.
+	registered []Registration
+	versions   map[string][]*api.Job
+	// vars are the Nomad Variables, by namespace/path.
+	vars map[string]*api.Variable
 	// Requests counts the requests served, by route.
 	requests map[string]int
 }
@@ -47,7 +53,7 @@ func New(c Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{w: w, index: 1_000_000, tables: map[string]uint64{"nodes": 1_000_000, "allocs": 1_000_000, "jobs": 1_000_000}, nodeFull: map[string][]byte{}, dynamic: map[string]map[string]*string{}, jobs: map[string]*api.Job{},
+	s := &Server{w: w, index: 1_000_000, tables: map[string]uint64{"nodes": 1_000_000, "allocs": 1_000_000, "jobs": 1_000_000}, nodeFull: map[string][]byte{}, dynamic: map[string]map[string]*string{}, jobs: map[string]*api.Job{}, versions: map[string][]*api.Job{}, vars: map[string]*api.Variable{},
 		rng: rand.New(rand.NewPCG(7, 7)), subs: map[chan []byte]struct{}{}, requests: map[string]int{}}
 	s.nodeJSON, s.nodeLean = make([][]byte, len(w.nodes)), make([][]byte, len(w.nodes))
 	for i, n := range w.nodes {
@@ -114,18 +120,16 @@ func (s *Server) Requests() map[string]int {
 // ServeHTTP answers Nomad API requests.
 func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	p := strings.TrimPrefix(r.URL.Path, "/v1/")
-	route := p
-	if i := strings.IndexByte(p, '/'); i >= 0 && (strings.HasPrefix(p, "node/") || strings.HasPrefix(p, "job/")) {
-		route = p[:i] + "/:id"
-		if rest := strings.SplitN(p, "/", 3); len(rest) == 3 {
-			route += "/" + rest[2]
-		}
-	}
+	route := routeOf(p)
 	s.mu.Lock()
 	s.requests[r.Method+" "+route]++
 	s.mu.Unlock()
 	if p == "client/metadata" {
 		s.metadata(rw, r)
+		return
+	}
+	if p == "vars" || strings.HasPrefix(p, "var/") {
+		s.variables(rw, r, p)
 		return
 	}
 	if r.Method != http.MethodGet {
@@ -177,7 +181,7 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		for i := range max(s.w.cfg.Projects, 1) {
 			out = append(out, &api.Namespace{Name: s.w.project(i)})
 		}
-		out = append(out, &api.Namespace{Name: "default"})
+		out = append(out, &api.Namespace{Name: ReclaimNamespace}, &api.Namespace{Name: "default"})
 		s.json(rw, out)
 	case p == "acl/token/self":
 		http.Error(rw, "ACL support disabled", http.StatusBadRequest)
@@ -188,6 +192,36 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	default:
 		http.Error(rw, "no such endpoint in the stand-in: "+r.URL.Path, http.StatusNotFound)
 	}
+}
+
+// routeOf is the route of API path p (after /v1/), IDs, paths and tag
+// names left out, for counting requests.
+func routeOf(p string) string {
+	switch {
+	case strings.HasPrefix(p, "var/"):
+		return "var/:path"
+	case strings.HasPrefix(p, "node/"), strings.HasPrefix(p, "job/"):
+		parts := strings.Split(p, "/")
+		parts[1] = ":id"
+		if len(parts) == 5 && parts[2] == "versions" {
+			parts[3] = ":tag"
+		}
+		return strings.Join(parts, "/")
+	}
+	return p
+}
+
+// tagPath reads /v1/job/:id/versions/:name/tag.
+func tagPath(p string) (job, name string, ok bool) {
+	rest, ok := strings.CutPrefix(p, "/v1/job/")
+	if !ok {
+		return "", "", false
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 4 || parts[1] != "versions" || parts[3] != "tag" {
+		return "", "", false
+	}
+	return parts[0], parts[2], true
 }
 
 // filterIDs reads the allocation IDs of a filter expression of the form
@@ -272,8 +306,25 @@ func (s *Server) node(rw http.ResponseWriter, id string) {
 	_, _ = rw.Write(b)
 }
 
-// running counts a job's allocations.
-func (s *Server) running(key string) int { return len(s.w.jobAllocs[key]) }
+// running counts a job's running allocations.
+func (s *Server) running(key string) int {
+	n := 0
+	for _, i := range s.w.jobAllocs[key] {
+		if s.w.allocs[i].ClientStatus == "running" {
+			n++
+		}
+	}
+	return n
+}
+
+// stub is job j (key k) as Nomad lists it: a stopped job queues nothing.
+func (s *Server) stub(k string, j *api.Job) *api.JobListStub {
+	run, queued := s.running(k), 0
+	if !*j.Stop {
+		queued = max(*j.TaskGroups[0].Count-run, 0)
+	}
+	return jobStub(j, run, queued)
+}
 
 func (s *Server) listJobs(rw http.ResponseWriter, r *http.Request) {
 	ns := r.URL.Query().Get("namespace")
@@ -293,8 +344,7 @@ func (s *Server) listJobs(rw http.ResponseWriter, r *http.Request) {
 		if ns != "*" && ns != "" && ns != *j.Namespace {
 			continue
 		}
-		run := s.running(k)
-		out = append(out, jobStub(j, run, *j.TaskGroups[0].Count-run))
+		out = append(out, s.stub(k, j))
 	}
 	_ = json.NewEncoder(rw).Encode(out)
 }
@@ -316,10 +366,15 @@ func (s *Server) job(rw http.ResponseWriter, r *http.Request, rest string) {
 	case "":
 		s.json(rw, j)
 	case "summary":
-		run := s.running(ns + "/" + name)
-		s.json(rw, jobStub(j, run, *j.TaskGroups[0].Count-run).JobSummary)
+		s.mu.RLock()
+		stub := s.stub(ns+"/"+name, j)
+		s.mu.RUnlock()
+		s.json(rw, stub.JobSummary)
 	case "versions":
-		s.json(rw, map[string]any{"Versions": []*api.Job{j}, "Diffs": nil})
+		s.mu.RLock()
+		versions := s.versionsOf(ns + "/" + name)
+		s.mu.RUnlock()
+		s.json(rw, map[string]any{"Versions": versions, "Diffs": nil})
 	case "allocations":
 		var out []*api.AllocationListStub
 		for _, i := range s.w.jobAllocs[ns+"/"+name] {
@@ -331,12 +386,45 @@ func (s *Server) job(rw http.ResponseWriter, r *http.Request, rest string) {
 	}
 }
 
-// write acknowledges a write as Nomad would, changing nothing.
+// write acknowledges a write as Nomad would. A job registration
+// (/v1/jobs) of a job the stand-in has is applied (register); every other
+// write changes nothing.
 func (s *Server) write(rw http.ResponseWriter, r *http.Request) {
+	var reg *api.JobRegisterRequest
+	if r.URL.Path == "/v1/jobs" {
+		reg = new(api.JobRegisterRequest)
+		if err := json.NewDecoder(r.Body).Decode(reg); err != nil || reg.Job == nil {
+			http.Error(rw, fmt.Sprintf("decoding the job registration: %v", err), http.StatusBadRequest)
+			return
+		}
+	}
+	job, tagName, isTag := tagPath(r.URL.Path)
+	tagReq := new(api.TagVersionRequest)
+	if isTag && r.Method != http.MethodDelete {
+		if err := json.NewDecoder(r.Body).Decode(tagReq); err != nil {
+			http.Error(rw, fmt.Sprintf("decoding the tag request: %v", err), http.StatusBadRequest)
+			return
+		}
+	}
 	s.mu.Lock()
 	s.index++
 	idx := s.index
+	status, err := http.StatusInternalServerError, error(nil)
+	switch {
+	case reg != nil:
+		err = s.register(reg, idx)
+	case isTag:
+		ns := r.URL.Query().Get("namespace")
+		if ns == "" {
+			ns = "default"
+		}
+		status, err = s.tag(r, ns+"/"+job, tagName, tagReq)
+	}
 	s.mu.Unlock()
+	if err != nil {
+		http.Error(rw, err.Error(), status)
+		return
+	}
 	rw.Header().Set("X-Nomad-Index", strconv.FormatUint(idx, 10))
 	rw.Header().Set("Content-Type", "application/json")
 	fmt.Fprintf(rw, `{"EvalID":"%s","EvalCreateIndex":%d,"JobModifyIndex":%d,"Index":%d}`, id('w', int(idx)), idx, idx, idx)

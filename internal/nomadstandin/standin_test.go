@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,6 +105,106 @@ func TestNodeMetadata(t *testing.T) {
 	}
 	if s.Requests()["POST client/metadata"] != 1 {
 		t.Errorf("requests %v", s.Requests())
+	}
+}
+
+// TestStopAndResume: the service's stop (a registration with Stop set,
+// enforcing the job modify index) stops the job's allocations and its
+// resume runs them again, each at a new version; a registration at a
+// stale index is refused, as Nomad refuses it.
+func TestStopAndResume(t *testing.T) {
+	s, client := serveStandIn(t, Config{Nodes: 2, Allocations: 20, Projects: 1})
+	stubs, _, err := client.Jobs().List(&nomadapi.QueryOptions{Namespace: "*"})
+	if err != nil || len(stubs) == 0 {
+		t.Fatalf("jobs %v, %v", stubs, err)
+	}
+	q := &nomadapi.QueryOptions{Namespace: stubs[0].Namespace}
+	running := func() (n int) {
+		allocs, _, err := client.Jobs().Allocations(stubs[0].ID, false, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range allocs {
+			if a.ClientStatus == "running" {
+				n++
+			}
+		}
+		return n
+	}
+	before := running()
+	job, _, err := client.Jobs().Info(stubs[0].ID, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wq := &nomadapi.WriteOptions{Namespace: *job.Namespace}
+	stale := *job.JobModifyIndex - 1
+	job.Stop = ptr(true)
+	if _, _, err := client.Jobs().EnforceRegister(job, stale, wq); err == nil {
+		t.Fatal("a stop at a stale job modify index was applied")
+	}
+	resp, _, err := client.Jobs().EnforceRegister(job, *job.JobModifyIndex, wq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped, _, err := client.Jobs().Info(stubs[0].ID, q)
+	if err != nil || !*stopped.Stop || *stopped.JobModifyIndex != resp.JobModifyIndex || *stopped.Version != *job.Version+1 {
+		t.Fatalf("after the stop: %+v, %v", stopped, err)
+	}
+	if before == 0 || running() != 0 {
+		t.Fatalf("running allocations %d before the stop, %d after; want some, then none", before, running())
+	}
+	if _, err := client.Jobs().TagVersion(*job.ID, *stopped.Version, "suspended", "by the test", wq); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, err := client.Jobs().VersionByTag(*job.ID, "suspended", q); err != nil || *v.Version != *stopped.Version {
+		t.Fatalf("the tagged version: %+v, %v", v, err)
+	}
+	if _, err := client.Jobs().UntagVersion(*job.ID, "suspended", wq); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Jobs().UntagVersion(*job.ID, "suspended", wq); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("removing a tag no version carries: %v, want not found", err)
+	}
+	stopped.Stop = ptr(false)
+	if _, _, err := client.Jobs().EnforceRegister(stopped, *stopped.JobModifyIndex, wq); err != nil {
+		t.Fatal(err)
+	}
+	if running() != before {
+		t.Errorf("running allocations after the resume %d, want %d", running(), before)
+	}
+	if regs := s.Registrations(); len(regs) != 2 || !regs[0].Stop || regs[1].Stop {
+		t.Errorf("registrations %+v, want a stop then a resume", regs)
+	}
+}
+
+// TestVariables: the service's node demand goes to Nomad Variables; the
+// stand-in keeps them, lists them by prefix and refuses a write or delete
+// at a stale index (check-and-set), as Nomad does.
+func TestVariables(t *testing.T) {
+	_, client := serveStandIn(t, Config{Nodes: 1, Allocations: 1, Projects: 1})
+	vars := client.Variables()
+	v, _, err := vars.CheckedCreate(&nomadapi.Variable{Path: "gpushare/demand/nodes/a", Items: nomadapi.VariableItems{"whole": "1"}}, nil)
+	if err != nil || v.ModifyIndex == 0 {
+		t.Fatalf("created %+v, %v", v, err)
+	}
+	if _, _, err := vars.CheckedCreate(&nomadapi.Variable{Path: "gpushare/demand/nodes/a"}, nil); err == nil {
+		t.Fatal("created a variable twice")
+	}
+	if _, _, err := vars.Update(&nomadapi.Variable{Path: "gpushare/demand/leader", Items: nomadapi.VariableItems{"beat": "1"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	metas, _, err := vars.PrefixList("gpushare/demand/nodes/", nil)
+	if err != nil || len(metas) != 1 || metas[0].Path != "gpushare/demand/nodes/a" {
+		t.Fatalf("listed %+v, %v; want the one node", metas, err)
+	}
+	if _, err := vars.CheckedDelete("gpushare/demand/nodes/a", v.ModifyIndex+100, nil); err == nil {
+		t.Fatal("deleted at a stale index")
+	}
+	if _, err := vars.CheckedDelete("gpushare/demand/nodes/a", v.ModifyIndex, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := vars.Peek("gpushare/demand/nodes/a", nil); err != nil || got != nil {
+		t.Fatalf("after the delete: %+v, %v", got, err)
 	}
 }
 

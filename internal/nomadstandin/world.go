@@ -8,7 +8,9 @@
 //
 // It serves what the service reads: node, allocation and job listings,
 // node and job reads, namespaces, the ACL self-token (ACLs disabled) and
-// the event stream; writes are acknowledged and otherwise ignored.
+// the event stream. It applies the quota service's job registrations (a
+// stop, a resume: its allocations stop, or run again where they were);
+// other writes are acknowledged and otherwise ignored.
 package nomadstandin
 
 import (
@@ -74,22 +76,27 @@ func generate(c Config) (*world, error) {
 
 // placeAllocations fills the nodes: on each node, one allocation per whole
 // GPU, then share allocations round-robin over its share GPUs, each of
-// 10% of a GPU. Allocations belong to jobs of ten allocations each, jobs
-// to the projects round-robin.
+// 10% of a GPU. Allocations belong to jobs of ten allocations each, of
+// whole GPUs or of shares (as their specs ask), jobs to random projects.
 func (w *world) placeAllocations(rng *rand.Rand) {
 	c := w.cfg
 	per := perNode(c)
 	unit := vocab.UnitsPerGPU / c.SharesPerGPU
 	shareCount := max(10/unit, 1)
 	next := make([]int, c.ShareGPUs) // next free share instance per share GPU, per node (reset per node)
-	var job *api.Job
+	var wholeJob, shareJob *api.Job
 	for _, node := range w.nodes {
 		clear(next)
 		whole, shares := gpuIDs(node)
 		for k := 0; k < per && len(w.allocs) < c.Allocations; k++ {
-			if job == nil || len(w.jobAllocs[jobKey(job)]) == 10 {
-				job = w.newJob(len(w.jobs), rng, k < len(whole))
+			current := &shareJob
+			if k < len(whole) {
+				current = &wholeJob
 			}
+			if *current == nil || len(w.jobAllocs[jobKey(*current)]) == 10 {
+				*current = w.newJob(len(w.jobs), rng, k < len(whole))
+			}
+			job := *current
 			var devs *api.AllocatedDeviceResource
 			if k < len(whole) {
 				devs = &api.AllocatedDeviceResource{Vendor: vocab.Vendor, Type: vocab.TypeWhole, Name: "NVIDIA H100 80GB HBM3", DeviceIDs: []string{whole[k]}}
@@ -102,7 +109,7 @@ func (w *world) placeAllocations(rng *rand.Rand) {
 				}
 				devs = &api.AllocatedDeviceResource{Vendor: vocab.Vendor, Type: vocab.TypeShare, Name: "", DeviceIDs: idl}
 			}
-			a := newAlloc(len(w.allocs), job, node, devs, w.created)
+			a := newAlloc(len(w.allocs), len(w.jobAllocs[jobKey(job)]), job, node, devs, w.created)
 			w.jobAllocs[jobKey(job)] = append(w.jobAllocs[jobKey(job)], len(w.allocs))
 			w.allocs = append(w.allocs, a)
 		}

@@ -214,10 +214,14 @@ func tail(path string, n int) string {
 
 // serviceArgs are the instances' flags: production defaults but a gang
 // partial hold of 20 s, so that the restore bound fits a short run, and
-// Nomad at nomadAddr (the instance's proxy).
-func serviceArgs(c *localcluster.Cluster, nomadAddr, root string) []string {
+// Nomad at nomadAddr (the instance's proxy), logging at logLevel (empty:
+// info).
+func serviceArgs(c *localcluster.Cluster, nomadAddr, root, logLevel string) []string {
+	if logLevel == "" {
+		logLevel = "info"
+	}
 	return []string{"-nomad-addr", nomadAddr, "-consul-addr", strings.TrimPrefix(c.ConsulAddr, "http://"),
-		"-kv-prefix", root, "-gang-partial-hold", "20s", "-log-level", "info"}
+		"-kv-prefix", root, "-gang-partial-hold", "20s", "-log-level", logLevel}
 }
 
 // clients makes API clients of the agents' addresses: the cluster's own

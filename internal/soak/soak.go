@@ -52,6 +52,9 @@ type Config struct {
 	// quota-service instances' logs (soak-a.log, soak-b.log). Empty: a temporary directory,
 	// removed at the end.
 	Dir string
+	// ServiceLogLevel is the quota-service instances' -log-level (empty:
+	// info; debug logs every cycle's plan).
+	ServiceLogLevel string
 	// Out receives the event history as it happens (nil: discarded; the
 	// history around a violation is in Result.Report either way).
 	Out io.Writer
@@ -78,6 +81,11 @@ type Result struct {
 	ServiceWrites, WritesInTenure int
 	// Report is the event history around each violation.
 	Report string
+	// Logs, when there are violations, are what the quota-service
+	// instances decided and the device plugins did in the last
+	// RestoreBound plus a minute (diagnostics): what a failed run in CI
+	// leaves to diagnose it.
+	Logs string
 }
 
 // Summary is the one-line summary.
@@ -204,7 +212,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return Result{}, err
 		}
 		defer proxy.close()
-		insts = append(insts, &instance{name: name, bin: bin, port: port, args: serviceArgs(c, proxy.addr, layout.Root),
+		insts = append(insts, &instance{name: name, bin: bin, port: port, args: serviceArgs(c, proxy.addr, layout.Root, cfg.ServiceLogLevel),
 			logPath: filepath.Join(dir, name+".log"), onCrash: func(name, why string) {
 				msg := fmt.Sprintf("quota-service instance %s crashed: %s", name, why)
 				chk.report(knownFinding(msg), msg)
@@ -304,6 +312,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		ServiceWrites: chk.fencing.writes, WritesInTenure: chk.fencing.inTenure}
 	if len(res.Violations) > 0 {
 		res.Report = hist.Around(time.Now(), time.Since(start)+time.Minute)
+		res.Logs = diagnostics(dir, time.Now().Add(-cfg.RestoreBound-time.Minute))
 	}
 	hist.Add("%s polls=%d failed_polls=%d", res.Summary(), chk.polls, chk.failedPolls)
 	return res, ctx.Err()

@@ -125,11 +125,14 @@ type Actuator struct {
 
 	// BeforeStop, when set, is called by a suspension after its record
 	// and history entry are written and before the job is stopped;
-	// AfterStop after the stop is recorded. They are test hooks (a
-	// leader dying around the stop) and are nil in production. When ctx
-	// has ended once BeforeStop returns, the stop is abandoned and the
-	// record stays for the next leader.
+	// BeforeMark after Nomad accepted the stop and before the stopped
+	// version is tagged and the record marked; AfterStop after the stop
+	// is recorded. They are test hooks (a leader dying around the stop)
+	// and are nil in production. When ctx has ended once BeforeStop or
+	// BeforeMark returns, the suspension goes no further and the record
+	// stays for the next leader.
 	BeforeStop func(ctx context.Context, rec state.Suspension)
+	BeforeMark func(ctx context.Context, rec state.Suspension)
 	AfterStop  func(ctx context.Context, rec state.Suspension)
 	// SkipTag, when set and true for a record, leaves its stopped
 	// version untagged, as when tagging fails. A test hook.

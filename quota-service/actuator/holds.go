@@ -43,7 +43,7 @@ func (ap *applying) holdSuspend(r *nomadwatch.Record, forGuarantee bool) string 
 // within its guarantee with it: restoring a guarantee waits for no hold
 // (the soak's seed 1, run 5: a quota edit raised team-b's guarantee, and
 // its suspended shares stayed held for work of others that waited). A
-// moved job (plan.MoveReason) always waits for the work it made room
+// moved job (plan.CauseMove) always waits for the work it made room
 // for, or Nomad could put it back in the room it left.
 func (ap *applying) holdResume(r *nomadwatch.Record, rec state.Suspension) string {
 	stopped := rec.StoppedAt
@@ -54,7 +54,7 @@ func (ap *applying) holdResume(r *nomadwatch.Record, rec state.Suspension) strin
 	if since < ap.opts.SuspendHold {
 		return fmt.Sprintf("suspended only %s ago", since.Round(time.Millisecond))
 	}
-	moved := strings.HasPrefix(rec.Reason, plan.MoveReason)
+	moved := causeOf(rec) == plan.CauseMove
 	if since >= ap.opts.ReclaimHold || ap.withinGuarantee[rec.Project] && !moved {
 		return ""
 	}

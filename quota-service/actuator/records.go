@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
+	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -165,6 +166,9 @@ func (ap *applying) adoptRescale(ctx context.Context, job *nomadapi.Job, rec *st
 		return err
 	}
 	next := *rec
+	// A resume under way did not land: the job is stopped at its
+	// owner's scale.
+	next.Phase = state.PhaseSuspended
 	next.Version, next.JobModifyIndex = *job.Version, *job.JobModifyIndex
 	next.StopVersion, next.StopJobModifyIndex = *job.Version, *job.JobModifyIndex
 	next.Groups = map[string]int{}
@@ -231,11 +235,13 @@ func (ap *applying) tag(ctx context.Context, job *nomadapi.Job, rec *state.Suspe
 // GPUs, when and why, and what their own commands do.
 func tagDescription(rec state.Suspension) string {
 	who := fmt.Sprintf("for project %s (%s)", rec.ForProject, rec.ForWorkload)
-	switch {
-	case waitsForGang(rec.Reason) && rec.ForWorkload == "":
+	switch cause := causeOf(rec); {
+	case cause == plan.CauseGang && rec.ForWorkload == "":
 		who = "until all of the gang fits"
-	case waitsForGang(rec.Reason):
+	case cause == plan.CauseGang:
 		who = fmt.Sprintf("until all of the gang fits; its GPUs went to %s of project %s", rec.ForWorkload, rec.ForProject)
+	case cause == plan.CauseHold:
+		who = "while queued: Nomad would have placed it in GPUs the plan freed for other work"
 	case rec.ForWorkload == "":
 		who = "to hold project " + rec.Project + " to its limit"
 	}

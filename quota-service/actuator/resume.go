@@ -3,6 +3,7 @@ package actuator
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -29,6 +30,12 @@ func (ap *applying) resume(ctx context.Context, r *nomadwatch.Record, rec *state
 	job = withCounts(job, rec.Groups)
 	job.Stop = ptr(false)
 	job.VersionTag = nil
+	if _, ok := job.Meta[nomadwatch.MetaStopNonce]; ok {
+		// Resumed from a stopped version (the owner's scale of it, or
+		// Nomad no longer keeps the running one): its stop's nonce goes.
+		job.Meta = maps.Clone(job.Meta)
+		delete(job.Meta, nomadwatch.MetaStopNonce)
+	}
 	var enforce uint64
 	if r.Verdict != nomadwatch.Vanished {
 		enforce = jobModifyIndex(r.Current)

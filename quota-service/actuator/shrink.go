@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -103,22 +104,28 @@ func (ap *applying) shrinkFor(ctx context.Context, act plan.Action) {
 
 // checkShrinkOrder checks that act's instance is the running instance of
 // its group with the highest index not yet shrunk in this call: the one
-// Nomad stops when the count falls by one.
+// Nomad stops when the count falls by one. Two instances with one index
+// (which Nomad's naming avoids) are told apart as the plan does: the
+// newest, then the highest allocation ID.
 func (ap *applying) checkShrinkOrder(act plan.Action) error {
 	if len(act.Allocations) != 1 {
 		return fmt.Errorf("the plan names %d instances, want one", len(act.Allocations))
 	}
-	best, bestInstance := "", -1
-	for _, al := range ap.v.Snapshot.Allocations {
+	var best *cluster.Allocation
+	for i := range ap.v.Snapshot.Allocations {
+		al := &ap.v.Snapshot.Allocations[i]
 		if al.Job != act.Job || al.Group != act.Group || ap.shrunkAllocs[al.ID] {
 			continue
 		}
-		if al.Instance > bestInstance || al.Instance == bestInstance && al.ID > best {
-			best, bestInstance = al.ID, al.Instance
+		if best == nil || cluster.CompareStopOrder(cluster.MemberOf(al), cluster.MemberOf(best)) < 0 {
+			best = al
 		}
 	}
-	if best != act.Allocations[0] {
-		return fmt.Errorf("%w: the plan names %s, Nomad would stop %s", errShrinkOrder, act.Allocations[0], best)
+	if best == nil {
+		return fmt.Errorf("%w: the plan names %s, which no longer runs", errShrinkOrder, act.Allocations[0])
+	}
+	if best.ID != act.Allocations[0] {
+		return fmt.Errorf("%w: the plan names %s, Nomad would stop %s", errShrinkOrder, act.Allocations[0], best.ID)
 	}
 	return nil
 }

@@ -2,8 +2,10 @@ package actuator
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -79,9 +81,9 @@ func (ap *applying) suspendFor(ctx context.Context, act plan.Action) {
 // unfinished record (whose key it overwrites).
 func (ap *applying) newRecord(ctx context.Context, act plan.Action, forWorkload, forProject string, spec *nomadapi.Job) (*state.Suspension, state.Event, error) {
 	rec := &state.Suspension{Namespace: *spec.Namespace, Job: *spec.ID, Project: act.Project, Phase: state.PhaseStopping,
-		Reason: act.Reason, ForWorkload: forWorkload, ForProject: forProject, Time: ap.now, By: ap.instance,
+		Reason: act.Reason, Cause: act.Cause.String(), ForWorkload: forWorkload, ForProject: forProject, Time: ap.now, By: ap.instance,
 		Version: *spec.Version, JobModifyIndex: *spec.JobModifyIndex, Groups: map[string]int{}, Allocations: act.Allocations,
-		Tag: nomadwatch.TagName(tagReason(act, forProject), ap.now)}
+		Tag: nomadwatch.TagName(tagReason(act, forProject), ap.now), StopNonce: rand.Text()}
 	for _, tg := range spec.TaskGroups {
 		if tg.Name != nil && tg.Count != nil {
 			rec.Groups[*tg.Name] = *tg.Count
@@ -142,10 +144,24 @@ func (ap *applying) stop(ctx context.Context, rec *state.Suspension) error {
 		return err
 	}
 	cur.Stop, cur.VersionTag = ptr(true), nil
+	// The stopped version carries the record's nonce: the proof, should
+	// this instance stop before it marks the record, that the stop is
+	// the service's and not an owner's (nomadwatch.MetaStopNonce).
+	cur.Meta = maps.Clone(cur.Meta)
+	if cur.Meta == nil {
+		cur.Meta = map[string]string{}
+	}
+	cur.Meta[nomadwatch.MetaStopNonce] = rec.StopNonce
 	resp, _, err := ap.nomad.Jobs().EnforceRegister(cur, rec.JobModifyIndex, (&nomadapi.WriteOptions{Namespace: rec.Namespace}).WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("stopping %s: registering version %d with Stop=true at job modify index %d (record kept at %s; the next cycle decides): %w",
 			key, rec.Version, rec.JobModifyIndex, ap.store.Layout().Suspension(rec.Namespace, rec.Job), err)
+	}
+	if ap.BeforeMark != nil {
+		ap.BeforeMark(ctx, *rec)
+		if ctx.Err() != nil {
+			return fmt.Errorf("stopped %s, not marked (the next cycle marks it): %w", key, ctx.Err())
+		}
 	}
 	job, _, err := ap.nomad.Jobs().Info(rec.Job, q)
 	if err != nil {
@@ -171,17 +187,34 @@ func (ap *applying) stop(ctx context.Context, rec *state.Suspension) error {
 // its limit, its limit.
 func tagReason(act plan.Action, forProject string) string {
 	switch {
-	case waitsForGang(act.Reason):
+	case act.Cause == plan.CauseGang:
 		return "gang-of-" + act.Project
+	case act.Cause == plan.CauseHold:
+		return "held-of-" + act.Project
 	case forProject == "":
 		return "limit-of-" + act.Project
 	}
 	return "for-" + forProject
 }
 
-// waitsForGang says that a suspension's reason is a gang's wait for all
-// of itself (plan.GangReason).
-func waitsForGang(reason string) bool { return strings.HasPrefix(reason, plan.GangReason) }
+// causeOf is why the plan stopped rec's job: its Cause, or, in a record
+// written before Cause was kept, what its reason and workload say.
+func causeOf(rec state.Suspension) plan.Cause {
+	if c, ok := plan.ParseCause(rec.Cause); ok {
+		return c
+	}
+	switch {
+	case strings.HasPrefix(rec.Reason, plan.GangReason):
+		return plan.CauseGang
+	case strings.HasPrefix(rec.Reason, plan.MoveReason):
+		return plan.CauseMove
+	case strings.HasPrefix(rec.Reason, plan.HoldReason):
+		return plan.CauseHold
+	case rec.ForWorkload == "":
+		return plan.CauseLimit
+	}
+	return plan.CauseReclaim
+}
 
 func jobModifyIndex(job *nomadapi.Job) uint64 {
 	if job.JobModifyIndex == nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
+	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -60,5 +61,34 @@ func TestVetKeepsUnreturnableJobsOffTheVictimList(t *testing.T) {
 		if warned != never {
 			t.Errorf("%s: warnings %q, want one saying %q", al.Job, v.Warnings, want[al.Job])
 		}
+	}
+}
+
+// TestHoldOfAJobTheServiceCouldNotRegisterIsSkipped: a queued job runs
+// nothing, so Vet never marks it; when a plan holds it from a room and the
+// service's token could not register it again (no submit-job in its
+// namespace), the hold is held back with the reason and nothing is
+// stopped: holding it would lose it.
+func TestHoldOfAJobTheServiceCouldNotRegisterIsSkipped(t *testing.T) {
+	consul, err := consulapi.NewClient(consulapi.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(nil, state.New(consul, kvlayout.New("vet")), hclog.NewNullLogger(), "test", Options{})
+	a.perms.acl, a.perms.gen, a.perms.read = policyACL(t, `namespace "team-a" { capabilities = ["submit-job"] }`), 1, time.Now()
+	queued := gpuJobWith("team-b", nil)
+	queued.ID, queued.Version, queued.ModifyIndex, queued.JobModifyIndex = ptr("queued"), ptr(uint64(0)), ptr(uint64(5)), ptr(uint64(5))
+	v := &nomadwatch.View{Snapshot: &cluster.Snapshot{}, Specs: map[string]*nomadapi.Job{"team-b/queued": queued}, ListedAt: time.Now()}
+	hold := plan.Action{Kind: plan.Suspend, Project: "team-b", Job: "team-b/queued", Workload: -1, Cause: plan.CauseHold,
+		Reason: "held from a room made for other work"}
+	rep, err := a.Apply(context.Background(), v, plan.Result{Actions: []plan.Action{hold}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Done) != 0 || len(rep.Errors) != 0 {
+		t.Errorf("done %v, errors %v: want nothing stopped and no error", rep.Done, rep.Errors)
+	}
+	if len(rep.Skipped) != 1 || !strings.Contains(rep.Skipped[0], "may not submit jobs in namespace team-b") {
+		t.Errorf("held back %q: want the hold, saying the token may not submit jobs in team-b", rep.Skipped)
 	}
 }

@@ -206,6 +206,7 @@ func Assemble(in Inputs) *View {
 	set := a.segments()
 	a.slots = set.totals.slots
 	a.addSegments(set, jobWarnings)
+	a.dropLeaving()
 	a.classifyRecords()
 	a.judgeShrinks()
 	a.addPending()
@@ -241,6 +242,17 @@ type assembler struct {
 	// slots are the allocations of every job by task group, as the
 	// segments count them (countSlots).
 	slots map[string]map[string]*slotCounts
+	// elasticVersions are the job versions of the elastic groups' live
+	// allocations, by allocation ID (dropLeaving).
+	elasticVersions map[string]uint64
+}
+
+// noteVersion records the job version of an elastic group's allocation.
+func (a *assembler) noteVersion(id string, version uint64) {
+	if a.elasticVersions == nil {
+		a.elasticVersions = map[string]uint64{}
+	}
+	a.elasticVersions[id] = version
 }
 
 func newAssembler(in Inputs) *assembler {

@@ -60,8 +60,10 @@ type Builder struct {
 	mu    sync.Mutex
 	specs map[string]*nomadapi.Job
 	// untagged are the stopped jobs read and found without the
-	// service's tag, at their modify index (readTagged).
+	// service's tag, at their modify index (readTagged); named are the
+	// jobs a verified record named at the last readTagged.
 	untagged map[string]uint64
+	named    map[string]bool
 	cache    *cache
 	// streaming: Follow holds a connected stream (gen counts its
 	// connections); synced: the cache was listed in full since it
@@ -255,7 +257,8 @@ func (b *Builder) readUnlisted(ctx context.Context, jobs []*nomadapi.JobListStub
 // readTagged returns the stopped jobs that carry a tag named like the
 // service's on their current version and that no verified record names.
 // Tags do not show in listings, so each stopped job is read once per
-// modify index (tagging moves it); only the tagged ones' specs are kept.
+// modify index, and once more when the record that named it closes (its
+// tag was removed); only the tagged ones' specs are kept.
 func (b *Builder) readTagged(ctx context.Context, jobs []*nomadapi.JobListStub, verified []state.Suspension) (map[string]*nomadapi.Job, error) {
 	named := map[string]bool{}
 	for _, r := range verified {
@@ -263,11 +266,20 @@ func (b *Builder) readTagged(ctx context.Context, jobs []*nomadapi.JobListStub, 
 	}
 	tagged := map[string]*nomadapi.Job{}
 	var moved []*nomadapi.JobListStub
+	closed := map[string]bool{}
 	b.mu.Lock()
 	for _, j := range jobs {
 		key := Key(j.Namespace, j.ID)
 		if !j.Stop || named[key] {
 			continue
+		}
+		if b.named[key] {
+			// Its record closed since the last read, and closing
+			// removes the service's tag, which moves no modify index:
+			// what is cached of it is read again, from the leader.
+			delete(b.specs, key)
+			delete(b.untagged, key)
+			closed[key] = true
 		}
 		if at, seen := b.untagged[key]; seen && at == j.ModifyIndex {
 			continue
@@ -280,10 +292,11 @@ func (b *Builder) readTagged(ctx context.Context, jobs []*nomadapi.JobListStub, 
 		}
 		moved = append(moved, j)
 	}
+	b.named = named
 	b.mu.Unlock()
 	read := map[string]*nomadapi.Job{}
 	err := readEach(moved, read, func(j *nomadapi.JobListStub) (string, *nomadapi.Job, error) {
-		spec, err := b.readSpec(ctx, j)
+		spec, err := b.readSpecFrom(ctx, j, !closed[Key(j.Namespace, j.ID)])
 		if StatusCode(err) == http.StatusNotFound {
 			return Key(j.Namespace, j.ID), nil, nil // purged since the listing
 		}
@@ -323,17 +336,19 @@ func (b *Builder) readScaledAt(ctx context.Context, jobs []*nomadapi.JobListStub
 	}
 	var moved []state.Suspension
 	for _, r := range verified {
-		if r.Phase == state.PhaseSuspended && stoppedElsewhere(stubs[r.Key()], specs[r.Key()], r.StopJobModifyIndex) {
+		if (r.Phase == state.PhaseSuspended || r.Phase == state.PhaseResuming) && stoppedElsewhere(stubs[r.Key()], specs[r.Key()], r.StopJobModifyIndex) {
 			moved = append(moved, r)
 		}
 	}
 	out := map[string][]int64{}
 	err := readEach(moved, out, func(r state.Suspension) (string, []int64, error) {
 		times, err := b.scalingEvents(ctx, r, nil)
-		if spec := specs[r.Key()]; err == nil && spec != nil && spec.SubmitTime != nil && !slices.Contains(times, *spec.SubmitTime) {
+		if spec := specs[r.Key()]; err == nil && spec != nil && spec.SubmitTime != nil && !slices.Contains(times, *spec.SubmitTime) &&
+			time.Since(time.Unix(0, *spec.SubmitTime)) < scalingEventWait+time.Second {
 			// A scale writes the job, then its event: wait briefly
-			// for an event written after this version before taking
-			// it for a stop (the soak's seed 1 saw the gap).
+			// for an event written after this new version (the soak's
+			// seed 1 saw the gap); later cycles read the events again
+			// until ScaleEventWindow has passed (Record.suspended).
 			times, err = b.scalingEvents(ctx, r, spec.ModifyIndex)
 		}
 		return r.Key(), times, err
@@ -429,8 +444,17 @@ func (b *Builder) spec(ctx context.Context, j *nomadapi.JobListStub, tag string)
 // readSpec reads a job at least as new as its stub: stale first, from the
 // leader when the stale answer is older.
 func (b *Builder) readSpec(ctx context.Context, j *nomadapi.JobListStub) (*nomadapi.Job, error) {
+	return b.readSpecFrom(ctx, j, true)
+}
+
+// readSpecFrom is readSpec; without mayBeStale, only the leader answers.
+func (b *Builder) readSpecFrom(ctx context.Context, j *nomadapi.JobListStub, mayBeStale bool) (*nomadapi.Job, error) {
 	key := Key(j.Namespace, j.ID)
-	for _, stale := range []bool{true, false} {
+	tries := []bool{true, false}
+	if !mayBeStale {
+		tries = tries[1:]
+	}
+	for _, stale := range tries {
 		spec, _, err := b.nomad.Jobs().Info(j.ID, (&nomadapi.QueryOptions{Namespace: j.Namespace, AllowStale: stale}).WithContext(ctx))
 		if err != nil {
 			return nil, fmt.Errorf("reading Nomad job %s: %w", key, err)

@@ -32,6 +32,9 @@ type nodeEntry struct {
 	stub *nomadapi.NodeListStub
 	full *nomadapi.Node
 	dev  *nodeDevices
+	// resources is the digest of the NodeResources of the node event
+	// the entry was decoded from (0 from a listing; see nodeResources).
+	resources uint64
 }
 
 // newNodeEntry is the cache's entry of a node read in full.
@@ -174,22 +177,23 @@ func (c *cache) applyNode(ev *nomadapi.Event) error {
 	if old, ok := c.nodes[ev.Key]; ok && older(payloadIndex(ev, "Node"), old.full.ModifyIndex, ev.Index) {
 		return nil
 	}
-	n, err := ev.Node()
-	if err != nil || n == nil {
-		return fmt.Errorf("node %s: %w", ev.Key, orMissing(err))
+	e, err := c.decodeNodeEvent(ev)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", ev.Key, err)
 	}
-	c.putNode(n, ev.Index)
+	c.putNode(e, ev.Index)
 	return nil
 }
 
-// putNode stores a full node unless the cache holds a newer one or it was
-// deleted since.
-func (c *cache) putNode(n *nomadapi.Node, at uint64) bool {
+// putNode stores a node's entry unless the cache holds a newer one or it
+// was deleted since.
+func (c *cache) putNode(e nodeEntry, at uint64) bool {
+	n := e.full
 	old, had := c.nodes[n.ID]
 	if (had && older(n.ModifyIndex, old.full.ModifyIndex, at)) || !c.fresh(kindNode, n.ID, had, n.ModifyIndex) {
 		return false
 	}
-	c.nodes[n.ID] = newNodeEntry(n)
+	c.nodes[n.ID] = e
 	c.touched[n.ID] = true
 	return true
 }
@@ -199,7 +203,7 @@ func (c *cache) applyAlloc(ev *nomadapi.Event) error {
 	if old, ok := c.allocs[ev.Key]; ok && older(payloadIndex(ev, "Allocation"), old.stub.ModifyIndex, ev.Index) {
 		return nil
 	}
-	a, err := ev.Allocation()
+	a, err := decodePayload[nomadapi.Allocation](ev, "Allocation")
 	if err != nil || a == nil {
 		return fmt.Errorf("allocation %s: %w", ev.Key, orMissing(err))
 	}

@@ -2,10 +2,12 @@ package nomadwatch
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -59,6 +61,71 @@ func instanceOf(name string) int {
 		return 0
 	}
 	return n
+}
+
+// dropLeaving takes out of the snapshot the instances Nomad is stopping
+// because their elastic group's count fell below them: after a shrink (or
+// the owner's scale down) and before Nomad has stopped them, the group
+// runs more instances than its count, and Nomad stops the highest (by
+// instance index) of them. Like the allocations of a stopped job they are
+// a stop in flight, no usage to make room from (docs/design.md, Gangs and
+// elastic groups): counted, an instance the last shrink stopped would
+// look like one more to shrink for the same room. A group whose live
+// instances run different versions of the job is being deployed: it runs
+// above its count because of its canaries (which take existing instance
+// indexes) or a rolling update, and Nomad stops none of them for the
+// count, so nothing of it is left out.
+func (a *assembler) dropLeaving() {
+	type groupKey struct{ job, group string }
+	var groups map[groupKey][]cluster.GroupMember
+	for i := range a.snap.Allocations {
+		al := &a.snap.Allocations[i]
+		if al.MinCount <= 0 {
+			continue
+		}
+		if groups == nil {
+			groups = map[groupKey][]cluster.GroupMember{}
+		}
+		g := groupKey{al.Job, al.Group}
+		if !slices.ContainsFunc(groups[g], func(m cluster.GroupMember) bool { return m.ID == al.ID }) {
+			groups[g] = append(groups[g], cluster.MemberOf(al))
+		}
+	}
+	var leaving map[string]bool
+	for g, members := range groups {
+		if a.mixedVersions(members) {
+			continue
+		}
+		info := a.v.Jobs[g.job]
+		count, ok := 0, false
+		if info != nil {
+			count, ok = info.Groups[g.group]
+		}
+		if !ok || len(members) <= count {
+			continue
+		}
+		slices.SortFunc(members, cluster.CompareStopOrder)
+		if leaving == nil {
+			leaving = map[string]bool{}
+		}
+		for _, m := range members[:len(members)-count] {
+			leaving[m.ID] = true
+		}
+	}
+	if leaving != nil {
+		a.snap.Allocations = slices.DeleteFunc(a.snap.Allocations, func(al cluster.Allocation) bool { return leaving[al.ID] })
+	}
+}
+
+// mixedVersions reports whether the members of an elastic group run more
+// than one version of their job.
+func (a *assembler) mixedVersions(members []cluster.GroupMember) bool {
+	for _, m := range members[1:] {
+		if a.elasticVersions[m.ID] != a.elasticVersions[members[0].ID] {
+			return true
+		}
+	}
+	return false
 }
 
 // ShrinkVerdict is what Nomad's state says of a shrink record.

@@ -1,6 +1,8 @@
 package nomadwatch
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -144,5 +146,78 @@ func TestAssembleElastic(t *testing.T) {
 	}
 	if r := v.Shrinks["a/serve"]; r == nil || r.Verdict != ShrinkOwnerChanged {
 		t.Errorf("shrink %+v: want the owner's change", r)
+	}
+}
+
+// TestInstancesAboveTheCountAreLeaving: after a scale down and before
+// Nomad has stopped them, an elastic group runs more instances than its
+// count; the highest Nomad stops hold nothing the plan may make room
+// from, so a room a shrink made is not shrunk for again. A group that is
+// not elastic keeps every instance it runs (a deployment's canaries run
+// above the count and stay).
+func TestInstancesAboveTheCountAreLeaving(t *testing.T) {
+	cases := []struct {
+		name      string
+		minCount  string
+		count     int
+		instances []int
+		// nodes, when set, puts each instance on its own node.
+		nodes bool
+		// versions are the instances' job versions (nil: all 0).
+		versions []uint64
+		want     []string
+	}{
+		{"shrunk by one", "1", 1, []int{0, 1}, false, nil, []string{"i0"}},
+		{"the highest index leaves, not the newest", "1", 1, []int{1, 0}, false, nil, []string{"i0"}},
+		{"at its count", "1", 2, []int{0, 1}, false, nil, []string{"i0", "i1"}},
+		{"not elastic", "", 1, []int{0, 1}, false, nil, []string{"i0", "i1"}},
+		{"on two nodes", "1", 2, []int{0, 1, 2}, true, nil, []string{"i0", "i1"}},
+		// A canary takes an existing instance's index and runs the new
+		// version beside the old ones until its deployment is promoted.
+		// (c0: the second allocation at index 0.)
+		{"a canary deployment", "1", 2, []int{0, 1, 0}, true, []uint64{3, 3, 4}, []string{"c0", "i0", "i1"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			serve := spec("a", "serve", "nvidia/gpu", 1)
+			serve.TaskGroups[0].Count = ptr(tc.count)
+			if tc.minCount != "" {
+				serve.TaskGroups[0].Meta = map[string]string{MetaMinCount: tc.minCount}
+			}
+			in := Inputs{Nodes: []*nomadapi.NodeListStub{node()}, Jobs: []*nomadapi.JobListStub{jobStub("a", "serve", 0, false, nil)},
+				Specs: map[string]*nomadapi.Job{"a/serve": serve}, Now: time.Unix(200, 0)}
+			if tc.nodes {
+				second := node()
+				second.ID, second.Name = "n2", "n2"
+				in.Nodes = append(in.Nodes, second)
+			}
+			gpus := []string{"GPU-a", "GPU-b", "GPU-a"}
+			seen := map[int]bool{}
+			for k, inst := range tc.instances {
+				id := fmt.Sprintf("i%d", inst)
+				if seen[inst] {
+					id = fmt.Sprintf("c%d", inst)
+				}
+				seen[inst] = true
+				al := alloc(id, "a", "serve", "gpu", gpus[k])
+				al.Name = fmt.Sprintf("serve.g[%d]", inst)
+				al.CreateIndex = uint64(10 + k)
+				if tc.nodes && k%2 == 1 {
+					al.NodeID = "n2"
+				}
+				if tc.versions != nil {
+					al.JobVersion = tc.versions[k]
+				}
+				in.Allocations = append(in.Allocations, al)
+			}
+			var got []string
+			for _, al := range Assemble(in).Snapshot.Allocations {
+				got = append(got, al.ID)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("allocations in the snapshot %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -216,11 +216,19 @@ func (a *assembler) addAllocation(al *nomadapi.AllocationListStub) {
 		ng = a.newNode(al.NodeID, "")
 		a.outOfPlanning(ng, "allocation %s holds GPUs the node does not publish", al.ID)
 	}
+	// Node is the node's own name string, not the allocation's copy of
+	// it: the planner compares an allocation's node with the last one,
+	// 100,000 times a cycle at 5,000 nodes, and equal strings that share
+	// their bytes compare at once (a third of cluster.Snapshot.Index's
+	// time before).
 	base := cluster.Allocation{ID: al.ID, Project: info.Project, Job: key, Group: al.TaskGroup, Priority: info.Priority,
 		Preemptible: info.Preemptible, System: info.System(), Gang: info.Gang, MinCount: info.MinCounts[al.TaskGroup],
-		Instance: instanceOf(al.Name), Node: al.NodeID, Start: al.CreateTime / int64(time.Second),
+		Instance: instanceOf(al.Name), Node: ng.id, Start: al.CreateTime / int64(time.Second),
 		InMinRuntime: info.MinRuntime > 0 && a.in.Now.Sub(time.Unix(0, al.CreateTime)) < info.MinRuntime,
 		Movable:      info.Movable && a.in.Now.Sub(time.Unix(0, al.CreateTime)) >= info.MoveCooldown}
+	if base.MinCount > 0 {
+		a.noteVersion(al.ID, al.JobVersion)
+	}
 	for i, part := range a.bindGPUs(ng, al.ID, held) {
 		alloc := base
 		alloc.Ask, alloc.GPUs = part.ask, part.gpus

@@ -53,13 +53,31 @@ const (
 	// stopped job stopped, at a new version with other counts): the
 	// record is to take that version, which the job resumes at.
 	Rescaled
+	// Unconfirmed: the suspended job changed while stopped, to other
+	// counts, and no scaling event names its new version yet (Nomad
+	// writes a scale's event after its version): the record is left
+	// untouched, and the job is not
+	// resumed, until an event does (Rescaled) or ScaleEventWindow has
+	// passed since the version was submitted (the owner's stop).
+	Unconfirmed
 )
+
+// ScaleEventWindow bounds how long after a suspended job's new version
+// was submitted the service waits for the scaling event that would make
+// it the owner's scale rather than the owner's stop. The soak saw the
+// event come more than the 1 s readScaledAt waits for, on a loaded
+// machine, and the record closed as the owner's stop: the job was lost.
+const ScaleEventWindow = 30 * time.Second
 
 // StopAdoptWindow bounds how long after a record was written a stop that
 // carries no tag of the service is taken as the service's own (a leader
 // that died between the stop and the tag): the stop must have made exactly
 // one version after the recorded one, within this window.
 const StopAdoptWindow = 10 * time.Minute
+
+// MetaStopNonce is the job meta key the service's stop sets to its
+// record's StopNonce (Record.stopping).
+const MetaStopNonce = "gpushare.stop"
 
 // TagPrefix starts the name of every version tag the service puts on a
 // suspended job; it removes no other tag.
@@ -275,9 +293,9 @@ func (a *assembler) classify(rec state.Suspension) *Record {
 	case state.PhaseStopping:
 		r.stopping()
 	case state.PhaseSuspended:
-		r.suspended(false)
+		r.suspended(false, a.in.Now)
 	case state.PhaseResuming:
-		r.suspended(true)
+		r.suspended(true, a.in.Now)
 	case state.PhaseResumed:
 		r.resumed()
 	}
@@ -313,7 +331,14 @@ func (r *Record) stopping() {
 		r.close(state.EventSuspendAbandoned, "the job changed since the record (job modify index %d, recorded %d); not stopping it", jobModifyIndex(job), r.JobModifyIndex)
 	case r.hasOurTag(job):
 		r.set(StopLanded, "stopped by the service (its tag %s is on the current version)", r.Tag)
+	case r.StopNonce != "" && job.Meta[MetaStopNonce] == r.StopNonce && jobVersion(job) == r.Version+1:
+		r.set(StopLanded, "stopped by the service (the stopped version carries this record's nonce)")
+	case r.StopNonce != "":
+		// The stop is not the one this record was written for: its
+		// owner's, landed between the plan and the service's stop.
+		r.close(state.EventSuspendAbandoned, "the job was stopped, not by the service (the stopped version %d does not carry this record's nonce); it stays stopped", jobVersion(job))
 	case jobVersion(job) == r.Version+1 && r.stoppedInWindow(job):
+		// A record written before stops carried a nonce.
 		r.set(StopLanded, "stopped right after the record (version %d, the one after the recorded %d)", jobVersion(job), r.Version)
 	default:
 		r.close(state.EventSuspendAbandoned, "the job was stopped, not by the service (version %d, recorded %d)", jobVersion(job), r.Version)
@@ -321,8 +346,13 @@ func (r *Record) stopping() {
 }
 
 // suspended: the service stopped the job; did its owner act since?
-// resuming says a resume was started (it may have landed).
-func (r *Record) suspended(resuming bool) {
+// resuming says a resume was started (it may have landed); now is when
+// Nomad was read. A scale (or one that may be) of a job still stopped
+// counts in either phase: a scale leaves a running job running, so the
+// job never ran after a resume (the soak: the owner scaled a job while its
+// resume was refused for the job's changed modify index, and the record
+// closed as the owner's stop).
+func (r *Record) suspended(resuming bool, now time.Time) {
 	job := r.Current
 	switch {
 	case job == nil && r.Tagged:
@@ -334,8 +364,11 @@ func (r *Record) suspended(resuming bool) {
 		r.set(ResumeLanded, "registered again by the service's resume")
 	case !stopped(job):
 		r.close(state.EventSuperseded, "the owner registered the job again (version %d); it runs under the normal rules", jobVersion(job))
-	case jobModifyIndex(job) != r.StopJobModifyIndex && !resuming && r.scaledByOwner(job):
+	case jobModifyIndex(job) != r.StopJobModifyIndex && r.scaledByOwner(job):
 		r.set(Rescaled, "the owner scaled the suspended job (version %d); it stays suspended and resumes at the new counts", jobVersion(job))
+	case jobModifyIndex(job) != r.StopJobModifyIndex && r.scaleEventMayCome(job, now):
+		r.set(Unconfirmed, "the job changed while stopped (job modify index %d, the service's stop %d) and no scaling event names version %d yet; the record waits for one up to %s after the version was submitted, then takes the change for its owner's stop",
+			jobModifyIndex(job), r.StopJobModifyIndex, jobVersion(job), ScaleEventWindow)
 	case jobModifyIndex(job) != r.StopJobModifyIndex:
 		r.close(state.EventOwnerStopped, "the job was stopped again or changed while stopped (job modify index %d, the service's stop %d); it stays stopped", jobModifyIndex(job), r.StopJobModifyIndex)
 	case r.Tagged && !r.hasOurTag(job):
@@ -387,6 +420,27 @@ func (r *Record) resumed() {
 // order, so servers' clocks need not agree.)
 func (r *Record) scaledByOwner(job *nomadapi.Job) bool {
 	return job.SubmitTime != nil && slices.Contains(r.scaledAt, *job.SubmitTime) && jobVersion(job) >= r.StopVersion
+}
+
+// scaleEventMayCome says job's current version may be a scale whose
+// event is still to be written: its counts differ from the record's (a
+// stop keeps them), and it was submitted less than ScaleEventWindow before
+// now (the servers' clock against the service's; a skew only shortens or
+// lengthens the wait).
+func (r *Record) scaleEventMayCome(job *nomadapi.Job, now time.Time) bool {
+	return job.SubmitTime != nil && jobVersion(job) >= r.StopVersion && r.countsDiffer(job) &&
+		now.Sub(time.Unix(0, *job.SubmitTime)) < ScaleEventWindow
+}
+
+// countsDiffer says a task group of job has another count than the
+// record's.
+func (r *Record) countsDiffer(job *nomadapi.Job) bool {
+	for _, tg := range job.TaskGroups {
+		if tg.Name != nil && tg.Count != nil && r.Groups[*tg.Name] != *tg.Count {
+			return true
+		}
+	}
+	return false
 }
 
 // hasOurTag says job's current version carries the record's tag (by name).
@@ -455,7 +509,9 @@ func jobModifyIndex(job *nomadapi.Job) uint64 {
 
 // TagName is the version tag the service puts on a job it suspends at t;
 // reason says who took the GPUs ("for-<project>", or "limit-of-<project>"
-// for a suspension that holds a project to its limit). Only letters,
+// for a suspension that holds a project to its limit; "gang-of-" and
+// "held-of-<project>" for a gang waiting whole and queued work held from
+// a room). Only letters,
 // digits, '.', '_' and '-' are kept: Nomad takes the name in a URL path.
 func TagName(reason string, t time.Time) string {
 	clean := strings.Map(func(r rune) rune {

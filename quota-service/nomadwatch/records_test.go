@@ -61,7 +61,12 @@ func cpuOnly(j *nomadapi.Job) *nomadapi.Job {
 // absence.
 func TestClassifyRecords(t *testing.T) {
 	const tag = TagPrefix + "for-b-19700101T001640Z"
-	base := state.Suspension{Namespace: "a", Job: "j", Project: "a", Version: 3, JobModifyIndex: 10, Tag: tag, Time: recordTime, ForWorkload: "b/w/g"}
+	base := state.Suspension{Namespace: "a", Job: "j", Project: "a", Version: 3, JobModifyIndex: 10, Tag: tag, Time: recordTime, ForWorkload: "b/w/g",
+		Groups: map[string]int{"g": 2}}
+	rescaled := func(j *nomadapi.Job) *nomadapi.Job {
+		j.TaskGroups[0].Count = ptr(3)
+		return j
+	}
 	with := func(phase state.Phase, f func(*state.Suspension)) state.Suspension {
 		r := base
 		r.Phase = phase
@@ -78,7 +83,15 @@ func TestClassifyRecords(t *testing.T) {
 		}
 	}
 	resumed := func(r *state.Suspension) { r.ResumeJobModifyIndex, r.ResumedAt = 30, recordTime }
+	nonce := func(r *state.Suspension) { r.StopNonce = "n1" }
+	withNonce := func(j *nomadapi.Job, n string) *nomadapi.Job {
+		j.Meta = map[string]string{MetaStopNonce: n}
+		return j
+	}
 	soon := recordTime.Add(time.Second)
+	// early is a version submitted ScaleEventWindow and more before
+	// Inputs.Now (recordTime): no scaling event may come for it any more.
+	early := recordTime.Add(-ScaleEventWindow - time.Second)
 	tests := []struct {
 		name    string
 		rec     state.Suspension
@@ -96,17 +109,30 @@ func TestClassifyRecords(t *testing.T) {
 		{name: "stopping, job gone", rec: with(state.PhaseStopping, nil), gone: true, want: Closed, event: state.EventSuspendAbandoned},
 		{name: "stopping, our tag on the stopped version", rec: with(state.PhaseStopping, nil), job: current(4, 20, true, tag, soon), want: StopLanded},
 		{name: "stopping, untagged stop right after the record", rec: with(state.PhaseStopping, nil), job: current(4, 20, true, "", soon), want: StopLanded},
+		// Nomad shows no author of a stop: a record with a nonce adopts
+		// only the stop that carries it (the soak: the owner stopped the
+		// job between the plan and the service's stop, which Nomad then
+		// refused; the record adopted the owner's stop, and the job was
+		// later resumed against its owner's will).
+		{name: "stopping, the service's stop, with the record's nonce", rec: with(state.PhaseStopping, nonce), job: withNonce(current(4, 20, true, "", soon), "n1"), want: StopLanded},
+		{name: "stopping, the owner's stop right after the record", rec: with(state.PhaseStopping, nonce), job: current(4, 20, true, "", soon), want: Closed, event: state.EventSuspendAbandoned},
+		{name: "stopping, a stop with another record's nonce", rec: with(state.PhaseStopping, nonce), job: withNonce(current(4, 20, true, "", soon), "n0"), want: Closed, event: state.EventSuspendAbandoned},
 		{name: "stopping, untagged stop long after the record", rec: with(state.PhaseStopping, nil), job: current(4, 20, true, "", recordTime.Add(StopAdoptWindow+time.Minute)), want: Closed, event: state.EventSuspendAbandoned},
 		{name: "stopping, stopped before the record", rec: with(state.PhaseStopping, nil), job: current(4, 20, true, "", recordTime.Add(-time.Hour)), want: Closed, event: state.EventSuspendAbandoned},
 		{name: "stopping, stopped more than once", rec: with(state.PhaseStopping, nil), job: current(5, 25, true, "", soon), want: Closed, event: state.EventSuspendAbandoned},
 		{name: "suspended and untouched", rec: with(state.PhaseSuspended, suspended), job: current(4, 20, true, tag, soon), want: Suspended},
 		{name: "suspended, untagged, untouched", rec: with(state.PhaseSuspended, untagged), job: current(4, 20, true, "", soon), want: Suspended},
 		{name: "owner registered it again", rec: with(state.PhaseSuspended, suspended), job: current(5, 25, false, tag, soon), want: Closed, event: state.EventSuperseded},
-		{name: "owner stopped it again", rec: with(state.PhaseSuspended, suspended), job: current(5, 25, true, tag, soon), want: Closed, event: state.EventOwnerStopped},
+		{name: "owner stopped it again", rec: with(state.PhaseSuspended, suspended), job: current(5, 25, true, tag, early), want: Closed, event: state.EventOwnerStopped},
+		{name: "owner stopped it again a moment ago (its counts unchanged)", rec: with(state.PhaseSuspended, suspended), job: current(5, 25, true, tag, soon), want: Closed, event: state.EventOwnerStopped},
+		{name: "changed to other counts a moment ago, no scaling event yet: the record waits for one", rec: with(state.PhaseSuspended, suspended),
+			job: rescaled(current(5, 25, true, tag, soon)), scaledAt: []int64{soon.Add(-time.Hour).UnixNano()}, want: Unconfirmed},
+		{name: "changed to other counts long ago, and no scaling event: the owner's stop", rec: with(state.PhaseSuspended, suspended),
+			job: rescaled(current(5, 25, true, tag, early)), want: Closed, event: state.EventOwnerStopped},
 		{name: "owner scaled it while suspended", rec: with(state.PhaseSuspended, suspended), job: current(5, 25, true, tag, soon),
 			scaledAt: []int64{soon.Add(-time.Hour).UnixNano(), soon.UnixNano()}, want: Rescaled},
-		{name: "owner scaled it, then stopped it again", rec: with(state.PhaseSuspended, suspended), job: current(6, 27, true, tag, soon.Add(time.Second)),
-			scaledAt: []int64{soon.UnixNano()}, want: Closed, event: state.EventOwnerStopped},
+		{name: "owner scaled it, then stopped it again", rec: with(state.PhaseSuspended, suspended), job: current(6, 27, true, tag, early),
+			scaledAt: []int64{early.Add(-time.Second).UnixNano()}, want: Closed, event: state.EventOwnerStopped},
 		{name: "after an adopted scale, a scale to the same count (no new version)", rec: with(state.PhaseSuspended, func(r *state.Suspension) {
 			suspended(r)
 			r.StopVersion, r.StopJobModifyIndex = 5, 25
@@ -119,6 +145,12 @@ func TestClassifyRecords(t *testing.T) {
 		{name: "forged: the job asks for no GPUs", rec: with(state.PhaseStopping, nil), job: cpuOnly(current(3, 10, false, "", recordTime)), want: Rejected, errWant: "asks for no GPUs"},
 		{name: "resuming, the register landed", rec: with(state.PhaseResuming, suspended), job: current(5, 30, false, tag, soon), want: ResumeLanded},
 		{name: "resuming, the register did not land", rec: with(state.PhaseResuming, suspended), job: current(4, 20, true, tag, soon), want: Suspended},
+		{name: "resuming, the register refused: the owner scaled the stopped job", rec: with(state.PhaseResuming, suspended), job: rescaled(current(5, 25, true, tag, soon)),
+			scaledAt: []int64{soon.UnixNano()}, want: Rescaled},
+		{name: "resuming, the owner scaled the stopped job a moment ago, no event yet", rec: with(state.PhaseResuming, suspended), job: rescaled(current(5, 25, true, tag, soon)),
+			want: Unconfirmed},
+		{name: "resuming, stopped again by its owner after the resume", rec: with(state.PhaseResuming, suspended), job: current(6, 27, true, tag, soon),
+			want: Closed, event: state.EventOwnerStopped},
 		{name: "resumed, ours", rec: with(state.PhaseResumed, resumed), job: current(5, 30, false, "", soon), want: Resumed},
 		{name: "resumed, then finished", rec: with(state.PhaseResumed, resumed), job: dead(current(5, 30, false, "", soon)), want: Closed, event: state.EventRunningAgain},
 		{name: "resumed, changed by its owner since", rec: with(state.PhaseResumed, resumed), job: current(6, 35, false, "", soon), want: Closed, event: state.EventRunningAgain},
@@ -188,6 +220,7 @@ func TestRecordsTheServiceCannotProve(t *testing.T) {
 			job: func() *nomadapi.Job {
 				j := proven(current(4, 20, true, "", soon), testKeys, tag)
 				j.Version, j.JobModifyIndex = ptr(uint64(5)), ptr(uint64(25))
+				j.SubmitTime = ptr(recordTime.Add(-ScaleEventWindow - time.Second).UnixNano())
 				return j
 			}(), want: Closed},
 	}

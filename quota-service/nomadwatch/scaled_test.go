@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/hashicorp/go-hclog"
@@ -18,22 +19,29 @@ import (
 // The builder then asks again, blocking past the version's index, and
 // gets the event, so the owner's scale is not taken for a stop (the
 // soak's seed 1). A version no event ever matches (an owner's stop) is
-// asked about once more and left without a match.
+// asked about once more and left without a match. A version submitted
+// longer ago is read without waiting: later cycles read its events again
+// until ScaleEventWindow has passed (Record.suspended).
 func TestScaledAtWaitsForTheScaleEvent(t *testing.T) {
-	const submit = int64(5_000)
 	tests := []struct {
 		name      string
 		late      bool // the scale's event arrives only on the blocking read
 		stop      bool // the version is an owner's stop: no event matches
+		old       bool // the version was submitted a minute ago
 		wantMatch bool
 		wantReads int
 	}{
 		{name: "event already written", wantMatch: true, wantReads: 1},
 		{name: "event written after the job", late: true, wantMatch: true, wantReads: 2},
 		{name: "an owner's stop", stop: true, wantMatch: false, wantReads: 2},
+		{name: "an owner's stop a minute ago", stop: true, old: true, wantMatch: false, wantReads: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			submit := time.Now().UnixNano()
+			if tt.old {
+				submit = time.Now().Add(-time.Minute).UnixNano()
+			}
 			var mu sync.Mutex
 			var reads []string
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

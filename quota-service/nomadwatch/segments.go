@@ -53,9 +53,12 @@ type nodeSegment struct {
 	// The warnings of each of Assemble's steps.
 	nodeWarnings, allocWarnings, settleWarnings []string
 	allocs                                      []cluster.Allocation
-	projects                                    []string
-	counts                                      map[string]jobCounts
-	slots                                       map[string]map[string]slotCounts
+	// versions are the job versions of its elastic groups' live
+	// allocations, by allocation ID (dropLeaving).
+	versions map[string]uint64
+	projects []string
+	counts   map[string]jobCounts
+	slots    map[string]map[string]slotCounts
 	// jobs are the job Keys of its allocations (what job changes must
 	// derive it again).
 	jobs []string
@@ -177,6 +180,7 @@ func segmentJobs(d *nodeData, jobs, own map[string]*JobInfo) []string {
 // allocations, projects, job counts and slots.
 func (seg *nodeSegment) collect(a *assembler) {
 	seg.allocs = a.snap.Allocations
+	seg.versions = a.elasticVersions
 	if len(a.snap.Nodes) > 0 {
 		seg.node, seg.hasNode = a.snap.Nodes[0], true
 		seg.fact = a.nodeFacts()[0]
@@ -334,6 +338,9 @@ func (a *assembler) addSegments(set segmentSet, jobWarnings []string) {
 	for _, s := range set.segs {
 		a.v.Warnings = append(a.v.Warnings, s.allocWarnings...)
 		a.snap.Allocations = append(a.snap.Allocations, s.allocs...)
+		for id, v := range s.versions {
+			a.noteVersion(id, v)
+		}
 	}
 	for _, gpu := range []bool{true, false} {
 		for _, s := range set.segs {

@@ -40,7 +40,7 @@ func TestPublisherWritesOnlyChanges(t *testing.T) {
 	whole := cluster.Ask{CPUMilli: 100, MemoryMiB: 64, WholeGPUs: 1}
 
 	pub := ranking.NewPublisher(c.Nomad, nil)
-	pub.MinInterval = time.Hour
+	pub.MinInterval, pub.ComputeEvery = time.Hour, 0
 	publish := func(p *ranking.Publisher, s *cluster.Snapshot) ranking.Report {
 		t.Helper()
 		rep, err := p.Publish(ctx, s, nil)

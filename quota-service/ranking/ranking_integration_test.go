@@ -82,7 +82,7 @@ func runSequence(t *testing.T, ranked bool) outcome {
 	defer cancel()
 	builder := nomadwatch.NewBuilder(c.Nomad, hclog.NewNullLogger(), nomadwatch.Options{})
 	pub := ranking.NewPublisher(c.Nomad, nil)
-	pub.MinInterval = 0
+	pub.MinInterval, pub.ComputeEvery = 0, 0
 	view := func() (*nomadwatch.View, error) { return builder.Build(ctx, quota.Set{}, state.Records{}) }
 	for _, s := range sequence {
 		// Each plugin publishes a GPU in share mode (its open share

@@ -9,21 +9,18 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
-	nomadapi "github.com/hashicorp/nomad/api"
 )
 
 // runningOn is the node of job j's running allocation, or an error.
 func (s *scenario) runningOn(j gpuJob) (string, error) {
-	allocs, _, err := s.c.Nomad.Jobs().Allocations(j.id, false, &nomadapi.QueryOptions{Namespace: j.ns})
+	st, err := s.jobState(j.ns, j.id)
 	if err != nil {
-		return "", fmt.Errorf("listing allocations of %s/%s: %w", j.ns, j.id, err)
+		return "", err
 	}
-	for _, a := range allocs {
-		if a.ClientStatus == "running" && a.DesiredStatus == "run" {
-			return a.NodeID, nil
-		}
+	if len(st.nodes) == 0 {
+		return "", fmt.Errorf("%s/%s has no running allocation", j.ns, j.id)
 	}
-	return "", fmt.Errorf("%s/%s has no running allocation", j.ns, j.id)
+	return st.nodes[0], nil
 }
 
 // TestConsolidationMovesAShare (issue 27, docs/design.md, Consolidation):

@@ -3,12 +3,15 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/actuator"
 	"github.com/gpushare/nomad-gpushare/quota-service/leader"
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
+	"github.com/gpushare/nomad-gpushare/scheduler/placement"
 	"github.com/gpushare/nomad-gpushare/scheduler/plan"
 )
 
@@ -61,6 +64,8 @@ func (s *Service) run(ctx context.Context, mayAct bool) (held bool) {
 	if failure == nil && mayAct && s.leading() {
 		failure = s.apply(ctx, c)
 		phases.mark(&phases.act)
+	} else if !mayAct {
+		s.heldBack = nil // a standby holds nothing back; a new tenure starts afresh
 	}
 	if failure != nil {
 		s.fail(failure)
@@ -70,7 +75,7 @@ func (s *Service) run(ctx context.Context, mayAct bool) (held bool) {
 		return false
 	}
 	s.metrics.CycleOK.Set(1)
-	if s.Status().LastError != "" {
+	if s.lastError() != "" {
 		s.log.Info("cycle works again")
 	}
 	s.noteSurplusUse(ctx, c, start)
@@ -131,15 +136,25 @@ func (s *Service) read(ctx context.Context) (*cycleData, *cycleFailure) {
 func (s *Service) plan(c *cycleData) *cycleFailure {
 	opts := plan.Options{MaxMoves: s.cfg.MaxMoves}
 	var err error
+	var mix *placement.Workload
 	if s.cfg.PolicyName != "" {
-		if opts.Policy, err = plan.PolicyByName(s.cfg.PolicyName, 1, c.view.Snapshot); err != nil {
+		if placement.NeedsWorkload(s.cfg.PolicyName) {
+			mix = s.taskMix.of(c.view.Snapshot, time.Now())
+		}
+		if opts.Policy, err = plan.PolicyWithWorkload(s.cfg.PolicyName, 1, mix); err != nil {
 			return &cycleFailure{cause: "plan", err: err}
 		}
 	}
-	if c.res, err = plan.Plan(c.view.Snapshot, opts); err != nil {
+	res, reused, err := s.lastPlan.of(c.view.Snapshot, mix, func() (plan.Result, error) { return plan.Plan(c.view.Snapshot, opts) })
+	if err != nil {
 		return &cycleFailure{cause: "plan", err: err}
 	}
+	c.res = res
+	if reused {
+		s.metrics.PlansReused.Inc()
+	}
 	s.boundPartialGangs(c, time.Now())
+	s.logPlanChange(c)
 	s.log.Trace("planned", "pending", len(c.view.Snapshot.Pending), "allocations", len(c.view.Snapshot.Allocations), "actions", len(c.res.Actions), "unplaced", len(c.res.Unplaced))
 	return nil
 }
@@ -166,7 +181,50 @@ func (s *Service) apply(ctx context.Context, c *cycleData) *cycleFailure {
 	for _, sk := range rep.Skipped {
 		s.log.Debug("action held back", "why", sk)
 	}
+	s.noteHeldBack(c.rep.Skipped, time.Now())
 	return nil
+}
+
+// heldBackWarnAfter is how long one action may be held back, cycle after
+// cycle with the same reason, before the service warns of it.
+const heldBackWarnAfter = time.Minute
+
+// noteHeldBack warns, once, of an action held back for the same reason in
+// every cycle for heldBackWarnAfter: a hold that lasts means the plan
+// keeps asking for something the service will not do, and the work it
+// was for waits (the chaos soak found such a stall, logged only at debug
+// level). Reasons that change from cycle to cycle (a hold's remaining
+// time) are transient by nature and never warned of.
+func (s *Service) noteHeldBack(skipped []string, now time.Time) {
+	seen := make(map[string]bool, len(skipped))
+	for _, why := range skipped {
+		seen[why] = true
+		h, ok := s.heldBack[why]
+		if !ok {
+			if s.heldBack == nil {
+				s.heldBack = map[string]heldBack{}
+			}
+			s.heldBack[why] = heldBack{since: now}
+			continue
+		}
+		if !h.warned && now.Sub(h.since) >= heldBackWarnAfter {
+			s.log.Warn("an action has been held back in every cycle", "for", now.Sub(h.since).Round(time.Second), "why", why)
+			h.warned = true
+			s.heldBack[why] = h
+		}
+	}
+	for why := range s.heldBack {
+		if !seen[why] {
+			delete(s.heldBack, why)
+		}
+	}
+}
+
+// heldBack is when an action was first held back for one reason, in an
+// unbroken run of cycles, and whether the service warned of it.
+type heldBack struct {
+	since  time.Time
+	warned bool
 }
 
 // fail records a cycle that took no action: metrics, the status's last
@@ -184,4 +242,27 @@ func (s *Service) fail(f *cycleFailure) {
 	} else {
 		s.log.Warn("cycle took no action", "cause", f.cause, "error", f.err)
 	}
+}
+
+// logPlanChange logs, at debug level, the plan of a cycle whose actions or
+// unplaced work differ from the last one logged: what an operator (or the
+// chaos soak's reader) needs to follow why work waits.
+func (s *Service) logPlanChange(c *cycleData) {
+	if !s.log.IsDebug() {
+		return
+	}
+	var b strings.Builder
+	for _, a := range c.res.Actions {
+		b.WriteString("\n  ")
+		b.WriteString(a.String())
+	}
+	for _, u := range c.res.Unplaced {
+		fmt.Fprintf(&b, "\n  unplaced %s: %s", c.view.Snapshot.Pending[u.Workload].Job, u.Reason)
+	}
+	text := b.String()
+	if text == s.lastPlanLogged {
+		return
+	}
+	s.lastPlanLogged = text
+	s.log.Debug("plan changed" + text)
 }

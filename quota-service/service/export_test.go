@@ -21,3 +21,8 @@ func (s *Service) SetAfterStop(f func(ctx context.Context, rec state.Suspension)
 func (s *Service) SetSkipTag(f func(rec state.Suspension) bool) {
 	s.act.SkipTag = f
 }
+
+// SetBeforeMark installs the actuator's test hook; call it before Run.
+func (s *Service) SetBeforeMark(f func(ctx context.Context, rec state.Suspension)) {
+	s.act.BeforeMark = f
+}

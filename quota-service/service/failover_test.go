@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,33 +30,11 @@ import (
 func TestLeaderDiesBeforeStopAndTheNeedGoes(t *testing.T) {
 	c := needCluster(t)
 	s := newScenario(t, c, "abandon-test")
-	s.quota("team-a", `{"guaranteed": 2}`)
-	s.quota("team-b", `{"guaranteed": 2}`)
-	recorded := make(chan state.Suspension, 4)
-	q1, stopQ1 := s.startInstance("q1", nil, func(svc *service.Service) {
-		svc.SetBeforeStop(func(ctx context.Context, rec state.Suspension) {
-			select {
-			case recorded <- rec:
-			default:
-			}
-			<-ctx.Done() // dies before the stop
-		})
-	})
-	waitLeader(t, q1)
-	q2, _ := s.startInstance("q2", nil, nil)
-	a := jobsOf("team-a", 4, 1)
-	for _, j := range a {
-		s.submit(j)
-	}
-	s.wait(90*time.Second, "running", isRunning, a...)
+	h := startHangingLeader(t, s, (*service.Service).SetBeforeStop) // dies before the stop
+	q1, q2, stopQ1, a := h.q1, h.q2, h.stopQ1, h.a
 	b := gpuJob{ns: "team-b", id: "b-job1", whole: 1}
 	s.submit(b)
-	var rec state.Suspension
-	select {
-	case rec = <-recorded:
-	case <-time.After(60 * time.Second):
-		t.Fatal("the leader recorded no suspension within 60s")
-	}
+	rec := h.hookedRecord(t)
 	victim := gpuJob{ns: rec.Namespace, id: rec.Job}
 	if rec.Phase != state.PhaseStopping {
 		t.Fatalf("record %+v, want phase stopping", rec)
@@ -388,4 +367,97 @@ func TestLeaderVerifiesItsLockBeforeActing(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestLeaderDiesBetweenStopAndMark: the leader stops a job (Nomad accepted
+// the stop) and dies before it tags the stopped version or marks the
+// record, which stays "stopping". The standby takes over with the record
+// and Nomad's state alone: the stopped version carries the record's
+// nonce, so it adopts the stop as the service's (marks and tags it), does
+// not stop the job again, and resumes it once the GPUs free up: the job
+// is suspended once, resumed once, never abandoned, and never lost.
+func TestLeaderDiesBetweenStopAndMark(t *testing.T) {
+	c := needCluster(t)
+	s := newScenario(t, c, "mark-test")
+	h := startHangingLeader(t, s, (*service.Service).SetBeforeMark) // dies between the stop and the mark
+	q1, q2, stopQ1, a := h.q1, h.q2, h.stopQ1, h.a
+	b := gpuJob{ns: "team-b", id: "b-job1", whole: 1}
+	lost := s.watchNothingLost(append(append([]gpuJob(nil), a...), b))
+	s.submit(b)
+	rec := h.hookedRecord(t)
+	victim := gpuJob{ns: rec.Namespace, id: rec.Job}
+	if got := s.waitRecord(victim, state.PhaseStopping); got.StopNonce == "" {
+		t.Fatalf("the record of %s/%s carries no stop nonce", victim.ns, victim.id)
+	}
+	stopQ1()
+	testcluster.Eventually(t, 60*time.Second, func() error {
+		if l := leaders(q1, q2); len(l) != 1 || l[0] != "q2" {
+			return fmt.Errorf("leaders %v, want [q2]", l)
+		}
+		return nil
+	})
+	marked := s.waitRecord(victim, state.PhaseSuspended)
+	if !marked.Tagged || marked.By != "q1" {
+		t.Errorf("the adopted record: tagged %v, by %q; want tagged, by q1 (the stop's leader)", marked.Tagged, marked.By)
+	}
+	s.wait(90*time.Second, "running", isRunning, b)
+	s.finish(b.ns, b.id)
+	s.wait(60*time.Second, "complete", isComplete, b)
+	s.wait(90*time.Second, "running again", isRunning, victim)
+	if got, want := s.historyOf(victim), []state.Event{state.EventSuspend, state.EventResume}; len(got) < 2 || !slices.Equal(got[:2], want) {
+		t.Errorf("history of %s/%s: %v, want %v first (one suspension, adopted, then resumed)", victim.ns, victim.id, got, want)
+	}
+	if v, polls := lost(); len(v) > 0 {
+		t.Fatalf("jobs lost at %d of %d polls:\n%s", len(v), polls, strings.Join(v, "\n"))
+	}
+}
+
+// hangingLeader is q1 leading, whose actuator hook hands over the first
+// record it is called with and then hangs until q1 is stopped, and q2 on
+// standby; team-a and team-b are guaranteed 2 GPUs each, and team-a's four
+// one-GPU jobs run on every GPU of the cluster.
+type hangingLeader struct {
+	q1, q2 *service.Service
+	stopQ1 func()
+	a      []gpuJob
+	hooked chan state.Suspension
+}
+
+// startHangingLeader starts a hangingLeader whose hook install sets (one
+// of the Service's test hooks).
+func startHangingLeader(t *testing.T, s *scenario, install func(*service.Service, func(context.Context, state.Suspension))) *hangingLeader {
+	t.Helper()
+	s.quota("team-a", `{"guaranteed": 2}`)
+	s.quota("team-b", `{"guaranteed": 2}`)
+	h := &hangingLeader{hooked: make(chan state.Suspension, 1)}
+	var once sync.Once
+	h.q1, h.stopQ1 = s.startInstance("q1", nil, func(svc *service.Service) {
+		install(svc, func(ctx context.Context, rec state.Suspension) {
+			first := false
+			once.Do(func() { first = true; h.hooked <- rec })
+			if first {
+				<-ctx.Done()
+			}
+		})
+	})
+	waitLeader(t, h.q1)
+	h.q2, _ = s.startInstance("q2", nil, nil)
+	h.a = jobsOf("team-a", 4, 1)
+	for _, j := range h.a {
+		s.submit(j)
+	}
+	s.wait(90*time.Second, "running", isRunning, h.a...)
+	return h
+}
+
+// hookedRecord waits for the record the hook was first called with.
+func (h *hangingLeader) hookedRecord(t *testing.T) state.Suspension {
+	t.Helper()
+	select {
+	case rec := <-h.hooked:
+		return rec
+	case <-time.After(60 * time.Second):
+		t.Fatal("the leader's hook was not called within 60s")
+		return state.Suspension{}
+	}
 }

@@ -90,7 +90,7 @@ func (s *Service) boundPartialGangs(c *cycleData, now time.Time) {
 			plan.GangReason, g.placed, g.wanted, since.UTC().Format("15:04:05Z"), s.cfg.GangPartialHold)
 		c.res.Actions = slices.DeleteFunc(c.res.Actions, func(a plan.Action) bool { return slices.Contains(g.waiting, a.Workload) })
 		c.res.Actions = append(c.res.Actions, plan.Action{Kind: plan.Suspend, Project: g.project, Job: g.job,
-			Allocations: g.allocations, Workload: -1, Reason: reason})
+			Allocations: g.allocations, Workload: -1, Reason: reason, Cause: plan.CauseGang})
 		c.res.GangsWaiting = append(c.res.GangsWaiting, plan.GangWait{Project: g.project, Job: g.job, Workload: g.waiting[0], Reason: reason})
 	}
 	for job := range s.partialSince {

@@ -201,6 +201,8 @@ type jobState struct {
 	running  int
 	complete bool // dead, not stopped, an allocation completed
 	status   string
+	// nodes are the nodes of its running allocations, in listing order.
+	nodes []string
 }
 
 func (s *scenario) jobState(ns, id string) (jobState, error) {
@@ -217,6 +219,7 @@ func (s *scenario) jobState(ns, id string) (jobState, error) {
 	for _, a := range allocs {
 		if a.ClientStatus == "running" && a.DesiredStatus == "run" {
 			st.running++
+			st.nodes = append(st.nodes, a.NodeID)
 		}
 		completed = completed || a.ClientStatus == "complete" && a.DesiredStatus == "run"
 	}

@@ -20,6 +20,7 @@ type metrics struct {
 	Leader               prometheus.Gauge
 	LastRelist           prometheus.Gauge
 	CycleOK              prometheus.Gauge
+	PlansReused          prometheus.Counter
 	Reclaims             *prometheus.CounterVec
 	Resumes              *prometheus.CounterVec
 	ReclaimLatency       prometheus.Histogram
@@ -53,6 +54,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		LastRelist:           prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpushare", Name: "last_relist_timestamp_seconds", Help: "When Nomad was last listed successfully."}),
 		CycleOK: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpushare", Name: "cycle_ok",
 			Help: "1 when the last cycle read Nomad and Consul and planned; 0 while the service is blind (it takes no action then)."}),
+		PlansReused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "gpushare", Name: "plans_reused_total",
+			Help: "Cycles that took the last plan again: Nomad and the quotas had changed nothing the plan reads since it was made."}),
 		Reclaims: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpushare", Name: "suspensions_total", Help: "Jobs suspended, by victim project and kind (reclaim or preempt)."}, []string{"project", "kind"}),
 		Resumes:  prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gpushare", Name: "resumes_total", Help: "Suspended jobs resumed, by project."}, []string{"project"}),
 		ReclaimLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "gpushare", Name: "reclaim_latency_seconds",
@@ -70,7 +73,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Objects the periodic resync found wrong in the view the event stream keeps, by kind (node, allocation, job) and change (added, removed, changed); should stay 0."}, []string{"kind", "change"}),
 	}
 	reg.MustRegister(m.Guaranteed, m.Allocated, m.Deserved, m.Pending, m.Suspended, m.DepartmentGuaranteed, m.DepartmentAllocated, m.DepartmentDeserved, m.Queue, m.Leader, m.LastRelist, m.CycleOK,
-		m.Reclaims, m.Resumes, m.ReclaimLatency, m.Cycle, m.CycleErrors, m.Triggers, m.RecordErrors,
+		m.PlansReused, m.Reclaims, m.Resumes, m.ReclaimLatency, m.Cycle, m.CycleErrors, m.Triggers, m.RecordErrors,
 		m.Relists, m.Corrections)
 	return m
 }

@@ -168,10 +168,7 @@ func (s *Service) record(ctx context.Context, c *cycleData) {
 	st.RecordErrors = c.view.RecordErrors
 	st.Gangs = s.gangViews(c)
 	st.Shrunk = shrunkJobs(c.view)
-	st.Nodes = gpuMap(c.view.Snapshot)
-	if s.util.collector != nil {
-		addMemory(st.Nodes, s.util.collector.Last().Reports)
-	}
+	st.Nodes, s.nodesOf = nil, c.view.Snapshot
 	st.Trend = sampleTrend(st.Trend, now, views, used)
 	s.mu.Unlock()
 	if c.acted {
@@ -217,7 +214,7 @@ func summarizePending(v *nomadwatch.View) pendingSummary {
 func suspendedJobs(v *nomadwatch.View) []SuspendedJob {
 	out := make([]SuspendedJob, 0, len(v.Records))
 	for key, rec := range v.Records {
-		if !rec.Resumable() {
+		if !rec.Resumable() && rec.Verdict != nomadwatch.Unconfirmed {
 			continue
 		}
 		project := rec.Project
@@ -369,6 +366,7 @@ func (s *Service) writeProjectStatus(ctx context.Context, views []ProjectView, n
 
 // Status returns the last cycle's status.
 func (s *Service) Status() Status {
+	s.layOutNodes()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.status
@@ -380,14 +378,53 @@ func (s *Service) Status() Status {
 	return st
 }
 
+// layOutNodes lays out the last cycle's GPU map (Status.Nodes) if no
+// Status call has since that cycle, outside s.mu: the cycle that ends
+// meanwhile does not wait for it. Status calls lay out one at a time; a
+// map laid out from a snapshot a newer cycle replaced meanwhile stands
+// until the next Status call lays out the newer one.
+func (s *Service) layOutNodes() {
+	s.layoutMu.Lock()
+	defer s.layoutMu.Unlock()
+	s.mu.Lock()
+	snap := s.nodesOf
+	s.mu.Unlock()
+	if snap == nil {
+		return
+	}
+	nodes := gpuMap(snap)
+	if s.util.collector != nil {
+		addMemory(nodes, s.util.collector.Last().Reports)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.status.Nodes = nodes
+	if s.nodesOf == snap {
+		s.nodesOf = nil
+	}
+}
+
+// lastError is the last cycle's error ("" when it worked).
+func (s *Service) lastError() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status.LastError
+}
+
 // Projects returns the per-project lines of the last cycle.
-func (s *Service) Projects() []ProjectView { return s.Status().Projects }
+func (s *Service) Projects() []ProjectView {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]ProjectView(nil), s.status.Projects...)
+}
 
 // Health says whether the service works: its last cycle succeeded and is
 // recent. A standby instance is healthy when it can read (its read-only
 // cycles succeed).
 func (s *Service) Health() Health {
-	st := s.Status()
+	s.mu.Lock()
+	st := Status{Leader: s.status.Leader, LastError: s.status.LastError, LastCycle: s.status.LastCycle, LastRelist: s.status.LastRelist}
+	s.mu.Unlock()
 	h := Health{OK: true, Leader: st.Leader}
 	switch {
 	case st.LastError != "":

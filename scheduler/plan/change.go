@@ -77,13 +77,13 @@ func (s *state) placeOn(a *attempt, n int, reason string) error {
 // suspend stops job j to make room for the workload. A job planned in this
 // cycle is not stopped but taken back: its placements leave the plan and
 // its workloads wait again.
-func (s *state) suspend(a *attempt, j int32, reason string) {
+func (s *state) suspend(a *attempt, j int32, cause Cause, reason string) {
 	if s.jobs[j].planned {
 		s.takeBack(a, j)
 		return
 	}
 	s.release(j)
-	act := s.suspendAction(j, a.w, reason)
+	act := s.suspendAction(j, a.w, cause, reason)
 	act.ForGuarantee = a.withinGuarantee
 	s.plan.actions = append(s.plan.actions, act)
 	a.undo = append(a.undo, func() { s.unrelease(j) })
@@ -91,7 +91,7 @@ func (s *state) suspend(a *attempt, j int32, reason string) {
 
 // suspendAction is the action that suspends running job j for workload w
 // (-1: none).
-func (s *state) suspendAction(j int32, w int, reason string) Action {
+func (s *state) suspendAction(j int32, w int, cause Cause, reason string) Action {
 	job := &s.jobs[j]
 	ids := make([]string, 0, len(job.allocs))
 	for _, al := range job.allocs {
@@ -103,7 +103,7 @@ func (s *state) suspendAction(j int32, w int, reason string) Action {
 			ids = append(ids, id)
 		}
 	}
-	return Action{Kind: Suspend, Project: s.snap.Projects[job.project].Name, Job: job.name, Allocations: ids, Workload: w, Reason: reason}
+	return Action{Kind: Suspend, Project: s.snap.Projects[job.project].Name, Job: job.name, Allocations: ids, Workload: w, Reason: reason, Cause: cause}
 }
 
 // takeBack removes planned job j from the plan.

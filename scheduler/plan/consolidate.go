@@ -57,7 +57,7 @@ func (s *state) consolidate(a *attempt) (bool, error) {
 	// another was.
 	for _, m := range moves {
 		j := jobs[m.Piece]
-		s.suspend(a, j, fmt.Sprintf("%s %s on %s (gpushare.movable): it comes back on %s",
+		s.suspend(a, j, CauseMove, fmt.Sprintf("%s %s on %s (gpushare.movable): it comes back on %s",
 			MoveReason, a.wl.Job, s.cluster.Nodes[ch.Node].Name, s.cluster.Nodes[m.To.Node].Name))
 	}
 	for _, m := range moves {
@@ -135,22 +135,7 @@ func (s *state) movePolicy() placement.Policy {
 	if s.cluster.policy != nil {
 		return s.cluster.policy
 	}
-	return firstFitPolicy{}
-}
-
-// firstFitPolicy places on the lowest-numbered node that fits, on its
-// lowest-numbered GPUs: the plan's placement without a policy.
-type firstFitPolicy struct{}
-
-func (firstFitPolicy) Name() string       { return "first-fit" }
-func (firstFitPolicy) SamplesNodes() bool { return false }
-func (firstFitPolicy) Place(c *placement.Cluster, t placement.Task) (placement.Choice, bool) {
-	for n := range c.Nodes {
-		if gpus, ok := c.Fits(n, t); ok {
-			return placement.Choice{Node: n, GPUs: gpus}, true
-		}
-	}
-	return placement.Choice{}, false
+	return placement.FirstFit{}
 }
 
 // listMovable lists the running jobs that may be moved: one allocation (in

@@ -35,9 +35,12 @@ func TestConsolidationBudget(t *testing.T) {
 		maxMoves   int
 		wantMoved  int
 		wantPlaced int
+		// wantHeld: b3, left waiting, is held from the rooms the
+		// moves make (HoldReason).
+		wantHeld int
 	}{
 		{maxMoves: -1, wantMoved: 0, wantPlaced: 0},
-		{maxMoves: 2, wantMoved: 2, wantPlaced: 2},
+		{maxMoves: 2, wantMoved: 2, wantPlaced: 2, wantHeld: 1},
 		{maxMoves: 0, wantMoved: 3, wantPlaced: 3}, // DefaultMaxMoves is 4
 	}
 	for _, tt := range tests {
@@ -45,11 +48,16 @@ func TestConsolidationBudget(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		moved, placed := 0, 0
+		moved, placed, held := 0, 0, 0
 		for _, a := range res.Actions {
 			switch {
+			case a.Kind == Suspend && strings.HasPrefix(a.Reason, HoldReason):
+				held++
 			case a.Kind == Suspend && strings.HasPrefix(a.Reason, "moved to make room for b"):
 				moved++
+				if a.Cause != CauseMove {
+					t.Errorf("MaxMoves %d: move of %s has cause %s", tt.maxMoves, a.Job, a.Cause)
+				}
 				if !strings.HasSuffix(a.Job, "-mv") {
 					t.Errorf("MaxMoves %d: moved %s, which did not opt in", tt.maxMoves, a.Job)
 				}
@@ -59,8 +67,8 @@ func TestConsolidationBudget(t *testing.T) {
 				placed++
 			}
 		}
-		if moved != tt.wantMoved || placed != tt.wantPlaced {
-			t.Errorf("MaxMoves %d: moved %d and placed %d, want %d and %d", tt.maxMoves, moved, placed, tt.wantMoved, tt.wantPlaced)
+		if moved != tt.wantMoved || placed != tt.wantPlaced || held != tt.wantHeld {
+			t.Errorf("MaxMoves %d: moved %d, placed %d and held %d, want %d, %d and %d", tt.maxMoves, moved, placed, held, tt.wantMoved, tt.wantPlaced, tt.wantHeld)
 		}
 	}
 }

@@ -1,9 +1,10 @@
 package plan
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // An elastic task group (cluster.Allocation.MinCount above 0) runs between
@@ -19,16 +20,14 @@ import (
 
 // listShrinks makes every instance above the minimum of an elastic group
 // of a job on its project's list of victims (see listVictims) a shrink
-// unit: the highest instances (cluster.Allocation.Instance, the ones
-// Nomad stops when the count falls) first, then the newest (latest start,
-// then highest ID), as many as the group runs above its minimum. An instance held in several
-// shapes (several allocations with one ID) is one unit.
+// unit, in the order Nomad stops them when the count falls
+// (cluster.CompareStopOrder), as many as the group runs above its
+// minimum. An instance held in several shapes (several allocations with
+// one ID) is one unit, started when the latest of them started.
 func (s *state) listShrinks() {
 	type member struct {
-		id       string
-		instance int
-		start    int64
-		allocs   []int32
+		cluster.GroupMember
+		allocs []int32
 	}
 	type group struct {
 		job     int32
@@ -56,29 +55,21 @@ func (s *state) listShrinks() {
 		}
 		gr := &groups[g]
 		gr.min = max(gr.min, al.MinCount)
-		k := slices.IndexFunc(gr.members, func(m member) bool { return m.id == al.ID })
+		k := slices.IndexFunc(gr.members, func(m member) bool { return m.ID == al.ID })
 		if k < 0 {
-			gr.members = append(gr.members, member{id: al.ID, instance: al.Instance, start: al.Start})
+			gr.members = append(gr.members, member{GroupMember: cluster.MemberOf(al)})
 			k = len(gr.members) - 1
 		}
 		gr.members[k].allocs = append(gr.members[k].allocs, int32(i))
-		gr.members[k].start = max(gr.members[k].start, al.Start)
+		gr.members[k].Start = max(gr.members[k].Start, al.Start)
 	}
 	for _, gr := range groups {
 		if len(gr.members) <= gr.min {
 			continue
 		}
-		slices.SortFunc(gr.members, func(x, y member) int {
-			if c := cmp.Compare(y.instance, x.instance); c != 0 {
-				return c
-			}
-			if c := cmp.Compare(y.start, x.start); c != 0 {
-				return c
-			}
-			return cmp.Compare(y.id, x.id)
-		})
+		slices.SortFunc(gr.members, func(x, y member) int { return cluster.CompareStopOrder(x.GroupMember, y.GroupMember) })
 		for _, m := range gr.members[:len(gr.members)-gr.min] {
-			s.addShrink(gr.job, shrinkUnit{group: gr.name, id: m.id}, m.start, m.allocs)
+			s.addShrink(gr.job, shrinkUnit{group: gr.name, id: m.ID}, m.Start, m.allocs)
 		}
 	}
 	if s.shrinking {
@@ -121,6 +112,29 @@ func (s *state) addShrink(j int32, what shrinkUnit, start int64, allocs []int32)
 	s.projects[parent.project].shrinks = append(s.projects[parent.project].shrinks, k)
 }
 
+// inStopOrder reports whether job j, when it is a shrink unit, is the next
+// instance its group loses. A shrink is a scale of the group's count by
+// one, and Nomad stops the highest-numbered instance: the units of a group
+// go in listShrinks' order, so a unit is a victim only once every unit
+// ranked before it in its group is shrunk. A search may take one unit per
+// group; the next becomes a victim once the plan has shrunk that one
+// (found by the chaos soak: a plan that shrank the instance on the node
+// it needed, not the one Nomad stops, was held back by the service every
+// cycle, and the project it was for waited without end).
+func (s *state) inStopOrder(j int32) bool {
+	job := &s.jobs[j]
+	if !job.shrink || job.rank == 0 {
+		return true
+	}
+	group := s.shrinkUnits[j].group
+	for _, k := range s.unitsOf[job.parent][:job.rank] {
+		if s.shrinkUnits[k].group == group && !s.jobs[k].suspended {
+			return false
+		}
+	}
+	return true
+}
+
 // shrinkOf is the shrink unit allocation a belongs to, or -1.
 func (s *state) shrinkOf(a int32) int32 {
 	if s.allocShrink == nil || int(a) >= len(s.allocShrink) {
@@ -136,7 +150,7 @@ func (s *state) take(a *attempt, j int32, reason string) {
 		s.shrink(a, j, reason)
 		return
 	}
-	s.suspend(a, j, reason)
+	s.suspend(a, j, CauseReclaim, reason)
 }
 
 // shrink stops shrink unit k: its instance leaves its job, which keeps

@@ -114,6 +114,47 @@ func TestShrinkVictims(t *testing.T) {
 	}
 }
 
+// TestShrinkFollowsNomadsStopOrder: a shrink stops the group's
+// highest-numbered instance, so an instance lower in that order is no
+// victim while the ones above it run, even on the node the workload
+// needs. Here the workload fits only on n2, where instance 1 runs, while
+// instance 2 runs on n1: the plan suspends the whole job on n2 rather
+// than name an instance a scale would not stop (the service would hold
+// that shrink back every cycle).
+func TestShrinkFollowsNomadsStopOrder(t *testing.T) {
+	n1, n2 := node("n1", 2), node("n2", 2)
+	for i := range n2.GPUs {
+		n2.GPUs[i].Model = "H100"
+	}
+	allocs := elastic("e", "b", 3, 1)
+	for i := range allocs {
+		allocs[i].Instance = i
+	}
+	allocs[1].Node, allocs[1].GPUs = "n2", []int{0}
+	allocs[2].GPUs = []int{1}
+	allocs = append(allocs, running("w", "b", 0, 10, "n2", 1))
+	projects := []cluster.Project{{Name: "a", Guaranteed: cluster.GPUs(4)}, {Name: "b"}}
+	pending := []cluster.Pending{{Project: "a", Job: "need", Group: "main", Preemptible: true,
+		Ask: cluster.Ask{WholeGPUs: 1, Models: []string{"H100"}}, Count: 1}}
+	snap := &cluster.Snapshot{Nodes: []cluster.Node{n1, n2}, Projects: projects, Allocations: allocs, Pending: pending}
+	res, err := Plan(snap, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stopped []string
+	for _, a := range res.Actions {
+		switch a.Kind {
+		case Shrink:
+			stopped = append(stopped, "shrink "+a.Allocations[0])
+		case Suspend:
+			stopped = append(stopped, "suspend "+a.Job)
+		}
+	}
+	if want := []string{"suspend w"}; !slices.Equal(stopped, want) {
+		t.Errorf("stopped %v, want %v\n%v", stopped, want, res.Actions)
+	}
+}
+
 // TestApplyShrinkAndGrow checks the snapshot after a plan: a shrunk
 // instance comes back as Shrunk pending work of its group (also when its
 // job is then suspended whole), and growth turns Shrunk pending work into

@@ -98,7 +98,7 @@ func (s *state) waitWhole(w int, why string) {
 	}
 	reason := fmt.Sprintf("%s: %s", GangReason, why)
 	s.release(j)
-	s.plan.actions = append(s.plan.actions, s.suspendAction(j, -1, reason))
+	s.plan.actions = append(s.plan.actions, s.suspendAction(j, -1, CauseGang, reason))
 	s.gangs.waiting[j] = reason
 }
 
@@ -115,7 +115,7 @@ func (s *state) completeGang(a *attempt) (bool, error) {
 	for k := 1; k <= len(later); k++ {
 		s.startAttempt(a.lead, a.p)
 		for _, g := range later[:k] {
-			s.suspend(a, s.gangs.job[g], reason)
+			s.suspend(a, s.gangs.job[g], CauseGang, reason)
 		}
 		s.entitle(a)
 		placed, _, err := s.placeUnit(a)

@@ -76,6 +76,6 @@ func takeUntilWithin(s *state, jobs []int32, held, limit cluster.Shares) []int32
 func (s *state) suspendForLimit(taken []int32, reason string) {
 	for _, j := range taken {
 		s.release(j)
-		s.plan.actions = append(s.plan.actions, s.suspendAction(j, -1, reason))
+		s.plan.actions = append(s.plan.actions, s.suspendAction(j, -1, CauseLimit, reason))
 	}
 }

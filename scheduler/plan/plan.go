@@ -124,6 +124,45 @@ func (k Kind) String() string {
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
 
+// Cause says why an action stops work.
+type Cause uint8
+
+const (
+	// CauseReclaim makes room for a pending workload (Action.Workload):
+	// reclaimed from another project or preempted inside its own, or a
+	// placement of this plan taken back.
+	CauseReclaim Cause = iota
+	// CauseLimit holds a project or department to its hard limit.
+	CauseLimit
+	// CauseGang makes a gang that ran in part wait whole (GangReason).
+	CauseGang
+	// CauseMove moves a movable job to make room (MoveReason).
+	CauseMove
+	// CauseHold holds queued work from a room the plan makes
+	// (HoldReason).
+	CauseHold
+)
+
+var causeNames = [...]string{CauseReclaim: "reclaim", CauseLimit: "limit", CauseGang: "gang", CauseMove: "move", CauseHold: "hold"}
+
+// String returns the cause's name, as suspension records keep it.
+func (c Cause) String() string {
+	if int(c) < len(causeNames) {
+		return causeNames[c]
+	}
+	return fmt.Sprintf("Cause(%d)", uint8(c))
+}
+
+// ParseCause reads a name String returned.
+func ParseCause(name string) (Cause, bool) {
+	for c, n := range causeNames {
+		if n == name {
+			return Cause(c), true
+		}
+	}
+	return 0, false
+}
+
 // Action is one step of the plan. Actions are ordered: the suspensions that
 // make room for a placement come right before it.
 type Action struct {
@@ -136,7 +175,8 @@ type Action struct {
 	Allocations []string
 	// Workload is the position in Snapshot.Pending of the workload placed
 	// (Place) or made room for (Suspend); it is -1 for a suspension that
-	// holds a project to its limit (see holdToLimits).
+	// holds a project to its limit (see holdToLimits) or holds queued
+	// work from a room the plan makes (HoldReason).
 	Workload int
 	// Group, Node and GPUs, for Place, say which task group goes where
 	// (GPU indexes on the node; none for CPU-only work). Group, for
@@ -146,6 +186,8 @@ type Action struct {
 	GPUs  []int
 	// Reason explains the step to a person.
 	Reason string
+	// Cause says why a Suspend or Shrink stops work.
+	Cause Cause
 	// ForGuarantee, for Suspend, says that the workload it makes room
 	// for keeps its project within its guarantee: restoring a guarantee
 	// waits for no hold (package actuator).
@@ -237,8 +279,9 @@ func Plan(snap *cluster.Snapshot, opts Options) (Result, error) {
 func (s *state) result() Result {
 	res := Result{Actions: s.plan.actions, Unplaced: s.plan.unplaced, Unplaceable: s.plan.unplaceable,
 		Shares: make([]ProjectShare, len(s.snap.Projects)), GangsWaiting: s.gangsWaiting(), Grow: s.plan.grow}
-	if len(s.plan.cancelled) > 0 {
-		res.Actions = make([]Action, 0, len(s.plan.actions)-len(s.plan.cancelled))
+	if len(s.plan.cancelled) > 0 || len(s.plan.guards) > 0 {
+		res.Actions = make([]Action, 0, len(s.plan.guards)+len(s.plan.actions)-len(s.plan.cancelled))
+		res.Actions = append(res.Actions, s.plan.guards...)
 		for i, a := range s.plan.actions {
 			if !s.plan.cancelled[int32(i)] {
 				res.Actions = append(res.Actions, a)

@@ -52,6 +52,7 @@ func (s *state) run() error {
 			s.plan.unplaced = append(s.plan.unplaced, Unplaced{int(w), "its placement was taken back in this plan by work entitled to reclaim it"})
 		}
 	}
+	s.guardRooms()
 	return s.grow()
 }
 

@@ -260,6 +260,9 @@ type planProgress struct {
 	consolidateFailed map[shapeKey]int
 	// grow lists the elastic groups that grow back (see grow).
 	grow []Growth
+	// guards are the suspensions that hold queued work from the rooms
+	// the plan makes (see guardRooms); they come first in the result.
+	guards []Action
 }
 
 // plannedJob is what a job placed in this cycle consists of: the workloads

@@ -223,7 +223,7 @@ func (s *state) findVictims(t placement.Task, vs victimSearch) (node int, victim
 	defer func() { w.sources = q.sources[:0] }()
 	for j := q.next(); j >= 0; j = q.next() {
 		job := &s.jobs[j]
-		if !vs.allows(job, j) {
+		if !vs.allows(job, j) || !s.inStopOrder(j) {
 			continue
 		}
 		for _, a := range job.allocs {
@@ -312,7 +312,7 @@ func (s *state) candidatesOn(n int, vs victimSearch) []int32 {
 				continue
 			}
 			job := &s.jobs[j]
-			if w.projectStamp[job.project] != w.stamp || !vs.allows(job, j) || !job.holds(a) || slices.Contains(cands, j) {
+			if w.projectStamp[job.project] != w.stamp || !vs.allows(job, j) || !s.inStopOrder(j) || !job.holds(a) || slices.Contains(cands, j) {
 				continue
 			}
 			if job.victim() {

@@ -5,12 +5,16 @@
 // plugin's real layout, allocations, jobs in one namespace per project,
 // pending groups and events at a steady rate. It prints one line:
 //
-//	service_scale nodes=5000 allocs=100000 resync_s=<x> event_to_decision_ms_p50=<m> event_to_decision_ms_p99=<y> rss_mib=<z> cpu_pct=<w>
+//	service_scale nodes=5000 allocs=100000 resync_s=<x> event_to_decision_ms_p50=<m> event_to_decision_ms_p99=<y> reclaim_decision_ms_p50=<r> reclaim_decision_ms_p99=<q> rss_mib=<z> cpu_pct=<w>
 //
 // resync_s: from the service's start until its first successful cycle (a
 // full read of Nomad, a plan, the metrics set); event_to_decision_ms_p50 and _p99:
 // from the stand-in publishing a job registration (or deregistration) of
 // a pending group until the service's gpushare_pending_workloads counts it;
+// reclaim_decision_ms_p50 and _p99: from the stand-in publishing a job
+// that fits only by reclaim (one whole GPU in a project with a guarantee
+// and nothing running, every whole GPU busy) until the service's stop of
+// a victim (of the one project given no guarantee) reaches the stand-in;
 // rss_mib: the service's peak resident memory (VmHWM); cpu_pct: its CPU
 // time over a steady window (events only, no probes), in % of one core.
 //
@@ -24,6 +28,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -42,16 +47,19 @@ import (
 )
 
 type options struct {
-	cfg        nomadstandin.Config
-	rate       float64
-	steady     time.Duration
-	probes     int
-	serviceBin string
-	startLimit time.Duration
-	probeLimit time.Duration
-	keep       bool
-	logLevel   string
-	memoryMiB  int
+	cfg         nomadstandin.Config
+	rate        float64
+	steady      time.Duration
+	probes      int
+	reclaims    int
+	serviceBin  string
+	startLimit  time.Duration
+	probeLimit  time.Duration
+	keep        bool
+	logLevel    string
+	memoryMiB   int
+	cpuProfile  string
+	heapProfile string
 }
 
 func main() {
@@ -64,12 +72,15 @@ func main() {
 	flag.Float64Var(&o.rate, "rate", 50, "events per second (allocation updates and job registrations)")
 	flag.DurationVar(&o.steady, "steady", 30*time.Second, "CPU measurement window")
 	flag.IntVar(&o.probes, "probes", 20, "pending groups registered and removed to time event to decision (two samples each)")
+	flag.IntVar(&o.reclaims, "reclaim-probes", 5, "jobs registered, one at a time, that fit only by reclaim, to time reclaim decisions")
 	flag.StringVar(&o.serviceBin, "service-bin", "", "the gpushare-quota binary (default: built from this checkout)")
 	flag.DurationVar(&o.startLimit, "start-timeout", 10*time.Minute, "how long to wait for the service's first successful cycle")
 	flag.DurationVar(&o.probeLimit, "probe-timeout", 2*time.Minute, "how long to wait for one probe's decision")
 	flag.BoolVar(&o.keep, "keep", false, "keep the working directory (service and Consul logs)")
 	flag.StringVar(&o.logLevel, "service-log-level", "warn", "the service's -log-level (its log is service.log in the working directory)")
 	flag.IntVar(&o.memoryMiB, "memory-mib", 0, "the service's memory_mb, as the jobspec gives it (GOMEMLIMIT at 90% of it); 0: no limit")
+	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "write the service's CPU profile over the steady window to this file (for go tool pprof)")
+	flag.StringVar(&o.heapProfile, "heap-profile", "", "write the service's heap profile, taken after the probes, to this file (for go tool pprof)")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "scalebench:", err)
@@ -129,11 +140,24 @@ func run(o options) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "scalebench: first successful cycle after %.1f s\n", resync.Seconds())
+	profiled := make(chan error, 1)
+	if o.cpuProfile != "" {
+		go func() { profiled <- svc.profile(o.cpuProfile, "profile", o.steady) }()
+	} else {
+		profiled <- nil
+	}
 	cpu, err := svc.cpuOver(o.steady)
 	if err != nil {
 		return err
 	}
+	if err := <-profiled; err != nil {
+		return err
+	}
 	lat, err := probe(standin, svc, o.probes, o.probeLimit)
+	if err != nil {
+		return err
+	}
+	reclaims, resumed, err := reclaimProbes(standin, o.reclaims, o.probeLimit)
 	if err != nil {
 		return err
 	}
@@ -141,11 +165,17 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
+	if o.heapProfile != "" {
+		if err := svc.profile(o.heapProfile, "heap", 0); err != nil {
+			return err
+		}
+	}
 	m, _ := svc.metrics()
 	fmt.Fprintf(os.Stderr, "scalebench: cycles %.0f (mean %.2f s), requests to the stand-in: %v\n",
 		m["gpushare_cycle_seconds_count"], m["gpushare_cycle_seconds_sum"]/max(m["gpushare_cycle_seconds_count"], 1), standin.Requests())
-	fmt.Printf("service_scale nodes=%d allocs=%d resync_s=%.1f event_to_decision_ms_p50=%.0f event_to_decision_ms_p99=%.0f rss_mib=%.0f cpu_pct=%.0f\n",
-		nodes, allocs, resync.Seconds(), percentile(lat, 50), percentile(lat, 99), rss, cpu)
+	fmt.Fprintf(os.Stderr, "scalebench: %d reclaim probes, %d victims resumed after their probe left\n", len(reclaims), resumed)
+	fmt.Printf("service_scale nodes=%d allocs=%d resync_s=%.1f event_to_decision_ms_p50=%.0f event_to_decision_ms_p99=%.0f reclaim_decision_ms_p50=%.0f reclaim_decision_ms_p99=%.0f rss_mib=%.0f cpu_pct=%.0f\n",
+		nodes, allocs, resync.Seconds(), percentile(lat, 50), percentile(lat, 99), percentile(reclaims, 50), percentile(reclaims, 99), rss, cpu)
 	return nil
 }
 
@@ -160,13 +190,21 @@ func serve(h http.Handler) (string, func(), error) {
 	return "http://" + l.Addr().String(), func() { _ = srv.Close() }, nil
 }
 
-// writeQuotas gives every project a guarantee: together 80% of the GPUs.
+// writeQuotas gives every project a guarantee, together 80% of the GPUs,
+// except the last, which runs above a guarantee of 0: the reclaim probes'
+// victims. The reclaim probes' namespace is guaranteed 8 GPUs.
 func writeQuotas(c *consulapi.Client, cfg nomadstandin.Config) error {
 	layout := kvlayout.New("")
-	each := float64(cfg.Nodes*8) * 0.8 / float64(max(cfg.Projects, 1))
-	for i := range max(cfg.Projects, 1) {
-		p := fmt.Sprintf("project-%03d", i)
-		doc := fmt.Sprintf(`{"guaranteed": %.2f}`, each)
+	projects := max(cfg.Projects, 1)
+	each := float64(cfg.Nodes*8) * 0.8 / float64(projects)
+	docs := map[string]string{nomadstandin.ReclaimNamespace: `{"guaranteed": 8}`}
+	for i := range projects {
+		docs[fmt.Sprintf("project-%03d", i)] = fmt.Sprintf(`{"guaranteed": %.2f}`, each)
+	}
+	if projects > 1 {
+		docs[fmt.Sprintf("project-%03d", projects-1)] = `{"guaranteed": 0}`
+	}
+	for p, doc := range docs {
 		if _, err := c.KV().Put(&consulapi.KVPair{Key: layout.Quota(p), Value: []byte(doc)}, nil); err != nil {
 			return fmt.Errorf("writing the quota of %s: %w", p, err)
 		}
@@ -176,10 +214,48 @@ func writeQuotas(c *consulapi.Client, cfg nomadstandin.Config) error {
 
 // service is the running gpushare-quota process.
 type service struct {
-	cmd     *exec.Cmd
-	addr    string
-	started time.Time
-	client  *http.Client
+	cmd       *exec.Cmd
+	addr      string
+	pprofAddr string // its profiling endpoint, with -cpu-profile
+	started   time.Time
+	client    *http.Client
+}
+
+// freeAddr is a free local address to listen on.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// profile writes the service's profile kind ("profile": CPU over d;
+// "heap") to path.
+func (s *service) profile(path, kind string, d time.Duration) error {
+	c := &http.Client{Timeout: d + 30*time.Second}
+	url := fmt.Sprintf("http://%s/debug/pprof/%s", s.pprofAddr, kind)
+	if d > 0 {
+		url += fmt.Sprintf("?seconds=%d", int(d.Seconds()))
+	}
+	resp, err := c.Get(url)
+	if err != nil {
+		return fmt.Errorf("reading the %s profile: %w", kind, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("reading the %s profile: %s", kind, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return f.Close()
 }
 
 func startService(bin, dir string, o options, nomadAddr, consulAddr string) (*service, error) {
@@ -203,14 +279,22 @@ func startService(bin, dir string, o options, nomadAddr, consulAddr string) (*se
 	if err := os.WriteFile(keyFile, []byte(recordkey.Encode(key)+"\n"), 0o600); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "-listen", addr, "-log-level", o.logLevel, "-record-key-file", keyFile)
+	args := []string{"-listen", addr, "-log-level", o.logLevel, "-record-key-file", keyFile}
+	var pprofAddr string
+	if o.cpuProfile != "" || o.heapProfile != "" {
+		if pprofAddr, err = freeAddr(); err != nil {
+			return nil, err
+		}
+		args = append(args, "-pprof-listen", pprofAddr)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "NOMAD_ADDR="+nomadAddr, "CONSUL_HTTP_ADDR="+strings.TrimPrefix(consulAddr, "http://"))
 	if o.memoryMiB > 0 {
 		// As jobspecs/quota-service.nomad.hcl sets it.
 		cmd.Env = append(cmd.Env, fmt.Sprintf("GOMEMLIMIT=%dMiB", o.memoryMiB*9/10))
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	s := &service{cmd: cmd, addr: addr, started: time.Now(), client: &http.Client{Timeout: 10 * time.Second}}
+	s := &service{cmd: cmd, addr: addr, pprofAddr: pprofAddr, started: time.Now(), client: &http.Client{Timeout: 10 * time.Second}}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
@@ -342,6 +426,55 @@ func probe(st *nomadstandin.Server, s *service, n int, limit time.Duration) ([]t
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// reclaimProbes registers n jobs that fit only by reclaim, one at a time,
+// and times each from its registration until the stand-in applies the
+// service's stop of a victim. Then it purges the probe and waits, up to
+// limit, for the victims to be resumed (registered again without Stop);
+// resumed counts those that were.
+func reclaimProbes(st *nomadstandin.Server, n int, limit time.Duration) (lat []time.Duration, resumed int, err error) {
+	for i := range n {
+		seen := len(st.Registrations())
+		start := time.Now()
+		id := st.ReclaimProbe(i)
+		var victims []string
+		for time.Since(start) < limit && len(victims) == 0 {
+			time.Sleep(20 * time.Millisecond)
+			for _, r := range st.Registrations()[seen:] {
+				if r.Stop {
+					if len(victims) == 0 {
+						lat = append(lat, r.At.Sub(start))
+					}
+					victims = append(victims, r.Job)
+				}
+			}
+		}
+		if len(victims) == 0 {
+			return nil, 0, fmt.Errorf("reclaim probe %s: no victim stopped within %s", id, limit)
+		}
+		st.Unprobe(id)
+		resumed += waitResumed(st, victims, seen, limit)
+	}
+	return lat, resumed, nil
+}
+
+// waitResumed waits up to limit until every victim has a registration
+// without Stop after the first seen ones, and returns how many have.
+func waitResumed(st *nomadstandin.Server, victims []string, seen int, limit time.Duration) int {
+	start := time.Now()
+	for {
+		back := map[string]bool{}
+		for _, r := range st.Registrations()[seen:] {
+			if !r.Stop && slices.Contains(victims, r.Job) {
+				back[r.Job] = true
+			}
+		}
+		if len(back) == len(victims) || time.Since(start) > limit {
+			return len(back)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // percentile is the p-th percentile in milliseconds (the 99th: the

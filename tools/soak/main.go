@@ -27,9 +27,10 @@ func main() {
 	every := flag.Duration("fault-every", 12*time.Second, "mean time between faults")
 	dir := flag.String("dir", "", "directory for the agents and logs (empty: a temporary one, removed)")
 	avoid := flag.String("avoid", "", "comma-separated known findings whose trigger the driver leaves out (of "+soak.FindingScaleSuspended+")")
+	serviceLog := flag.String("service-log-level", "info", "the quota-service instances' -log-level (debug logs every cycle's plan)")
 	quiet := flag.Bool("quiet", false, "print only violations and the summary")
 	flag.Parse()
-	cfg := soak.Config{Seed: *seed, Duration: *duration, Clients: *clients, GPUs: *gpus, RestoreBound: *bound,
+	cfg := soak.Config{Seed: *seed, Duration: *duration, Clients: *clients, GPUs: *gpus, RestoreBound: *bound, ServiceLogLevel: *serviceLog,
 		FaultEvery: *every, Dir: *dir}
 	if *faults != "" {
 		cfg.Faults = strings.Split(*faults, ",")

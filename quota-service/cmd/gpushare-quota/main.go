@@ -58,6 +58,11 @@ func run(args []string) error {
 		return nil
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "gpushare-quota", Level: hclog.LevelFromString(opts.logLevel)})
+	if opts.pprofListen != "" {
+		if err := servePprof(opts.pprofListen, log); err != nil {
+			return err
+		}
+	}
 	nomad, err := newNomadClient(opts)
 	if err != nil {
 		return err

@@ -32,8 +32,11 @@ type options struct {
 	nomadTokenFile, consulTokenFile string
 	layout                          kvlayout.Layout
 	listen                          string
-	tlsCert, tlsKey                 string
-	interval, staleness, resync     time.Duration
+	// pprofListen is the loopback address of the Go profiling endpoint
+	// (empty: none).
+	pprofListen                 string
+	tlsCert, tlsKey             string
+	interval, staleness, resync time.Duration
 	// gangHold bounds how long a gang runs in part.
 	gangHold time.Duration
 	// maxMoves and moveCooldown bound consolidation (0 moves: off).
@@ -111,6 +114,7 @@ func newFlags(o *options, instance string) (*flagDefs, *string) {
 	prefix := new(string)
 	d.str(prefix, "kv-prefix", "GPUSHARE_KV_PREFIX", kvlayout.DefaultRoot, "root of the service's Consul KV keys")
 	d.str(&o.listen, "listen", "GPUSHARE_LISTEN", "127.0.0.1:9646", "HTTP API listen address (the default answers this host only)")
+	d.str(&o.pprofListen, "pprof-listen", "GPUSHARE_PPROF_LISTEN", "", "loopback address (such as 127.0.0.1:6060) of a Go profiling endpoint, /debug/pprof/ without authentication, for `go tool pprof` (empty: none)")
 	d.str(&o.tlsCert, "tls-cert", "GPUSHARE_TLS_CERT", "", "PEM certificate (chain) file: serve the API over HTTPS")
 	d.str(&o.tlsKey, "tls-key", "GPUSHARE_TLS_KEY", "", "PEM private key file of -tls-cert")
 	d.duration(&o.interval, "plan-interval", "GPUSHARE_PLAN_INTERVAL", service.DefaultPlanInterval, "safety-net plan period (without the event stream: full re-list period)")
@@ -134,7 +138,7 @@ func newFlags(o *options, instance string) (*flagDefs, *string) {
 	d.str(&o.recordKeyVar, "record-key-var", "GPUSHARE_RECORD_KEY_VAR", service.DefaultRecordKeyPath, "Nomad Variable holding the record keys (items key and previous), created with a new key when absent")
 	d.str(&o.recordKeyNamespace, "record-key-namespace", "GPUSHARE_RECORD_KEY_NAMESPACE", "default", "namespace of -record-key-var: one only operators may read")
 	d.str(&o.instance, "instance", "GPUSHARE_INSTANCE", instance, "name of this instance, unique among the instances")
-	d.str(&o.logLevel, "log-level", "GPUSHARE_LOG_LEVEL", "info", "log level: trace, debug, info, warn or error")
+	d.str(&o.logLevel, "log-level", "GPUSHARE_LOG_LEVEL", "info", "log level: trace, debug, info, warn or error; at debug the service logs every plan that differs from the last (its actions, and why the work it leaves waiting waits) and each action it holds back, with why")
 	d.fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	return d, prefix
 }
@@ -194,6 +198,9 @@ func (o *options) validate() error {
 	}
 	if o.fairHalfLife < 0 || !(o.fairUsageWeight > 0) || math.IsInf(o.fairUsageWeight, 0) {
 		return fmt.Errorf("-fair-share-half-life %s and -fair-share-usage-weight %v: want a duration from 0s (off) and a weight above 0, such as 24h and 1", o.fairHalfLife, o.fairUsageWeight)
+	}
+	if err := checkLoopback(o.pprofListen); err != nil {
+		return fmt.Errorf("-pprof-listen %q: %w", o.pprofListen, err)
 	}
 	if o.usagePort < 0 || o.usagePort > 65535 {
 		return fmt.Errorf("-usage-port %d: give the device plugins' usage_listen port (1-65535), or 0 to read no GPU usage", o.usagePort)

@@ -9,6 +9,28 @@ import (
 	"testing"
 )
 
+// Tiny cluster traces: two nodes of two GPU models, and pods: a share, a
+// whole GPU and a CPU-only pod, and with fourPods also a two-GPU pod.
+const (
+	twoTypes  = "sn,cpu_milli,memory_mib,gpu,model\na,64000,65536,2,T4\nb,64000,65536,4,G2\n"
+	threePods = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,600\nq,1000,1024,1,1000\nr,500,512,0,0\n"
+	fourPods  = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,600\nq,1000,1024,1,1000\nm,2000,1024,2,1000\nr,500,512,0,0\n"
+)
+
+// writeTrace writes a cluster trace's node and pod tables to a temporary
+// directory and returns it with the two files' paths.
+func writeTrace(t *testing.T, nodeTable, podTable string) (dir, nodes, pods string) {
+	t.Helper()
+	dir = t.TempDir()
+	nodes, pods = filepath.Join(dir, "nodes.csv"), filepath.Join(dir, "pods.csv")
+	for path, table := range map[string]string{nodes: nodeTable, pods: podTable} {
+		if err := os.WriteFile(path, []byte(table), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, nodes, pods
+}
+
 func TestParseSeeds(t *testing.T) {
 	tests := []struct {
 		in   string
@@ -36,15 +58,7 @@ func TestParseSeeds(t *testing.T) {
 }
 
 func TestRunPrintsOneLinePerPolicy(t *testing.T) {
-	dir := t.TempDir()
-	nodes := filepath.Join(dir, "nodes.csv")
-	pods := filepath.Join(dir, "pods.csv")
-	if err := os.WriteFile(nodes, []byte("sn,cpu_milli,memory_mib,gpu,model\na,64000,65536,2,T4\nb,64000,65536,2,T4\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(pods, []byte("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,600\nq,1000,1024,1,1000\nr,500,512,0,0\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	_, nodes, pods := writeTrace(t, "sn,cpu_milli,memory_mib,gpu,model\na,64000,65536,2,T4\nb,64000,65536,2,T4\n", threePods)
 	var out, errOut bytes.Buffer
 	err := run([]string{"-nodes", nodes, "-pods", pods, "-seeds", "1-3", "-name", "tiny", "-parallel", "2"}, &out, &errOut)
 	if err != nil {
@@ -71,15 +85,7 @@ func TestRunPrintsOneLinePerPolicy(t *testing.T) {
 }
 
 func TestVariantSubcommand(t *testing.T) {
-	dir := t.TempDir()
-	nodes := filepath.Join(dir, "nodes.csv")
-	pods := filepath.Join(dir, "pods.csv")
-	if err := os.WriteFile(nodes, []byte("sn,cpu_milli,memory_mib,gpu,model\na,64000,65536,2,T4\nb,64000,65536,4,G2\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(pods, []byte("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,600\nq,1000,1024,1,1000\nm,2000,1024,2,1000\nr,500,512,0,0\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, nodes, pods := writeTrace(t, twoTypes, fourPods)
 	out := filepath.Join(dir, "v.csv")
 	var stdout, stderr bytes.Buffer
 	if err := run([]string{"variant", "-nodes", nodes, "-pods", pods, "-variant", "multigpu50+gpuspec100", "-seed", "3", "-o", out}, &stdout, &stderr); err != nil {
@@ -111,15 +117,7 @@ func TestVariantSubcommand(t *testing.T) {
 }
 
 func TestRankingAlternatives(t *testing.T) {
-	dir := t.TempDir()
-	nodes := filepath.Join(dir, "nodes.csv")
-	pods := filepath.Join(dir, "pods.csv")
-	if err := os.WriteFile(nodes, []byte("sn,cpu_milli,memory_mib,gpu,model\na,64000,65536,2,T4\nb,64000,65536,4,G2\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(pods, []byte("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,600\nq,1000,1024,1,1000\nr,500,512,0,0\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	_, nodes, pods := writeTrace(t, twoTypes, threePods)
 	var out, errOut bytes.Buffer
 	args := []string{"-nodes", nodes, "-pods", pods, "-seeds", "1-2", "-policy", "deployed,deployed-ranked",
 		"-ranking", "nodemeta-only,gpu-jobs-only,thresholds=0;-10,lag=3"}
@@ -140,15 +138,7 @@ func TestRankingAlternatives(t *testing.T) {
 }
 
 func TestTableAndBound(t *testing.T) {
-	dir := t.TempDir()
-	nodes := filepath.Join(dir, "nodes.csv")
-	pods := filepath.Join(dir, "pods.csv")
-	if err := os.WriteFile(nodes, []byte("sn,cpu_milli,memory_mib,gpu,model\na,64000,65536,2,T4\nb,64000,65536,4,G2\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(pods, []byte("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,600\nq,1000,1024,1,1000\nm,2000,1024,2,1000\nr,500,512,0,0\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	_, nodes, pods := writeTrace(t, twoTypes, fourPods)
 	var out, errOut bytes.Buffer
 	args := []string{"table", "-nodes", nodes, "-pods", pods, "-families", "default,multigpu50", "-variant-seeds", "1-2", "-seeds", "1-2", "-policy", "gpushare,gpushare-reserve"}
 	if err := run(args, &out, &errOut); err != nil {
