@@ -377,10 +377,7 @@ func (t *Tracker) watched(nodeID string, now time.Time, maxAge time.Duration) (S
 // first; the snapshot is then the view's.
 func (t *Tracker) readActive(ctx context.Context, nodeID string, consistent bool) (Snapshot, *basis, error) {
 	started := t.now()
-	hidden := ""
-	if v := t.checkVerdict(ctx); !v.Complete {
-		hidden = v.Reason
-	}
+	before := t.checkVerdict(ctx)
 	if t.seen() == (indexes{}) {
 		consistent = true
 	}
@@ -396,6 +393,7 @@ func (t *Tracker) readActive(ctx context.Context, nodeID string, consistent bool
 	if allocs == nil {
 		allocs = []*api.Allocation{}
 	}
+	hidden := combine(before, t.checkVerdict(ctx))
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	v := &t.view
@@ -455,18 +453,18 @@ func (t *Tracker) checkVerdict(ctx context.Context) aclview.Verdict {
 	return v
 }
 
-// combine is the Hidden of a blocking query's answer from the checks of
-// the token before the request was sent and after its answer came: Nomad
-// resolves a request's token once, when it begins, and a blocking query
-// keeps it for its whole wait, so the answer is complete only when both
-// checks are (barring a policy narrowed and widened again between them).
-// An active read checks once, just before its request.
+// combine is the Hidden of an answer from the checks of the token before
+// the request was sent and after its answer came: Nomad resolves a
+// request's token once, when it begins (a blocking query keeps it for its
+// whole wait), and the token may change between a check and the request
+// that follows it, so the answer is complete only when both checks are
+// (barring a policy narrowed and widened again between them).
 func combine(before, after aclview.Verdict) string {
 	switch {
 	case !after.Complete:
 		return after.Reason
 	case !before.Complete:
-		return "the token's policies changed while a blocking query waited, which may have left allocations out (" + before.Reason + "); reading again"
+		return "the token's policies changed while the node was read, which may have left allocations out (" + before.Reason + "); reading again"
 	}
 	return ""
 }

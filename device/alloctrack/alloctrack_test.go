@@ -283,6 +283,56 @@ func TestReadRefusesStaleAnswers(t *testing.T) {
 	}
 }
 
+// TestReadCatchesATokenNarrowedDuringTheRead: the token is checked before
+// an active read and narrowed before the read's request (Nomad resolves a
+// token when a request begins): the allocation list may lack allocations,
+// so the snapshot says so, and Hidden clears once the token checks
+// complete on both sides of a read.
+func TestReadCatchesATokenNarrowedDuringTheRead(t *testing.T) {
+	var mu sync.Mutex
+	narrowAfter := 1 // token checks answered "management" before it narrows
+	checks := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Nomad-Index", "10")
+		switch r.URL.Path {
+		case "/v1/node/n1":
+			json.NewEncoder(w).Encode(&api.Node{ID: "n1"})
+		case "/v1/node/n1/allocations":
+			json.NewEncoder(w).Encode([]*api.Allocation{})
+		case "/v1/acl/token/self":
+			mu.Lock()
+			checks++
+			narrowed := checks > narrowAfter
+			mu.Unlock()
+			if narrowed {
+				json.NewEncoder(w).Encode(&api.ACLToken{AccessorID: "a", Type: "client", Policies: []string{"default-only"}})
+				return
+			}
+			json.NewEncoder(w).Encode(&api.ACLToken{AccessorID: "a", Type: "management"})
+		default:
+			http.NotFound(w, r) // the narrowed token's policies cannot be listed
+		}
+	}))
+	defer srv.Close()
+	tr, err := New(Config{Address: srv.URL, NodeID: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := tr.Read(context.Background(), ReadOptions{Fresh: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Hidden == "" {
+		t.Fatalf("the token narrowed between its check and the read, yet the snapshot claims a complete allocation list")
+	}
+	mu.Lock()
+	narrowAfter = 1 << 30
+	mu.Unlock()
+	if snap, err = tr.Read(context.Background(), ReadOptions{Fresh: true}); err != nil || snap.Hidden != "" {
+		t.Fatalf("a read with the token complete before and after: hidden %q, %v", snap.Hidden, err)
+	}
+}
+
 // TestCombine: a blocking query's answer is complete only when the token
 // was complete before it was sent and after it came back.
 func TestCombine(t *testing.T) {
@@ -294,7 +344,7 @@ func TestCombine(t *testing.T) {
 	}{
 		{"complete throughout", full, full, ""},
 		{"narrowed while waiting", full, narrow, "no namespace"},
-		{"widened while waiting: the answer may lack allocations", narrow, full, "changed while a blocking query waited"},
+		{"widened while waiting: the answer may lack allocations", narrow, full, "changed while the node was read"},
 		{"narrow throughout", narrow, narrow, "no namespace"},
 	}
 	for _, tt := range tests {
