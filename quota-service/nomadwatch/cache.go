@@ -3,6 +3,7 @@ package nomadwatch
 import (
 	"cmp"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -122,6 +123,11 @@ type cache struct {
 	// (a listing adopted): the View derives them all again.
 	touched    map[string]bool
 	allTouched bool
+	// news says an event applied since takeNews changed something a View
+	// reads; an event that only moved an object's modify index (a client's
+	// task-state update, an evaluation or deployment of a job whose
+	// summary no one reads) is no news and wakes no cycle.
+	news bool
 }
 
 func newCache() *cache {
@@ -194,7 +200,7 @@ func (c *cache) putNode(e nodeEntry, at uint64) bool {
 		return false
 	}
 	c.nodes[n.ID] = e
-	c.touched[n.ID] = true
+	c.touched[n.ID], c.news = true, true
 	return true
 }
 
@@ -222,10 +228,25 @@ func (c *cache) applyAlloc(ev *nomadapi.Event) error {
 	if had && (old.placed == a.AllocModifyIndex || (old.placed == 0 && a.AllocModifyIndex <= c.listedAt[kindAlloc])) {
 		// Same placement (a client update): same job version.
 		e.stub.JobVersion, e.stub.JobType, e.versionKnown = old.stub.JobVersion, old.stub.JobType, old.versionKnown
+		if old.sameForView(e) {
+			c.allocs[a.ID] = e // the modify index moved, nothing a View reads
+			return nil
+		}
 	}
 	c.putAlloc(e)
 	c.touchSummary(Key(a.Namespace, a.JobID))
 	return nil
+}
+
+// sameForView says that e, a client's update of the same placement, shows
+// a View nothing that o did not: only the modify index and time differ.
+func (o allocEntry) sameForView(e allocEntry) bool {
+	if o.versionKnown != e.versionKnown || !reflect.DeepEqual(o.res, e.res) {
+		return false
+	}
+	was, is := *o.stub, *e.stub
+	was.ModifyIndex, was.ModifyTime = is.ModifyIndex, is.ModifyTime
+	return reflect.DeepEqual(&was, &is)
 }
 
 // allocRef places an allocation in cache.order.
@@ -243,7 +264,7 @@ func (c *cache) putAlloc(e allocEntry) {
 	if old, had := c.allocs[e.stub.ID]; had && old.stub.NodeID != e.stub.NodeID {
 		c.dropAlloc(e.stub.ID) // Nomad never moves one; a test may
 	}
-	c.touched[e.stub.NodeID] = true
+	c.touched[e.stub.NodeID], c.news = true, true
 	if _, had := c.allocs[e.stub.ID]; !had {
 		ref := refOf(e.stub)
 		i, _ := slices.BinarySearchFunc(c.order, ref, compareAllocRefs)
@@ -258,7 +279,7 @@ func (c *cache) dropAlloc(id string) {
 	if !ok {
 		return
 	}
-	c.touched[e.stub.NodeID] = true
+	c.touched[e.stub.NodeID], c.news = true, true
 	if i, found := slices.BinarySearchFunc(c.order, refOf(e.stub), compareAllocRefs); found {
 		c.order = slices.Delete(c.order, i, i+1)
 	}
@@ -273,6 +294,14 @@ func (c *cache) reorder() {
 		c.order = append(c.order, refOf(e.stub))
 	}
 	slices.SortFunc(c.order, compareAllocRefs)
+}
+
+// takeNews says whether an event applied since the last call was news,
+// and forgets it.
+func (c *cache) takeNews() bool {
+	news := c.news
+	c.news = false
+	return news
 }
 
 // takeTouched returns the nodes touched since the last call, and whether
@@ -385,13 +414,23 @@ func (c *cache) putJob(s *nomadapi.JobListStub, at uint64) bool {
 		return false
 	}
 	c.jobs[key] = s
+	c.news = c.news || !had || !sameJobForView(old, s)
 	return true
+}
+
+// sameJobForView says that job stub s shows a View nothing that was did
+// not: only the modify index differs (a new job modify index is a new
+// spec, to read).
+func sameJobForView(was, s *nomadapi.JobListStub) bool {
+	a := *was
+	a.ModifyIndex = s.ModifyIndex
+	return reflect.DeepEqual(&a, s)
 }
 
 // touchSummary marks a system or sysbatch job's summary for a re-read.
 func (c *cache) touchSummary(key string) {
 	if j := c.jobs[key]; j != nil && (j.Type == "system" || j.Type == "sysbatch") {
-		c.dirtySummary[key] = true
+		c.dirtySummary[key], c.news = true, true
 	}
 }
 
@@ -405,7 +444,7 @@ func (c *cache) remove(k kind, key string, index uint64) {
 			return
 		}
 		delete(c.nodes, key)
-		c.touched[key] = true
+		c.touched[key], c.news = true, true
 	case kindAlloc:
 		if a, ok := c.allocs[key]; ok && a.stub.ModifyIndex >= index {
 			return
@@ -414,6 +453,9 @@ func (c *cache) remove(k kind, key string, index uint64) {
 	case kindJob:
 		if j, ok := c.jobs[key]; ok && j.ModifyIndex >= index {
 			return
+		}
+		if _, ok := c.jobs[key]; ok {
+			c.news = true
 		}
 		delete(c.jobs, key)
 		delete(c.dirtySummary, key)

@@ -15,7 +15,8 @@ import (
 
 // streamTopics are the topics the service follows: Node, Allocation and
 // Job keep the cache; Evaluation marks system jobs' summaries for a
-// re-read; every topic wakes a re-plan.
+// re-read. A batch wakes a re-plan when it changed something the View
+// reads (cache.news).
 var streamTopics = map[nomadapi.Topic][]string{
 	nomadapi.TopicNode: {"*"}, nomadapi.TopicAllocation: {"*"}, nomadapi.TopicJob: {"*"},
 	nomadapi.TopicEvaluation: {"*"}, nomadapi.TopicDeployment: {"*"},
@@ -26,7 +27,8 @@ var streamTopics = map[nomadapi.Topic][]string{
 const refusedRetry = time.Minute
 
 // Follow follows Nomad's event stream until ctx ends, applies its events
-// to the cache and calls changed after every batch and whenever the
+// to the cache and calls changed after every batch that was news to the
+// View (an event that only moved a modify index is not) and whenever the
 // stream connects or breaks. While the stream is connected, Build plans on
 // the cache; on (re)connect the cache is listed again in full, since
 // events in the gap are lost. Without the stream, Build lists Nomad in
@@ -126,10 +128,13 @@ func (b *Builder) consume(ctx context.Context, ch <-chan *nomadapi.Events, chang
 		if hook := b.opts.EventHook; hook != nil && !hook(evs) {
 			continue
 		}
-		if err := b.applyBatch(evs); err != nil {
+		news, err := b.applyBatch(evs)
+		if err != nil {
 			return flowed, fmt.Errorf("gap in the event stream: %w", err)
 		}
-		changed()
+		if news {
+			changed()
+		}
 	}
 }
 

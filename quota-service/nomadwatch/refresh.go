@@ -30,23 +30,25 @@ func (b *Builder) disconnected() {
 	b.streaming, b.synced = false, false
 }
 
-// applyBatch applies one batch of events; an index that goes backwards or
-// a payload that does not decode is a gap.
-func (b *Builder) applyBatch(evs *nomadapi.Events) error {
+// applyBatch applies one batch of events and says whether any was news
+// (cache.takeNews); an index that goes backwards or a payload that does
+// not decode is a gap.
+func (b *Builder) applyBatch(evs *nomadapi.Events) (news bool, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer func() { news = b.cache.takeNews() || err != nil }()
 	if evs.Index < b.applied {
 		b.synced = false
-		return fmt.Errorf("event index went backwards from %d to %d", b.applied, evs.Index)
+		return false, fmt.Errorf("event index went backwards from %d to %d", b.applied, evs.Index)
 	}
 	b.applied = evs.Index
 	for i := range evs.Events {
 		if err := b.cache.apply(&evs.Events[i]); err != nil {
 			b.synced = false
-			return err
+			return false, err
 		}
 	}
-	return nil
+	return false, nil
 }
 
 // refresh brings the cache up to Nomad as of now: a full listing without
