@@ -34,8 +34,9 @@ type nodeEntry struct {
 	full *nomadapi.Node
 	dev  *nodeDevices
 	// resources is the digest of the NodeResources of the node event
-	// the entry was decoded from (0 from a listing; see nodeResources).
-	resources uint64
+	// the entry was decoded from (0 from a listing; see nodeResources),
+	// rest that of the rest of it but Meta and ModifyIndex (nodeRest).
+	resources, rest uint64
 }
 
 // newNodeEntry is the cache's entry of a node read in full.

@@ -1,13 +1,9 @@
 package nomadwatch
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"hash"
-	"hash/fnv"
 	"math"
-	"slices"
 
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -49,12 +45,60 @@ func decodeValue[T any](raw any, field string) (*T, error) {
 // each), digest the same as those of the event the cached entry was
 // decoded from, the rest of the node is decoded and the cached resources
 // and devices are kept.
+//
+// A metadata write (the placement ranks, every 2 s at most) changes only
+// the node's Meta and ModifyIndex: when the rest of the node digests the
+// same too, the cached entry is kept with the event's Meta and index.
 func (c *cache) decodeNodeEvent(ev *nomadapi.Event) (nodeEntry, error) {
 	raw, _ := ev.Payload["Node"].(map[string]any)
 	if raw == nil {
 		return nodeEntry{}, orMissing(nil)
 	}
-	res := nodeResources(raw["NodeResources"])
+	res, rest := nodeResources(raw["NodeResources"]), nodeRest(raw)
+	old, ok := c.nodes[ev.Key]
+	if ok && old.resources != 0 && old.resources == res && old.rest == rest {
+		if e, ok := old.withMeta(raw); ok {
+			return e, nil
+		}
+	}
+	e, err := c.decodeNode(ev, raw, res)
+	e.rest = rest
+	return e, err
+}
+
+// withMeta is the entry with the Meta and ModifyIndex of raw, a node
+// payload that differs from the entry's in nothing else; false when raw's
+// Meta or ModifyIndex are not what a node's are (the payload is then
+// decoded in full, which says what is wrong).
+func (e nodeEntry) withMeta(raw map[string]any) (nodeEntry, bool) {
+	index, ok := raw["ModifyIndex"].(float64)
+	if !ok || index < 0 || index != math.Trunc(index) {
+		return nodeEntry{}, false
+	}
+	var meta map[string]string
+	switch m := raw["Meta"].(type) {
+	case nil:
+	case map[string]any:
+		meta = make(map[string]string, len(m))
+		for k, v := range m {
+			s, ok := v.(string)
+			if !ok {
+				return nodeEntry{}, false
+			}
+			meta[k] = s
+		}
+	default:
+		return nodeEntry{}, false
+	}
+	full := *e.full
+	full.Meta, full.ModifyIndex = shared(meta), uint64(index)
+	e.full, e.stub = &full, nodeStub(&full)
+	return e, true
+}
+
+// decodeNode decodes a node payload (raw, ev's) whose NodeResources
+// digest to res, keeping the cached devices when they digest the same.
+func (c *cache) decodeNode(ev *nomadapi.Event, raw map[string]any, res uint64) (nodeEntry, error) {
 	if old, ok := c.nodes[ev.Key]; ok && old.resources != 0 && old.resources == res {
 		rest := make(map[string]any, len(raw))
 		for k, v := range raw {
@@ -79,54 +123,83 @@ func (c *cache) decodeNodeEvent(ev *nomadapi.Event) (nodeEntry, error) {
 	return e, nil
 }
 
-// nodeResources digests a node payload's NodeResources as the event's
-// maps hold them (FNV-1a over the tree, map keys in order); never 0.
-func nodeResources(v any) uint64 {
-	h := fnv.New64a()
-	digestTree(h, v)
-	return h.Sum64() | 1
+// nodeRest digests a node payload without its NodeResources, Meta and
+// ModifyIndex (as nodeResources does); never 0.
+func nodeRest(raw map[string]any) uint64 {
+	var sum uint64
+	for k, v := range raw {
+		switch k {
+		case "NodeResources", "Meta", "ModifyIndex":
+		default:
+			sum += pairDigest(k, v)
+		}
+	}
+	return uint64(fnvOffset.u64(sum)) | 1
 }
 
-func digestTree(h hash.Hash64, v any) {
-	var buf [9]byte
+// nodeResources digests a node payload's NodeResources as the event's
+// maps hold them (FNV-1a over the tree; a map is the sum of its pairs'
+// digests, so that no keys are sorted); never 0.
+func nodeResources(v any) uint64 {
+	return uint64(fnvOffset.tree(v)) | 1
+}
+
+// fnv64 is an FNV-1a 64-bit hash state, written to without allocating.
+type fnv64 uint64
+
+const (
+	fnvOffset fnv64 = 14695981039346656037
+	fnvPrime  fnv64 = 1099511628211
+)
+
+func (h fnv64) byte(b byte) fnv64 { return (h ^ fnv64(b)) * fnvPrime }
+
+func (h fnv64) str(s string) fnv64 {
+	for i := 0; i < len(s); i++ {
+		h = (h ^ fnv64(s[i])) * fnvPrime
+	}
+	return h.byte(0)
+}
+
+func (h fnv64) u64(x uint64) fnv64 {
+	for i := 0; i < 8; i++ {
+		h = h.byte(byte(x >> (8 * i)))
+	}
+	return h
+}
+
+// pairDigest digests one key and value of a map on its own.
+func pairDigest(k string, v any) uint64 {
+	return uint64(fnvOffset.str(k).tree(v))
+}
+
+// tree adds v, a JSON value as encoding/json decodes it into an any.
+func (h fnv64) tree(v any) fnv64 {
 	switch x := v.(type) {
 	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
+		var sum uint64
+		for k, e := range x {
+			sum += pairDigest(k, e)
 		}
-		slices.Sort(keys)
-		h.Write([]byte{'{'})
-		for _, k := range keys {
-			h.Write([]byte(k))
-			h.Write([]byte{':'})
-			digestTree(h, x[k])
-		}
-		h.Write([]byte{'}'})
+		return h.byte('{').u64(sum).u64(uint64(len(x)))
 	case []any:
-		h.Write([]byte{'['})
+		h = h.byte('[')
 		for _, e := range x {
-			digestTree(h, e)
-			h.Write([]byte{','})
+			h = h.tree(e).byte(',')
 		}
-		h.Write([]byte{']'})
+		return h.byte(']')
 	case string:
-		h.Write([]byte{'s'})
-		h.Write([]byte(x))
-		h.Write([]byte{0})
+		return h.byte('s').str(x)
 	case float64:
-		buf[0] = 'f'
-		binary.LittleEndian.PutUint64(buf[1:], math.Float64bits(x))
-		h.Write(buf[:])
+		return h.byte('f').u64(math.Float64bits(x))
 	case bool:
 		if x {
-			h.Write([]byte{'t'})
-		} else {
-			h.Write([]byte{'F'})
+			return h.byte('t')
 		}
+		return h.byte('F')
 	case nil:
-		h.Write([]byte{'n'})
+		return h.byte('n')
 	default:
-		fmt.Fprintf(h, "?%T%v", x, x)
+		return h.byte('?').str(fmt.Sprintf("%T%v", x, x))
 	}
 }

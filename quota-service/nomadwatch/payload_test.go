@@ -160,6 +160,21 @@ func TestNodeEventKeepsUnchangedResources(t *testing.T) {
 	if second.dev != first.dev || second.full.Meta["gpushare.rank.x"] != "5" {
 		t.Errorf("a metadata change decoded the devices again (or lost the metadata): %+v", second.full.Meta)
 	}
+	// The rest of the node changes with or without its metadata; the
+	// metadata goes away: each compares equal to a full decode (apply).
+	for _, change := range []func(){
+		func() { node.Attributes["unique.hostname"] = "gpu-1b" },
+		func() { node.Status, node.Meta["gpushare.rank.x"] = "down", "6" },
+		func() { node.Meta = nil },
+		func() { node.Meta = map[string]string{} },
+		func() { node.SchedulingEligibility = "ineligible" },
+	} {
+		change()
+		node.ModifyIndex++
+		if e := apply(node); e.dev != first.dev {
+			t.Error("a change outside the node's resources decoded the devices again")
+		}
+	}
 	inst := node.NodeResources.Devices[0].Instances[0]
 	inst.Healthy, inst.HealthDescription = false, "withdrawn"
 	node.ModifyIndex++
