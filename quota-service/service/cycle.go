@@ -174,7 +174,7 @@ func (s *Service) apply(ctx context.Context, c *cycleData) *cycleFailure {
 	}
 	c.rep, c.acted = rep, true
 	c.rep.Skipped = append(c.rep.Skipped, deferred...)
-	s.publishRanks(ctx, c)
+	s.offerRanks(c)
 	for _, e := range rep.Errors {
 		s.log.Error("action failed", "error", e)
 	}

@@ -293,14 +293,14 @@ func (s *Service) lead(ctx context.Context) {
 	// Leadership ends when ctx does (lock lost), not when the cycle in
 	// flight returns.
 	defer context.AfterFunc(ctx, func() { s.setLeader(false) })()
-	if s.ranks != nil {
-		// Another instance may have published since this one last led.
-		s.ranks.pub.Forget()
-	}
+	s.ranksForget()
 	s.startDemand()
 	beats := make(chan struct{})
 	go func() { defer close(beats); s.leadDemand(ctx) }()
 	defer func() { <-beats }()
+	ranked := make(chan struct{})
+	go func() { defer close(ranked); s.leadRanks(ctx) }()
+	defer func() { <-ranked }()
 	tick := time.NewTicker(s.cfg.PlanInterval)
 	defer tick.Stop()
 	follow := time.NewTimer(s.cfg.FollowUpPeriod)
