@@ -485,41 +485,14 @@ func (b *Builder) prune(jobs []*nomadapi.JobListStub) {
 	}
 }
 
-// Signal wakes one receiver, at most once per pending raise, and
-// remembers when it was first raised since the receiver last asked
-// (Since), so that the receiver can coalesce a burst of events from its
-// start rather than from when it got round to the signal.
-type Signal struct {
-	ch    chan struct{}
-	mu    sync.Mutex
-	since time.Time
-}
-
-// NewSignal returns a Signal not raised.
-func NewSignal() *Signal { return &Signal{ch: make(chan struct{}, 1)} }
-
-// Raise raises the signal; it never blocks. Pass it to Follow.
-func (s *Signal) Raise() {
-	s.mu.Lock()
-	if s.since.IsZero() {
-		s.since = time.Now()
-	}
-	s.mu.Unlock()
-	select {
-	case s.ch <- struct{}{}:
-	default:
-	}
-}
-
-// C is the channel a raise wakes.
-func (s *Signal) C() <-chan struct{} { return s.ch }
-
-// Since returns when the signal was first raised since the last call
-// (the zero time when it was not) and forgets it.
-func (s *Signal) Since() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.since
-	s.since = time.Time{}
-	return t
+// Queue returns a function to pass to Follow that wakes the receiver of
+// the returned channel at most once per pending signal.
+func Queue() (func(), <-chan struct{}) {
+	ch := make(chan struct{}, 1)
+	return func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}, ch
 }

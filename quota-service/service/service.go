@@ -179,8 +179,9 @@ type Service struct {
 	// demand is nil without Config.Demand.Publish.
 	demand *demand
 
-	// nomadWake is Follow's signal: it wakes the leader.
-	nomadWake *nomadwatch.Signal
+	// nomadChanged is Follow's signal; nomadWake wakes the leader.
+	nomadChanged func()
+	nomadWake    <-chan struct{}
 }
 
 // withDefaults returns c with the defaults applied.
@@ -238,7 +239,7 @@ func New(cfg Config) *Service {
 	if cfg.FairShareHalfLife > 0 {
 		s.surplus.tracker, _ = surplususe.New(cfg.FairShareHalfLife, cfg.FairShareUsageWeight) // both checked above
 	}
-	s.nomadWake = nomadwatch.NewSignal()
+	s.nomadChanged, s.nomadWake = nomadwatch.Queue()
 	s.builder = nomadwatch.NewBuilder(cfg.Nomad, cfg.Log, nomadwatch.Options{
 		ResyncInterval: cfg.ResyncInterval, EventHook: cfg.EventHook, OnRelist: s.noteRelist, MoveCooldown: cfg.MoveCooldown})
 	s.initUtilization()
@@ -265,7 +266,7 @@ func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(6)
 	go func() { defer wg.Done(); s.watcher.Run(ctx) }()
-	go func() { defer wg.Done(); s.builder.Follow(ctx, s.nomadWake.Raise) }()
+	go func() { defer wg.Done(); s.builder.Follow(ctx, s.nomadChanged) }()
 	go func() { defer wg.Done(); s.followHistory(ctx) }()
 	go func() { defer wg.Done(); s.runUtilization(ctx) }()
 	go func() { defer wg.Done(); s.standby(ctx) }()
@@ -280,8 +281,7 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // lead is the leader's loop. A cycle runs after every Nomad event or
-// quota change (events coalesced over 100 ms from the first: see
-// coalesce), then again every
+// quota change (events coalesced over 100 ms), then again every
 // FollowUpPeriod for FollowUpWindow: Nomad publishes a job's registration
 // before its evaluation reports queued work, and a burst of short
 // follow-ups sees that work within a second instead of at the next
@@ -309,12 +309,11 @@ func (s *Service) lead(ctx context.Context) {
 	held := s.cycle(ctx)
 	for {
 		trigger := ""
-		var burst time.Time // when the events that woke the cycle began
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.nomadWake.C():
-			trigger, burst = "nomad-event", s.nomadWake.Since()
+		case <-s.nomadWake:
+			trigger = "nomad-event"
 			followUntil = time.Now().Add(s.cfg.FollowUpWindow)
 		case <-s.watcher.Changed():
 			trigger = "quota-change"
@@ -327,44 +326,17 @@ func (s *Service) lead(ctx context.Context) {
 			}
 			trigger = "follow-up"
 		}
-		if !coalesce(ctx, burst) {
+		// Coalesce bursts of events into one cycle.
+		select {
+		case <-ctx.Done():
 			return
+		case <-time.After(100 * time.Millisecond):
 		}
 		s.log.Trace("cycle", "trigger", trigger)
 		s.metrics.Triggers.WithLabelValues(trigger).Inc()
 		held = s.cycle(ctx)
 		follow.Reset(s.cfg.FollowUpPeriod)
 	}
-}
-
-// coalesceWindow is how long the leader gathers a burst of changes into
-// one cycle.
-const coalesceWindow = 100 * time.Millisecond
-
-// coalesce waits until coalesceWindow after burst, the first of the
-// events that woke the cycle (now when unknown): events that arrived
-// while a cycle ran have waited long enough, and the next cycle starts at
-// once. It returns false when ctx ended.
-func coalesce(ctx context.Context, burst time.Time) bool {
-	wait := coalesceWait(burst, time.Now())
-	if wait <= 0 {
-		return ctx.Err() == nil
-	}
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(wait):
-		return true
-	}
-}
-
-// coalesceWait is how long a cycle woken at now by changes that began at
-// burst (zero: unknown, taken as now) waits for more of them.
-func coalesceWait(burst, now time.Time) time.Duration {
-	if burst.IsZero() {
-		return coalesceWindow
-	}
-	return max(burst.Add(coalesceWindow).Sub(now), 0)
 }
 
 // standby cycles without acting every PlanInterval while this instance
