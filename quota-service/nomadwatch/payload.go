@@ -100,13 +100,7 @@ func (e nodeEntry) withMeta(raw map[string]any) (nodeEntry, bool) {
 // digest to res, keeping the cached devices when they digest the same.
 func (c *cache) decodeNode(ev *nomadapi.Event, raw map[string]any, res uint64) (nodeEntry, error) {
 	if old, ok := c.nodes[ev.Key]; ok && old.resources != 0 && old.resources == res {
-		rest := make(map[string]any, len(raw))
-		for k, v := range raw {
-			if k != "NodeResources" {
-				rest[k] = v
-			}
-		}
-		n, err := decodeValue[nomadapi.Node](rest, "Node")
+		n, err := decodeValue[nomadapi.Node](without(raw, "NodeResources"), "Node")
 		if err != nil {
 			return nodeEntry{}, err
 		}
@@ -114,9 +108,9 @@ func (c *cache) decodeNode(ev *nomadapi.Event, raw map[string]any, res uint64) (
 		full.NodeResources = old.full.NodeResources
 		return nodeEntry{stub: nodeStub(full), full: full, dev: old.dev, resources: res}, nil
 	}
-	n, err := decodePayload[nomadapi.Node](ev, "Node")
-	if err != nil || n == nil {
-		return nodeEntry{}, orMissing(err)
+	n, err := decodeNodeTree(raw)
+	if err != nil {
+		return nodeEntry{}, err
 	}
 	e := newNodeEntry(n)
 	e.resources = res

@@ -95,13 +95,22 @@ func TestDecodePayload(t *testing.T) {
 }
 
 // BenchmarkDecodeNodeEvent is one node event of the scale layout, decoded
-// as the cache does (decodePayload) and as the API client does
-// (Event.Node).
+// through encoding/json (decodePayload), with the device groups read from
+// the tree (decodeNodeTree: a node's first event after a listing), by the
+// cache for a metadata change, and as the API client does (Event.Node).
 func BenchmarkDecodeNodeEvent(b *testing.B) {
 	ev := eventOf(b, "Node", scaleNode(b))
 	b.Run("encoding-json", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := decodePayload[nomadapi.Node](ev, "Node"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("tree", func(b *testing.B) {
+		raw := ev.Payload["Node"].(map[string]any)
+		for b.Loop() {
+			if _, err := decodeNodeTree(raw); err != nil {
 				b.Fatal(err)
 			}
 		}
