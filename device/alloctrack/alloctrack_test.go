@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gpushare/nomad-gpushare/device/aclview"
 	"github.com/hashicorp/nomad/api"
@@ -280,6 +281,67 @@ func TestReadRefusesStaleAnswers(t *testing.T) {
 	}
 	if consistentReads != 4 {
 		t.Errorf("%d consistent reads, want 4", consistentReads)
+	}
+}
+
+// TestWatchTakesItsFirstAnswerFromTheLeader: a Nomad server restarting
+// with the plugin answers stale reads from a state it has not restored
+// yet (an empty allocation list at index 1 was seen in the soak). The
+// watches' first answers come from the leader, whose list holds the
+// allocation, and the watches come live on it (a first attempt left them
+// dead, and the plugin read the node itself every poll) once the
+// restarted server caught up.
+func TestWatchTakesItsFirstAnswerFromTheLeader(t *testing.T) {
+	leaderAllocs := []*api.Allocation{alloc("held", "running", devs("gpu", "GPU-1"))}
+	var mu sync.Mutex
+	restoring := map[string]bool{"/v1/node/n1": true, "/v1/node/n1/allocations": true}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		_, stale := r.URL.Query()["stale"]
+		idx, allocs := uint64(20), leaderAllocs
+		if stale && restoring[r.URL.Path] {
+			idx, allocs = 1, nil // restoring: nothing yet; caught up at the next request
+			restoring[r.URL.Path] = false
+		}
+		w.Header().Set("X-Nomad-Index", strconv.FormatUint(idx, 10))
+		switch r.URL.Path {
+		case "/v1/node/n1":
+			json.NewEncoder(w).Encode(&api.Node{ID: "n1", ModifyIndex: idx})
+		case "/v1/node/n1/allocations":
+			json.NewEncoder(w).Encode(allocs)
+		case "/v1/acl/token/self":
+			json.NewEncoder(w).Encode(&api.ACLToken{AccessorID: "acls-disabled"})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	tr, err := New(Config{Address: srv.URL, NodeID: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i, watch := range []func(context.Context, string, bool, WatchOptions) error{tr.watchAllocs, tr.watchNode, tr.watchNode} {
+		if err := watch(ctx, "n1", true, WatchOptions{Wait: time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		tr.mu.Lock()
+		held := len(tr.view.allocs)
+		tr.mu.Unlock()
+		if held != 1 {
+			t.Fatalf("after watch answer %d the view holds %d allocations, want the leader's 1: a restoring server's empty list was taken", i+1, held)
+		}
+	}
+	snap, err := tr.Read(ctx, ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.GPUs["GPU-1"] == nil {
+		t.Fatalf("GPU-1 held by a running allocation reads idle: the watch took the restoring server's empty list (%s)", snap)
+	}
+	if !snap.Watched {
+		t.Error("the watches did not come live on the leader's answers: every poll reads the node itself")
 	}
 }
 
