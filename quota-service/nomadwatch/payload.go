@@ -72,7 +72,7 @@ func (c *cache) decodeNodeEvent(ev *nomadapi.Event) (nodeEntry, error) {
 // decoded in full, which says what is wrong).
 func (e nodeEntry) withMeta(raw map[string]any) (nodeEntry, bool) {
 	index, ok := raw["ModifyIndex"].(float64)
-	if !ok || index < 0 || index != math.Trunc(index) {
+	if !ok || index < 0 || index >= 1<<63 || index != math.Trunc(index) {
 		return nodeEntry{}, false
 	}
 	var meta map[string]string
