@@ -214,28 +214,22 @@ func TestNodeIDKeepsTheAgentError(t *testing.T) {
 	}
 }
 
-// TestReadRefusesStaleAnswers: a server that lags behind what was already
-// read is not believed; the node is read again from the leader, whose
-// answer stands even when its index went down (an allocation collected).
-func TestReadRefusesStaleAnswers(t *testing.T) {
+// serversOfN1 is a fake Nomad API for node n1, ACLs off: answer gives
+// the index of a request (stale: a follower may answer) to the node or
+// its allocation list (path), and the list. It returns a Tracker of n1
+// on it.
+func serversOfN1(t *testing.T, answer func(stale bool, path string) (uint64, []*api.Allocation)) *Tracker {
+	t.Helper()
 	var mu sync.Mutex
-	leader, follower := uint64(10), uint64(10) // allocation list indexes
-	leaderAllocs := []*api.Allocation{alloc("new", "running", devs("gpu", "GPU-1"))}
-	var consistentReads int
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		defer mu.Unlock()
 		_, stale := r.URL.Query()["stale"]
-		idx, allocs := leader, leaderAllocs
-		if stale {
-			idx, allocs = follower, nil // the follower has not seen "new"
-		} else if r.URL.Path == "/v1/node/n1/allocations" {
-			consistentReads++
-		}
+		idx, allocs := answer(stale, r.URL.Path)
+		mu.Unlock()
 		w.Header().Set("X-Nomad-Index", strconv.FormatUint(idx, 10))
 		switch r.URL.Path {
 		case "/v1/node/n1":
-			json.NewEncoder(w).Encode(&api.Node{ID: "n1"})
+			json.NewEncoder(w).Encode(&api.Node{ID: "n1", ModifyIndex: idx})
 		case "/v1/node/n1/allocations":
 			json.NewEncoder(w).Encode(allocs)
 		case "/v1/acl/token/self":
@@ -244,11 +238,33 @@ func TestReadRefusesStaleAnswers(t *testing.T) {
 			http.NotFound(w, r)
 		}
 	}))
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	tr, err := New(Config{Address: srv.URL, NodeID: "n1"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tr
+}
+
+// TestReadRefusesStaleAnswers: a server that lags behind what was already
+// read is not believed; the node is read again from the leader, whose
+// answer stands even when its index went down (an allocation collected).
+func TestReadRefusesStaleAnswers(t *testing.T) {
+	var mu sync.Mutex
+	leader, follower := uint64(10), uint64(10) // allocation list indexes
+	leaderAllocs := []*api.Allocation{alloc("new", "running", devs("gpu", "GPU-1"))}
+	var consistentReads int
+	tr := serversOfN1(t, func(stale bool, path string) (uint64, []*api.Allocation) {
+		mu.Lock()
+		defer mu.Unlock()
+		if stale {
+			return follower, nil // the follower has not seen "new"
+		}
+		if path == "/v1/node/n1/allocations" {
+			consistentReads++
+		}
+		return leader, leaderAllocs
+	})
 	read := func(o ReadOptions) Snapshot {
 		t.Helper()
 		snap, err := tr.Read(context.Background(), o)
@@ -293,34 +309,14 @@ func TestReadRefusesStaleAnswers(t *testing.T) {
 // restarted server caught up.
 func TestWatchTakesItsFirstAnswerFromTheLeader(t *testing.T) {
 	leaderAllocs := []*api.Allocation{alloc("held", "running", devs("gpu", "GPU-1"))}
-	var mu sync.Mutex
 	restoring := map[string]bool{"/v1/node/n1": true, "/v1/node/n1/allocations": true}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		defer mu.Unlock()
-		_, stale := r.URL.Query()["stale"]
-		idx, allocs := uint64(20), leaderAllocs
-		if stale && restoring[r.URL.Path] {
-			idx, allocs = 1, nil // restoring: nothing yet; caught up at the next request
-			restoring[r.URL.Path] = false
+	tr := serversOfN1(t, func(stale bool, path string) (uint64, []*api.Allocation) {
+		if stale && restoring[path] {
+			restoring[path] = false
+			return 1, nil // restoring: nothing yet; caught up at the next request
 		}
-		w.Header().Set("X-Nomad-Index", strconv.FormatUint(idx, 10))
-		switch r.URL.Path {
-		case "/v1/node/n1":
-			json.NewEncoder(w).Encode(&api.Node{ID: "n1", ModifyIndex: idx})
-		case "/v1/node/n1/allocations":
-			json.NewEncoder(w).Encode(allocs)
-		case "/v1/acl/token/self":
-			json.NewEncoder(w).Encode(&api.ACLToken{AccessorID: "acls-disabled"})
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	defer srv.Close()
-	tr, err := New(Config{Address: srv.URL, NodeID: "n1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+		return 20, leaderAllocs
+	})
 	ctx := context.Background()
 	for i, watch := range []func(context.Context, string, bool, WatchOptions) error{tr.watchAllocs, tr.watchNode, tr.watchNode} {
 		if err := watch(ctx, "n1", true, WatchOptions{Wait: time.Millisecond}); err != nil {

@@ -59,6 +59,12 @@ func without(m map[string]any, key string) map[string]any {
 // deviceGroupsOf reads NodeResources.Devices from its tree; false when
 // the tree holds anything encoding/json would read otherwise.
 func deviceGroupsOf(v any) ([]*nomadapi.NodeDeviceResource, bool) {
+	return listOf(v, deviceGroupOf)
+}
+
+// listOf reads a JSON array of objects, each with read (a null element is
+// a nil pointer, as encoding/json leaves it).
+func listOf[T any](v any, read func(map[string]any) (*T, bool)) ([]*T, bool) {
 	if v == nil {
 		return nil, true
 	}
@@ -66,7 +72,7 @@ func deviceGroupsOf(v any) ([]*nomadapi.NodeDeviceResource, bool) {
 	if !ok {
 		return nil, false
 	}
-	out := make([]*nomadapi.NodeDeviceResource, len(list))
+	out := make([]*T, len(list))
 	for i, e := range list {
 		if e == nil {
 			continue
@@ -75,7 +81,7 @@ func deviceGroupsOf(v any) ([]*nomadapi.NodeDeviceResource, bool) {
 		if !ok {
 			return nil, false
 		}
-		if out[i], ok = deviceGroupOf(m); !ok {
+		if out[i], ok = read(m); !ok {
 			return nil, false
 		}
 	}
@@ -94,7 +100,7 @@ func deviceGroupOf(m map[string]any) (*nomadapi.NodeDeviceResource, bool) {
 		case "Name":
 			ok = setString(&g.Name, v)
 		case "Instances":
-			g.Instances, ok = instancesOf(v)
+			g.Instances, ok = listOf(v, deviceInstanceOf)
 		case "Attributes":
 			g.Attributes, ok = attributesOf(v)
 		default:
@@ -107,45 +113,27 @@ func deviceGroupOf(m map[string]any) (*nomadapi.NodeDeviceResource, bool) {
 	return g, true
 }
 
-func instancesOf(v any) ([]*nomadapi.NodeDevice, bool) {
-	if v == nil {
-		return nil, true
-	}
-	list, ok := v.([]any)
-	if !ok {
-		return nil, false
-	}
-	out := make([]*nomadapi.NodeDevice, len(list))
-	for i, e := range list {
-		if e == nil {
-			continue
+func deviceInstanceOf(m map[string]any) (*nomadapi.NodeDevice, bool) {
+	d := &nomadapi.NodeDevice{}
+	for k, v := range m {
+		ok := true
+		switch k {
+		case "ID":
+			ok = setString(&d.ID, v)
+		case "Healthy":
+			ok = setBool(&d.Healthy, v)
+		case "HealthDescription":
+			ok = setString(&d.HealthDescription, v)
+		case "Locality":
+			d.Locality, ok = localityOf(v)
+		default:
+			ok = false
 		}
-		m, ok := e.(map[string]any)
 		if !ok {
 			return nil, false
 		}
-		d := &nomadapi.NodeDevice{}
-		for k, v := range m {
-			ok := true
-			switch k {
-			case "ID":
-				ok = setString(&d.ID, v)
-			case "Healthy":
-				ok = setBool(&d.Healthy, v)
-			case "HealthDescription":
-				ok = setString(&d.HealthDescription, v)
-			case "Locality":
-				d.Locality, ok = localityOf(v)
-			default:
-				ok = false
-			}
-			if !ok {
-				return nil, false
-			}
-		}
-		out[i] = d
 	}
-	return out, true
+	return d, true
 }
 
 func localityOf(v any) (*nomadapi.NodeDeviceLocality, bool) {
