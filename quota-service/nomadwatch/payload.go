@@ -55,13 +55,16 @@ func (c *cache) decodeNodeEvent(ev *nomadapi.Event) (nodeEntry, error) {
 		return nodeEntry{}, orMissing(nil)
 	}
 	res, rest := nodeResources(raw["NodeResources"]), nodeRest(raw)
-	old, ok := c.nodes[ev.Key]
-	if ok && old.resources != 0 && old.resources == res && old.rest == rest {
-		if e, ok := old.withMeta(raw); ok {
+	var same *nodeEntry // the cached entry, when its resources digest as res
+	if old, ok := c.nodes[ev.Key]; ok && old.resources != 0 && old.resources == res {
+		same = &old
+	}
+	if same != nil && same.rest == rest {
+		if e, ok := same.withMeta(raw); ok {
 			return e, nil
 		}
 	}
-	e, err := c.decodeNode(ev, raw, res)
+	e, err := decodeNode(same, raw, res)
 	e.rest = rest
 	return e, err
 }
@@ -96,17 +99,18 @@ func (e nodeEntry) withMeta(raw map[string]any) (nodeEntry, bool) {
 	return e, true
 }
 
-// decodeNode decodes a node payload (raw, ev's) whose NodeResources
-// digest to res, keeping the cached devices when they digest the same.
-func (c *cache) decodeNode(ev *nomadapi.Event, raw map[string]any, res uint64) (nodeEntry, error) {
-	if old, ok := c.nodes[ev.Key]; ok && old.resources != 0 && old.resources == res {
+// decodeNode decodes a node payload raw whose NodeResources digest to
+// res, keeping the devices of same, the cached entry whose resources
+// digest the same (nil: none).
+func decodeNode(same *nodeEntry, raw map[string]any, res uint64) (nodeEntry, error) {
+	if same != nil {
 		n, err := decodeValue[nomadapi.Node](without(raw, "NodeResources"), "Node")
 		if err != nil {
 			return nodeEntry{}, err
 		}
 		full, _ := compactNode(n)
-		full.NodeResources = old.full.NodeResources
-		return nodeEntry{stub: nodeStub(full), full: full, dev: old.dev, resources: res}, nil
+		full.NodeResources = same.full.NodeResources
+		return nodeEntry{stub: nodeStub(full), full: full, dev: same.dev, resources: res}, nil
 	}
 	n, err := decodeNodeTree(raw)
 	if err != nil {

@@ -36,7 +36,6 @@ func (b *Builder) disconnected() {
 func (b *Builder) applyBatch(evs *nomadapi.Events) (news bool, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	defer func() { news = b.cache.takeNews() || err != nil }()
 	if evs.Index < b.applied {
 		b.synced = false
 		return false, fmt.Errorf("event index went backwards from %d to %d", b.applied, evs.Index)
@@ -48,7 +47,7 @@ func (b *Builder) applyBatch(evs *nomadapi.Events) (news bool, err error) {
 			return false, err
 		}
 	}
-	return false, nil
+	return b.cache.takeNews(), nil
 }
 
 // refresh brings the cache up to Nomad as of now: a full listing without
