@@ -2,6 +2,7 @@ package actuator
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
@@ -30,8 +31,9 @@ func (a *Actuator) Vet(ctx context.Context, v *nomadwatch.View) {
 		a.vetted = map[string]vetted{}
 	}
 	why := map[string]string{}
-	for i := range v.Snapshot.Allocations {
-		al := &v.Snapshot.Allocations[i]
+	allocs, cloned := v.Snapshot.Allocations, false
+	for i := range allocs {
+		al := &allocs[i]
 		if al.System {
 			continue
 		}
@@ -42,6 +44,16 @@ func (a *Actuator) Vet(ctx context.Context, v *nomadwatch.View) {
 			if w != "" {
 				v.Warnings = append(v.Warnings, "job "+al.Job+" is not suspended: "+w)
 			}
+		}
+		if al.NeverVictim == w {
+			continue
+		}
+		if !cloned {
+			// The View may share its list with the Builder and other
+			// Views (cluster.Snapshot): the verdicts go on a copy.
+			allocs, cloned = slices.Clone(allocs), true
+			v.Snapshot.Allocations = allocs
+			al = &allocs[i]
 		}
 		al.NeverVictim = w
 	}

@@ -20,7 +20,9 @@ import (
 
 // TestVetKeepsUnreturnableJobsOffTheVictimList: a running GPU job whose
 // record would not fit in a Consul value, or that the service's token
-// could not register again, is never a victim, and the view says why.
+// could not register again, is never a victim, and the view says why; the
+// verdicts go on a copy of the View's allocations, which the Builder may
+// share with other Views.
 func TestVetKeepsUnreturnableJobsOffTheVictimList(t *testing.T) {
 	consul, err := consulapi.NewClient(consulapi.DefaultConfig())
 	if err != nil {
@@ -44,7 +46,13 @@ func TestVetKeepsUnreturnableJobsOffTheVictimList(t *testing.T) {
 	for _, key := range []string{"team-a/big", "team-a/fits", "team-b/elsewhere"} {
 		v.Snapshot.Allocations = append(v.Snapshot.Allocations, cluster.Allocation{ID: key, Job: key, Preemptible: true})
 	}
+	shared := v.Snapshot.Allocations // as the Builder shares it with the next View
 	a.Vet(context.Background(), v)
+	for _, al := range shared {
+		if al.NeverVictim != "" {
+			t.Errorf("%s: the verdict was written into the View's shared list of allocations, not into a copy", al.Job)
+		}
+	}
 	want := map[string]string{"team-a/big": "would exceed", "team-a/fits": "", "team-b/elsewhere": "may not submit jobs in namespace team-b"}
 	for _, al := range v.Snapshot.Allocations {
 		never := want[al.Job] != ""

@@ -113,7 +113,9 @@ func (a *assembler) dropLeaving() {
 		}
 	}
 	if leaving != nil {
-		a.snap.Allocations = slices.DeleteFunc(a.snap.Allocations, func(al cluster.Allocation) bool { return leaving[al.ID] })
+		// The list may be the Builder's, shared with other Views: a
+		// new one leaves it as it was.
+		a.snap.Allocations = slices.DeleteFunc(slices.Clone(a.snap.Allocations), func(al cluster.Allocation) bool { return leaving[al.ID] })
 	}
 }
 

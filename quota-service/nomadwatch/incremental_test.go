@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/vocab"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -315,7 +316,8 @@ func checkIncremental(t testing.TB, seed uint64, steps int) (quietSilent int) {
 	c := newCache()
 	var memo *segmentMemo
 	var log []string
-	var before *View
+	var before, lastInc *View
+	var lastSnap cluster.Snapshot
 	for i := 0; i < steps; i++ {
 		var what string
 		what, memo = w.step(c, memo)
@@ -326,6 +328,11 @@ func checkIncremental(t testing.TB, seed uint64, steps int) (quietSilent int) {
 			t.Fatalf("seed %d, step %d (%v): the incremental View differs from the rebuild:\nincremental %s\nrebuild     %s",
 				seed, i, log[max(0, len(log)-8):], describe(inc), describe(full))
 		}
+		if lastInc != nil && !reflect.DeepEqual(*lastInc.Snapshot, lastSnap) {
+			t.Fatalf("seed %d, step %d (%v): assembling a View changed the last View's snapshot, which shares its lists:\nnow %+v\nwas %+v",
+				seed, i, log[max(0, len(log)-8):], *lastInc.Snapshot, lastSnap)
+		}
+		lastInc, lastSnap = inc, deepCopy(inc.Snapshot)
 		if w.applied && !w.news && before != nil && !reflect.DeepEqual(full, before) {
 			t.Fatalf("seed %d, step %d (%v): an event that was no news changed the View:\nbefore %s\nafter  %s",
 				seed, i, log[max(0, len(log)-8):], describe(before), describe(full))
@@ -333,6 +340,22 @@ func checkIncremental(t testing.TB, seed uint64, steps int) (quietSilent int) {
 		before = full
 	}
 	return w.quietSilent
+}
+
+// deepCopy is a copy of s that shares no memory with it.
+func deepCopy(s *cluster.Snapshot) cluster.Snapshot {
+	c := cluster.Snapshot{Nodes: slices.Clone(s.Nodes), Allocations: slices.Clone(s.Allocations), Pending: slices.Clone(s.Pending),
+		Projects: slices.Clone(s.Projects), Departments: slices.Clone(s.Departments)}
+	for i := range c.Nodes {
+		c.Nodes[i].GPUs = slices.Clone(c.Nodes[i].GPUs)
+	}
+	for i := range c.Allocations {
+		c.Allocations[i].GPUs, c.Allocations[i].Ask.Models = slices.Clone(c.Allocations[i].GPUs), slices.Clone(c.Allocations[i].Ask.Models)
+	}
+	for i := range c.Pending {
+		c.Pending[i].Nodes, c.Pending[i].Ask.Models = slices.Clone(c.Pending[i].Nodes), slices.Clone(c.Pending[i].Ask.Models)
+	}
+	return c
 }
 
 // describe is a View's snapshot and jobs for a failure's log.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/internal/feasible"
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
@@ -35,6 +36,12 @@ type segmentMemo struct {
 	admissions map[string]*keptAdmission
 	moved      [][2]feasible.Node
 	reordered  bool
+	// allocs are the segments' allocations in segment order, as the
+	// last View's snapshot took them, while allocsKept: no segment's
+	// allocations changed since (a segment derived again with equal
+	// ones keeps the old list). Views share the list: read only.
+	allocs     []cluster.Allocation
+	allocsKept bool
 }
 
 // jobEntry is one job's reading by addJobs, and what it was read from.
@@ -238,9 +245,11 @@ func (m *segmentMemo) replace(id string, d *nodeData, jobs map[string]*JobInfo, 
 		}
 	}
 	if d == nil || d.empty() {
+		m.keepAllocs(old, nil)
 		return old, nil
 	}
 	s := deriveSegment(d, jobs, specs, now)
+	m.keepAllocs(old, s)
 	m.segs[id] = s
 	i, _ := slices.BinarySearch(m.ids, id)
 	m.ids = slices.Insert(m.ids, i, id)
@@ -252,4 +261,45 @@ func (m *segmentMemo) replace(id string, d *nodeData, jobs map[string]*JobInfo, 
 		m.users[k][id] = true
 	}
 	return old, s
+}
+
+// keepAllocs notes what replacing segment old with now (either nil) does
+// to the snapshot's allocations: now takes old's list when the two hold
+// the same allocations, so that the View's list stays kept.
+func (m *segmentMemo) keepAllocs(old, now *nodeSegment) {
+	var before, after []cluster.Allocation
+	if old != nil {
+		before = old.allocs
+	}
+	if now != nil {
+		after = now.allocs
+	}
+	switch {
+	case len(before) == 0 && len(after) == 0:
+	case cluster.EqualAllocations(before, after):
+		now.allocs = before
+	default:
+		m.allocsKept = false
+	}
+}
+
+// viewAllocs is the snapshot's allocations of segments segs (in View
+// order): the kept list while no segment's allocations changed, else a
+// new one, kept for the next View.
+func (m *segmentMemo) viewAllocs(segs []*nodeSegment) []cluster.Allocation {
+	if m != nil && m.allocsKept {
+		return m.allocs
+	}
+	var n int
+	for _, s := range segs {
+		n += len(s.allocs)
+	}
+	allocs := make([]cluster.Allocation, 0, n)
+	for _, s := range segs {
+		allocs = append(allocs, s.allocs...)
+	}
+	if m != nil {
+		m.allocs, m.allocsKept = allocs, true
+	}
+	return allocs
 }

@@ -328,16 +328,13 @@ func deriveAll(data []*nodeData, jobs map[string]*JobInfo, specs map[string]*nom
 func (a *assembler) addSegments(set segmentSet, jobWarnings []string) {
 	a.shareUnit = a.shareUnitOfSegments(set.segs)
 	a.factsSet = true
-	var nAllocs int
 	for _, s := range set.segs {
 		a.v.Warnings = append(a.v.Warnings, s.nodeWarnings...)
-		nAllocs += len(s.allocs)
 	}
 	a.v.Warnings = append(a.v.Warnings, jobWarnings...)
-	a.snap.Allocations = make([]cluster.Allocation, 0, nAllocs)
+	a.snap.Allocations = a.in.memo.viewAllocs(set.segs)
 	for _, s := range set.segs {
 		a.v.Warnings = append(a.v.Warnings, s.allocWarnings...)
-		a.snap.Allocations = append(a.snap.Allocations, s.allocs...)
 		for id, v := range s.versions {
 			a.noteVersion(id, v)
 		}
@@ -361,7 +358,6 @@ func (a *assembler) addSegments(set segmentSet, jobWarnings []string) {
 // addSegmentNode adds segment s's node to the snapshot and its facts.
 func (a *assembler) addSegmentNode(s *nodeSegment) {
 	n := s.node
-	n.GPUs = slices.Clone(n.GPUs)
 	ng := &nodeGPUs{id: s.data.id, snap: len(a.snap.Nodes)}
 	a.nodes[ng.id] = ng
 	a.nodeOrder = append(a.nodeOrder, ng)

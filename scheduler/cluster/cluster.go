@@ -351,7 +351,10 @@ func (p Project) Cap() Shares {
 	return Unbounded
 }
 
-// Snapshot is the state one scheduling cycle decides on.
+// Snapshot is the state one scheduling cycle decides on. The planner
+// only reads it; whoever built a snapshot may share its lists with the
+// next one (the quota service's View does), so code that changes a
+// snapshot it did not build clones the list first.
 type Snapshot struct {
 	Nodes       []Node
 	Allocations []Allocation

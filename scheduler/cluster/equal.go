@@ -8,10 +8,25 @@ import "slices"
 // snapshot and policy (package plan), so a plan of one is a plan of the
 // other.
 func (s *Snapshot) Equal(o *Snapshot) bool {
-	return slices.EqualFunc(s.Nodes, o.Nodes, equalNodes) &&
-		slices.EqualFunc(s.Allocations, o.Allocations, equalAllocations) &&
-		slices.EqualFunc(s.Pending, o.Pending, equalPending) &&
+	return equalLists(s.Nodes, o.Nodes, equalNodes) &&
+		EqualAllocations(s.Allocations, o.Allocations) &&
+		equalLists(s.Pending, o.Pending, equalPending) &&
 		slices.Equal(s.Projects, o.Projects) && slices.Equal(s.Departments, o.Departments)
+}
+
+// EqualAllocations reports whether two lists hold the same allocations,
+// field by field and in the same order.
+func EqualAllocations(a, b []Allocation) bool { return equalLists(a, b, equalAllocations) }
+
+// equalLists compares two lists element by element; two views of one
+// backing array are equal without a look at their elements (a snapshot's
+// lists are read only once built, so one View may share them with the
+// next: nomadwatch).
+func equalLists[T any](a, b []T, eq func(T, T) bool) bool {
+	if len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0]) {
+		return true
+	}
+	return slices.EqualFunc(a, b, eq)
 }
 
 func equalNodes(a, b Node) bool {
