@@ -194,6 +194,8 @@ type Inputs struct {
 	// Allocations and AllocResources are then not read.
 	memo    *segmentMemo
 	changed []*nodeData
+	// jobs are Jobs with their Keys (listed).
+	jobs jobList
 }
 
 // Assemble turns listings into a View. It never fails: records it cannot
@@ -204,7 +206,7 @@ func Assemble(in Inputs) *View {
 	jobWarnings := a.v.Warnings
 	a.v.Warnings = nil
 	set := a.segments()
-	a.slots = set.totals.slots
+	a.slots, a.slotsMoved = set.totals.slots, set.totals.slotsMoved
 	a.addSegments(set, jobWarnings)
 	a.dropLeaving()
 	a.classifyRecords()
@@ -242,6 +244,9 @@ type assembler struct {
 	// slots are the allocations of every job by task group, as the
 	// segments count them (countSlots).
 	slots map[string]map[string]*slotCounts
+	// slotsMoved says when each job's slots last moved
+	// (segmentTotals.slotsMoved).
+	slotsMoved map[string]uint64
 	// elasticVersions are the job versions of the elastic groups' live
 	// allocations, by allocation ID (dropLeaving).
 	elasticVersions map[string]uint64
@@ -342,8 +347,9 @@ func (a *assembler) addJobs() {
 	if m != nil {
 		m.noteSettings(a.in.Settings)
 	}
-	for _, j := range a.in.Jobs {
-		key := Key(j.Namespace, j.ID)
+	jobs := a.in.listed()
+	for i, j := range jobs.stubs {
+		key := jobs.keys[i]
 		spec := a.in.Specs[key]
 		var info *JobInfo
 		var warnings []string

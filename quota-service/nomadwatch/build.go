@@ -132,23 +132,24 @@ func (b *Builder) Build(ctx context.Context, settings quota.Set, recs state.Reco
 		}
 	}()
 	recorded := recordedKeys(recs)
-	specs, err := b.readSpecs(ctx, in.Jobs, recorded, taggedRecords(recs))
+	jobs := in.listed()
+	specs, err := b.readSpecs(ctx, jobs, recorded, taggedRecords(recs))
 	if err != nil {
 		return nil, err
 	}
-	unlisted, err := b.readUnlisted(ctx, in.Jobs, recorded, specs)
+	unlisted, err := b.readUnlisted(ctx, jobs, recorded, specs)
 	if err != nil {
 		return nil, err
 	}
-	tagged, err := b.readTagged(ctx, in.Jobs, recs.Verified)
+	tagged, err := b.readTagged(ctx, jobs, recs.Verified)
 	if err != nil {
 		return nil, err
 	}
-	scaledAt, err := b.readScaledAt(ctx, in.Jobs, specs, recs.Verified)
+	scaledAt, err := b.readScaledAt(ctx, jobs, specs, recs.Verified)
 	if err != nil {
 		return nil, err
 	}
-	b.prune(in.Jobs)
+	b.prune(jobs)
 	in.Specs, in.Unlisted, in.Tagged, in.Settings, in.Departments, in.Now, in.ScaledAt = specs, unlisted, tagged, settings.Projects, settings.Departments, now, scaledAt
 	in.MoveCooldown = b.opts.MoveCooldown
 	in.Suspensions, in.Unverified, in.RecordErrors, in.Keys = recs.Verified, recs.Unverified, recs.Errors, recs.Keys
@@ -196,24 +197,26 @@ func lacksTag(spec *nomadapi.Job, tag string) bool {
 // version does not move the job's modify index, so a job whose record
 // says it is tagged (tags, by Key) but whose cached or stale spec lacks
 // the tag is read again from the leader: a missing tag closes a record.
-func (b *Builder) readSpecs(ctx context.Context, jobs []*nomadapi.JobListStub, recordedKeys []string, tags map[string]string) (map[string]*nomadapi.Job, error) {
+func (b *Builder) readSpecs(ctx context.Context, jobs jobList, recordedKeys []string, tags map[string]string) (map[string]*nomadapi.Job, error) {
 	recorded := map[string]bool{}
 	for _, k := range recordedKeys {
 		recorded[k] = true
 	}
-	specs := map[string]*nomadapi.Job{}
+	specs := make(map[string]*nomadapi.Job, len(jobs.stubs))
 	var moved []*nomadapi.JobListStub
-	for _, j := range jobs {
-		key := Key(j.Namespace, j.ID)
+	b.mu.Lock()
+	for i, j := range jobs.stubs {
+		key := jobs.keys[i]
 		if (j.Stop || j.Status == "dead" || j.ParameterizedJob || j.Periodic) && !recorded[key] {
 			continue
 		}
-		if spec := b.cachedSpec(j); spec != nil && !lacksTag(spec, tags[key]) {
+		if spec := b.cachedSpec(key, j); spec != nil && !lacksTag(spec, tags[key]) {
 			specs[key] = spec
 		} else {
 			moved = append(moved, j)
 		}
 	}
+	b.mu.Unlock()
 	err := readEach(moved, specs, func(j *nomadapi.JobListStub) (string, *nomadapi.Job, error) {
 		key := Key(j.Namespace, j.ID)
 		spec, err := b.spec(ctx, j, tags[key])
@@ -228,14 +231,10 @@ func (b *Builder) readSpecs(ctx context.Context, jobs []*nomadapi.JobListStub, r
 // readUnlisted reads the job of every record the listing left out, one by
 // one: a listing under ACLs leaves out what the token may not see, so only
 // Nomad's 404 says the job is gone.
-func (b *Builder) readUnlisted(ctx context.Context, jobs []*nomadapi.JobListStub, recorded []string, specs map[string]*nomadapi.Job) (map[string]error, error) {
-	listed := map[string]bool{}
-	for _, j := range jobs {
-		listed[Key(j.Namespace, j.ID)] = true
-	}
+func (b *Builder) readUnlisted(ctx context.Context, jobs jobList, recorded []string, specs map[string]*nomadapi.Job) (map[string]error, error) {
 	unlisted := map[string]error{}
 	for _, key := range recorded {
-		if listed[key] {
+		if jobs.byKey[key] != nil {
 			continue
 		}
 		ns, id, _ := strings.Cut(key, "/")
@@ -259,7 +258,7 @@ func (b *Builder) readUnlisted(ctx context.Context, jobs []*nomadapi.JobListStub
 // Tags do not show in listings, so each stopped job is read once per
 // modify index, and once more when the record that named it closes (its
 // tag was removed); only the tagged ones' specs are kept.
-func (b *Builder) readTagged(ctx context.Context, jobs []*nomadapi.JobListStub, verified []state.Suspension) (map[string]*nomadapi.Job, error) {
+func (b *Builder) readTagged(ctx context.Context, jobs jobList, verified []state.Suspension) (map[string]*nomadapi.Job, error) {
 	named := map[string]bool{}
 	for _, r := range verified {
 		named[r.Key()] = true
@@ -268,8 +267,8 @@ func (b *Builder) readTagged(ctx context.Context, jobs []*nomadapi.JobListStub, 
 	var moved []*nomadapi.JobListStub
 	closed := map[string]bool{}
 	b.mu.Lock()
-	for _, j := range jobs {
-		key := Key(j.Namespace, j.ID)
+	for i, j := range jobs.stubs {
+		key := jobs.keys[i]
 		if !j.Stop || named[key] {
 			continue
 		}
@@ -329,11 +328,8 @@ func (b *Builder) readTagged(ctx context.Context, jobs []*nomadapi.JobListStub, 
 // decides from the spec the records are classified with (specs), which
 // may be newer than the listing (a change between the two reads), and
 // from the listing where no spec was read.
-func (b *Builder) readScaledAt(ctx context.Context, jobs []*nomadapi.JobListStub, specs map[string]*nomadapi.Job, verified []state.Suspension) (map[string][]int64, error) {
-	stubs := map[string]*nomadapi.JobListStub{}
-	for _, j := range jobs {
-		stubs[Key(j.Namespace, j.ID)] = j
-	}
+func (b *Builder) readScaledAt(ctx context.Context, jobs jobList, specs map[string]*nomadapi.Job, verified []state.Suspension) (map[string][]int64, error) {
+	stubs := jobs.byKey
 	var moved []state.Suspension
 	for _, r := range verified {
 		if (r.Phase == state.PhaseSuspended || r.Phase == state.PhaseResuming) && stoppedElsewhere(stubs[r.Key()], specs[r.Key()], r.StopJobModifyIndex) {
@@ -411,11 +407,10 @@ func StatusCode(err error) int {
 	return 0
 }
 
-// cachedSpec is the spec of job j cached at its modify index, or nil.
-func (b *Builder) cachedSpec(j *nomadapi.JobListStub) *nomadapi.Job {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	cached := b.specs[Key(j.Namespace, j.ID)]
+// cachedSpec is the spec of job j (Key key) cached at its modify index,
+// or nil. b.mu is held.
+func (b *Builder) cachedSpec(key string, j *nomadapi.JobListStub) *nomadapi.Job {
+	cached := b.specs[key]
 	if cached != nil && cached.ModifyIndex != nil && *cached.ModifyIndex == j.ModifyIndex {
 		return cached
 	}
@@ -466,20 +461,16 @@ func (b *Builder) readSpecFrom(ctx context.Context, j *nomadapi.JobListStub, may
 	return nil, fmt.Errorf("reading Nomad job %s: the leader answered a version older than index %d", key, j.ModifyIndex)
 }
 
-func (b *Builder) prune(jobs []*nomadapi.JobListStub) {
-	live := map[string]bool{}
-	for _, j := range jobs {
-		live[Key(j.Namespace, j.ID)] = true
-	}
+func (b *Builder) prune(jobs jobList) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for k := range b.specs {
-		if !live[k] {
+		if jobs.byKey[k] == nil {
 			delete(b.specs, k)
 		}
 	}
 	for k := range b.untagged {
-		if !live[k] {
+		if jobs.byKey[k] == nil {
 			delete(b.untagged, k)
 		}
 	}

@@ -3,6 +3,7 @@ package nomadwatch
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -338,13 +339,15 @@ func (c *cache) viewInputs(memo *segmentMemo) (Inputs, *segmentMemo) {
 	if all || memo == nil {
 		memo, touched = newSegmentMemo(), c.allNodeIDs()
 	}
-	in := Inputs{memo: memo, changed: make([]*nodeData, 0, len(touched)), Jobs: make([]*nomadapi.JobListStub, 0, len(c.jobs))}
+	in := Inputs{memo: memo, changed: make([]*nodeData, 0, len(touched))}
 	for id := range touched {
 		in.changed = append(in.changed, c.nodeData(id))
 	}
-	for _, j := range c.jobs {
-		in.Jobs = append(in.Jobs, j)
+	in.jobs = jobList{stubs: make([]*nomadapi.JobListStub, 0, len(c.jobs)), keys: make([]string, 0, len(c.jobs)), byKey: maps.Clone(c.jobs)}
+	for key, j := range c.jobs {
+		in.jobs.stubs, in.jobs.keys = append(in.jobs.stubs, j), append(in.jobs.keys, key)
 	}
+	in.Jobs = in.jobs.stubs
 	return in, memo
 }
 

@@ -1,7 +1,8 @@
 package nomadwatch
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
@@ -100,49 +101,80 @@ func reschedulable(tg *nomadapi.TaskGroup, tracker *nomadapi.RescheduleTracker, 
 
 // addPending adds the pending demand, in job order: what Nomad will still
 // place of every registered job that is not stopped, and every GPU group
-// of a resumable suspended job at its count.
+// of a resumable suspended job at its count. With the Builder's memo, a
+// job's demand is kept while what it is derived from stays the same
+// (keptDemand).
 func (a *assembler) addPending() {
-	jobKeys := make([]string, 0, len(a.v.Jobs))
-	for k := range a.v.Jobs {
-		jobKeys = append(jobKeys, k)
-	}
-	sort.Strings(jobKeys)
-	stubs := map[string]*nomadapi.JobListStub{}
-	for _, j := range a.in.Jobs {
-		stubs[Key(j.Namespace, j.ID)] = j
-	}
-	slots := a.slots
-	for _, key := range jobKeys {
+	stubs := a.in.listed().byKey
+	m := a.in.memo
+	for _, key := range a.jobOrder() {
 		if r := a.v.Records[key]; r != nil && r.Resumable() {
 			a.addSuspendedDemand(key, r)
 			continue
 		}
-		info, spec := a.v.Jobs[key], a.in.Specs[key]
-		if spec == nil || info.Stop || info.Status == "dead" {
+		if e := m.listedJob(key); e != nil && a.v.Records[key] == nil && a.v.Shrinks[key] == nil {
+			a.addKeptDemand(key, e)
 			continue
 		}
-		var submit int64
-		switch r := a.v.Records[key]; {
-		case r != nil && (r.Verdict == Resumed || r.Verdict == ResumeLanded):
-			// A job the service resumed keeps the place it had while
-			// suspended, so that the order that resumed it keeps its
-			// GPUs for it until Nomad places it (a resumed job is
-			// pending before Nomad evaluates it, and Nomad will place
-			// it whatever the plan says).
-			submit = r.Time.Unix()
-		case stubs[key] != nil:
-			submit = stubs[key].SubmitTime / int64(time.Second)
-		case spec.SubmitTime != nil:
-			submit = *spec.SubmitTime / int64(time.Second)
-		}
-		for _, tg := range spec.TaskGroups {
-			if tg.Name != nil {
-				a.addPendingGroup(key, tg, waiting(spec, stubs[key], tg, slots[key][*tg.Name]), submit,
-					pendingKind{gang: info.Gang, minCount: info.MinCounts[*tg.Name]})
+		a.addJobDemand(key, stubs[key])
+	}
+	m.pruneDemand()
+}
+
+// jobOrder is the View's job Keys, sorted: the last View's order while
+// the jobs are the same.
+func (a *assembler) jobOrder() []string {
+	m := a.in.memo
+	if m != nil && len(m.jobOrder) == len(a.v.Jobs) {
+		same := true
+		for key := range a.v.Jobs {
+			if !m.ordered[key] {
+				same = false
+				break
 			}
 		}
-		a.addShrunkDemand(key, spec, submit)
+		if same {
+			return m.jobOrder
+		}
 	}
+	keys := slices.Sorted(maps.Keys(a.v.Jobs))
+	if m != nil {
+		m.jobOrder, m.ordered = keys, make(map[string]bool, len(keys))
+		for _, key := range keys {
+			m.ordered[key] = true
+		}
+	}
+	return keys
+}
+
+// addJobDemand adds what Nomad will still place of job key (listed as
+// stub, nil when it is not), and the instances its shrink holds back.
+func (a *assembler) addJobDemand(key string, stub *nomadapi.JobListStub) {
+	info, spec := a.v.Jobs[key], a.in.Specs[key]
+	if spec == nil || info.Stop || info.Status == "dead" {
+		return
+	}
+	var submit int64
+	switch r := a.v.Records[key]; {
+	case r != nil && (r.Verdict == Resumed || r.Verdict == ResumeLanded):
+		// A job the service resumed keeps the place it had while
+		// suspended, so that the order that resumed it keeps its GPUs
+		// for it until Nomad places it (a resumed job is pending before
+		// Nomad evaluates it, and Nomad will place it whatever the plan
+		// says).
+		submit = r.Time.Unix()
+	case stub != nil:
+		submit = stub.SubmitTime / int64(time.Second)
+	case spec.SubmitTime != nil:
+		submit = *spec.SubmitTime / int64(time.Second)
+	}
+	for _, tg := range spec.TaskGroups {
+		if tg.Name != nil {
+			a.addPendingGroup(key, tg, waiting(spec, stub, tg, a.slots[key][*tg.Name]), submit,
+				pendingKind{gang: info.Gang, minCount: info.MinCounts[*tg.Name]})
+		}
+	}
+	a.addShrunkDemand(key, spec, submit)
 }
 
 // waiting is the number of instances of tg Nomad will still place.

@@ -68,8 +68,8 @@ func (w *eventWorld) gpus(node int) []string {
 	return []string{fmt.Sprintf("GPU-%d-0", node), fmt.Sprintf("GPU-%d-1", node), fmt.Sprintf("GPU-%d-2", node)}
 }
 
-// nodeEvent registers or updates node i: its GPUs whole or in shares,
-// its status and drain, its CPU and memory.
+// nodeEvent registers or updates node i: its GPUs whole or in shares
+// (of either shares_per_gpu), its status and drain, its CPU and memory.
 func (w *eventWorld) nodeEvent(i int) *nomadapi.Event {
 	id := fmt.Sprintf("n%d", i)
 	var devs []*nomadapi.NodeDeviceResource
@@ -77,8 +77,12 @@ func (w *eventWorld) nodeEvent(i int) *nomadapi.Event {
 		whole := &nomadapi.NodeDeviceResource{Vendor: vocab.Vendor, Type: vocab.TypeWhole, Name: "H100"}
 		for k, u := range w.gpus(i) {
 			if k == 2 && w.pick(2) == 0 {
-				g := &nomadapi.NodeDeviceResource{Vendor: vocab.Vendor, Type: vocab.TypeShare, Name: "H100-" + u}
-				for s := 0; s < vocab.DefaultSharesPerGPU; s++ {
+				// Nodes that differ in shares_per_gpu change the unit
+				// of pending share requests (pickShareUnit).
+				per := []int{vocab.DefaultSharesPerGPU, 4}[w.pick(2)]
+				g := &nomadapi.NodeDeviceResource{Vendor: vocab.Vendor, Type: vocab.TypeShare, Name: "H100-" + u,
+					Attributes: map[string]*nomadapi.Attribute{vocab.SharesAttr: {IntVal: ptr(int64(per))}}}
+				for s := 0; s < per; s++ {
 					g.Instances = append(g.Instances, &nomadapi.NodeDevice{ID: vocab.Share(u, s), Healthy: true})
 				}
 				devs = append(devs, g)
@@ -187,11 +191,16 @@ func (w *eventWorld) quietEvent() *nomadapi.Event {
 	return &nomadapi.Event{Topic: nomadapi.TopicJob, Type: "JobRegistered", Key: *j.ID, Index: w.index, Payload: wire(w.t, "Job", &j)}
 }
 
-// newSpec is a Builder reading job j's spec again: a gang or not, an
-// elastic group or not, a reschedule policy, a version.
+// newSpec is a Builder reading job j's spec again: whole GPUs or
+// shares, a gang or not, an elastic group or not, a reschedule policy, a
+// version.
 func (w *eventWorld) newSpec(ns string, j *nomadapi.Job) {
 	task := nomadapi.NewTask("t", "raw_exec")
-	task.Resources = &nomadapi.Resources{Devices: []*nomadapi.RequestedDevice{{Name: "nvidia/gpu", Count: ptr(uint64(1 + w.pick(2)))}}}
+	ask := &nomadapi.RequestedDevice{Name: "nvidia/gpu", Count: ptr(uint64(1 + w.pick(2)))}
+	if w.pick(3) == 0 {
+		ask = &nomadapi.RequestedDevice{Name: "nvidia/gpu-share", Count: ptr(uint64(1 + w.pick(30)))}
+	}
+	task.Resources = &nomadapi.Resources{Devices: []*nomadapi.RequestedDevice{ask}}
 	spec := nomadapi.NewBatchJob(*j.ID, *j.ID, "global", *j.Priority)
 	spec.Type, spec.Namespace, spec.Version, spec.ModifyIndex = j.Type, ptr(ns), ptr(uint64(w.pick(3))), j.ModifyIndex
 	tg := nomadapi.NewTaskGroup("g", 1+w.pick(4)).AddTask(task)

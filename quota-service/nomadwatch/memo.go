@@ -42,6 +42,11 @@ type segmentMemo struct {
 	// ones keeps the old list). Views share the list: read only.
 	allocs     []cluster.Allocation
 	allocsKept bool
+	// demands are addPending's, by job Key (keptDemand); jobOrder the
+	// last View's job Keys, sorted, and ordered the same as a set.
+	demands  map[string]*keptDemand
+	jobOrder []string
+	ordered  map[string]bool
 }
 
 // jobEntry is one job's reading by addJobs, and what it was read from.
@@ -56,7 +61,8 @@ type jobEntry struct {
 
 func newSegmentMemo() *segmentMemo {
 	return &segmentMemo{segs: map[string]*nodeSegment{}, prints: map[string]jobPrint{}, users: map[string]map[string]bool{},
-		totals: newSegmentTotals(), jobs: map[string]*jobEntry{}, admissions: map[string]*keptAdmission{}}
+		totals: newSegmentTotals(), jobs: map[string]*jobEntry{}, admissions: map[string]*keptAdmission{},
+		demands: map[string]*keptDemand{}}
 }
 
 // noteSettings starts a View's jobs: settings other than the last View's

@@ -64,7 +64,7 @@ func TestScaledAtWaitsForTheScaleEvent(t *testing.T) {
 			rec := state.Suspension{Namespace: "a", Job: "j", Phase: state.PhaseSuspended, StopJobModifyIndex: 20}
 			stop, jmi, mi, st := true, uint64(25), uint64(26), submit
 			spec := &nomadapi.Job{Stop: &stop, JobModifyIndex: &jmi, ModifyIndex: &mi, SubmitTime: &st}
-			got, err := b.readScaledAt(t.Context(), nil, map[string]*nomadapi.Job{"a/j": spec}, []state.Suspension{rec})
+			got, err := b.readScaledAt(t.Context(), listJobs(nil), map[string]*nomadapi.Job{"a/j": spec}, []state.Suspension{rec})
 			if err != nil {
 				t.Fatal(err)
 			}

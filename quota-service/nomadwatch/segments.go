@@ -255,10 +255,16 @@ type segmentTotals struct {
 	counts   map[string]jobCounts
 	slots    map[string]map[string]*slotCounts
 	projects map[string]int
+	// slotsMoved is, by job Key, when (a count of addSlots calls) a
+	// segment last added or took away slots of the job; absent: never
+	// since its slots were last empty.
+	slotsMoved map[string]uint64
+	moves      uint64
 }
 
 func newSegmentTotals() *segmentTotals {
-	return &segmentTotals{counts: map[string]jobCounts{}, slots: map[string]map[string]*slotCounts{}, projects: map[string]int{}}
+	return &segmentTotals{counts: map[string]jobCounts{}, slots: map[string]map[string]*slotCounts{}, projects: map[string]int{},
+		slotsMoved: map[string]uint64{}}
 }
 
 // add adds segment s (sign 1) or takes it away (sign -1).
@@ -285,6 +291,8 @@ func (t *segmentTotals) add(s *nodeSegment, sign int) {
 }
 
 func (t *segmentTotals) addSlots(key, group string, c slotCounts, sign int) {
+	t.moves++
+	t.slotsMoved[key] = t.moves
 	if t.slots[key] == nil {
 		t.slots[key] = map[string]*slotCounts{}
 	}
@@ -298,6 +306,7 @@ func (t *segmentTotals) addSlots(key, group string, c slotCounts, sign int) {
 		delete(t.slots[key], group)
 		if len(t.slots[key]) == 0 {
 			delete(t.slots, key)
+			delete(t.slotsMoved, key)
 		}
 	}
 }

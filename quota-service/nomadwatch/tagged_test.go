@@ -39,7 +39,7 @@ func TestAClosedRecordsJobIsReadAgainForItsTag(t *testing.T) {
 	stub := &nomadapi.JobListStub{ID: "j", Namespace: "a", Stop: true, ModifyIndex: 26}
 	rec := state.Suspension{Namespace: "a", Job: "j", Phase: state.PhaseSuspended}
 	b.specs["a/j"] = stoppedSpec(true) // as read while the record stood
-	got, err := b.readTagged(t.Context(), []*nomadapi.JobListStub{stub}, []state.Suspension{rec})
+	got, err := b.readTagged(t.Context(), listJobs([]*nomadapi.JobListStub{stub}), []state.Suspension{rec})
 	if err != nil || len(got) != 0 {
 		t.Fatalf("with its record: tagged %v, %v; want none (the record names it)", got, err)
 	}
@@ -47,7 +47,7 @@ func TestAClosedRecordsJobIsReadAgainForItsTag(t *testing.T) {
 	mu.Lock()
 	tagged = false // the record closed and the service removed its tag
 	mu.Unlock()
-	got, err = b.readTagged(t.Context(), []*nomadapi.JobListStub{stub}, nil)
+	got, err = b.readTagged(t.Context(), listJobs([]*nomadapi.JobListStub{stub}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,80 @@
+package nomadwatch
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
+)
+
+// keptDemand is one job's pending demand as addJobDemand derived it, and
+// what it was derived from: the job's reading by addJobs (its listing,
+// spec and settings), the allocations of its task groups (when their
+// slots last moved) and the share unit. A job with a suspension or
+// shrink record is derived every View.
+type keptDemand struct {
+	entry      *jobEntry
+	slotsMoved uint64
+	shareUnit  int
+	// What the derivation added: pending groups (before constrainPending
+	// restricts them), warnings, and the counts on the job's JobInfo.
+	pending  []cluster.Pending
+	warnings []string
+	queued   int
+	byGroup  map[string]int
+	seen     uint64
+}
+
+// listedJob is job key's reading of this View by addJobs, nil without a
+// memo or when the job was not listed.
+func (m *segmentMemo) listedJob(key string) *jobEntry {
+	if m == nil {
+		return nil
+	}
+	if e := m.jobs[key]; e != nil && e.seen == m.cycle && e.info != nil {
+		return e
+	}
+	return nil
+}
+
+// pruneDemand forgets the kept demand of jobs this View did not derive.
+func (m *segmentMemo) pruneDemand() {
+	if m == nil {
+		return
+	}
+	for key, k := range m.demands {
+		if k.seen != m.cycle {
+			delete(m.demands, key)
+		}
+	}
+}
+
+// addKeptDemand adds job key's demand (e is its reading): the kept one
+// while what it was derived from is the same, else derived again and
+// kept.
+func (a *assembler) addKeptDemand(key string, e *jobEntry) {
+	m, moved := a.in.memo, a.slotsMoved[key]
+	if k := m.demands[key]; k != nil && k.entry == e && k.shareUnit == a.shareUnit && k.slotsMoved == moved {
+		k.seen = m.cycle
+		a.replayDemand(key, k)
+		return
+	}
+	np, nw := len(a.snap.Pending), len(a.v.Warnings)
+	a.addJobDemand(key, e.stub)
+	info := a.v.Jobs[key]
+	m.demands[key] = &keptDemand{entry: e, slotsMoved: moved, shareUnit: a.shareUnit, pending: slices.Clone(a.snap.Pending[np:]),
+		warnings: slices.Clone(a.v.Warnings[nw:]), queued: info.Queued, byGroup: maps.Clone(info.Pending), seen: m.cycle}
+}
+
+// replayDemand adds kept demand k of job key as addJobDemand did.
+func (a *assembler) replayDemand(key string, k *keptDemand) {
+	a.v.Warnings = append(a.v.Warnings, k.warnings...)
+	if len(k.pending) == 0 {
+		return
+	}
+	info := a.v.Jobs[key]
+	a.addProject(info.Project)
+	a.snap.Pending = append(a.snap.Pending, k.pending...)
+	info.Queued += k.queued
+	info.Pending = maps.Clone(k.byGroup)
+}
