@@ -141,6 +141,7 @@ type Actuator struct {
 	mu       sync.Mutex
 	nudgedAt map[string]time.Time
 	vetted   map[string]vetted
+	lastVet  *vetPass
 }
 
 // New returns an actuator; instance names this service instance in records.

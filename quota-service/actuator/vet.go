@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/nomadwatch"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 )
 
 // vetted is a cached verdict of mayComeBack for one job.
@@ -22,7 +23,9 @@ type vetted struct {
 // reason; a non-preemptible job would still be a victim above its
 // project's guarantee), with a warning saying why. The plan names such
 // jobs in their project's status line. Verdicts are cached by the job's
-// modify index and the token's permissions.
+// modify index and the token's permissions, and a View whose allocations
+// are the last one's list (the Builder shares it while no allocation
+// changed) takes the last pass's result when every verdict is the same.
 func (a *Actuator) Vet(ctx context.Context, v *nomadwatch.View) {
 	_, gen, err := a.perms.current(ctx, time.Now())
 	a.mu.Lock()
@@ -30,30 +33,54 @@ func (a *Actuator) Vet(ctx context.Context, v *nomadwatch.View) {
 	if a.vetted == nil {
 		a.vetted = map[string]vetted{}
 	}
+	p := a.lastVet
+	if p == nil || !sameList(p.in, v.Snapshot.Allocations) || !a.sameVerdicts(ctx, v, p, gen, err) {
+		p = a.vetPass(ctx, v, gen, err)
+		a.lastVet = p
+	}
+	v.Snapshot.Allocations = p.out
+	for i, key := range p.jobs {
+		if p.why[i] != "" {
+			v.Warnings = append(v.Warnings, "job "+key+" is not suspended: "+p.why[i])
+		}
+	}
+}
+
+// vetPass is one pass of Vet over a View's allocations: the list it read
+// (in) and the list it leaves in the View (out: in itself when no job
+// needs a verdict, else a copy with the verdicts), and the verdict of
+// each job not run by the system scheduler, in the order the jobs first
+// appear.
+type vetPass struct {
+	in, out []cluster.Allocation
+	jobs    []string
+	why     []string
+}
+
+// vetPass judges every job of v's allocations and forgets the verdicts
+// of jobs no longer there. a.mu is held.
+func (a *Actuator) vetPass(ctx context.Context, v *nomadwatch.View, gen int, permErr error) *vetPass {
+	p := &vetPass{in: v.Snapshot.Allocations, out: v.Snapshot.Allocations}
 	why := map[string]string{}
-	allocs, cloned := v.Snapshot.Allocations, false
-	for i := range allocs {
-		al := &allocs[i]
+	for i := range p.out {
+		al := &p.out[i]
 		if al.System {
 			continue
 		}
 		w, seen := why[al.Job]
 		if !seen {
-			w = a.vetJob(ctx, v, al.Job, gen, err)
+			w = a.vetJob(ctx, v, al.Job, gen, permErr)
 			why[al.Job] = w
-			if w != "" {
-				v.Warnings = append(v.Warnings, "job "+al.Job+" is not suspended: "+w)
-			}
+			p.jobs, p.why = append(p.jobs, al.Job), append(p.why, w)
 		}
 		if al.NeverVictim == w {
 			continue
 		}
-		if !cloned {
+		if sameList(p.out, p.in) {
 			// The View may share its list with the Builder and other
 			// Views (cluster.Snapshot): the verdicts go on a copy.
-			allocs, cloned = slices.Clone(allocs), true
-			v.Snapshot.Allocations = allocs
-			al = &allocs[i]
+			p.out = slices.Clone(p.in)
+			al = &p.out[i]
 		}
 		al.NeverVictim = w
 	}
@@ -62,6 +89,24 @@ func (a *Actuator) Vet(ctx context.Context, v *nomadwatch.View) {
 			delete(a.vetted, key)
 		}
 	}
+	return p
+}
+
+// sameVerdicts says every job of pass p has the verdict it had then.
+// a.mu is held.
+func (a *Actuator) sameVerdicts(ctx context.Context, v *nomadwatch.View, p *vetPass, gen int, permErr error) bool {
+	for i, key := range p.jobs {
+		if a.vetJob(ctx, v, key, gen, permErr) != p.why[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// sameList says two lists are one: the same length over the same
+// backing array.
+func sameList(x, y []cluster.Allocation) bool {
+	return len(x) == len(y) && (len(x) == 0 || &x[0] == &y[0])
 }
 
 // vetJob is the (cached) verdict for job key; permErr, when set, is why

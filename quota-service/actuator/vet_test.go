@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +69,74 @@ func TestVetKeepsUnreturnableJobsOffTheVictimList(t *testing.T) {
 		}
 		if warned != never {
 			t.Errorf("%s: warnings %q, want one saying %q", al.Job, v.Warnings, want[al.Job])
+		}
+	}
+}
+
+// TestVetOfASharedListFollowsTheVerdicts: the next View may share the
+// last one's allocations (the Builder keeps the list while no allocation
+// changed). Vet then gives it the last pass's verdicts while every job's
+// verdict is the same, and judges again when one changed: a job whose
+// spec grew past what a record holds becomes never a victim, and one
+// the token may submit again becomes a victim again.
+func TestVetOfASharedListFollowsTheVerdicts(t *testing.T) {
+	consul, err := consulapi.NewClient(consulapi.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := state.New(consul, kvlayout.New("vet"))
+	store.MaxRecordBytes = 64 << 10
+	a := New(nil, store, hclog.NewNullLogger(), "test", Options{})
+	a.perms.acl, a.perms.gen, a.perms.read = policyACL(t, `namespace "team-a" { capabilities = ["submit-job"] }`), 1, time.Now()
+	small, elsewhere := gpuJobWith("team-a", nil), gpuJobWith("team-b", nil)
+	small.ID, elsewhere.ID = ptr("grows"), ptr("elsewhere")
+	small.ModifyIndex, elsewhere.ModifyIndex = ptr(uint64(8)), ptr(uint64(9))
+	big := gpuJobWith("team-a", nil)
+	noise := make([]byte, 200<<10)
+	rand.Read(noise)
+	big.ID, big.Meta, big.ModifyIndex = ptr("grows"), map[string]string{"blob": base64.StdEncoding.EncodeToString(noise)}, ptr(uint64(10))
+	var shared []cluster.Allocation
+	for _, key := range []string{"team-a/grows", "team-b/elsewhere", "team-a/grows"} {
+		shared = append(shared, cluster.Allocation{ID: key, Job: key, Preemptible: true})
+	}
+	steps := []struct {
+		name  string
+		specs map[string]*nomadapi.Job
+		acl   string
+		want  map[string]string
+	}{
+		{"first pass", map[string]*nomadapi.Job{"team-a/grows": small, "team-b/elsewhere": elsewhere}, "",
+			map[string]string{"team-a/grows": "", "team-b/elsewhere": "may not submit jobs in namespace team-b"}},
+		{"same verdicts", map[string]*nomadapi.Job{"team-a/grows": small, "team-b/elsewhere": elsewhere}, "",
+			map[string]string{"team-a/grows": "", "team-b/elsewhere": "may not submit jobs in namespace team-b"}},
+		{"a spec grew", map[string]*nomadapi.Job{"team-a/grows": big, "team-b/elsewhere": elsewhere}, "",
+			map[string]string{"team-a/grows": "would exceed", "team-b/elsewhere": "may not submit jobs in namespace team-b"}},
+		{"the token may submit in team-b", map[string]*nomadapi.Job{"team-a/grows": big, "team-b/elsewhere": elsewhere},
+			`namespace "*" { capabilities = ["submit-job"] }`,
+			map[string]string{"team-a/grows": "would exceed", "team-b/elsewhere": ""}},
+	}
+	for i, step := range steps {
+		if step.acl != "" {
+			a.perms.acl, a.perms.gen = policyACL(t, step.acl), a.perms.gen+1
+		}
+		v := &nomadwatch.View{Snapshot: &cluster.Snapshot{Allocations: shared}, Specs: step.specs}
+		a.Vet(context.Background(), v)
+		for _, al := range v.Snapshot.Allocations {
+			if got, want := al.NeverVictim, step.want[al.Job]; (got != "") != (want != "") || !strings.Contains(got, want) {
+				t.Errorf("step %d (%s): %s never a victim because %q, want %q", i, step.name, al.Job, got, want)
+			}
+		}
+		warned := v.Warnings
+		for job, want := range step.want {
+			found := slices.ContainsFunc(warned, func(w string) bool { return strings.Contains(w, job) && strings.Contains(w, want) })
+			if found != (want != "") {
+				t.Errorf("step %d (%s): warnings %q, want one for %s only if it has a verdict (%q)", i, step.name, warned, job, want)
+			}
+		}
+		for _, al := range shared {
+			if al.NeverVictim != "" {
+				t.Fatalf("step %d (%s): a verdict was written into the shared list", i, step.name)
+			}
 		}
 	}
 }

@@ -153,14 +153,10 @@ func (m *segmentMemo) update(changed []*nodeData, jobs map[string]*JobInfo, spec
 }
 
 // staleByJobs adds to stale the nodes whose segments read a job whose
-// print changed, and keeps the new prints.
+// print changed, and keeps the new prints: of every job listed or with a
+// spec, and of every job that had a print and has neither now.
 func (m *segmentMemo) staleByJobs(stale map[string]*nodeData, jobs map[string]*JobInfo, specs map[string]*nomadapi.Job) {
-	seen := map[string]bool{}
 	check := func(key string) {
-		if seen[key] {
-			return
-		}
-		seen[key] = true
 		p := printOf(jobs[key], specs[key])
 		if old, ok := m.prints[key]; ok && old.equal(p) {
 			return
@@ -176,10 +172,12 @@ func (m *segmentMemo) staleByJobs(stale map[string]*nodeData, jobs map[string]*J
 		check(key)
 	}
 	for key := range specs {
-		check(key)
+		if jobs[key] == nil {
+			check(key)
+		}
 	}
 	for key := range m.prints {
-		if !seen[key] {
+		if jobs[key] == nil && specs[key] == nil {
 			check(key)
 			delete(m.prints, key)
 		}

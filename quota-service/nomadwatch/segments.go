@@ -364,13 +364,11 @@ func (a *assembler) addSegments(set segmentSet, jobWarnings []string) {
 	}
 }
 
-// addSegmentNode adds segment s's node to the snapshot and its facts.
+// addSegmentNode adds segment s's node to the snapshot and its facts
+// (the assembler's node tables are the segments' own: nothing after the
+// segments reads them).
 func (a *assembler) addSegmentNode(s *nodeSegment) {
-	n := s.node
-	ng := &nodeGPUs{id: s.data.id, snap: len(a.snap.Nodes)}
-	a.nodes[ng.id] = ng
-	a.nodeOrder = append(a.nodeOrder, ng)
-	a.snap.Nodes = append(a.snap.Nodes, n)
+	a.snap.Nodes = append(a.snap.Nodes, s.node)
 	a.facts = append(a.facts, s.fact)
 	a.v.Warnings = append(a.v.Warnings, s.settleWarnings...)
 }
