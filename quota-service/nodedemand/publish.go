@@ -146,12 +146,9 @@ func (p *Publisher) Publish(ctx context.Context, want map[string]wire.Node) (Rep
 	}
 	var rep Report
 	calls := 0
-	for _, id := range slices.Sorted(maps.Keys(want)) {
+	for _, id := range p.changed(want) {
 		n := want[id]
 		n.Epoch = p.epoch
-		if have, ok := p.known[id]; ok && have.Same(n) {
-			continue
-		}
 		if calls >= p.MaxCalls {
 			rep.Deferred = append(rep.Deferred, id)
 			continue
@@ -166,10 +163,7 @@ func (p *Publisher) Publish(ctx context.Context, want map[string]wire.Node) (Rep
 		p.known[id] = n
 		rep.Written = append(rep.Written, id)
 	}
-	for _, id := range slices.Sorted(maps.Keys(p.known)) {
-		if _, ok := want[id]; ok {
-			continue
-		}
+	for _, id := range p.gone(want) {
 		if calls >= p.MaxCalls {
 			rep.Deferred = append(rep.Deferred, id)
 			continue
@@ -187,6 +181,34 @@ func (p *Publisher) Publish(ctx context.Context, want map[string]wire.Node) (Rep
 		p.log.Debug("published node demand", "written", len(rep.Written), "deleted", len(rep.Deleted), "deferred", len(rep.Deferred))
 	}
 	return rep, nil
+}
+
+// changed are the nodes whose wanted demand is not what was written,
+// sorted (the order writes are deferred in): the few a cycle changes,
+// not every node. p.mu is held.
+func (p *Publisher) changed(want map[string]wire.Node) []string {
+	var ids []string
+	for id, n := range want {
+		n.Epoch = p.epoch
+		if have, ok := p.known[id]; !ok || !have.Same(n) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// gone are the nodes written that want no longer names, sorted. p.mu is
+// held.
+func (p *Publisher) gone(want map[string]wire.Node) []string {
+	var ids []string
+	for id := range p.known {
+		if _, ok := want[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // list reads which node variables exist (an earlier leader's): each is
