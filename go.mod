@@ -10,6 +10,7 @@ replace (
 require (
 	github.com/NVIDIA/go-nvml v0.13.3-1
 	github.com/chromedp/chromedp v0.23.0
+	github.com/goccy/go-json v0.12.0
 	github.com/hashicorp/consul/api v1.33.4
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/go-plugin v1.8.0

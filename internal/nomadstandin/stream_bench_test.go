@@ -46,3 +46,22 @@ func BenchmarkStreamCycleParts(b *testing.B) {
 	measureCycles(b, builder)
 	b.ReportMetric(float64(relists.Load())/float64(b.N), "listings/op")
 }
+
+// BenchmarkFirstBuild is the quota service's first reading of Nomad (a
+// resync: every node, allocation and job listed, every job spec read) on
+// the stand-in, in process, without events. GPUSHARE_SCALE_NODES sets the
+// cluster's size as for BenchmarkStreamCycleParts. Run it with
+// -cpuprofile to see what a resync spends.
+func BenchmarkFirstBuild(b *testing.B) {
+	nodes := 1000
+	if v, err := strconv.Atoi(os.Getenv("GPUSHARE_SCALE_NODES")); err == nil && v > 0 {
+		nodes = v
+	}
+	_, client := serveStandIn(b, Config{Nodes: nodes, Allocations: 20 * nodes, Projects: max(nodes/10, 1), Pending: nodes / 5})
+	for b.Loop() {
+		builder := nomadwatch.NewBuilder(client, hclog.NewNullLogger(), nomadwatch.Options{ResyncInterval: time.Hour})
+		if _, err := builder.Build(context.Background(), quota.Set{}, state.Records{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

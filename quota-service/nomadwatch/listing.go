@@ -106,7 +106,7 @@ func (b *Builder) fullNodes(ctx context.Context, stubs []*nomadapi.NodeListStub,
 // leader when the stale answer is older.
 func (b *Builder) readNode(ctx context.Context, id string, index uint64) (*nomadapi.Node, error) {
 	for _, stale := range []bool{true, false} {
-		full, _, err := b.nomad.Nodes().Info(id, (&nomadapi.QueryOptions{AllowStale: stale}).WithContext(ctx))
+		full, err := b.getNode(ctx, id, stale)
 		if err != nil {
 			return nil, fmt.Errorf("reading Nomad node %s: %w", id, err)
 		}
