@@ -19,12 +19,11 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
-// TestVetKeepsUnreturnableJobsOffTheVictimList: a running GPU job whose
-// record would not fit in a Consul value, or that the service's token
-// could not register again, is never a victim, and the view says why; the
-// verdicts go on a copy of the View's allocations, which the Builder may
-// share with other Views.
-func TestVetKeepsUnreturnableJobsOffTheVictimList(t *testing.T) {
+// vettingActuator is an actuator whose records hold at most 64 KB and
+// whose token may submit jobs in namespace team-a only (as read from
+// Nomad).
+func vettingActuator(t *testing.T) *Actuator {
+	t.Helper()
 	consul, err := consulapi.NewClient(consulapi.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -32,14 +31,29 @@ func TestVetKeepsUnreturnableJobsOffTheVictimList(t *testing.T) {
 	store := state.New(consul, kvlayout.New("vet"))
 	store.MaxRecordBytes = 64 << 10
 	a := New(nil, store, hclog.NewNullLogger(), "test", Options{})
-	narrow := policyACL(t, `namespace "team-a" { capabilities = ["submit-job"] }`)
-	a.perms.acl, a.perms.gen, a.perms.read = narrow, 1, time.Now() // as read from Nomad
+	a.perms.acl, a.perms.gen, a.perms.read = policyACL(t, `namespace "team-a" { capabilities = ["submit-job"] }`), 1, time.Now()
+	return a
+}
 
-	big := gpuJobWith("team-a", nil)
-	noise := make([]byte, 200<<10) // incompressible, so that gzip does not make it fit
+// oversizedJob is a GPU job in team-a whose record would not fit in 64
+// KB: its meta is incompressible, so that gzip does not make it fit.
+func oversizedJob(id string, modifyIndex uint64) *nomadapi.Job {
+	job := gpuJobWith("team-a", nil)
+	noise := make([]byte, 200<<10)
 	rand.Read(noise)
-	big.ID, big.Meta = ptr("big"), map[string]string{"blob": base64.StdEncoding.EncodeToString(noise)}
-	big.ModifyIndex = ptr(uint64(7))
+	job.ID, job.Meta = ptr(id), map[string]string{"blob": base64.StdEncoding.EncodeToString(noise)}
+	job.ModifyIndex = ptr(modifyIndex)
+	return job
+}
+
+// TestVetKeepsUnreturnableJobsOffTheVictimList: a running GPU job whose
+// record would not fit in a Consul value, or that the service's token
+// could not register again, is never a victim, and the view says why; the
+// verdicts go on a copy of the View's allocations, which the Builder may
+// share with other Views.
+func TestVetKeepsUnreturnableJobsOffTheVictimList(t *testing.T) {
+	a := vettingActuator(t)
+	big := oversizedJob("big", 7)
 	fits, elsewhere := gpuJobWith("team-a", nil), gpuJobWith("team-b", nil)
 	fits.ID, elsewhere.ID = ptr("fits"), ptr("elsewhere")
 	fits.ModifyIndex, elsewhere.ModifyIndex = ptr(uint64(8)), ptr(uint64(9))
@@ -80,21 +94,11 @@ func TestVetKeepsUnreturnableJobsOffTheVictimList(t *testing.T) {
 // spec grew past what a record holds becomes never a victim, and one
 // the token may submit again becomes a victim again.
 func TestVetOfASharedListFollowsTheVerdicts(t *testing.T) {
-	consul, err := consulapi.NewClient(consulapi.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := state.New(consul, kvlayout.New("vet"))
-	store.MaxRecordBytes = 64 << 10
-	a := New(nil, store, hclog.NewNullLogger(), "test", Options{})
-	a.perms.acl, a.perms.gen, a.perms.read = policyACL(t, `namespace "team-a" { capabilities = ["submit-job"] }`), 1, time.Now()
+	a := vettingActuator(t)
 	small, elsewhere := gpuJobWith("team-a", nil), gpuJobWith("team-b", nil)
 	small.ID, elsewhere.ID = ptr("grows"), ptr("elsewhere")
 	small.ModifyIndex, elsewhere.ModifyIndex = ptr(uint64(8)), ptr(uint64(9))
-	big := gpuJobWith("team-a", nil)
-	noise := make([]byte, 200<<10)
-	rand.Read(noise)
-	big.ID, big.Meta, big.ModifyIndex = ptr("grows"), map[string]string{"blob": base64.StdEncoding.EncodeToString(noise)}, ptr(uint64(10))
+	big := oversizedJob("grows", 10)
 	var shared []cluster.Allocation
 	for _, key := range []string{"team-a/grows", "team-b/elsewhere", "team-a/grows"} {
 		shared = append(shared, cluster.Allocation{ID: key, Job: key, Preemptible: true})
