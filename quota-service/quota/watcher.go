@@ -1,9 +1,11 @@
 package quota
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -154,20 +156,22 @@ func (w *Watcher) Run(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		w.follow(ctx, w.layout.Departments(), true, func(docs map[string][]byte) { w.departmentDocs = docs })
+		w.follow(ctx, w.layout.Departments(), true, &w.departmentDocs)
 	}()
-	w.follow(ctx, w.layout.Quotas(), false, func(docs map[string][]byte) { w.projectDocs = docs })
+	w.follow(ctx, w.layout.Quotas(), false, &w.projectDocs)
 	<-done
 	return nil
 }
 
 // follow reads the documents under prefix with blocking queries until ctx
-// ends, hands each read to set (under w.mu) and applies the documents.
+// ends into *current (under w.mu) and applies them; a read that finds
+// them as they were (a blocking query that timed out, every WaitTime)
+// applies nothing: hundreds of quota documents are not parsed again.
 // Documents the service's Consul token may not read are left out by
 // Consul; a warning says so. With optional, a read refused outright (403,
 // Consul's acl.enable_key_list_policy) counts as an empty folder, so that
 // a token from before the folder existed does not stop the service.
-func (w *Watcher) follow(ctx context.Context, prefix string, optional bool, set func(map[string][]byte)) {
+func (w *Watcher) follow(ctx context.Context, prefix string, optional bool, current *map[string][]byte) {
 	wait := w.WaitTime
 	if wait == 0 {
 		wait = 30 * time.Second
@@ -190,7 +194,7 @@ func (w *Watcher) follow(ctx context.Context, prefix string, optional bool, set 
 				hidden = true
 			}
 			w.mu.Lock()
-			set(map[string][]byte{})
+			*current = map[string][]byte{}
 			w.mu.Unlock()
 			w.apply(ctx)
 			if !backoff.Sleep(ctx, retry.Next()) {
@@ -224,9 +228,15 @@ func (w *Watcher) follow(ctx context.Context, prefix string, optional bool, set 
 			docs[name] = p.Value
 		}
 		w.mu.Lock()
-		set(docs)
+		unchanged := *current != nil && maps.EqualFunc(*current, docs, bytes.Equal)
+		*current = docs
+		if unchanged && w.projectDocs != nil && w.departmentDocs != nil {
+			w.synced = time.Now()
+		}
 		w.mu.Unlock()
-		w.apply(ctx)
+		if !unchanged {
+			w.apply(ctx)
+		}
 	}
 }
 
