@@ -34,7 +34,7 @@ func (a *Actuator) Vet(ctx context.Context, v *nomadwatch.View) {
 		a.vetted = map[string]vetted{}
 	}
 	p := a.lastVet
-	if p == nil || !sameList(p.in, v.Snapshot.Allocations) || !a.sameVerdicts(ctx, v, p, gen, err) {
+	if p == nil || !cluster.SameList(p.in, v.Snapshot.Allocations) || !a.sameVerdicts(ctx, v, p, gen, err) {
 		p = a.vetPass(ctx, v, gen, err)
 		a.lastVet = p
 	}
@@ -76,7 +76,7 @@ func (a *Actuator) vetPass(ctx context.Context, v *nomadwatch.View, gen int, per
 		if al.NeverVictim == w {
 			continue
 		}
-		if sameList(p.out, p.in) {
+		if cluster.SameList(p.out, p.in) {
 			// The View may share its list with the Builder and other
 			// Views (cluster.Snapshot): the verdicts go on a copy.
 			p.out = slices.Clone(p.in)
@@ -101,12 +101,6 @@ func (a *Actuator) sameVerdicts(ctx context.Context, v *nomadwatch.View, p *vetP
 		}
 	}
 	return true
-}
-
-// sameList says two lists are one: the same length over the same
-// backing array.
-func sameList(x, y []cluster.Allocation) bool {
-	return len(x) == len(y) && (len(x) == 0 || &x[0] == &y[0])
 }
 
 // vetJob is the (cached) verdict for job key; permErr, when set, is why

@@ -1,6 +1,9 @@
 package nomadwatch
 
-import nomadapi "github.com/hashicorp/nomad/api"
+import (
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
+	nomadapi "github.com/hashicorp/nomad/api"
+)
 
 // jobList is a listing of jobs with each job's Key, made once per View:
 // a Build's passes over 11,000 jobs would otherwise join each job's
@@ -25,8 +28,7 @@ func listJobs(stubs []*nomadapi.JobListStub) jobList {
 // listed is the Inputs' jobs with their Keys: as viewInputs made them,
 // else made from Jobs (Inputs built by hand).
 func (in *Inputs) listed() jobList {
-	made := in.jobs.byKey != nil && len(in.jobs.stubs) == len(in.Jobs) && (len(in.Jobs) == 0 || &in.jobs.stubs[0] == &in.Jobs[0])
-	if !made {
+	if in.jobs.byKey == nil || !cluster.SameList(in.jobs.stubs, in.Jobs) {
 		in.jobs = listJobs(in.Jobs)
 	}
 	return in.jobs

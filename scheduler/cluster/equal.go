@@ -23,10 +23,13 @@ func EqualAllocations(a, b []Allocation) bool { return equalLists(a, b, equalAll
 // lists are read only once built, so one View may share them with the
 // next: nomadwatch).
 func equalLists[T any](a, b []T, eq func(T, T) bool) bool {
-	if len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0]) {
-		return true
-	}
-	return slices.EqualFunc(a, b, eq)
+	return SameList(a, b) || slices.EqualFunc(a, b, eq)
+}
+
+// SameList reports whether a and b are one list: the same length over
+// the same backing array (or both empty).
+func SameList[T any](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 func equalNodes(a, b Node) bool {
