@@ -33,8 +33,14 @@ type fragMeter struct {
 	byModel bool
 	memo    map[fragKey]fragValue
 	memoCap int
-	scratch []cluster.Shares
-	memAsk  int64
+	// models numbers the GPU models seen, for the memo's keys; lastModel
+	// and lastID are the last one looked up (nodes of one model tend to
+	// come together).
+	models    map[string]int32
+	lastModel string
+	lastID    int32
+	scratch   []cluster.Shares
+	memAsk    int64
 }
 
 // maxMemoGPUs bounds the node size whose states are memoized.
@@ -54,16 +60,32 @@ func (a fragValue) minus(b fragValue) fragValue {
 	return fragValue{fgd: a.fgd - b.fgd, fill: a.fill - b.fill}
 }
 
+// fragKey is a node state as the memo knows it. It holds numbers only,
+// without padding, so that the map hashes it as one block of memory.
 type fragKey struct {
 	cpu   int64
 	mem   int64
-	model string
-	n     int
+	model int32 // fragMeter.modelID
+	n     int32
 	free  [maxMemoGPUs]uint16
 }
 
 func newFragMeter(w *Workload) *fragMeter {
-	return &fragMeter{w: w, memo: map[fragKey]fragValue{}, memoCap: defaultMemoCap}
+	return &fragMeter{w: w, memo: map[fragKey]fragValue{}, memoCap: defaultMemoCap, models: map[string]int32{}, lastID: -1}
+}
+
+// modelID is the number of GPU model m in the memo's keys.
+func (f *fragMeter) modelID(m string) int32 {
+	if f.lastID >= 0 && m == f.lastModel {
+		return f.lastID
+	}
+	id, ok := f.models[m]
+	if !ok {
+		id = int32(len(f.models))
+		f.models[m] = id
+	}
+	f.lastModel, f.lastID = m, id
+	return id
 }
 
 // nodeModel is the model shared by all GPUs of n, and false when they differ.
@@ -87,7 +109,7 @@ func (f *fragMeter) frag(n *Node, cpu int64, free []cluster.Shares) fragValue {
 	if !same || len(free) > maxMemoGPUs {
 		return f.compute(n, cpu, free)
 	}
-	k := fragKey{cpu: cpu, model: model, n: len(free)}
+	k := fragKey{cpu: cpu, model: f.modelID(model), n: int32(len(free))}
 	if f.fill {
 		k.mem = n.FreeMemoryMiB - f.memAsk
 	}
@@ -96,7 +118,7 @@ func (f *fragMeter) frag(n *Node, cpu int64, free []cluster.Shares) fragValue {
 	}
 	// Sort the key's free list (insertion sort; at most 16 entries): the
 	// measure does not depend on GPU order when all GPUs share a model.
-	for i := 1; i < k.n; i++ {
+	for i := 1; i < int(k.n); i++ {
 		for j := i; j > 0 && k.free[j] < k.free[j-1]; j-- {
 			k.free[j], k.free[j-1] = k.free[j-1], k.free[j]
 		}

@@ -122,12 +122,13 @@ func (p *GPUShare) Place(c *Cluster, t Task) (Choice, bool) {
 	if p.res != nil {
 		p.res.load(c, p.before)
 	}
+	loss := p.pool.lossOf(t)
 	for i := range c.Nodes {
 		n := &c.Nodes[i]
 		if !fitsNode(n, t) {
 			continue
 		}
-		r, gpu := p.bestOnNode(n, t, p.pool.loss(n, t))
+		r, gpu := p.bestOnNode(n, t, loss.at(n))
 		if best < 0 || r.better(bestRank) {
 			best, bestRank, bestGPU = i, r, gpu
 		}

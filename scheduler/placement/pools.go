@@ -79,25 +79,64 @@ func (p *pools) excess(k poolKey, d cluster.Shares) float64 {
 	return float64(p.free[k]-d) - p.rate[k]*h
 }
 
-// loss is the capacity that placing t on node n is expected to leave unused
-// in another pool: the part of t's GPU ask that the excess of the pool of
-// n's first GPU cannot absorb, less the least that any pool t may use would
-// not absorb. It is 0 for a task without GPUs and on a workload without
-// model constraints.
-func (p *pools) loss(n *Node, t Task) float64 {
+// poolLoss is the pool loss of one task: the capacity that placing it on a
+// node is expected to leave unused in another pool, which is the part of
+// its GPU ask that the excess of the pool of the node's first GPU cannot
+// absorb, less the least that any pool the task may use would not absorb.
+// It is 0 for a task without GPUs and on a workload without model
+// constraints. What does not depend on the node is worked out once
+// (lossOf): a placement weighs one task on thousands of nodes of a few
+// pools.
+type poolLoss struct {
+	p *pools
+	// none marks a task that loses nothing anywhere (no GPUs, no demand).
+	none  bool
+	d     cluster.Shares
+	least float64
+	// over is each pool's loss; a cluster has few pools, so a node's is
+	// found by a linear search rather than hashing its model.
+	over []poolOver
+}
+
+type poolOver struct {
+	key  poolKey
+	over float64
+}
+
+// lossOf is the pool loss of t on the pools as last loaded.
+func (p *pools) lossOf(t Task) poolLoss {
 	d := t.Demand()
-	if d == 0 || p.perTask == 0 || len(n.GPUs) == 0 {
-		return 0
+	if d == 0 || p.perTask == 0 {
+		return poolLoss{none: true}
 	}
-	over := func(k poolKey) float64 { return max(0, -p.excess(k, d)) }
-	least := math.Inf(1)
+	l := poolLoss{p: p, d: d, least: math.Inf(1), over: make([]poolOver, 0, len(p.free))}
 	for k := range p.free {
+		o := p.over(k, d)
+		l.over = append(l.over, poolOver{key: k, over: o})
 		if t.MayUse(k.model, k.mode) {
-			least = min(least, over(k))
+			l.least = min(l.least, o)
 		}
 	}
-	return over(poolKey{n.GPUs[0].Model, n.GPUs[0].Mode}) - least
+	return l
 }
+
+// at is the pool loss of placing the task on n.
+func (l *poolLoss) at(n *Node) float64 {
+	if l.none || len(n.GPUs) == 0 {
+		return 0
+	}
+	k := poolKey{n.GPUs[0].Model, n.GPUs[0].Mode}
+	for i := range l.over {
+		if l.over[i].key == k {
+			return l.over[i].over - l.least
+		}
+	}
+	return l.p.over(k, l.d) - l.least
+}
+
+// over is the part of d shares landing in pool k that its excess cannot
+// absorb.
+func (p *pools) over(k poolKey, d cluster.Shares) float64 { return max(0, -p.excess(k, d)) }
 
 // demandRates is, per pool, the demand per arriving task that
 // model-constrained task types bring to it: each type's frequency times
