@@ -268,6 +268,12 @@ func (w *eventWorld) step(c *cache, builder *segmentMemo) (string, *segmentMemo)
 		ev, what = w.jobEvent([]string{"a", "b"}[w.pick(2)], w.pick(worldJobs)), "job"
 	case r < 80:
 		key := Key([]string{"a", "b"}[w.pick(2)], fmt.Sprintf("j%d", w.pick(worldJobs)))
+		if w.pick(4) == 0 {
+			// The Builder reads a spec of a job it does not list only
+			// for a record; the record gone, the spec goes.
+			delete(w.specs, key)
+			return "spec dropped", builder
+		}
 		if j := c.jobs[key]; j != nil {
 			w.newSpec(j.Namespace, &nomadapi.Job{ID: &j.ID, Type: &j.Type, Priority: &j.Priority, ModifyIndex: &j.ModifyIndex})
 		}

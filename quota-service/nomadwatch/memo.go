@@ -26,7 +26,13 @@ type segmentMemo struct {
 	// jobs are addJobs' readings of the jobs, kept while their listing,
 	// spec and the settings (settingsGen) stay the same; cycle counts
 	// the Views, so that jobs no longer listed go.
-	jobs        map[string]*jobEntry
+	jobs map[string]*jobEntry
+	// reread are the jobs whose reading this View made anew or dropped
+	// (job, pruneJobs), and specOnly the jobs the last View had a spec
+	// of but no reading: a print can change only for those
+	// (staleByJobs).
+	reread      map[string]bool
+	specOnly    []string
 	settings    []quota.Settings
 	settingsGen uint64
 	cycle       uint64
@@ -61,7 +67,7 @@ type jobEntry struct {
 
 func newSegmentMemo() *segmentMemo {
 	return &segmentMemo{segs: map[string]*nodeSegment{}, prints: map[string]jobPrint{}, users: map[string]map[string]bool{},
-		totals: newSegmentTotals(), jobs: map[string]*jobEntry{}, admissions: map[string]*keptAdmission{},
+		totals: newSegmentTotals(), jobs: map[string]*jobEntry{}, reread: map[string]bool{}, admissions: map[string]*keptAdmission{},
 		demands: map[string]*keptDemand{}}
 }
 
@@ -69,6 +75,7 @@ func newSegmentMemo() *segmentMemo {
 // make every job's reading stale.
 func (m *segmentMemo) noteSettings(settings []quota.Settings) {
 	m.cycle++
+	clear(m.reread)
 	if m.cycle == 1 || !reflect.DeepEqual(settings, m.settings) {
 		m.settings = slices.Clone(settings)
 		m.settingsGen++
@@ -83,6 +90,7 @@ func (m *segmentMemo) job(key string, j *nomadapi.JobListStub, spec *nomadapi.Jo
 		e = &jobEntry{stub: j, spec: spec, settingsGen: m.settingsGen}
 		e.info, e.warnings = read(key, j, spec)
 		m.jobs[key] = e
+		m.reread[key] = true
 	}
 	e.seen = m.cycle
 	return e.info, e.warnings
@@ -93,6 +101,7 @@ func (m *segmentMemo) pruneJobs() {
 	for key, e := range m.jobs {
 		if e.seen != m.cycle {
 			delete(m.jobs, key)
+			m.reread[key] = true
 		}
 	}
 }
@@ -154,32 +163,41 @@ func (m *segmentMemo) update(changed []*nodeData, jobs map[string]*JobInfo, spec
 
 // staleByJobs adds to stale the nodes whose segments read a job whose
 // print changed, and keeps the new prints: of every job listed or with a
-// spec, and of every job that had a print and has neither now.
+// spec, and of every job that had a print and has neither now. A job's
+// print is made of its reading and its spec, and a reading is kept while
+// its spec is the same (job): only the jobs read anew or dropped, and
+// those with a spec but no reading, now or in the last View, need
+// looking at.
 func (m *segmentMemo) staleByJobs(stale map[string]*nodeData, jobs map[string]*JobInfo, specs map[string]*nomadapi.Job) {
 	check := func(key string) {
 		p := printOf(jobs[key], specs[key])
-		if old, ok := m.prints[key]; ok && old.equal(p) {
+		if !p.listed && p.spec == nil {
+			if _, ok := m.prints[key]; !ok {
+				return
+			}
+			delete(m.prints, key)
+		} else if old, ok := m.prints[key]; ok && old.equal(p) {
 			return
+		} else {
+			m.prints[key] = p
 		}
-		m.prints[key] = p
 		for id := range m.users[key] {
 			if stale[id] == nil {
 				stale[id] = m.segs[id].data
 			}
 		}
 	}
-	for key := range jobs {
+	for key := range m.reread {
 		check(key)
 	}
+	for _, key := range m.specOnly {
+		check(key)
+	}
+	m.specOnly = m.specOnly[:0]
 	for key := range specs {
 		if jobs[key] == nil {
 			check(key)
-		}
-	}
-	for key := range m.prints {
-		if jobs[key] == nil && specs[key] == nil {
-			check(key)
-			delete(m.prints, key)
+			m.specOnly = append(m.specOnly, key)
 		}
 	}
 }

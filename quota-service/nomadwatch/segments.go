@@ -348,6 +348,8 @@ func (a *assembler) addSegments(set segmentSet, jobWarnings []string) {
 			a.noteVersion(id, v)
 		}
 	}
+	a.snap.Nodes = slices.Grow(a.snap.Nodes, len(set.segs))
+	a.facts = slices.Grow(a.facts, len(set.segs))
 	for _, gpu := range []bool{true, false} {
 		for _, s := range set.segs {
 			if s.hasNode && s.gpuNode == gpu {
