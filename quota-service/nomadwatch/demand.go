@@ -119,6 +119,9 @@ func (a *assembler) addPending() {
 		a.addJobDemand(key, stubs[key])
 	}
 	m.pruneDemand()
+	if m != nil {
+		m.pendingHint = len(a.snap.Pending)
+	}
 }
 
 // jobOrder is the View's job Keys, sorted: the last View's order while

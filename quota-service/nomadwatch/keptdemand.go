@@ -74,6 +74,9 @@ func (a *assembler) replayDemand(key string, k *keptDemand) {
 	}
 	info := a.v.Jobs[key]
 	a.addProject(info.Project)
+	if a.snap.Pending == nil {
+		a.snap.Pending = make([]cluster.Pending, 0, max(a.in.memo.pendingHint, len(k.pending)))
+	}
 	a.snap.Pending = append(a.snap.Pending, k.pending...)
 	info.Queued += k.queued
 	info.Pending = maps.Clone(k.byGroup)

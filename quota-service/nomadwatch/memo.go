@@ -53,6 +53,9 @@ type segmentMemo struct {
 	demands  map[string]*keptDemand
 	jobOrder []string
 	ordered  map[string]bool
+	// pendingHint is the number of pending groups of the last View, the
+	// room addPending makes first.
+	pendingHint int
 }
 
 // jobEntry is one job's reading by addJobs, and what it was read from.
