@@ -20,6 +20,10 @@ type ranks struct {
 	pub    *ranking.Publisher
 	writes prometheus.Counter
 	errs   prometheus.Counter
+	// deferred is the number of nodes the last publication left for a
+	// later one (Report.Deferred): after a leader's start, its first
+	// reads of every node's metadata, a few dozen per round.
+	deferred prometheus.Gauge
 	// offers holds the last acting cycle's snapshot until the loop takes
 	// it; a newer one replaces it.
 	offers chan rankInput
@@ -41,8 +45,10 @@ func newRanks(s *Service) *ranks {
 			Help: "Node metadata writes of placement ranks (gpushare.rank.<class>)."}),
 		errs: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "gpushare", Name: "rank_write_errors_total",
 			Help: "Nodes whose placement ranks could not be read or written."}),
+		deferred: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "gpushare", Name: "rank_nodes_deferred",
+			Help: "Nodes whose placement ranks the last publication left for a later one (the per-node write interval, the bound on Nomad calls per publication)."}),
 	}
-	s.reg.MustRegister(r.writes, r.errs)
+	s.reg.MustRegister(r.writes, r.errs, r.deferred)
 	return r
 }
 
@@ -113,6 +119,9 @@ func (s *Service) ranksForget() {
 func (s *Service) publishRanks(ctx context.Context, in rankInput) ranking.Report {
 	r := s.ranks
 	rep, err := r.pub.Publish(ctx, in.snap, in.specs)
+	if err == nil && !rep.Skipped {
+		r.deferred.Set(float64(len(rep.Deferred)))
+	}
 	if err == nil {
 		err = errors.Join(rep.Errors...)
 	}

@@ -5,10 +5,18 @@
 // plugin's real layout, allocations, jobs in one namespace per project,
 // pending groups and events at a steady rate. It prints one line:
 //
-//	service_scale nodes=5000 allocs=100000 resync_s=<x> event_to_decision_ms_p50=<m> event_to_decision_ms_p99=<y> reclaim_decision_ms_p50=<r> reclaim_decision_ms_p99=<q> rss_mib=<z> cpu_pct=<w>
+//	service_scale nodes=5000 allocs=100000 resync_s=<x> ranks_published_s=<s> cpu_pct_publishing=<v> event_to_decision_ms_p50=<m> event_to_decision_ms_p99=<y> reclaim_decision_ms_p50=<r> reclaim_decision_ms_p99=<q> rss_mib=<z> cpu_pct=<w>
 //
 // resync_s: from the service's start until its first successful cycle (a
-// full read of Nomad, a plan, the metrics set); event_to_decision_ms_p50 and _p99:
+// full read of Nomad, a plan, the metrics set); ranks_published_s: from
+// the first cycle until the leader's first publication of placement
+// ranks is done (gpushare_rank_nodes_deferred 0: the stand-in's nodes
+// start without ranks, and a publication writes 32 nodes every 2 s, each
+// write a node event with the whole node), and cpu_pct_publishing the
+// service's CPU over a window at its start (the cpu_pct of the figures
+// before the wait was added); the measurements below are taken after it,
+// in the steady state of a service that has led for a while;
+// event_to_decision_ms_p50 and _p99:
 // from the stand-in publishing a job registration (or deregistration) of
 // a pending group until the service's gpushare_pending_workloads counts it;
 // reclaim_decision_ms_p50 and _p99: from the stand-in publishing a job
@@ -26,6 +34,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -50,6 +59,7 @@ type options struct {
 	cfg         nomadstandin.Config
 	rate        float64
 	steady      time.Duration
+	ranksLimit  time.Duration
 	probes      int
 	reclaims    int
 	serviceBin  string
@@ -76,6 +86,7 @@ func main() {
 	flag.StringVar(&o.serviceBin, "service-bin", "", "the gpushare-quota binary (default: built from this checkout)")
 	flag.DurationVar(&o.startLimit, "start-timeout", 10*time.Minute, "how long to wait for the service's first successful cycle")
 	flag.DurationVar(&o.probeLimit, "probe-timeout", 2*time.Minute, "how long to wait for one probe's decision")
+	flag.DurationVar(&o.ranksLimit, "ranks-timeout", 15*time.Minute, "how long to wait, after the first cycle, for the first publication of placement ranks to be done")
 	flag.BoolVar(&o.keep, "keep", false, "keep the working directory (service and Consul logs)")
 	flag.StringVar(&o.logLevel, "service-log-level", "warn", "the service's -log-level (its log is service.log in the working directory)")
 	flag.IntVar(&o.memoryMiB, "memory-mib", 0, "the service's memory_mb, as the jobspec gives it (GOMEMLIMIT at 90% of it); 0: no limit")
@@ -140,6 +151,16 @@ func run(o options) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "scalebench: first successful cycle after %.1f s\n", resync.Seconds())
+	firstCycle := time.Now()
+	publishing, err := svc.cpuOver(o.steady)
+	if err != nil {
+		return err
+	}
+	if err := svc.ranksPublished(o.ranksLimit); err != nil {
+		return err
+	}
+	published := time.Since(firstCycle)
+	fmt.Fprintf(os.Stderr, "scalebench: placement ranks published %.0f s after the first cycle\n", published.Seconds())
 	profiled := make(chan error, 1)
 	if o.cpuProfile != "" {
 		go func() { profiled <- svc.profile(o.cpuProfile, "profile", o.steady) }()
@@ -174,8 +195,8 @@ func run(o options) error {
 	fmt.Fprintf(os.Stderr, "scalebench: cycles %.0f (mean %.2f s), requests to the stand-in: %v\n",
 		m["gpushare_cycle_seconds_count"], m["gpushare_cycle_seconds_sum"]/max(m["gpushare_cycle_seconds_count"], 1), standin.Requests())
 	fmt.Fprintf(os.Stderr, "scalebench: %d reclaim probes, %d victims resumed after their probe left\n", len(reclaims), resumed)
-	fmt.Printf("service_scale nodes=%d allocs=%d resync_s=%.1f event_to_decision_ms_p50=%.0f event_to_decision_ms_p99=%.0f reclaim_decision_ms_p50=%.0f reclaim_decision_ms_p99=%.0f rss_mib=%.0f cpu_pct=%.0f\n",
-		nodes, allocs, resync.Seconds(), percentile(lat, 50), percentile(lat, 99), percentile(reclaims, 50), percentile(reclaims, 99), rss, cpu)
+	fmt.Printf("service_scale nodes=%d allocs=%d resync_s=%.1f ranks_published_s=%.0f cpu_pct_publishing=%.0f event_to_decision_ms_p50=%.0f event_to_decision_ms_p99=%.0f reclaim_decision_ms_p50=%.0f reclaim_decision_ms_p99=%.0f rss_mib=%.0f cpu_pct=%.0f\n",
+		nodes, allocs, resync.Seconds(), published.Seconds(), publishing, percentile(lat, 50), percentile(lat, 99), percentile(reclaims, 50), percentile(reclaims, 99), rss, cpu)
 	return nil
 }
 
@@ -338,6 +359,33 @@ func (s *service) firstCycle(limit time.Duration) (time.Duration, error) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return 0, fmt.Errorf("no successful cycle within %s", limit)
+}
+
+// ranksPublished waits, up to limit, until the service's first
+// publication of placement ranks is done (no node deferred, twice in a
+// row: a publication runs every 2 s).
+func (s *service) ranksPublished(limit time.Duration) error {
+	start := time.Now()
+	done := 0
+	for time.Since(start) < limit {
+		m, err := s.metrics()
+		if err != nil {
+			return err
+		}
+		deferred, ok := m["gpushare_rank_nodes_deferred"]
+		if !ok {
+			return errors.New("the service reports no gpushare_rank_nodes_deferred (a binary older than the metric?)")
+		}
+		if deferred == 0 {
+			if done++; done == 2 {
+				return nil
+			}
+		} else {
+			done = 0
+		}
+		time.Sleep(time.Second)
+	}
+	return fmt.Errorf("placement ranks still deferred on some nodes after %s", limit)
 }
 
 // cpuOver returns the service's CPU use over d, in % of one core.
