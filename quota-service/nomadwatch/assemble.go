@@ -194,6 +194,10 @@ type Inputs struct {
 	// Allocations and AllocResources are then not read.
 	memo    *segmentMemo
 	changed []*nodeData
+	// changedJobs are, with a memo that is not new, the jobs whose
+	// listing came, changed or went since the memo's last View (nil with
+	// a new memo: every job is new to it).
+	changedJobs map[string]bool
 	// jobs are Jobs with their Keys (listed).
 	jobs jobList
 }

@@ -59,6 +59,9 @@ type Builder struct {
 
 	mu    sync.Mutex
 	specs map[string]*nomadapi.Job
+	// specsChanged are the jobs whose cached spec was set or dropped
+	// since readSpecs last looked (setSpec, dropSpec).
+	specsChanged map[string]bool
 	// untagged are the stopped jobs read and found without the
 	// service's tag, at their modify index (readTagged); named are the
 	// jobs a verified record named at the last readTagged.
@@ -107,7 +110,7 @@ func NewBuilder(client *nomadapi.Client, log hclog.Logger, opts Options) *Builde
 	if opts.CatchUp <= 0 {
 		opts.CatchUp = 2 * time.Second
 	}
-	return &Builder{nomad: client, log: log.Named("nomadwatch"), opts: opts, specs: map[string]*nomadapi.Job{}, untagged: map[string]uint64{}, cache: newCache(),
+	return &Builder{nomad: client, log: log.Named("nomadwatch"), opts: opts, specs: map[string]*nomadapi.Job{}, specsChanged: map[string]bool{}, untagged: map[string]uint64{}, cache: newCache(),
 		reconnect: make(chan struct{}, 1)}
 }
 
@@ -133,7 +136,7 @@ func (b *Builder) Build(ctx context.Context, settings quota.Set, recs state.Reco
 	}()
 	recorded := recordedKeys(recs)
 	jobs := in.listed()
-	specs, err := b.readSpecs(ctx, jobs, recorded, taggedRecords(recs))
+	specs, err := b.readSpecs(ctx, &in, recorded, taggedRecords(recs))
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +152,7 @@ func (b *Builder) Build(ctx context.Context, settings quota.Set, recs state.Reco
 	if err != nil {
 		return nil, err
 	}
-	b.prune(jobs)
+	b.prune(jobs, in.changedJobs)
 	in.Specs, in.Unlisted, in.Tagged, in.Settings, in.Departments, in.Now, in.ScaledAt = specs, unlisted, tagged, settings.Projects, settings.Departments, now, scaledAt
 	in.MoveCooldown = b.opts.MoveCooldown
 	in.Suspensions, in.Unverified, in.RecordErrors, in.Keys = recs.Verified, recs.Unverified, recs.Errors, recs.Keys
@@ -197,17 +200,23 @@ func lacksTag(spec *nomadapi.Job, tag string) bool {
 // version does not move the job's modify index, so a job whose record
 // says it is tagged (tags, by Key) but whose cached or stale spec lacks
 // the tag is read again from the leader: a missing tag closes a record.
-func (b *Builder) readSpecs(ctx context.Context, jobs jobList, recordedKeys []string, tags map[string]string) (map[string]*nomadapi.Job, error) {
-	recorded := map[string]bool{}
+//
+// With the memo of the last View, only the jobs whose spec may have
+// changed are looked at (specKeys); the others keep the last View's.
+// The View gets a copy, which readUnlisted adds to.
+func (b *Builder) readSpecs(ctx context.Context, in *Inputs, recordedKeys []string, tags map[string]string) (map[string]*nomadapi.Job, error) {
+	jobs := in.listed()
+	recorded := make(map[string]bool, len(recordedKeys))
 	for _, k := range recordedKeys {
 		recorded[k] = true
 	}
-	specs := make(map[string]*nomadapi.Job, len(jobs.stubs))
 	var moved []*nomadapi.JobListStub
 	b.mu.Lock()
-	for i, j := range jobs.stubs {
-		key := jobs.keys[i]
-		if (j.Stop || j.Status == "dead" || j.ParameterizedJob || j.Periodic) && !recorded[key] {
+	specs, keys := b.specKeys(in, recorded, tags)
+	for _, key := range keys {
+		delete(specs, key)
+		j := jobs.byKey[key]
+		if j == nil || ((j.Stop || j.Status == "dead" || j.ParameterizedJob || j.Periodic) && !recorded[key]) {
 			continue
 		}
 		if spec := b.cachedSpec(key, j); spec != nil && !lacksTag(spec, tags[key]) {
@@ -225,7 +234,37 @@ func (b *Builder) readSpecs(ctx context.Context, jobs jobList, recordedKeys []st
 	if err != nil {
 		return nil, err
 	}
-	return specs, nil
+	m := in.memo
+	if m == nil {
+		return specs, nil
+	}
+	m.specs, m.recorded, m.tags = specs, recorded, tags
+	return maps.Clone(specs), nil
+}
+
+// specKeys are the specs to start from and the jobs whose spec to look at
+// again: with the memo's last specs, the jobs whose listing changed, that
+// a record names or tags now or at the last View, and whose cached spec
+// changed; else an empty map and every job. b.mu is held.
+func (b *Builder) specKeys(in *Inputs, recorded map[string]bool, tags map[string]string) (map[string]*nomadapi.Job, []string) {
+	jobs, m := in.listed(), in.memo
+	if m == nil || m.specs == nil || in.changedJobs == nil {
+		clear(b.specsChanged)
+		return make(map[string]*nomadapi.Job, len(jobs.stubs)), jobs.keys
+	}
+	look := make(map[string]bool, len(in.changedJobs)+len(recorded)+len(m.recorded)+len(tags)+len(m.tags)+len(b.specsChanged))
+	for _, set := range []map[string]bool{in.changedJobs, recorded, m.recorded, b.specsChanged} {
+		for k := range set {
+			look[k] = true
+		}
+	}
+	for _, set := range []map[string]string{tags, m.tags} {
+		for k := range set {
+			look[k] = true
+		}
+	}
+	clear(b.specsChanged)
+	return m.specs, slices.Collect(maps.Keys(look))
 }
 
 // readUnlisted reads the job of every record the listing left out, one by
@@ -276,7 +315,7 @@ func (b *Builder) readTagged(ctx context.Context, jobs jobList, verified []state
 			// Its record closed since the last read, and closing
 			// removes the service's tag, which moves no modify index:
 			// what is cached of it is read again, from the leader.
-			delete(b.specs, key)
+			b.dropSpec(key)
 			delete(b.untagged, key)
 			closed[key] = true
 		}
@@ -311,7 +350,7 @@ func (b *Builder) readTagged(ctx context.Context, jobs jobList, verified []state
 			continue
 		}
 		if ownTagName(spec) && stopped(spec) {
-			b.specs[key] = spec
+			b.setSpec(key, spec)
 			tagged[key] = spec
 			delete(b.untagged, key)
 		} else if spec.ModifyIndex != nil {
@@ -431,7 +470,7 @@ func (b *Builder) spec(ctx context.Context, j *nomadapi.JobListStub, tag string)
 		return nil, err
 	}
 	b.mu.Lock()
-	b.specs[Key(j.Namespace, j.ID)] = spec
+	b.setSpec(Key(j.Namespace, j.ID), spec)
 	b.mu.Unlock()
 	return spec, nil
 }
@@ -461,19 +500,46 @@ func (b *Builder) readSpecFrom(ctx context.Context, j *nomadapi.JobListStub, may
 	return nil, fmt.Errorf("reading Nomad job %s: the leader answered a version older than index %d", key, j.ModifyIndex)
 }
 
-func (b *Builder) prune(jobs jobList) {
+// prune forgets the specs and readings of jobs no longer listed: of the
+// jobs whose listing changed (changed, from the cache), or of all when
+// changed is nil (a new memo: a listing, or a Build that failed). Specs
+// are cached only for listed jobs, and a job leaves the listing only
+// through a change the cache notes.
+func (b *Builder) prune(jobs jobList, changed map[string]bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for k := range b.specs {
-		if jobs.byKey[k] == nil {
-			delete(b.specs, k)
+	if changed == nil {
+		for k := range b.specs {
+			if jobs.byKey[k] == nil {
+				b.dropSpec(k)
+			}
 		}
+		for k := range b.untagged {
+			if jobs.byKey[k] == nil {
+				delete(b.untagged, k)
+			}
+		}
+		return
 	}
-	for k := range b.untagged {
+	for k := range changed {
 		if jobs.byKey[k] == nil {
+			if _, ok := b.specs[k]; ok {
+				b.dropSpec(k)
+			}
 			delete(b.untagged, k)
 		}
 	}
+}
+
+// setSpec caches job key's spec; b.mu is held.
+func (b *Builder) setSpec(key string, spec *nomadapi.Job) {
+	b.specs[key], b.specsChanged[key] = spec, true
+}
+
+// dropSpec forgets job key's cached spec; b.mu is held.
+func (b *Builder) dropSpec(key string) {
+	delete(b.specs, key)
+	b.specsChanged[key] = true
 }
 
 // Queue returns a function to pass to Follow that wakes the receiver of

@@ -3,7 +3,6 @@ package nomadwatch
 import (
 	"cmp"
 	"fmt"
-	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -125,6 +124,9 @@ type cache struct {
 	// (a listing adopted): the View derives them all again.
 	touched    map[string]bool
 	allTouched bool
+	// touchedJobs are the jobs whose listing came, changed or went since
+	// the last View took them (with touched).
+	touchedJobs map[string]bool
 	// news says an event applied since takeNews changed something a View
 	// reads; an event that only moved an object's modify index (a client's
 	// task-state update, an evaluation or deployment of a job whose
@@ -134,7 +136,7 @@ type cache struct {
 
 func newCache() *cache {
 	c := &cache{nodes: map[string]nodeEntry{}, allocs: map[string]allocEntry{}, jobs: map[string]*nomadapi.JobListStub{},
-		dirtySummary: map[string]bool{}, touched: map[string]bool{}, allTouched: true}
+		dirtySummary: map[string]bool{}, touched: map[string]bool{}, touchedJobs: map[string]bool{}, allTouched: true}
 	for k := range c.deleted {
 		c.deleted[k] = map[string]uint64{}
 	}
@@ -308,10 +310,10 @@ func (c *cache) takeNews() bool {
 
 // takeTouched returns the nodes touched since the last call, and whether
 // all were, and forgets them.
-func (c *cache) takeTouched() (map[string]bool, bool) {
-	touched, all := c.touched, c.allTouched
-	c.touched, c.allTouched = map[string]bool{}, false
-	return touched, all
+func (c *cache) takeTouched() (nodes, jobs map[string]bool, all bool) {
+	nodes, jobs, all = c.touched, c.touchedJobs, c.allTouched
+	c.touched, c.touchedJobs, c.allTouched = map[string]bool{}, map[string]bool{}, false
+	return nodes, jobs, all
 }
 
 // nodeData is what node id's segment is derived from, as the cache holds
@@ -335,18 +337,27 @@ func (c *cache) nodeData(id string) *nodeData {
 // every node touched (a listing adopted) or no memo, the memo is a new
 // one and every node is read: the full rebuild.
 func (c *cache) viewInputs(memo *segmentMemo) (Inputs, *segmentMemo) {
-	touched, all := c.takeTouched()
+	touched, jobs, all := c.takeTouched()
 	if all || memo == nil {
 		memo, touched = newSegmentMemo(), c.allNodeIDs()
+		memo.list = newJobList(len(c.jobs))
+		for key, j := range c.jobs {
+			memo.list.put(key, j)
+		}
+		jobs = nil
 	}
-	in := Inputs{memo: memo, changed: make([]*nodeData, 0, len(touched))}
+	in := Inputs{memo: memo, changed: make([]*nodeData, 0, len(touched)), changedJobs: jobs}
 	for id := range touched {
 		in.changed = append(in.changed, c.nodeData(id))
 	}
-	in.jobs = jobList{stubs: make([]*nomadapi.JobListStub, 0, len(c.jobs)), keys: make([]string, 0, len(c.jobs)), byKey: maps.Clone(c.jobs)}
-	for key, j := range c.jobs {
-		in.jobs.stubs, in.jobs.keys = append(in.jobs.stubs, j), append(in.jobs.keys, key)
+	for key := range jobs {
+		if j := c.jobs[key]; j != nil {
+			memo.list.put(key, j)
+		} else {
+			memo.list.drop(key)
+		}
 	}
+	in.jobs = memo.list
 	in.Jobs = in.jobs.stubs
 	return in, memo
 }
@@ -418,6 +429,7 @@ func (c *cache) putJob(s *nomadapi.JobListStub, at uint64) bool {
 		return false
 	}
 	c.jobs[key] = s
+	c.touchedJobs[key] = true
 	c.news = c.news || !had || !sameJobForView(old, s)
 	return true
 }
@@ -459,7 +471,7 @@ func (c *cache) remove(k kind, key string, index uint64) {
 			return
 		}
 		if _, ok := c.jobs[key]; ok {
-			c.news = true
+			c.news, c.touchedJobs[key] = true, true
 		}
 		delete(c.jobs, key)
 		delete(c.dirtySummary, key)

@@ -5,14 +5,49 @@ import (
 	nomadapi "github.com/hashicorp/nomad/api"
 )
 
-// jobList is a listing of jobs with each job's Key, made once per View:
-// a Build's passes over 11,000 jobs would otherwise join each job's
-// namespace and ID again in every one.
+// jobList is a listing of jobs with each job's Key: a Build's passes
+// over 11,000 jobs would otherwise join each job's namespace and ID again
+// in every one. The Builder's memo keeps one, changed job by job as the
+// cache's jobs change (put, drop), instead of making it again every
+// View.
 type jobList struct {
 	stubs []*nomadapi.JobListStub
-	// keys are the Keys of stubs, in order; byKey the stubs by Key.
+	// keys are the Keys of stubs, in order; byKey the stubs by Key, and
+	// pos their positions (kept by put and drop only).
 	keys  []string
 	byKey map[string]*nomadapi.JobListStub
+	pos   map[string]int
+}
+
+// newJobList is an empty list with room for n jobs.
+func newJobList(n int) jobList {
+	return jobList{stubs: make([]*nomadapi.JobListStub, 0, n), keys: make([]string, 0, n),
+		byKey: make(map[string]*nomadapi.JobListStub, n), pos: make(map[string]int, n)}
+}
+
+// put adds job j (Key key) or replaces its listing.
+func (l *jobList) put(key string, j *nomadapi.JobListStub) {
+	if i, ok := l.pos[key]; ok {
+		l.stubs[i], l.byKey[key] = j, j
+		return
+	}
+	l.pos[key] = len(l.stubs)
+	l.stubs, l.keys, l.byKey[key] = append(l.stubs, j), append(l.keys, key), j
+}
+
+// drop removes job key, if listed; the last job takes its place.
+func (l *jobList) drop(key string) {
+	i, ok := l.pos[key]
+	if !ok {
+		return
+	}
+	last := len(l.stubs) - 1
+	l.stubs[i], l.keys[i] = l.stubs[last], l.keys[last]
+	l.pos[l.keys[i]] = i
+	l.stubs[last], l.keys[last] = nil, ""
+	l.stubs, l.keys = l.stubs[:last], l.keys[:last]
+	delete(l.pos, key)
+	delete(l.byKey, key)
 }
 
 // listJobs keys stubs.

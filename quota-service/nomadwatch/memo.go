@@ -56,6 +56,14 @@ type segmentMemo struct {
 	// pendingHint is the number of pending groups of the last View, the
 	// room addPending makes first.
 	pendingHint int
+	// list is the cache's jobs as of this View (viewInputs keeps it).
+	list jobList
+	// specs are readSpecs' specs of the listed jobs as of the last View,
+	// and recorded and tags the records' keys and tags it read them
+	// with (a View's Specs is a copy, with the records' unlisted jobs).
+	specs    map[string]*nomadapi.Job
+	recorded map[string]bool
+	tags     map[string]string
 }
 
 // jobEntry is one job's reading by addJobs, and what it was read from.
