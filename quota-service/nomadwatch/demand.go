@@ -103,25 +103,62 @@ func reschedulable(tg *nomadapi.TaskGroup, tracker *nomadapi.RescheduleTracker, 
 // place of every registered job that is not stopped, and every GPU group
 // of a resumable suspended job at its count. With the Builder's memo, a
 // job's demand is kept while what it is derived from stays the same
-// (keptDemand).
+// (keptDemand), and only the jobs whose demand may differ from nothing
+// are visited (demandKeys).
 func (a *assembler) addPending() {
 	stubs := a.in.listed().byKey
 	m := a.in.memo
-	for _, key := range a.jobOrder() {
-		if r := a.v.Records[key]; r != nil && r.Resumable() {
+	keys, all := a.demandKeys()
+	for _, key := range keys {
+		switch r := a.v.Records[key]; {
+		case a.v.Jobs[key] == nil:
+			m.forgetDemand(key) // the job left the View
+		case r != nil && r.Resumable():
+			m.forgetDemand(key)
 			a.addSuspendedDemand(key, r)
-			continue
+		case r == nil && a.v.Shrinks[key] == nil && m.listedJob(key) != nil:
+			a.addKeptDemand(key, m.listedJob(key))
+		default:
+			m.forgetDemand(key)
+			a.addJobDemand(key, stubs[key])
 		}
-		if e := m.listedJob(key); e != nil && a.v.Records[key] == nil && a.v.Shrinks[key] == nil {
-			a.addKeptDemand(key, e)
-			continue
-		}
-		a.addJobDemand(key, stubs[key])
 	}
-	m.pruneDemand()
+	if all {
+		m.pruneDemand()
+	}
 	if m != nil {
 		m.pendingHint = len(a.snap.Pending)
+		m.noteDemandInputs(a.shareUnit, a.v)
 	}
+}
+
+// demandKeys are the jobs whose demand to add, sorted, and whether they
+// are all of the View's jobs. With a memo that kept every job's demand
+// at the last View, at the same share unit, they are only the jobs
+// whose demand added something then (keptDemand.adds) and those whose
+// demand may have changed since: read anew or dropped (segmentMemo.reread),
+// their slots moved (segmentTotals.touched), or named by a suspension
+// or shrink record now or at the last View. Every other job's kept
+// demand adds nothing and stays valid: its reading, slots and share unit
+// are those it was derived from.
+func (a *assembler) demandKeys() ([]string, bool) {
+	m := a.in.memo
+	if m == nil || !m.demandKept || m.demandUnit != a.shareUnit {
+		return a.jobOrder(), true
+	}
+	look := make(map[string]bool, len(m.adding)+len(m.reread)+len(m.totals.touched)+len(m.demandRecords))
+	for _, set := range []map[string]bool{m.adding, m.reread, m.totals.touched, m.demandRecords} {
+		for key := range set {
+			look[key] = true
+		}
+	}
+	for key := range a.v.Records {
+		look[key] = true
+	}
+	for key := range a.v.Shrinks {
+		look[key] = true
+	}
+	return slices.Sorted(maps.Keys(look)), false
 }
 
 // jobOrder is the View's job Keys, sorted: the last View's order while

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/quota"
+	"github.com/gpushare/nomad-gpushare/quota-service/state"
 	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
 	"github.com/gpushare/nomad-gpushare/vocab"
 	nomadapi "github.com/hashicorp/nomad/api"
@@ -43,6 +44,8 @@ type eventWorld struct {
 	now      time.Time
 	specs    map[string]*nomadapi.Job
 	settings []quota.Settings
+	// records are the suspension records the Builder read.
+	records []state.Suspension
 	// sent are the events made so far, to replay out of order.
 	sent []*nomadapi.Event
 	// allocs and jobs are the last allocation and job each event sent,
@@ -219,6 +222,18 @@ func (w *eventWorld) newSpec(ns string, j *nomadapi.Job) {
 	w.specs[Key(ns, *j.ID)] = spec
 }
 
+// newRecords replaces the suspension records: none, or a few of jobs
+// that may or may not be listed, suspended, resuming or resumed.
+func (w *eventWorld) newRecords() {
+	w.records = nil
+	for n := w.pick(3); n > 0; n-- {
+		ns, id := []string{"a", "b"}[w.pick(2)], fmt.Sprintf("j%d", w.pick(worldJobs))
+		w.records = append(w.records, state.Suspension{Namespace: ns, Job: id, Project: "p" + ns, Time: w.now.Add(-time.Minute),
+			Phase:  []state.Phase{state.PhaseSuspended, state.PhaseResuming, state.PhaseResumed}[w.pick(3)],
+			Groups: map[string]int{"g": 1 + w.pick(2)}, Version: uint64(w.pick(3))})
+	}
+}
+
 // newSettings gives the namespaces' projects other settings.
 func (w *eventWorld) newSettings() {
 	w.settings = nil
@@ -278,9 +293,12 @@ func (w *eventWorld) step(c *cache, builder *segmentMemo) (string, *segmentMemo)
 			w.newSpec(j.Namespace, &nomadapi.Job{ID: &j.ID, Type: &j.Type, Priority: &j.Priority, ModifyIndex: &j.ModifyIndex})
 		}
 		return "spec read", builder
-	case r < 84:
+	case r < 82:
 		w.newSettings()
 		return "settings", builder
+	case r < 84:
+		w.newRecords()
+		return "records", builder
 	case r < 90:
 		w.now = w.now.Add(time.Duration(w.pick(600)) * time.Second)
 		return "time", builder
@@ -309,6 +327,7 @@ func (w *eventWorld) step(c *cache, builder *segmentMemo) (string, *segmentMemo)
 func (w *eventWorld) views(c *cache, memo *segmentMemo) (inc, full *View, _ *segmentMemo) {
 	finish := func(in Inputs) *View {
 		in.Specs, in.Settings, in.Now, in.MoveCooldown = w.specs, w.settings, w.now, 3*time.Minute
+		in.Suspensions = w.records
 		v := Assemble(in)
 		slices.Sort(v.Warnings) // the jobs come from a map
 		return v

@@ -44,8 +44,44 @@ func (m *segmentMemo) pruneDemand() {
 	}
 	for key, k := range m.demands {
 		if k.seen != m.cycle {
-			delete(m.demands, key)
+			m.forgetDemand(key)
 		}
+	}
+}
+
+// forgetDemand forgets job key's kept demand.
+func (m *segmentMemo) forgetDemand(key string) {
+	if m == nil {
+		return
+	}
+	delete(m.demands, key)
+	delete(m.adding, key)
+}
+
+// keep keeps k as job key's demand.
+func (m *segmentMemo) keep(key string, k *keptDemand) {
+	m.demands[key] = k
+	if k.adds() {
+		m.adding[key] = true
+	} else {
+		delete(m.adding, key)
+	}
+}
+
+// adds says the kept demand adds something to a View: pending groups or
+// warnings (replayDemand adds nothing else without them).
+func (k *keptDemand) adds() bool { return len(k.pending) > 0 || len(k.warnings) > 0 }
+
+// noteDemandInputs notes, after a View's demand was added, the share unit
+// and the jobs with records it was added with (demandKeys).
+func (m *segmentMemo) noteDemandInputs(shareUnit int, v *View) {
+	m.demandKept, m.demandUnit = true, shareUnit
+	clear(m.demandRecords)
+	for key := range v.Records {
+		m.demandRecords[key] = true
+	}
+	for key := range v.Shrinks {
+		m.demandRecords[key] = true
 	}
 }
 
@@ -62,8 +98,8 @@ func (a *assembler) addKeptDemand(key string, e *jobEntry) {
 	np, nw := len(a.snap.Pending), len(a.v.Warnings)
 	a.addJobDemand(key, e.stub)
 	info := a.v.Jobs[key]
-	m.demands[key] = &keptDemand{entry: e, slotsMoved: moved, shareUnit: a.shareUnit, pending: slices.Clone(a.snap.Pending[np:]),
-		warnings: slices.Clone(a.v.Warnings[nw:]), queued: info.Queued, byGroup: maps.Clone(info.Pending), seen: m.cycle}
+	m.keep(key, &keptDemand{entry: e, slotsMoved: moved, shareUnit: a.shareUnit, pending: slices.Clone(a.snap.Pending[np:]),
+		warnings: slices.Clone(a.v.Warnings[nw:]), queued: info.Queued, byGroup: maps.Clone(info.Pending), seen: m.cycle})
 }
 
 // replayDemand adds kept demand k of job key as addJobDemand did.

@@ -56,6 +56,15 @@ type segmentMemo struct {
 	// pendingHint is the number of pending groups of the last View, the
 	// room addPending makes first.
 	pendingHint int
+	// adding are the jobs whose kept demand adds something to a View
+	// (keptDemand.adds); demandKept says the last View kept every job's
+	// demand it could (at share unit demandUnit, with the records of
+	// the jobs demandRecords), so that demandKeys may visit only the
+	// jobs whose demand may differ from nothing.
+	adding        map[string]bool
+	demandKept    bool
+	demandUnit    int
+	demandRecords map[string]bool
 	// list is the cache's jobs as of this View (viewInputs keeps it).
 	list jobList
 	// specs are readSpecs' specs of the listed jobs as of the last View,
@@ -79,7 +88,7 @@ type jobEntry struct {
 func newSegmentMemo() *segmentMemo {
 	return &segmentMemo{segs: map[string]*nodeSegment{}, prints: map[string]jobPrint{}, users: map[string]map[string]bool{},
 		totals: newSegmentTotals(), jobs: map[string]*jobEntry{}, reread: map[string]bool{}, admissions: map[string]*keptAdmission{},
-		demands: map[string]*keptDemand{}}
+		demands: map[string]*keptDemand{}, adding: map[string]bool{}, demandRecords: map[string]bool{}}
 }
 
 // noteSettings starts a View's jobs: settings other than the last View's
@@ -152,6 +161,7 @@ func (p jobPrint) equal(q jobPrint) bool {
 // that run a job whose print changed, and of the nodes whose time came,
 // and returns the View's segments.
 func (m *segmentMemo) update(changed []*nodeData, jobs map[string]*JobInfo, specs map[string]*nomadapi.Job, now time.Time) segmentSet {
+	clear(m.totals.touched)
 	stale := map[string]*nodeData{}
 	for _, d := range changed {
 		stale[d.id] = d

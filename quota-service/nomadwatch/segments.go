@@ -260,11 +260,14 @@ type segmentTotals struct {
 	// since its slots were last empty.
 	slotsMoved map[string]uint64
 	moves      uint64
+	// touched are the jobs whose slots moved since the memo's update
+	// began (the View's).
+	touched map[string]bool
 }
 
 func newSegmentTotals() *segmentTotals {
 	return &segmentTotals{counts: map[string]jobCounts{}, slots: map[string]map[string]*slotCounts{}, projects: map[string]int{},
-		slotsMoved: map[string]uint64{}}
+		slotsMoved: map[string]uint64{}, touched: map[string]bool{}}
 }
 
 // add adds segment s (sign 1) or takes it away (sign -1).
@@ -292,7 +295,7 @@ func (t *segmentTotals) add(s *nodeSegment, sign int) {
 
 func (t *segmentTotals) addSlots(key, group string, c slotCounts, sign int) {
 	t.moves++
-	t.slotsMoved[key] = t.moves
+	t.slotsMoved[key], t.touched[key] = t.moves, true
 	if t.slots[key] == nil {
 		t.slots[key] = map[string]*slotCounts{}
 	}
