@@ -43,6 +43,8 @@ package nomadwatch
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -198,6 +200,9 @@ type Inputs struct {
 	// listing came, changed or went since the memo's last View (nil with
 	// a new memo: every job is new to it).
 	changedJobs map[string]bool
+	// specsChanged are, with changedJobs, the jobs whose spec in Specs
+	// may differ from the memo's last View's (nil: any may).
+	specsChanged map[string]bool
 	// jobs are Jobs with their Keys (listed).
 	jobs jobList
 }
@@ -218,6 +223,9 @@ func Assemble(in Inputs) *View {
 	a.addPending()
 	a.constrainPending()
 	sort.Slice(a.snap.Projects, func(i, j int) bool { return a.snap.Projects[i].Name < a.snap.Projects[j].Name })
+	if m := a.in.memo; m != nil {
+		m.noteView(a.v, a.vanished)
+	}
 	return a.v
 }
 
@@ -254,6 +262,12 @@ type assembler struct {
 	// elasticVersions are the job versions of the elastic groups' live
 	// allocations, by allocation ID (dropLeaving).
 	elasticVersions map[string]uint64
+	// fresh, when set, says which of the View's jobs are this View's
+	// own objects: the others are the last View's, shared and read only,
+	// until writable copies them (addChangedJobs). Nil: all are.
+	fresh map[string]bool
+	// vanished are the jobs addVanishedJob added.
+	vanished []string
 }
 
 // noteVersion records the job version of an elastic group's allocation.
@@ -349,7 +363,12 @@ func (a *assembler) warn(format string, args ...any) {
 func (a *assembler) addJobs() {
 	m := a.in.memo
 	if m != nil {
+		gen := m.settingsGen
 		m.noteSettings(a.in.Settings)
+		if m.viewJobs != nil && gen == m.settingsGen && a.in.changedJobs != nil && a.in.specsChanged != nil {
+			a.addChangedJobs()
+			return
+		}
 	}
 	jobs := a.in.listed()
 	if len(a.v.Jobs) == 0 {
@@ -377,6 +396,51 @@ func (a *assembler) addJobs() {
 	if m != nil {
 		m.pruneJobs()
 	}
+}
+
+// addChangedJobs starts the View's jobs from the last View's and reads
+// again only the jobs whose listing or spec changed, and those the last
+// View's records added (a vanished job's): with the same settings, every
+// other job's reading is the one the last View had. A job's counts and
+// demand change later only through writable; the View's warnings are
+// every listed job's, the kept ones by Key.
+func (a *assembler) addChangedJobs() {
+	m, jobs := a.in.memo, a.in.listed()
+	a.v.Jobs, a.fresh = maps.Clone(m.viewJobs), map[string]bool{}
+	look := maps.Clone(a.in.changedJobs)
+	maps.Copy(look, a.in.specsChanged)
+	maps.Copy(look, m.vanished)
+	for key := range look {
+		delete(a.v.Jobs, key)
+		j := jobs.byKey[key]
+		if j == nil {
+			m.dropJob(key)
+			continue
+		}
+		if info, _ := m.job(key, j, a.in.Specs[key], a.readJob); info != nil {
+			c := *info
+			counts := m.totals.counts[key]
+			c.Live, c.Running = counts.live, counts.running
+			a.v.Jobs[key], a.fresh[key] = &c, true
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(m.warned)) {
+		a.v.Warnings = append(a.v.Warnings, m.jobs[key].warnings...)
+	}
+}
+
+// writable is job key's JobInfo in the View, for this View to change:
+// the last View's, shared with it, is copied first, without its demand
+// (Queued, Pending), which addPending adds again.
+func (a *assembler) writable(key string) *JobInfo {
+	info := a.v.Jobs[key]
+	if info == nil || a.fresh == nil || a.fresh[key] {
+		return info
+	}
+	c := *info
+	c.Queued, c.Pending = 0, nil
+	a.v.Jobs[key], a.fresh[key] = &c, true
+	return &c
 }
 
 // readJob reads one job's listing and spec: nil for a job that does not

@@ -212,7 +212,7 @@ func (b *Builder) readSpecs(ctx context.Context, in *Inputs, recordedKeys []stri
 	}
 	var moved []*nomadapi.JobListStub
 	b.mu.Lock()
-	specs, keys := b.specKeys(in, recorded, tags)
+	specs, keys, all := b.specKeys(in, recorded, tags)
 	for _, key := range keys {
 		delete(specs, key)
 		j := jobs.byKey[key]
@@ -238,6 +238,12 @@ func (b *Builder) readSpecs(ctx context.Context, in *Inputs, recordedKeys []stri
 	if m == nil {
 		return specs, nil
 	}
+	if !all {
+		in.specsChanged = make(map[string]bool, len(keys))
+		for _, key := range keys {
+			in.specsChanged[key] = true
+		}
+	}
 	m.specs, m.recorded, m.tags = specs, recorded, tags
 	return maps.Clone(specs), nil
 }
@@ -245,12 +251,12 @@ func (b *Builder) readSpecs(ctx context.Context, in *Inputs, recordedKeys []stri
 // specKeys are the specs to start from and the jobs whose spec to look at
 // again: with the memo's last specs, the jobs whose listing changed, that
 // a record names or tags now or at the last View, and whose cached spec
-// changed; else an empty map and every job. b.mu is held.
-func (b *Builder) specKeys(in *Inputs, recorded map[string]bool, tags map[string]string) (map[string]*nomadapi.Job, []string) {
+// changed; else an empty map and every job (all). b.mu is held.
+func (b *Builder) specKeys(in *Inputs, recorded map[string]bool, tags map[string]string) (specs map[string]*nomadapi.Job, keys []string, all bool) {
 	jobs, m := in.listed(), in.memo
 	if m == nil || m.specs == nil || in.changedJobs == nil {
 		clear(b.specsChanged)
-		return make(map[string]*nomadapi.Job, len(jobs.stubs)), jobs.keys
+		return make(map[string]*nomadapi.Job, len(jobs.stubs)), jobs.keys, true
 	}
 	look := make(map[string]bool, len(in.changedJobs)+len(recorded)+len(m.recorded)+len(tags)+len(m.tags)+len(b.specsChanged))
 	for _, set := range []map[string]bool{in.changedJobs, recorded, m.recorded, b.specsChanged} {
@@ -264,7 +270,7 @@ func (b *Builder) specKeys(in *Inputs, recorded map[string]bool, tags map[string
 		}
 	}
 	clear(b.specsChanged)
-	return m.specs, slices.Collect(maps.Keys(look))
+	return m.specs, slices.Collect(maps.Keys(look)), false
 }
 
 // readUnlisted reads the job of every record the listing left out, one by

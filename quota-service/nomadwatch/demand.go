@@ -110,6 +110,9 @@ func (a *assembler) addPending() {
 	m := a.in.memo
 	keys, all := a.demandKeys()
 	for _, key := range keys {
+		if info := a.v.Jobs[key]; info != nil && (info.Queued != 0 || info.Pending != nil) {
+			a.writable(key) // the last View's demand goes
+		}
 		switch r := a.v.Records[key]; {
 		case a.v.Jobs[key] == nil:
 			m.forgetDemand(key) // the job left the View
@@ -265,7 +268,7 @@ func (a *assembler) addPendingGroup(key string, tg *nomadapi.TaskGroup, count in
 	if count <= 0 {
 		return
 	}
-	info := a.v.Jobs[key]
+	info := a.writable(key)
 	ask, ok, err := GroupAsk(tg, a.shareUnit)
 	if err != nil {
 		a.warn("job %s: %v", key, err)

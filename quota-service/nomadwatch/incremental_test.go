@@ -44,8 +44,10 @@ type eventWorld struct {
 	now      time.Time
 	specs    map[string]*nomadapi.Job
 	settings []quota.Settings
-	// records are the suspension records the Builder read.
-	records []state.Suspension
+	// records are the suspension records the Builder read;
+	// specChanged the jobs whose spec changed since the last View.
+	records     []state.Suspension
+	specChanged map[string]bool
 	// sent are the events made so far, to replay out of order.
 	sent []*nomadapi.Event
 	// allocs and jobs are the last allocation and job each event sent,
@@ -220,6 +222,7 @@ func (w *eventWorld) newSpec(ns string, j *nomadapi.Job) {
 		tg.Meta = map[string]string{MetaMinCount: fmt.Sprint(w.pick(3))}
 	}
 	w.specs[Key(ns, *j.ID)] = spec
+	w.specChanged[Key(ns, *j.ID)] = true
 }
 
 // newRecords replaces the suspension records: none, or a few of jobs
@@ -228,9 +231,18 @@ func (w *eventWorld) newRecords() {
 	w.records = nil
 	for n := w.pick(3); n > 0; n-- {
 		ns, id := []string{"a", "b"}[w.pick(2)], fmt.Sprintf("j%d", w.pick(worldJobs))
-		w.records = append(w.records, state.Suspension{Namespace: ns, Job: id, Project: "p" + ns, Time: w.now.Add(-time.Minute),
+		r := state.Suspension{Namespace: ns, Job: id, Project: "p" + ns, Time: w.now.Add(-time.Minute),
 			Phase:  []state.Phase{state.PhaseSuspended, state.PhaseResuming, state.PhaseResumed}[w.pick(3)],
-			Groups: map[string]int{"g": 1 + w.pick(2)}, Version: uint64(w.pick(3))})
+			Groups: map[string]int{"g": 1 + w.pick(2)}, Version: uint64(w.pick(3))}
+		if w.pick(2) == 0 {
+			// Stopped untagged, its spec sealed in the record: a job
+			// without a spec (gone from Nomad) comes back from it.
+			r.StopVersion, r.StopJobModifyIndex = 4, 20
+			if err := r.EncodeSpec(spec(ns, id, "nvidia/gpu", 1), testKeys); err != nil {
+				w.t.Fatal(err)
+			}
+		}
+		w.records = append(w.records, r)
 	}
 }
 
@@ -287,6 +299,7 @@ func (w *eventWorld) step(c *cache, builder *segmentMemo) (string, *segmentMemo)
 			// The Builder reads a spec of a job it does not list only
 			// for a record; the record gone, the spec goes.
 			delete(w.specs, key)
+			w.specChanged[key] = true
 			return "spec dropped", builder
 		}
 		if j := c.jobs[key]; j != nil {
@@ -327,12 +340,13 @@ func (w *eventWorld) step(c *cache, builder *segmentMemo) (string, *segmentMemo)
 func (w *eventWorld) views(c *cache, memo *segmentMemo) (inc, full *View, _ *segmentMemo) {
 	finish := func(in Inputs) *View {
 		in.Specs, in.Settings, in.Now, in.MoveCooldown = w.specs, w.settings, w.now, 3*time.Minute
-		in.Suspensions = w.records
+		in.Suspensions, in.Keys = w.records, testKeys
 		v := Assemble(in)
 		slices.Sort(v.Warnings) // the jobs come from a map
 		return v
 	}
 	in, memo := c.viewInputs(memo)
+	in.specsChanged, w.specChanged = w.specChanged, map[string]bool{}
 	inc = finish(in)
 	full = finish(fullInputs(c))
 	return inc, full, memo
@@ -345,13 +359,14 @@ func (w *eventWorld) views(c *cache, memo *segmentMemo) (inc, full *View, _ *seg
 // were no news.
 func checkIncremental(t testing.TB, seed uint64, steps int) (quietSilent int) {
 	w := &eventWorld{t: t, rng: rand.New(rand.NewPCG(seed, 26)), now: time.Unix(1_000_000, 0), specs: map[string]*nomadapi.Job{},
-		allocs: map[string]*nomadapi.Allocation{}, jobs: map[string]*nomadapi.Job{}}
+		allocs: map[string]*nomadapi.Allocation{}, jobs: map[string]*nomadapi.Job{}, specChanged: map[string]bool{}}
 	w.newSettings()
 	c := newCache()
 	var memo *segmentMemo
 	var log []string
 	var before, lastInc *View
 	var lastSnap cluster.Snapshot
+	var lastJobs map[string]JobInfo
 	for i := 0; i < steps; i++ {
 		var what string
 		what, memo = w.step(c, memo)
@@ -366,7 +381,11 @@ func checkIncremental(t testing.TB, seed uint64, steps int) (quietSilent int) {
 			t.Fatalf("seed %d, step %d (%v): assembling a View changed the last View's snapshot, which shares its lists:\nnow %+v\nwas %+v",
 				seed, i, log[max(0, len(log)-8):], *lastInc.Snapshot, lastSnap)
 		}
-		lastInc, lastSnap = inc, deepCopy(inc.Snapshot)
+		if lastInc != nil && !reflect.DeepEqual(jobValues(lastInc.Jobs), lastJobs) {
+			t.Fatalf("seed %d, step %d (%v): assembling a View changed the last View's jobs, which it shares:\nnow %+v\nwas %+v",
+				seed, i, log[max(0, len(log)-8):], jobValues(lastInc.Jobs), lastJobs)
+		}
+		lastInc, lastSnap, lastJobs = inc, deepCopy(inc.Snapshot), jobValues(inc.Jobs)
 		if w.applied && !w.news && before != nil && !reflect.DeepEqual(full, before) {
 			t.Fatalf("seed %d, step %d (%v): an event that was no news changed the View:\nbefore %s\nafter  %s",
 				seed, i, log[max(0, len(log)-8):], describe(before), describe(full))
@@ -374,6 +393,17 @@ func checkIncremental(t testing.TB, seed uint64, steps int) (quietSilent int) {
 		before = full
 	}
 	return w.quietSilent
+}
+
+// jobValues is a copy of jobs that shares no memory with it.
+func jobValues(jobs map[string]*JobInfo) map[string]JobInfo {
+	out := make(map[string]JobInfo, len(jobs))
+	for k, j := range jobs {
+		c := *j
+		c.Groups, c.MinCounts, c.Pending = maps.Clone(j.Groups), maps.Clone(j.MinCounts), maps.Clone(j.Pending)
+		out[k] = c
+	}
+	return out
 }
 
 // deepCopy is a copy of s that shares no memory with it.

@@ -31,8 +31,8 @@ func (m *segmentMemo) listedJob(key string) *jobEntry {
 	if m == nil {
 		return nil
 	}
-	if e := m.jobs[key]; e != nil && e.seen == m.cycle && e.info != nil {
-		return e
+	if e := m.jobs[key]; e != nil && e.info != nil {
+		return e // addJobs dropped the readings of jobs not listed
 	}
 	return nil
 }
@@ -114,6 +114,7 @@ func (a *assembler) replayDemand(key string, k *keptDemand) {
 		a.snap.Pending = make([]cluster.Pending, 0, max(a.in.memo.pendingHint, len(k.pending)))
 	}
 	a.snap.Pending = append(a.snap.Pending, k.pending...)
+	info = a.writable(key)
 	info.Queued += k.queued
 	info.Pending = maps.Clone(k.byGroup)
 }

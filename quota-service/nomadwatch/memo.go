@@ -27,6 +27,12 @@ type segmentMemo struct {
 	// spec and the settings (settingsGen) stay the same; cycle counts
 	// the Views, so that jobs no longer listed go.
 	jobs map[string]*jobEntry
+	// warned are the jobs whose reading has warnings.
+	warned map[string]bool
+	// viewJobs are the last View's jobs (read only), and vanished the
+	// jobs its records added (addChangedJobs).
+	viewJobs map[string]*JobInfo
+	vanished map[string]bool
 	// reread are the jobs whose reading this View made anew or dropped
 	// (job, pruneJobs), and specOnly the jobs the last View had a spec
 	// of but no reading: a print can change only for those
@@ -87,7 +93,7 @@ type jobEntry struct {
 
 func newSegmentMemo() *segmentMemo {
 	return &segmentMemo{segs: map[string]*nodeSegment{}, prints: map[string]jobPrint{}, users: map[string]map[string]bool{},
-		totals: newSegmentTotals(), jobs: map[string]*jobEntry{}, reread: map[string]bool{}, admissions: map[string]*keptAdmission{},
+		totals: newSegmentTotals(), jobs: map[string]*jobEntry{}, warned: map[string]bool{}, reread: map[string]bool{}, admissions: map[string]*keptAdmission{},
 		demands: map[string]*keptDemand{}, adding: map[string]bool{}, demandRecords: map[string]bool{}}
 }
 
@@ -111,6 +117,11 @@ func (m *segmentMemo) job(key string, j *nomadapi.JobListStub, spec *nomadapi.Jo
 		e.info, e.warnings = read(key, j, spec)
 		m.jobs[key] = e
 		m.reread[key] = true
+		if len(e.warnings) > 0 {
+			m.warned[key] = true
+		} else {
+			delete(m.warned, key)
+		}
 	}
 	e.seen = m.cycle
 	return e.info, e.warnings
@@ -120,9 +131,25 @@ func (m *segmentMemo) job(key string, j *nomadapi.JobListStub, spec *nomadapi.Jo
 func (m *segmentMemo) pruneJobs() {
 	for key, e := range m.jobs {
 		if e.seen != m.cycle {
-			delete(m.jobs, key)
-			m.reread[key] = true
+			m.dropJob(key)
 		}
+	}
+}
+
+// dropJob forgets job key's reading (the job is no longer listed).
+func (m *segmentMemo) dropJob(key string) {
+	delete(m.jobs, key)
+	delete(m.warned, key)
+	m.reread[key] = true
+}
+
+// noteView keeps what the next View starts from: the jobs of v, which
+// is done (read only from now on), and the jobs its records added.
+func (m *segmentMemo) noteView(v *View, vanished []string) {
+	m.viewJobs = v.Jobs
+	m.vanished = make(map[string]bool, len(vanished))
+	for _, key := range vanished {
+		m.vanished[key] = true
 	}
 }
 
@@ -162,6 +189,7 @@ func (p jobPrint) equal(q jobPrint) bool {
 // and returns the View's segments.
 func (m *segmentMemo) update(changed []*nodeData, jobs map[string]*JobInfo, specs map[string]*nomadapi.Job, now time.Time) segmentSet {
 	clear(m.totals.touched)
+	clear(m.totals.countsTouched)
 	stale := map[string]*nodeData{}
 	for _, d := range changed {
 		stale[d.id] = d

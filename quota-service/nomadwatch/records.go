@@ -472,6 +472,10 @@ func (a *assembler) addVanishedJob(r *Record) {
 		}
 	}
 	a.v.Jobs[r.Key()] = info
+	if a.fresh != nil {
+		a.fresh[r.Key()] = true
+	}
+	a.vanished = append(a.vanished, r.Key())
 }
 
 // usesGPUs says some task group of job asks for GPUs of either family.

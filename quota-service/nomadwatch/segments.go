@@ -169,7 +169,7 @@ func segmentJobs(d *nodeData, jobs, own map[string]*JobInfo) []string {
 		keys = append(keys, key)
 		if info := jobs[key]; info != nil {
 			c := *info
-			c.Live, c.Running = 0, 0
+			c.Live, c.Running, c.Queued, c.Pending = 0, 0, 0, nil
 			own[key] = &c
 		}
 	}
@@ -261,18 +261,19 @@ type segmentTotals struct {
 	slotsMoved map[string]uint64
 	moves      uint64
 	// touched are the jobs whose slots moved since the memo's update
-	// began (the View's).
-	touched map[string]bool
+	// began (the View's), countsTouched those whose counts did.
+	touched, countsTouched map[string]bool
 }
 
 func newSegmentTotals() *segmentTotals {
 	return &segmentTotals{counts: map[string]jobCounts{}, slots: map[string]map[string]*slotCounts{}, projects: map[string]int{},
-		slotsMoved: map[string]uint64{}, touched: map[string]bool{}}
+		slotsMoved: map[string]uint64{}, touched: map[string]bool{}, countsTouched: map[string]bool{}}
 }
 
 // add adds segment s (sign 1) or takes it away (sign -1).
 func (t *segmentTotals) add(s *nodeSegment, sign int) {
 	for k, c := range s.counts {
+		t.countsTouched[k] = true
 		n := t.counts[k]
 		n.live, n.running = n.live+sign*c.live, n.running+sign*c.running
 		if n == (jobCounts{}) {
@@ -360,9 +361,18 @@ func (a *assembler) addSegments(set segmentSet, jobWarnings []string) {
 			}
 		}
 	}
-	for key, info := range a.v.Jobs {
-		c := set.totals.counts[key]
-		info.Live, info.Running = c.live, c.running
+	if a.fresh == nil {
+		for key, info := range a.v.Jobs {
+			c := set.totals.counts[key]
+			info.Live, info.Running = c.live, c.running
+		}
+	} else {
+		for key := range set.totals.countsTouched {
+			if info := a.writable(key); info != nil {
+				c := set.totals.counts[key]
+				info.Live, info.Running = c.live, c.running
+			}
+		}
 	}
 	for p := range set.totals.projects {
 		a.addProject(p)
