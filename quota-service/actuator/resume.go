@@ -28,6 +28,10 @@ func (ap *applying) resume(ctx context.Context, r *nomadwatch.Record, rec *state
 	// The counts the record keeps: the owner's, also for elastic groups
 	// the service had shrunk before it suspended the job.
 	job = withCounts(job, rec.Groups)
+	// The spec may be the View's (r.Current), which the Builder caches
+	// and the next View reads: the changes go on a copy.
+	cp := *job
+	job = &cp
 	job.Stop = ptr(false)
 	job.VersionTag = nil
 	if _, ok := job.Meta[nomadwatch.MetaStopNonce]; ok {

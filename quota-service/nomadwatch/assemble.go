@@ -318,7 +318,7 @@ func (a *assembler) pickShareUnit(seen map[int]int) int {
 // Builder's memo says they changed, else all derived from the inputs.
 func (a *assembler) segments() segmentSet {
 	if a.in.memo != nil {
-		return a.in.memo.update(a.in.changed, a.v.Jobs, a.in.Specs, a.in.Now)
+		return a.in.memo.update(a.in.changed, a.v.Jobs, a.in.Specs, a.in.specsChanged, a.in.Now)
 	}
 	return deriveAll(nodeDataFromInputs(a.in), a.v.Jobs, a.in.Specs, a.in.Now)
 }

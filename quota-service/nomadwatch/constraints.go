@@ -30,18 +30,28 @@ func (a *assembler) constrainPending() {
 	}
 	facts := a.nodeFacts()
 	memo, used := map[string]*keptAdmission{}, map[string]bool{}
+	groups, seen := map[specGroup]groupKey{}, map[specGroup]groupKey{}
 	if m := a.in.memo; m != nil {
-		memo = m.admissions
+		memo, groups = m.admissions, m.groupKeys
 		defer m.keepAdmissions(used)
+		defer func() { m.groupKeys = seen }()
 	}
 	for i := range a.snap.Pending {
 		w := &a.snap.Pending[i]
 		spec := a.in.Specs[w.Job]
-		tg := groupOf(spec, w.Group)
+		ref := specGroup{spec, w.Group}
+		g, ok := groups[ref]
+		if !ok {
+			g.tg = groupOf(spec, w.Group)
+			if g.tg != nil {
+				g.key = admissionKey(spec, g.tg)
+			}
+		}
+		seen[ref] = g
+		tg, key := g.tg, g.key
 		if tg == nil {
 			continue
 		}
-		key := admissionKey(spec, tg)
 		used[key] = true
 		kept, ok := memo[key]
 		if !ok {
@@ -54,6 +64,19 @@ func (a *assembler) constrainPending() {
 			w.Ask.Models = adm.models
 		}
 	}
+}
+
+// specGroup names a task group of a spec; groupKey is the group and its
+// admissionKey, which the memo keeps while the spec (read only) is the
+// same: a thousand pending groups' keys were made again every cycle.
+type specGroup struct {
+	spec  *nomadapi.Job
+	group string
+}
+
+type groupKey struct {
+	tg  *nomadapi.TaskGroup
+	key string
 }
 
 // groupOf returns the task group of spec named name, or nil.

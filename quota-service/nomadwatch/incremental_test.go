@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -304,6 +305,11 @@ func (w *eventWorld) step(c *cache, builder *segmentMemo) (string, *segmentMemo)
 		}
 		if j := c.jobs[key]; j != nil {
 			w.newSpec(j.Namespace, &nomadapi.Job{ID: &j.ID, Type: &j.Type, Priority: &j.Priority, ModifyIndex: &j.ModifyIndex})
+		} else if w.pick(2) == 0 {
+			// A record's job the listing does not show is read too
+			// (readUnlisted).
+			ns, id, _ := strings.Cut(key, "/")
+			w.newSpec(ns, &nomadapi.Job{ID: &id, Type: ptr("batch"), Priority: ptr(50), ModifyIndex: ptr(w.index)})
 		}
 		return "spec read", builder
 	case r < 82:
@@ -346,7 +352,11 @@ func (w *eventWorld) views(c *cache, memo *segmentMemo) (inc, full *View, _ *seg
 		return v
 	}
 	in, memo := c.viewInputs(memo)
-	in.specsChanged, w.specChanged = w.specChanged, map[string]bool{}
+	if in.changedJobs != nil {
+		// readSpecs knows what changed only with a memo that is not new.
+		in.specsChanged = w.specChanged
+	}
+	w.specChanged = map[string]bool{}
 	inc = finish(in)
 	full = finish(fullInputs(c))
 	return inc, full, memo

@@ -16,8 +16,12 @@ import (
 // so that a cycle derives again only what changed (segments.go).
 type segmentMemo struct {
 	segs map[string]*nodeSegment
-	// ids are the keys of segs, sorted.
-	ids []string
+	// ids are the keys of segs, sorted, and order their segments in
+	// that order; expiring are the segments whose time comes
+	// (nodeSegment.expiry), by ID.
+	ids      []string
+	order    []*nodeSegment
+	expiring map[string]*nodeSegment
 	// prints are what each job's segments read of it, by job Key, as of
 	// the last View; users are the nodes whose segments read each job.
 	prints map[string]jobPrint
@@ -46,8 +50,11 @@ type segmentMemo struct {
 	// the nodes whose facts changed (moved: before, after) judge them as
 	// before and no node joined or left the snapshot's nodes (reordered).
 	admissions map[string]*keptAdmission
-	moved      [][2]feasible.Node
-	reordered  bool
+	// groupKeys are the last View's pending groups' task groups and
+	// admission keys (constrainPending).
+	groupKeys map[specGroup]groupKey
+	moved     [][2]feasible.Node
+	reordered bool
 	// allocs are the segments' allocations in segment order, as the
 	// last View's snapshot took them, while allocsKept: no segment's
 	// allocations changed since (a segment derived again with equal
@@ -92,7 +99,7 @@ type jobEntry struct {
 }
 
 func newSegmentMemo() *segmentMemo {
-	return &segmentMemo{segs: map[string]*nodeSegment{}, prints: map[string]jobPrint{}, users: map[string]map[string]bool{},
+	return &segmentMemo{segs: map[string]*nodeSegment{}, expiring: map[string]*nodeSegment{}, prints: map[string]jobPrint{}, users: map[string]map[string]bool{},
 		totals: newSegmentTotals(), jobs: map[string]*jobEntry{}, warned: map[string]bool{}, reread: map[string]bool{}, admissions: map[string]*keptAdmission{},
 		demands: map[string]*keptDemand{}, adding: map[string]bool{}, demandRecords: map[string]bool{}}
 }
@@ -187,27 +194,26 @@ func (p jobPrint) equal(q jobPrint) bool {
 // update derives again the segments of the changed nodes, of the nodes
 // that run a job whose print changed, and of the nodes whose time came,
 // and returns the View's segments.
-func (m *segmentMemo) update(changed []*nodeData, jobs map[string]*JobInfo, specs map[string]*nomadapi.Job, now time.Time) segmentSet {
+//
+// specsChanged, when set, are the jobs whose spec may differ from the
+// last View's (Inputs.specsChanged); nil: any may.
+func (m *segmentMemo) update(changed []*nodeData, jobs map[string]*JobInfo, specs map[string]*nomadapi.Job, specsChanged map[string]bool, now time.Time) segmentSet {
 	clear(m.totals.touched)
 	clear(m.totals.countsTouched)
 	stale := map[string]*nodeData{}
 	for _, d := range changed {
 		stale[d.id] = d
 	}
-	m.staleByJobs(stale, jobs, specs)
-	for _, id := range m.ids {
-		if s := m.segs[id]; s.expiry != 0 && s.expiry <= now.UnixNano() && stale[id] == nil {
+	m.staleByJobs(stale, jobs, specs, specsChanged)
+	for id, s := range m.expiring {
+		if s.expiry <= now.UnixNano() && stale[id] == nil {
 			stale[id] = s.data
 		}
 	}
 	for id, d := range stale {
 		m.noteFacts(m.replace(id, d, jobs, specs, now))
 	}
-	set := segmentSet{segs: make([]*nodeSegment, len(m.ids)), totals: m.totals}
-	for i, id := range m.ids {
-		set.segs[i] = m.segs[id]
-	}
-	return set
+	return segmentSet{segs: slices.Clone(m.order), totals: m.totals}
 }
 
 // staleByJobs adds to stale the nodes whose segments read a job whose
@@ -216,8 +222,10 @@ func (m *segmentMemo) update(changed []*nodeData, jobs map[string]*JobInfo, spec
 // print is made of its reading and its spec, and a reading is kept while
 // its spec is the same (job): only the jobs read anew or dropped, and
 // those with a spec but no reading, now or in the last View, need
-// looking at.
-func (m *segmentMemo) staleByJobs(stale map[string]*nodeData, jobs map[string]*JobInfo, specs map[string]*nomadapi.Job) {
+// looking at. A job has a spec but no reading now only if it had at the
+// last View or its spec (specsChanged) or reading (reread) changed since;
+// without specsChanged, every spec is looked at.
+func (m *segmentMemo) staleByJobs(stale map[string]*nodeData, jobs map[string]*JobInfo, specs map[string]*nomadapi.Job, specsChanged map[string]bool) {
 	check := func(key string) {
 		p := printOf(jobs[key], specs[key])
 		if !p.listed && p.spec == nil {
@@ -239,15 +247,30 @@ func (m *segmentMemo) staleByJobs(stale map[string]*nodeData, jobs map[string]*J
 	for key := range m.reread {
 		check(key)
 	}
-	for _, key := range m.specOnly {
-		check(key)
-	}
-	m.specOnly = m.specOnly[:0]
-	for key := range specs {
-		if jobs[key] == nil {
+	was := m.specOnly
+	m.specOnly = nil
+	specOnly := func(key string) {
+		if specs[key] != nil && jobs[key] == nil && !slices.Contains(m.specOnly, key) {
 			check(key)
 			m.specOnly = append(m.specOnly, key)
 		}
+	}
+	if specsChanged == nil {
+		for key := range specs {
+			specOnly(key)
+		}
+	} else {
+		for _, set := range []map[string]bool{specsChanged, m.reread} {
+			for key := range set {
+				specOnly(key)
+			}
+		}
+		for _, key := range was {
+			specOnly(key)
+		}
+	}
+	for _, key := range was {
+		check(key)
 	}
 }
 
@@ -311,8 +334,10 @@ func (m *segmentMemo) replace(id string, d *nodeData, jobs map[string]*JobInfo, 
 			}
 		}
 		delete(m.segs, id)
+		delete(m.expiring, id)
 		if i, ok := slices.BinarySearch(m.ids, id); ok {
 			m.ids = slices.Delete(m.ids, i, i+1)
+			m.order = slices.Delete(m.order, i, i+1)
 		}
 	}
 	if d == nil || d.empty() {
@@ -322,8 +347,12 @@ func (m *segmentMemo) replace(id string, d *nodeData, jobs map[string]*JobInfo, 
 	s := deriveSegment(d, jobs, specs, now)
 	m.keepAllocs(old, s)
 	m.segs[id] = s
+	if s.expiry != 0 {
+		m.expiring[id] = s
+	}
 	i, _ := slices.BinarySearch(m.ids, id)
 	m.ids = slices.Insert(m.ids, i, id)
+	m.order = slices.Insert(m.order, i, s)
 	m.totals.add(s, 1)
 	for _, k := range s.jobs {
 		if m.users[k] == nil {

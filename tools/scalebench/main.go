@@ -15,7 +15,8 @@
 // write a node event with the whole node), and cpu_pct_publishing the
 // service's CPU over a window at its start (the cpu_pct of the figures
 // before the wait was added); the measurements below are taken after it,
-// in the steady state of a service that has led for a while;
+// in the steady state of a service that has led for a while (with
+// -ranks-timeout 0 they are not: ranks_published_s=-1);
 // event_to_decision_ms_p50 and _p99:
 // from the stand-in publishing a job registration (or deregistration) of
 // a pending group until the service's gpushare_pending_workloads counts it;
@@ -86,7 +87,7 @@ func main() {
 	flag.StringVar(&o.serviceBin, "service-bin", "", "the gpushare-quota binary (default: built from this checkout)")
 	flag.DurationVar(&o.startLimit, "start-timeout", 10*time.Minute, "how long to wait for the service's first successful cycle")
 	flag.DurationVar(&o.probeLimit, "probe-timeout", 2*time.Minute, "how long to wait for one probe's decision")
-	flag.DurationVar(&o.ranksLimit, "ranks-timeout", 15*time.Minute, "how long to wait, after the first cycle, for the first publication of placement ranks to be done")
+	flag.DurationVar(&o.ranksLimit, "ranks-timeout", 15*time.Minute, "how long to wait, after the first cycle, for the first publication of placement ranks to be done (0: measure without waiting; ranks_published_s=-1)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the working directory (service and Consul logs)")
 	flag.StringVar(&o.logLevel, "service-log-level", "warn", "the service's -log-level (its log is service.log in the working directory)")
 	flag.IntVar(&o.memoryMiB, "memory-mib", 0, "the service's memory_mb, as the jobspec gives it (GOMEMLIMIT at 90% of it); 0: no limit")
@@ -156,11 +157,14 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	if err := svc.ranksPublished(o.ranksLimit); err != nil {
-		return err
+	published := -time.Second // not waited for
+	if o.ranksLimit > 0 {
+		if err := svc.ranksPublished(o.ranksLimit); err != nil {
+			return err
+		}
+		published = time.Since(firstCycle)
+		fmt.Fprintf(os.Stderr, "scalebench: placement ranks published %.0f s after the first cycle\n", published.Seconds())
 	}
-	published := time.Since(firstCycle)
-	fmt.Fprintf(os.Stderr, "scalebench: placement ranks published %.0f s after the first cycle\n", published.Seconds())
 	profiled := make(chan error, 1)
 	if o.cpuProfile != "" {
 		go func() { profiled <- svc.profile(o.cpuProfile, "profile", o.steady) }()
