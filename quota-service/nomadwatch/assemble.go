@@ -110,7 +110,9 @@ func (j *JobInfo) System() bool { return j.Type == "system" || j.Type == "sysbat
 // Key is the job's snapshot name, "namespace/id".
 func Key(namespace, id string) string { return namespace + "/" + id }
 
-// View is one consistent reading of Nomad.
+// View is one consistent reading of Nomad. It is read only once built: a
+// Builder's next View shares its snapshot's lists, its jobs' JobInfos
+// and its specs where they did not change.
 type View struct {
 	Snapshot *cluster.Snapshot
 	// Jobs by Key.
