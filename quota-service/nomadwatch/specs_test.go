@@ -145,6 +145,14 @@ func checkReadSpecs(t *testing.T, seed uint64, steps int) {
 		if lastView != nil && !maps.Equal(lastView, lastCopy) {
 			t.Fatalf("seed %d, step %d (%v): the reading changed the last View's specs", seed, step, log[max(0, len(log)-6):])
 		}
+		if in.specsChanged != nil {
+			// Assemble reads again only the jobs it is told changed.
+			for _, key := range keys {
+				if got[key] != lastView[key] && !in.specsChanged[key] {
+					t.Fatalf("seed %d, step %d (%v): job %s's spec changed but is not among the changed %v", seed, step, log[max(0, len(log)-6):], key, in.specsChanged)
+				}
+			}
+		}
 		lastView, lastCopy = got, maps.Clone(got)
 		if why := specsWrong(b, in.listed(), recorded, got); why != "" {
 			t.Fatalf("seed %d, step %d (%v): %s", seed, step, log[max(0, len(log)-6):], why)
