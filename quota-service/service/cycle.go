@@ -37,6 +37,8 @@ type cycleData struct {
 	// when time-aware fair share is off).
 	gangs   []partialGang
 	factors map[string]float64
+	// planGen is the plan's lastPlan.gen.
+	planGen uint64
 }
 
 // cycleFailure is why a cycle took no action. cause labels
@@ -149,7 +151,7 @@ func (s *Service) plan(c *cycleData) *cycleFailure {
 	if err != nil {
 		return &cycleFailure{cause: "plan", err: err}
 	}
-	c.res = res
+	c.res, c.planGen = res, s.lastPlan.gen
 	if reused {
 		s.metrics.PlansReused.Inc()
 	}

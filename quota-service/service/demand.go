@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"time"
 
 	"github.com/gpushare/nomad-gpushare/quota-service/nodedemand"
+	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
+	"github.com/gpushare/nomad-gpushare/scheduler/plan"
+	wire "github.com/gpushare/nomad-gpushare/vocab/nodedemand"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -28,6 +33,15 @@ type demand struct {
 	errs   prometheus.Counter
 	// lastErr is the last failure logged (once while it lasts).
 	lastErr string
+	// want is the demand computed for the plan numbered gen
+	// (lastPlan.gen) with actions: a cycle that took the same plan and
+	// kept its actions has the same demand. settled says the last
+	// Publish, in epoch, wrote all of it (nothing deferred or failed).
+	want    map[string]wire.Node
+	gen     uint64
+	actions []plan.Action
+	settled bool
+	epoch   string
 }
 
 func newDemand(s *Service) *demand {
@@ -89,7 +103,13 @@ func (s *Service) publishDemand(ctx context.Context, c *cycleData) (deferred []s
 	if d == nil || d.pub.Epoch() == "" {
 		return nil
 	}
-	rep, err := d.pub.Publish(ctx, nodedemand.Compute(c.view.Snapshot, c.res))
+	epoch := d.pub.Epoch()
+	want, publish := d.wanted(c, epoch, nodedemand.Compute)
+	if !publish {
+		return nil
+	}
+	rep, err := d.pub.Publish(ctx, want)
+	d.settled, d.epoch = err == nil && len(rep.Deferred) == 0 && len(rep.Errors) == 0, epoch
 	if err == nil {
 		err = errors.Join(rep.Errors...)
 	}
@@ -98,6 +118,18 @@ func (s *Service) publishDemand(ctx context.Context, c *cycleData) (deferred []s
 	}
 	d.note(err, len(rep.Written)+len(rep.Deleted), s)
 	return deferred
+}
+
+// wanted is the demand of the cycle's plan (computed by compute, unless
+// the cycle took the last demand's plan with the same actions), and
+// whether to publish it: not when it is what the last Publish of this
+// epoch wrote in full (the publisher would find nothing to write).
+func (d *demand) wanted(c *cycleData, epoch string, compute func(*cluster.Snapshot, plan.Result) map[string]wire.Node) (map[string]wire.Node, bool) {
+	if d.want != nil && d.gen == c.planGen && reflect.DeepEqual(d.actions, c.res.Actions) {
+		return d.want, !d.settled || d.epoch != epoch
+	}
+	d.want, d.gen, d.actions, d.settled = compute(c.view.Snapshot, c.res), c.planGen, slices.Clone(c.res.Actions), false
+	return d.want, true
 }
 
 // note counts writes and logs a failure once while it lasts.

@@ -19,6 +19,9 @@ type lastPlan struct {
 	snap *cluster.Snapshot
 	mix  *placement.Workload
 	res  plan.Result
+	// gen counts the plans made: cycles that took the same plan (and
+	// so planned equal snapshots) see the same gen.
+	gen uint64
 }
 
 // of returns the plan of snap with task mix mix: the last one when it
@@ -30,6 +33,7 @@ func (l *lastPlan) of(snap *cluster.Snapshot, mix *placement.Workload, make func
 		return copyResult(l.res), true, nil
 	}
 	l.snap = nil
+	l.gen++
 	if res, err = make(); err != nil {
 		return res, false, err
 	}
