@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpushare/nomad-gpushare/device/dynamic"
 	"github.com/gpushare/nomad-gpushare/device/gpu/simproc"
+	"github.com/gpushare/nomad-gpushare/device/tenants"
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/vocab"
 	"github.com/hashicorp/nomad/api"
@@ -84,12 +85,19 @@ func startSim(t *testing.T, dir, allocID, gpu string, mib uint64) *simProcess {
 	sp := &simProcess{cmd: cmd, done: make(chan error, 1)}
 	go func() { sp.done <- cmd.Wait() }()
 	t.Cleanup(func() { cmd.Process.Kill(); <-sp.done; sp.done <- nil })
-	// Until exec, the child is a copy of this test with its environment:
-	// a real GPU process is one only once it runs its own program.
+	// Until exec, the child is a copy of this test with its environment,
+	// and in the middle of exec its environment is empty: a real GPU
+	// process is one only once it runs its own program in its own
+	// environment.
 	testcluster.Eventually(t, 10*time.Second, func() error {
-		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid))
+		pid := cmd.Process.Pid
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 		if err != nil || filepath.Base(exe) != "sleep" {
-			return fmt.Errorf("process %d has not run sleep yet", cmd.Process.Pid)
+			return fmt.Errorf("process %d has not run sleep yet", pid)
+		}
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil || tenants.ParseEnviron(env).AllocID != allocID {
+			return fmt.Errorf("process %d has not laid out its environment yet", pid)
 		}
 		return nil
 	})

@@ -27,7 +27,11 @@ var ErrGone = errors.New("process no longer exists")
 // Resolver finds the owners of processes under a /proc root, caching each
 // process's owner by PID and start time (a process's owner never changes,
 // and re-reading the environment of every GPU process every cycle would be
-// most of the monitor's cost). It is safe for concurrent use.
+// most of the monitor's cost). Only owners found are cached: a process
+// read in the middle of its exec shows an empty environment (the kernel
+// has switched its program but not yet laid out its new environment), and
+// caching that would make a tenant's process an outsider for good. It is
+// safe for concurrent use.
 type Resolver struct {
 	root string
 
@@ -61,7 +65,11 @@ func (r *Resolver) Resolve(pid int) (Identity, error) {
 	}
 	id := Identity{PID: pid, StartTicks: start, Comm: comm, Owner: r.owner(pid)}
 	r.mu.Lock()
-	r.cache[pid] = id
+	if id.Owner.Known() {
+		r.cache[pid] = id
+	} else {
+		delete(r.cache, pid)
+	}
 	r.mu.Unlock()
 	return id, nil
 }

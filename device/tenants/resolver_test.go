@@ -55,8 +55,24 @@ func TestResolverFindsOwnerAndNoticesRecycledPIDs(t *testing.T) {
 		t.Errorf("vanished pid 12: %v, want ErrGone", err)
 	}
 	r.Forget(map[int]bool{10: true})
-	if len(r.cache) != 1 {
-		t.Errorf("cache after Forget: %v", r.cache)
+	if len(r.cache) != 0 {
+		t.Errorf("cache after Forget: %v, want empty (only pid 11's owner was cached, and it was not kept)", r.cache)
+	}
+}
+
+// TestResolverReadsAnUnknownOwnerAgain: a process seen in the middle of
+// its exec has an empty environment for a moment; once its environment is
+// there, its owner is found.
+func TestResolverReadsAnUnknownOwnerAgain(t *testing.T) {
+	root := t.TempDir()
+	fakeProc(t, root, 20, 300, "", "")
+	r := NewResolver(root)
+	if id, err := r.Resolve(20); err != nil || id.Owner.Known() {
+		t.Fatalf("pid 20 mid-exec: %+v, %v; want no owner", id, err)
+	}
+	fakeProc(t, root, 20, 300, string(environ("NOMAD_ALLOC_ID="+allocID, "NOMAD_TASK_NAME=main")), "")
+	if id, err := r.Resolve(20); err != nil || id.Owner.AllocID != allocID {
+		t.Errorf("pid 20 after its exec: %+v, %v; want allocation %s", id, err, allocID)
 	}
 }
 
