@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -248,9 +250,16 @@ func (s *Service) fail(f *cycleFailure) {
 
 // logPlanChange logs, at debug level, the plan of a cycle whose actions or
 // unplaced work differ from the last one logged: what an operator (or the
-// chaos soak's reader) needs to follow why work waits.
+// chaos soak's reader) needs to follow why work waits. A cycle that took
+// the plan last logged with the same actions has nothing new to log (its
+// unplaced work is that plan's, of an equal snapshot) and is not written
+// out again.
 func (s *Service) logPlanChange(c *cycleData) {
 	if !s.log.IsDebug() {
+		return
+	}
+	last := &s.planLogged
+	if last.text != "" && last.gen == c.planGen && reflect.DeepEqual(last.actions, c.res.Actions) {
 		return
 	}
 	var b strings.Builder
@@ -262,9 +271,18 @@ func (s *Service) logPlanChange(c *cycleData) {
 		fmt.Fprintf(&b, "\n  unplaced %s: %s", c.view.Snapshot.Pending[u.Workload].Job, u.Reason)
 	}
 	text := b.String()
-	if text == s.lastPlanLogged {
+	last.gen, last.actions = c.planGen, slices.Clone(c.res.Actions)
+	if text == last.text {
 		return
 	}
-	s.lastPlanLogged = text
+	last.text = text
 	s.log.Debug("plan changed" + text)
+}
+
+// loggedPlan is the plan logPlanChange last logged: its lastPlan.gen, its
+// actions as the cycle left them, and the text logged.
+type loggedPlan struct {
+	gen     uint64
+	actions []plan.Action
+	text    string
 }

@@ -29,40 +29,69 @@ type partialGang struct {
 }
 
 // partialGangs lists the gangs of snap that run in part, in the order of
-// their first allocation. Shrunk instances of elastic groups and a
-// suspended job's demand are no waiting part.
-func partialGangs(snap *cluster.Snapshot) []partialGang {
-	byJob := map[string]*partialGang{}
-	var order []string
-	for _, al := range snap.Allocations {
-		if !al.Gang || al.System {
-			continue
-		}
-		g := byJob[al.Job]
-		if g == nil {
-			g = &partialGang{project: al.Project, job: al.Job}
-			byJob[al.Job] = g
-			order = append(order, al.Job)
-		}
-		if n := len(g.allocations); n == 0 || g.allocations[n-1] != al.ID {
-			g.allocations = append(g.allocations, al.ID) // an allocation in several shapes is listed once per shape
-			g.placed++
-		}
-	}
+// their first allocation, from the gangs running in its allocations
+// (runningGangsOf). Shrunk instances of elastic groups and a suspended
+// job's demand are no waiting part.
+func partialGangs(snap *cluster.Snapshot, running *runningGangs) []partialGang {
+	waiting := map[string][]int{}
+	wanted := map[string]int{}
 	for i, p := range snap.Pending {
-		if g := byJob[p.Job]; g != nil && p.Gang && !p.Suspended && !p.Shrunk {
-			g.waiting = append(g.waiting, i)
-			g.wanted += p.Count
+		if _, ok := running.byJob[p.Job]; ok && p.Gang && !p.Suspended && !p.Shrunk {
+			waiting[p.Job] = append(waiting[p.Job], i)
+			wanted[p.Job] += p.Count
 		}
 	}
 	var out []partialGang
-	for _, job := range order {
-		if g := byJob[job]; len(g.waiting) > 0 {
-			g.wanted += g.placed
-			out = append(out, *g)
+	for _, job := range running.order {
+		if w := waiting[job]; len(w) > 0 {
+			r := running.byJob[job]
+			out = append(out, partialGang{project: r.project, job: job, allocations: r.allocations, waiting: w,
+				placed: len(r.allocations), wanted: wanted[job] + len(r.allocations)})
 		}
 	}
 	return out
+}
+
+// runningGangs are the gang jobs with allocations in a list of
+// allocations (of), in the order of their first allocation. A cycle
+// whose snapshot has the same list (cluster.SameList: the Builder keeps
+// it while no allocation changed) takes the last cycle's instead of
+// walking 100,000 allocations again.
+type runningGangs struct {
+	of    []cluster.Allocation
+	order []string
+	byJob map[string]runningGang
+}
+
+// runningGang is one gang job's allocations, read only (plan actions
+// name them).
+type runningGang struct {
+	project     string
+	allocations []string
+}
+
+// runningGangsOf reads the gangs running in allocs; last is returned when
+// it was read from the same list.
+func runningGangsOf(allocs []cluster.Allocation, last *runningGangs) *runningGangs {
+	if last != nil && cluster.SameList(last.of, allocs) {
+		return last
+	}
+	r := &runningGangs{of: allocs, byJob: map[string]runningGang{}}
+	for _, al := range allocs {
+		if !al.Gang || al.System {
+			continue
+		}
+		g, ok := r.byJob[al.Job]
+		if !ok {
+			g.project = al.Project
+			r.order = append(r.order, al.Job)
+		}
+		if n := len(g.allocations); n == 0 || g.allocations[n-1] != al.ID {
+			g.allocations = append(g.allocations, al.ID) // an allocation in several shapes is listed once per shape
+		}
+		r.byJob[al.Job] = g
+	}
+	return r
 }
 
 // boundPartialGangs keeps the gangs that run in part to
@@ -75,7 +104,8 @@ func partialGangs(snap *cluster.Snapshot) []partialGang {
 // keeps the clock its standby ran.
 func (s *Service) boundPartialGangs(c *cycleData, now time.Time) {
 	seen := map[string]bool{}
-	c.gangs = partialGangs(c.view.Snapshot)
+	s.gangsRunning = runningGangsOf(c.view.Snapshot.Allocations, s.gangsRunning)
+	c.gangs = partialGangs(c.view.Snapshot, s.gangsRunning)
 	for _, g := range c.gangs {
 		seen[g.job] = true
 		since, ok := s.partialSince[g.job]
@@ -90,7 +120,7 @@ func (s *Service) boundPartialGangs(c *cycleData, now time.Time) {
 			plan.GangReason, g.placed, g.wanted, since.UTC().Format("15:04:05Z"), s.cfg.GangPartialHold)
 		c.res.Actions = slices.DeleteFunc(c.res.Actions, func(a plan.Action) bool { return slices.Contains(g.waiting, a.Workload) })
 		c.res.Actions = append(c.res.Actions, plan.Action{Kind: plan.Suspend, Project: g.project, Job: g.job,
-			Allocations: g.allocations, Workload: -1, Reason: reason, Cause: plan.CauseGang})
+			Allocations: slices.Clone(g.allocations), Workload: -1, Reason: reason, Cause: plan.CauseGang})
 		c.res.GangsWaiting = append(c.res.GangsWaiting, plan.GangWait{Project: g.project, Job: g.job, Workload: g.waiting[0], Reason: reason})
 	}
 	for job := range s.partialSince {

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,13 +33,30 @@ func gangSnapshot() *cluster.Snapshot {
 }
 
 func TestPartialGangs(t *testing.T) {
-	got := partialGangs(gangSnapshot())
+	snap := gangSnapshot()
+	got := partialGangs(snap, runningGangsOf(snap.Allocations, nil))
 	if len(got) != 1 {
 		t.Fatalf("partial gangs %+v: want only a/train", got)
 	}
 	g := got[0]
 	if g.job != "a/train" || g.placed != 2 || g.wanted != 4 || strings.Join(g.allocations, ",") != "al1,al2" || len(g.waiting) != 1 || g.waiting[0] != 1 {
 		t.Errorf("a/train: %+v; want 2 of 4 placed, allocations al1,al2, waiting part Pending[1]", g)
+	}
+}
+
+// TestRunningGangsFollowTheAllocations: a cycle whose snapshot shares
+// the last one's allocation list takes the gangs read from it; a new
+// list (an instance of a/train ended) is read again.
+func TestRunningGangsFollowTheAllocations(t *testing.T) {
+	snap := gangSnapshot()
+	last := runningGangsOf(snap.Allocations, nil)
+	if runningGangsOf(snap.Allocations, last) != last {
+		t.Error("the same allocation list was read again")
+	}
+	snap.Allocations = slices.Delete(slices.Clone(snap.Allocations), 2, 3) // al2 ended
+	got := partialGangs(snap, runningGangsOf(snap.Allocations, last))
+	if len(got) != 1 || got[0].placed != 1 || got[0].wanted != 3 || strings.Join(got[0].allocations, ",") != "al1" {
+		t.Errorf("partial gangs after al2 ended: %+v; want a/train with al1 alone, 1 of 3 placed", got)
 	}
 }
 

@@ -150,10 +150,11 @@ type Service struct {
 
 	mu     sync.Mutex
 	status Status
-	// nodesOf is the snapshot the last cycle's GPU map (Status.Nodes) is
-	// laid out from, on the first Status call after the cycle (nil once
-	// laid out): about 50 ms at 5,000 nodes, which a cycle need not pay
-	// while nobody reads the status.
+	// nodesOf is the snapshot the last cycle's GPU map (Status.Nodes)
+	// and nodes out of planning (Status.OutOfPlanning) are laid out from,
+	// on the first Status call after the cycle (nil once laid out): about
+	// 50 ms at 5,000 nodes, which a cycle need not pay while nobody reads
+	// the status.
 	nodesOf    *cluster.Snapshot
 	written    map[string]state.ProjectStatus
 	reclaimFor map[string]time.Time
@@ -166,11 +167,14 @@ type Service struct {
 	// partialSince is, by job Key, when each gang that runs in part was
 	// first seen so (gangs.go); only cycles touch it (cycleMu).
 	partialSince map[string]time.Time
-	// lastPlanLogged is the plan logPlanChange last logged, and heldBack
+	// gangsRunning are the gangs of the last cycle's allocations
+	// (runningGangsOf); only cycles touch it (cycleMu).
+	gangsRunning *runningGangs
+	// planLogged is the plan logPlanChange last logged, and heldBack
 	// the actions held back cycle after cycle (noteHeldBack); only cycles
 	// touch them (cycleMu).
-	lastPlanLogged string
-	heldBack       map[string]heldBack
+	planLogged loggedPlan
+	heldBack   map[string]heldBack
 
 	util utilizationState
 

@@ -164,11 +164,11 @@ func (s *Service) record(ctx context.Context, c *cycleData) {
 	st.LastCycle, st.LastRelist, st.LastError = now, c.view.ListedAt, ""
 	st.Departments = departments
 	st.Projects, st.Pending, st.Suspended, st.Unplaced, st.Warnings = views, sum.pending, sum.suspended, unplacedLines(c, c.res.Unplaced), c.view.Warnings
-	st.Unplaceable, st.OutOfPlanning = unplacedLines(c, c.res.Unplaceable), outOfPlanning(c.view.Snapshot)
+	st.Unplaceable = unplacedLines(c, c.res.Unplaceable)
 	st.RecordErrors = c.view.RecordErrors
 	st.Gangs = s.gangViews(c)
 	st.Shrunk = shrunkJobs(c.view)
-	st.Nodes, s.nodesOf = nil, c.view.Snapshot
+	st.Nodes, st.OutOfPlanning, s.nodesOf = nil, nil, c.view.Snapshot
 	st.Trend = sampleTrend(st.Trend, now, views, used)
 	s.mu.Unlock()
 	if c.acted {
@@ -378,8 +378,9 @@ func (s *Service) Status() Status {
 	return st
 }
 
-// layOutNodes lays out the last cycle's GPU map (Status.Nodes) if no
-// Status call has since that cycle, outside s.mu: the cycle that ends
+// layOutNodes lays out the last cycle's GPU map (Status.Nodes) and the
+// nodes and GPUs out of planning (Status.OutOfPlanning) if no Status call
+// has since that cycle, outside s.mu: the cycle that ends
 // meanwhile does not wait for it. Status calls lay out one at a time; a
 // map laid out from a snapshot a newer cycle replaced meanwhile stands
 // until the next Status call lays out the newer one.
@@ -392,13 +393,13 @@ func (s *Service) layOutNodes() {
 	if snap == nil {
 		return
 	}
-	nodes := gpuMap(snap)
+	nodes, out := gpuMap(snap), outOfPlanning(snap)
 	if s.util.collector != nil {
 		addMemory(nodes, s.util.collector.Last().Reports)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.status.Nodes = nodes
+	s.status.Nodes, s.status.OutOfPlanning = nodes, out
 	if s.nodesOf == snap {
 		s.nodesOf = nil
 	}

@@ -26,8 +26,9 @@ type UsageConfig struct {
 // the job-to-project mapping of the last cycle.
 type utilizationState struct {
 	collector *utilization.Collector
-	// projects maps "namespace/job" to the project, from the last view.
-	projects atomic.Pointer[map[string]string]
+	// jobs are the last view's jobs by "namespace/job" (View.Jobs: read
+	// only once built, so shared here without a copy).
+	jobs atomic.Pointer[map[string]*nomadwatch.JobInfo]
 }
 
 // Utilization is /v1/utilization: per project, what is guaranteed, and
@@ -71,19 +72,15 @@ func (s *Service) runUtilization(ctx context.Context) {
 
 // noteProjects keeps the view's job-to-project mapping for the usage.
 func (s *Service) noteProjects(v *nomadwatch.View) {
-	m := make(map[string]string, len(v.Jobs))
-	for k, j := range v.Jobs {
-		m[k] = j.Project
-	}
-	s.util.projects.Store(&m)
+	s.util.jobs.Store(&v.Jobs)
 }
 
 // projectOf names the project of a job: the last view's mapping, else its
 // namespace (a job the view does not know yet).
 func (s *Service) projectOf(namespace, job string) string {
-	if m := s.util.projects.Load(); m != nil {
-		if p, ok := (*m)[nomadwatch.Key(namespace, job)]; ok {
-			return p
+	if m := s.util.jobs.Load(); m != nil {
+		if j, ok := (*m)[nomadwatch.Key(namespace, job)]; ok {
+			return j.Project
 		}
 	}
 	return namespace
