@@ -38,6 +38,7 @@ func (a *Actuator) Vet(ctx context.Context, v *nomadwatch.View) {
 		p = a.vetPass(ctx, v, gen, err)
 		a.lastVet = p
 	}
+	p.seq, p.gen, p.perm = v.Seq, gen, errText(err)
 	v.Snapshot.Allocations = p.out
 	for i, key := range p.jobs {
 		if p.why[i] != "" {
@@ -55,22 +56,30 @@ type vetPass struct {
 	in, out []cluster.Allocation
 	jobs    []string
 	why     []string
+	// at is each job's position in jobs. seq is the View last vetted
+	// with the pass (View.Seq), gen and perm the permissions' generation
+	// and error ("" without) it was vetted under.
+	at   map[string]int
+	seq  uint64
+	gen  int
+	perm string
 }
 
 // vetPass judges every job of v's allocations and forgets the verdicts
 // of jobs no longer there. a.mu is held.
 func (a *Actuator) vetPass(ctx context.Context, v *nomadwatch.View, gen int, permErr error) *vetPass {
-	p := &vetPass{in: v.Snapshot.Allocations, out: v.Snapshot.Allocations}
-	why := map[string]string{}
+	p := &vetPass{in: v.Snapshot.Allocations, out: v.Snapshot.Allocations, at: map[string]int{}}
 	for i := range p.out {
 		al := &p.out[i]
 		if al.System {
 			continue
 		}
-		w, seen := why[al.Job]
-		if !seen {
+		var w string
+		if at, seen := p.at[al.Job]; seen {
+			w = p.why[at]
+		} else {
 			w = a.vetJob(ctx, v, al.Job, gen, permErr)
-			why[al.Job] = w
+			p.at[al.Job] = len(p.jobs)
 			p.jobs, p.why = append(p.jobs, al.Job), append(p.why, w)
 		}
 		if al.NeverVictim == w {
@@ -85,22 +94,41 @@ func (a *Actuator) vetPass(ctx context.Context, v *nomadwatch.View, gen int, per
 		al.NeverVictim = w
 	}
 	for key := range a.vetted {
-		if _, ok := why[key]; !ok {
+		if _, ok := p.at[key]; !ok {
 			delete(a.vetted, key)
 		}
 	}
 	return p
 }
 
-// sameVerdicts says every job of pass p has the verdict it had then.
+// sameVerdicts says every job of pass p has the verdict it had then. A
+// verdict changes only with the job's spec or the permissions: when p
+// last vetted the View before v, under the same permissions, only the
+// jobs whose spec v says changed since (View.SpecsChanged) are looked at.
 // a.mu is held.
 func (a *Actuator) sameVerdicts(ctx context.Context, v *nomadwatch.View, p *vetPass, gen int, permErr error) bool {
+	if v.SpecsChanged != nil && v.Seq > 1 && v.Seq == p.seq+1 && gen == p.gen && errText(permErr) == p.perm {
+		for key := range v.SpecsChanged {
+			if i, ok := p.at[key]; ok && a.vetJob(ctx, v, key, gen, permErr) != p.why[i] {
+				return false
+			}
+		}
+		return true
+	}
 	for i, key := range p.jobs {
 		if a.vetJob(ctx, v, key, gen, permErr) != p.why[i] {
 			return false
 		}
 	}
 	return true
+}
+
+// errText is err's text, "" for nil.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // vetJob is the (cached) verdict for job key; permErr, when set, is why

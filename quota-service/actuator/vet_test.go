@@ -173,3 +173,54 @@ func TestHoldOfAJobTheServiceCouldNotRegisterIsSkipped(t *testing.T) {
 		t.Errorf("held back %q: want the hold, saying the token may not submit jobs in team-b", rep.Skipped)
 	}
 }
+
+// TestVetLooksAtTheSpecsAViewSaysChanged: on a shared list, a View that
+// follows the one last vetted names the specs changed since
+// (View.SpecsChanged), and those jobs' verdicts follow their specs; a
+// View that does not follow it (one in between was never vetted), or
+// new permissions, make every job judged again.
+func TestVetLooksAtTheSpecsAViewSaysChanged(t *testing.T) {
+	a := vettingActuator(t)
+	small, elsewhere := gpuJobWith("team-a", nil), gpuJobWith("team-b", nil)
+	small.ID, elsewhere.ID = ptr("grows"), ptr("elsewhere")
+	small.ModifyIndex, elsewhere.ModifyIndex = ptr(uint64(8)), ptr(uint64(9))
+	big := oversizedJob("grows", 10)
+	shrunk := gpuJobWith("team-a", nil)
+	shrunk.ID, shrunk.ModifyIndex = ptr("grows"), ptr(uint64(11))
+	shared := []cluster.Allocation{
+		{ID: "a1", Job: "team-a/grows", Preemptible: true},
+		{ID: "b1", Job: "team-b/elsewhere", Preemptible: true},
+	}
+	const refused = "may not submit jobs in namespace team-b"
+	steps := []struct {
+		name    string
+		seq     uint64
+		changed map[string]bool
+		grows   *nomadapi.Job
+		acl     string
+		want    map[string]string
+	}{
+		{"first View", 1, nil, small, "", map[string]string{"team-a/grows": "", "team-b/elsewhere": refused}},
+		{"the next View: grows grew", 2, map[string]bool{"team-a/grows": true}, big, "",
+			map[string]string{"team-a/grows": "would exceed", "team-b/elsewhere": refused}},
+		{"the next View: nothing changed", 3, map[string]bool{}, big, "",
+			map[string]string{"team-a/grows": "would exceed", "team-b/elsewhere": refused}},
+		{"a View after one never vetted (grows shrank in it)", 5, map[string]bool{}, shrunk, "",
+			map[string]string{"team-a/grows": "", "team-b/elsewhere": refused}},
+		{"the next View, the token may submit in team-b", 6, map[string]bool{}, shrunk, `namespace "*" { capabilities = ["submit-job"] }`,
+			map[string]string{"team-a/grows": "", "team-b/elsewhere": ""}},
+	}
+	for i, step := range steps {
+		if step.acl != "" {
+			a.perms.acl, a.perms.gen = policyACL(t, step.acl), a.perms.gen+1
+		}
+		v := &nomadwatch.View{Snapshot: &cluster.Snapshot{Allocations: shared}, Seq: step.seq, SpecsChanged: step.changed,
+			Specs: map[string]*nomadapi.Job{"team-a/grows": step.grows, "team-b/elsewhere": elsewhere}}
+		a.Vet(context.Background(), v)
+		for _, al := range v.Snapshot.Allocations {
+			if got, want := al.NeverVictim, step.want[al.Job]; (got != "") != (want != "") || !strings.Contains(got, want) {
+				t.Errorf("step %d (%s): %s never a victim because %q, want %q", i, step.name, al.Job, got, want)
+			}
+		}
+	}
+}

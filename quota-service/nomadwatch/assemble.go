@@ -135,6 +135,12 @@ type View struct {
 	Keys *recordkey.Keyring
 	// Specs are the full job specs read (Inputs.Specs).
 	Specs map[string]*nomadapi.Job
+	// Seq numbers a Builder's Views, from 1 (0: a View not built by a
+	// Builder). SpecsChanged, when not nil, holds every job Key whose
+	// spec in Specs may differ from the one in the Builder's View
+	// numbered Seq-1 (set, dropped or read again since); nil: any may.
+	Seq          uint64
+	SpecsChanged map[string]bool
 	// Warnings are things left out of the snapshot or out of planning,
 	// for logs and the status.
 	Warnings []string

@@ -80,10 +80,11 @@ type Builder struct {
 	reconnect chan struct{}
 	// buildMu serializes Builds: each carries memo, the node segments
 	// of the last View, forward (segments.go). times are the last
-	// Build's.
+	// Build's; views counts the Views built (View.Seq).
 	buildMu sync.Mutex
 	memo    *segmentMemo
 	times   BuildTimes
+	views   uint64
 }
 
 // BuildTimes say where a Build's time went: reading (Nomad's indexes,
@@ -159,6 +160,8 @@ func (b *Builder) Build(ctx context.Context, settings quota.Set, recs state.Reco
 	in.Shrinks, in.ShrinkErrors = recs.Shrinks, recs.ShrinkErrors
 	t := time.Now()
 	v = Assemble(in)
+	b.views++
+	v.Seq, v.SpecsChanged = b.views, in.specsChanged
 	b.times = BuildTimes{Reading: t.Sub(now), Assembling: time.Since(t), Segments: len(in.changed)}
 	return v, nil
 }
