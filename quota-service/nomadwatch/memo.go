@@ -61,6 +61,15 @@ type segmentMemo struct {
 	// ones keeps the old list). Views share the list: read only.
 	allocs     []cluster.Allocation
 	allocsKept bool
+	// nodes and facts are the segments' nodes and what the feasibility
+	// checks read of them, in snapshot order, as the last View took
+	// them, while nodesKept: no node joined, left or moved between the
+	// snapshot's two parts, and every segment derived again has an equal
+	// node from the same node data (keepNode). Views share them: read
+	// only.
+	nodes     []cluster.Node
+	facts     []feasible.Node
+	nodesKept bool
 	// demands are addPending's, by job Key (keptDemand); jobOrder the
 	// last View's job Keys, sorted, and ordered the same as a set.
 	demands  map[string]*keptDemand
@@ -211,7 +220,9 @@ func (m *segmentMemo) update(changed []*nodeData, jobs map[string]*JobInfo, spec
 		}
 	}
 	for id, d := range stale {
-		m.noteFacts(m.replace(id, d, jobs, specs, now))
+		old, s := m.replace(id, d, jobs, specs, now)
+		m.noteFacts(old, s)
+		m.keepNode(old, s)
 	}
 	return segmentSet{segs: slices.Clone(m.order), totals: m.totals}
 }
@@ -381,6 +392,45 @@ func (m *segmentMemo) keepAllocs(old, now *nodeSegment) {
 	default:
 		m.allocsKept = false
 	}
+}
+
+// keepNode notes what a segment derived again (old, now: either nil)
+// does to the snapshot's nodes: they stay the last View's while its node
+// is equal and read from the same node data (its facts are made from that
+// data alone).
+func (m *segmentMemo) keepNode(old, now *nodeSegment) {
+	oh, nh := old != nil && old.hasNode, now != nil && now.hasNode
+	switch {
+	case !oh && !nh:
+	case oh && nh && old.gpuNode == now.gpuNode && old.data.stub == now.data.stub && old.data.full == now.data.full &&
+		old.data.dev == now.data.dev && cluster.EqualNode(old.node, now.node):
+	default:
+		m.nodesKept = false
+	}
+}
+
+// viewNodes are the snapshot's nodes of segments segs and their facts:
+// the GPU nodes in segment order, then the nodes added for allocations.
+// The kept lists while no node changed (keepNode), else new ones, kept
+// for the next View.
+func (m *segmentMemo) viewNodes(segs []*nodeSegment) ([]cluster.Node, []feasible.Node) {
+	if m != nil && m.nodesKept {
+		return m.nodes, m.facts
+	}
+	nodes := make([]cluster.Node, 0, len(segs))
+	facts := make([]feasible.Node, 0, len(segs))
+	for _, gpu := range []bool{true, false} {
+		for _, s := range segs {
+			if s.hasNode && s.gpuNode == gpu {
+				nodes, facts = append(nodes, s.node), append(facts, s.fact)
+			}
+		}
+	}
+	nodes, facts = slices.Clip(nodes), slices.Clip(facts) // shared: an append must copy
+	if m != nil {
+		m.nodes, m.facts, m.nodesKept = nodes, facts, true
+	}
+	return nodes, facts
 }
 
 // viewAllocs is the snapshot's allocations of segments segs (in View

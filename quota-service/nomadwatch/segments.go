@@ -352,12 +352,11 @@ func (a *assembler) addSegments(set segmentSet, jobWarnings []string) {
 			a.noteVersion(id, v)
 		}
 	}
-	a.snap.Nodes = slices.Grow(a.snap.Nodes, len(set.segs))
-	a.facts = slices.Grow(a.facts, len(set.segs))
+	a.snap.Nodes, a.facts = a.in.memo.viewNodes(set.segs)
 	for _, gpu := range []bool{true, false} {
 		for _, s := range set.segs {
 			if s.hasNode && s.gpuNode == gpu {
-				a.addSegmentNode(s)
+				a.v.Warnings = append(a.v.Warnings, s.settleWarnings...)
 			}
 		}
 	}
@@ -377,15 +376,6 @@ func (a *assembler) addSegments(set segmentSet, jobWarnings []string) {
 	for p := range set.totals.projects {
 		a.addProject(p)
 	}
-}
-
-// addSegmentNode adds segment s's node to the snapshot and its facts
-// (the assembler's node tables are the segments' own: nothing after the
-// segments reads them).
-func (a *assembler) addSegmentNode(s *nodeSegment) {
-	a.snap.Nodes = append(a.snap.Nodes, s.node)
-	a.facts = append(a.facts, s.fact)
-	a.v.Warnings = append(a.v.Warnings, s.settleWarnings...)
 }
 
 // shareUnitOfSegments is shareUnitOf read from the segments.

@@ -14,6 +14,10 @@ func (s *Snapshot) Equal(o *Snapshot) bool {
 		slices.Equal(s.Projects, o.Projects) && slices.Equal(s.Departments, o.Departments)
 }
 
+// EqualNode reports whether a and b are the same node to plan on, field
+// by field.
+func EqualNode(a, b Node) bool { return equalNodes(a, b) }
+
 // EqualAllocations reports whether two lists hold the same allocations,
 // field by field and in the same order.
 func EqualAllocations(a, b []Allocation) bool { return equalLists(a, b, equalAllocations) }
