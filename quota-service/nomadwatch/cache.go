@@ -127,6 +127,10 @@ type cache struct {
 	// touchedJobs are the jobs whose listing came, changed or went since
 	// the last View took them (with touched).
 	touchedJobs map[string]bool
+	// unversioned holds every cached allocation whose job version may be
+	// unknown (allocEntry.versionKnown), and maybe some that no longer
+	// are: readVersions looks only at these, not at every allocation.
+	unversioned map[string]bool
 	// news says an event applied since takeNews changed something a View
 	// reads; an event that only moved an object's modify index (a client's
 	// task-state update, an evaluation or deployment of a job whose
@@ -136,7 +140,8 @@ type cache struct {
 
 func newCache() *cache {
 	c := &cache{nodes: map[string]nodeEntry{}, allocs: map[string]allocEntry{}, jobs: map[string]*nomadapi.JobListStub{},
-		dirtySummary: map[string]bool{}, touched: map[string]bool{}, touchedJobs: map[string]bool{}, allTouched: true}
+		dirtySummary: map[string]bool{}, touched: map[string]bool{}, touchedJobs: map[string]bool{}, allTouched: true,
+		unversioned: map[string]bool{}}
 	for k := range c.deleted {
 		c.deleted[k] = map[string]uint64{}
 	}
@@ -233,7 +238,7 @@ func (c *cache) applyAlloc(ev *nomadapi.Event) error {
 		// Same placement (a client update): same job version.
 		e.stub.JobVersion, e.stub.JobType, e.versionKnown = old.stub.JobVersion, old.stub.JobType, old.versionKnown
 		if old.sameForView(e) {
-			c.allocs[a.ID] = e // the modify index moved, nothing a View reads
+			c.storeAlloc(e) // the modify index moved, nothing a View reads
 			return nil
 		}
 	}
@@ -274,7 +279,16 @@ func (c *cache) putAlloc(e allocEntry) {
 		i, _ := slices.BinarySearchFunc(c.order, ref, compareAllocRefs)
 		c.order = slices.Insert(c.order, i, ref)
 	}
+	c.storeAlloc(e)
+}
+
+// storeAlloc stores allocation entry e in the cache's table, noting it
+// in unversioned when its job version is not known.
+func (c *cache) storeAlloc(e allocEntry) {
 	c.allocs[e.stub.ID] = e
+	if !e.versionKnown {
+		c.unversioned[e.stub.ID] = true
+	}
 }
 
 // dropAlloc deletes an allocation entry and its place in the order.
@@ -288,14 +302,19 @@ func (c *cache) dropAlloc(id string) {
 		c.order = slices.Delete(c.order, i, i+1)
 	}
 	delete(c.allocs, id)
+	delete(c.unversioned, id)
 }
 
-// reorder sorts every cached allocation again (after a listing replaced
-// them).
+// reorder sorts every cached allocation again and notes again those
+// whose job version is not known (after a listing replaced them).
 func (c *cache) reorder() {
 	c.order = c.order[:0]
-	for _, e := range c.allocs {
+	c.unversioned = map[string]bool{}
+	for id, e := range c.allocs {
 		c.order = append(c.order, refOf(e.stub))
+		if !e.versionKnown {
+			c.unversioned[id] = true
+		}
 	}
 	slices.SortFunc(c.order, compareAllocRefs)
 }

@@ -163,7 +163,19 @@ func TestCacheApply(t *testing.T) {
 				t.Errorf("cache = %q, want %q", got, tt.want)
 			}
 			checkOrder(t, c)
+			checkUnversioned(t, c)
 		})
+	}
+}
+
+// checkUnversioned checks that readVersions would look at every cached
+// allocation whose job version is unknown.
+func checkUnversioned(t *testing.T, c *cache) {
+	t.Helper()
+	for id, e := range c.allocs {
+		if !e.versionKnown && !c.unversioned[id] {
+			t.Errorf("allocation %s's job version is unknown, but it is not among those readVersions looks at (%v)", id, c.unversioned)
+		}
 	}
 }
 

@@ -270,9 +270,14 @@ const versionBatch = 50
 func (b *Builder) readVersions(ctx context.Context) error {
 	b.mu.Lock()
 	var ids []string
-	for id, a := range b.cache.allocs {
+	for id := range b.cache.unversioned {
+		a, ok := b.cache.allocs[id]
+		if !ok || a.versionKnown {
+			delete(b.cache.unversioned, id)
+			continue
+		}
 		s := a.stub
-		if !a.versionKnown && (s.ClientStatus == "complete" || s.ClientStatus == "failed") && s.NextAllocation == "" && s.FollowupEvalID == "" {
+		if (s.ClientStatus == "complete" || s.ClientStatus == "failed") && s.NextAllocation == "" && s.FollowupEvalID == "" {
 			ids = append(ids, id)
 		}
 	}
@@ -295,7 +300,7 @@ func (b *Builder) readVersions(ctx context.Context) error {
 				st := *e.stub
 				st.JobVersion, st.JobType = s.JobVersion, s.JobType
 				e.stub, e.versionKnown = &st, true
-				b.cache.allocs[s.ID] = e
+				b.cache.storeAlloc(e)
 				b.cache.touched[st.NodeID] = true
 			}
 		}
