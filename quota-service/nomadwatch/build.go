@@ -315,9 +315,9 @@ func (b *Builder) readTagged(ctx context.Context, jobs jobList, verified []state
 	var moved []*nomadapi.JobListStub
 	closed := map[string]bool{}
 	b.mu.Lock()
-	for i, j := range jobs.stubs {
-		key := jobs.keys[i]
-		if !j.Stop || named[key] {
+	for _, key := range slices.Sorted(maps.Keys(jobs.stopped)) {
+		j := jobs.byKey[key]
+		if named[key] {
 			continue
 		}
 		if b.named[key] {

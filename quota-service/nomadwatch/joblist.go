@@ -17,16 +17,23 @@ type jobList struct {
 	keys  []string
 	byKey map[string]*nomadapi.JobListStub
 	pos   map[string]int
+	// stopped are the Keys of the stopped jobs (Stop set).
+	stopped map[string]bool
 }
 
 // newJobList is an empty list with room for n jobs.
 func newJobList(n int) jobList {
 	return jobList{stubs: make([]*nomadapi.JobListStub, 0, n), keys: make([]string, 0, n),
-		byKey: make(map[string]*nomadapi.JobListStub, n), pos: make(map[string]int, n)}
+		byKey: make(map[string]*nomadapi.JobListStub, n), pos: make(map[string]int, n), stopped: map[string]bool{}}
 }
 
 // put adds job j (Key key) or replaces its listing.
 func (l *jobList) put(key string, j *nomadapi.JobListStub) {
+	if j.Stop {
+		l.stopped[key] = true
+	} else {
+		delete(l.stopped, key)
+	}
 	if i, ok := l.pos[key]; ok {
 		l.stubs[i], l.byKey[key] = j, j
 		return
@@ -48,14 +55,18 @@ func (l *jobList) drop(key string) {
 	l.stubs, l.keys = l.stubs[:last], l.keys[:last]
 	delete(l.pos, key)
 	delete(l.byKey, key)
+	delete(l.stopped, key)
 }
 
 // listJobs keys stubs.
 func listJobs(stubs []*nomadapi.JobListStub) jobList {
-	l := jobList{stubs: stubs, keys: make([]string, len(stubs)), byKey: make(map[string]*nomadapi.JobListStub, len(stubs))}
+	l := jobList{stubs: stubs, keys: make([]string, len(stubs)), byKey: make(map[string]*nomadapi.JobListStub, len(stubs)), stopped: map[string]bool{}}
 	for i, j := range stubs {
 		key := Key(j.Namespace, j.ID)
 		l.keys[i], l.byKey[key] = key, j
+		if j.Stop {
+			l.stopped[key] = true
+		}
 	}
 	return l
 }
