@@ -62,6 +62,8 @@ type Publisher struct {
 	known      map[string]map[string]string
 	lastWrite  map[string]time.Time
 	computedAt time.Time
+	// ranked is what the last computation read and gave (rank).
+	ranked *rankInputs
 }
 
 // NewPublisher returns a publisher writing through client.
@@ -94,12 +96,14 @@ func (p *Publisher) Forget() {
 	defer p.mu.Unlock()
 	clear(p.known)
 	clear(p.lastWrite)
-	p.computedAt = time.Time{}
+	p.computedAt, p.ranked = time.Time{}, nil
 }
 
-// Publish computes the ranks of snap and specs (Compute) and writes every
-// node whose published values differ from them; within ComputeEvery of
-// the last Publish that computed, it does nothing.
+// Publish computes the ranks of snap and specs (Compute; the last ones
+// again while snap equals the snapshot last ranked and specs ask for the
+// same CPU-only work) and writes every node whose published values
+// differ from them; within ComputeEvery of the last Publish that
+// computed, it does nothing.
 func (p *Publisher) Publish(ctx context.Context, snap *cluster.Snapshot, specs map[string]*nomadapi.Job) (Report, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -108,10 +112,13 @@ func (p *Publisher) Publish(ctx context.Context, snap *cluster.Snapshot, specs m
 		return Report{Skipped: true}, nil
 	}
 	p.computedAt = now
-	ranks, err := Compute(snap, specs)
+	ranked, err := rank(snap, specs, p.ranked)
 	if err != nil {
+		p.ranked = nil
 		return Report{}, err
 	}
+	p.ranked = ranked
+	ranks := ranked.ranks
 	var rep Report
 	calls := 0
 	for _, n := range snap.Nodes {

@@ -2,6 +2,7 @@ package ranking
 
 import (
 	"maps"
+	"reflect"
 	"testing"
 
 	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
@@ -118,3 +119,50 @@ func TestComputeRanksCPUOnlyWorkOfRunningJobs(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestRanksFollowTheirInputs: an equal snapshot with specs asking for the
+// same CPU-only work (a job registered again unchanged) gives the ranks
+// last computed; a snapshot that changed (x's share ended) or new
+// CPU-only work gives the ranks computed afresh.
+func TestRanksFollowTheirInputs(t *testing.T) {
+	web := nomadapi.NewServiceJob("web", "web", "global", 50)
+	web.AddTaskGroup(group(3000))
+	web.TaskGroups[0].Count = ptr(2)
+	again := *web // registered again: a new spec, the same groups
+	batch := nomadapi.NewBatchJob("etl", "etl", "global", 50)
+	batch.AddTaskGroup(group(500))
+	batch.TaskGroups[0].Count = ptr(1)
+	freed := twoNodes()
+	freed.Allocations = freed.Allocations[1:]
+	steps := []struct {
+		name  string
+		snap  *cluster.Snapshot
+		specs map[string]*nomadapi.Job
+		same  bool
+	}{
+		{"first", twoNodes(), map[string]*nomadapi.Job{"web": web}, false},
+		{"an equal snapshot, web registered again unchanged", twoNodes(), map[string]*nomadapi.Job{"web": &again}, true},
+		{"x's share ended", freed, map[string]*nomadapi.Job{"web": &again}, false},
+		{"a CPU-only batch job", freed, map[string]*nomadapi.Job{"web": &again, "etl": batch}, false},
+	}
+	var last *rankInputs
+	for _, st := range steps {
+		in, err := rank(st.snap, st.specs, last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := Compute(st.snap, st.specs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !equal(in.ranks.Keys, want.Keys) || !maps.EqualFunc(in.ranks.Nodes, want.Nodes, maps.Equal) {
+			t.Errorf("%s: ranks %v %v, want those computed afresh: %v %v", st.name, in.ranks.Keys, in.ranks.Nodes, want.Keys, want.Nodes)
+		}
+		if last != nil {
+			if reused := reflect.ValueOf(in.ranks.Nodes).Pointer() == reflect.ValueOf(last.ranks.Nodes).Pointer(); reused != st.same {
+				t.Errorf("%s: ranks taken from the last computation: %v, want %v", st.name, reused, st.same)
+			}
+		}
+		last = in
+	}
+}
