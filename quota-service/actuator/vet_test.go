@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -95,10 +96,7 @@ func TestVetKeepsUnreturnableJobsOffTheVictimList(t *testing.T) {
 // the token may submit again becomes a victim again.
 func TestVetOfASharedListFollowsTheVerdicts(t *testing.T) {
 	a := vettingActuator(t)
-	small, elsewhere := gpuJobWith("team-a", nil), gpuJobWith("team-b", nil)
-	small.ID, elsewhere.ID = ptr("grows"), ptr("elsewhere")
-	small.ModifyIndex, elsewhere.ModifyIndex = ptr(uint64(8)), ptr(uint64(9))
-	big := oversizedJob("grows", 10)
+	small, big, elsewhere := growingJobs()
 	var shared []cluster.Allocation
 	for _, key := range []string{"team-a/grows", "team-b/elsewhere", "team-a/grows"} {
 		shared = append(shared, cluster.Allocation{ID: key, Job: key, Preemptible: true})
@@ -125,11 +123,7 @@ func TestVetOfASharedListFollowsTheVerdicts(t *testing.T) {
 		}
 		v := &nomadwatch.View{Snapshot: &cluster.Snapshot{Allocations: shared}, Specs: step.specs}
 		a.Vet(context.Background(), v)
-		for _, al := range v.Snapshot.Allocations {
-			if got, want := al.NeverVictim, step.want[al.Job]; (got != "") != (want != "") || !strings.Contains(got, want) {
-				t.Errorf("step %d (%s): %s never a victim because %q, want %q", i, step.name, al.Job, got, want)
-			}
-		}
+		checkVerdicts(t, fmt.Sprintf("step %d (%s)", i, step.name), v.Snapshot.Allocations, step.want)
 		warned := v.Warnings
 		for job, want := range step.want {
 			found := slices.ContainsFunc(warned, func(w string) bool { return strings.Contains(w, job) && strings.Contains(w, want) })
@@ -181,10 +175,7 @@ func TestHoldOfAJobTheServiceCouldNotRegisterIsSkipped(t *testing.T) {
 // new permissions, make every job judged again.
 func TestVetLooksAtTheSpecsAViewSaysChanged(t *testing.T) {
 	a := vettingActuator(t)
-	small, elsewhere := gpuJobWith("team-a", nil), gpuJobWith("team-b", nil)
-	small.ID, elsewhere.ID = ptr("grows"), ptr("elsewhere")
-	small.ModifyIndex, elsewhere.ModifyIndex = ptr(uint64(8)), ptr(uint64(9))
-	big := oversizedJob("grows", 10)
+	small, big, elsewhere := growingJobs()
 	shrunk := gpuJobWith("team-a", nil)
 	shrunk.ID, shrunk.ModifyIndex = ptr("grows"), ptr(uint64(11))
 	shared := []cluster.Allocation{
@@ -217,10 +208,27 @@ func TestVetLooksAtTheSpecsAViewSaysChanged(t *testing.T) {
 		v := &nomadwatch.View{Snapshot: &cluster.Snapshot{Allocations: shared}, Seq: step.seq, SpecsChanged: step.changed,
 			Specs: map[string]*nomadapi.Job{"team-a/grows": step.grows, "team-b/elsewhere": elsewhere}}
 		a.Vet(context.Background(), v)
-		for _, al := range v.Snapshot.Allocations {
-			if got, want := al.NeverVictim, step.want[al.Job]; (got != "") != (want != "") || !strings.Contains(got, want) {
-				t.Errorf("step %d (%s): %s never a victim because %q, want %q", i, step.name, al.Job, got, want)
-			}
+		checkVerdicts(t, fmt.Sprintf("step %d (%s)", i, step.name), v.Snapshot.Allocations, step.want)
+	}
+}
+
+// growingJobs are team-a/grows as it starts (small) and once its spec
+// grew past what a record holds (big), and team-b/elsewhere, in a
+// namespace the vetting actuator's token may not submit jobs in.
+func growingJobs() (small, big, elsewhere *nomadapi.Job) {
+	small, elsewhere = gpuJobWith("team-a", nil), gpuJobWith("team-b", nil)
+	small.ID, elsewhere.ID = ptr("grows"), ptr("elsewhere")
+	small.ModifyIndex, elsewhere.ModifyIndex = ptr(uint64(8)), ptr(uint64(9))
+	return small, oversizedJob("grows", 10), elsewhere
+}
+
+// checkVerdicts checks each allocation's verdict against want (by job:
+// a part of the reason, "" for none).
+func checkVerdicts(t *testing.T, step string, allocs []cluster.Allocation, want map[string]string) {
+	t.Helper()
+	for _, al := range allocs {
+		if got, want := al.NeverVictim, want[al.Job]; (got != "") != (want != "") || !strings.Contains(got, want) {
+			t.Errorf("%s: %s never a victim because %q, want %q", step, al.Job, got, want)
 		}
 	}
 }
