@@ -275,6 +275,7 @@ func measureCycles(b *testing.B, builder *nomadwatch.Builder) {
 	ctx := context.Background()
 	var build, planning, assembling time.Duration
 	var segments int
+	var planner plan.Planner // as the service plans
 	for b.Loop() {
 		t0 := time.Now()
 		v, err := builder.Build(ctx, quota.Set{}, state.Records{})
@@ -288,7 +289,7 @@ func measureCycles(b *testing.B, builder *nomadwatch.Builder) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := plan.Plan(v.Snapshot, plan.Options{Policy: pol}); err != nil {
+		if _, err := planner.Plan(v.Snapshot, plan.Options{Policy: pol}); err != nil {
 			b.Fatal(err)
 		}
 		build, planning = build+t1.Sub(t0), planning+time.Since(t1)

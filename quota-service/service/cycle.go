@@ -149,7 +149,7 @@ func (s *Service) plan(c *cycleData) *cycleFailure {
 			return &cycleFailure{cause: "plan", err: err}
 		}
 	}
-	res, reused, err := s.lastPlan.of(c.view.Snapshot, mix, func() (plan.Result, error) { return plan.Plan(c.view.Snapshot, opts) })
+	res, reused, err := s.lastPlan.of(c.view.Snapshot, mix, opts)
 	if err != nil {
 		return &cycleFailure{cause: "plan", err: err}
 	}

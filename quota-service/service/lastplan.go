@@ -22,19 +22,22 @@ type lastPlan struct {
 	// gen counts the plans made: cycles that took the same plan (and
 	// so planned equal snapshots) see the same gen.
 	gen uint64
+	// planner makes the plans, reusing what the last one derived from
+	// an unchanged running cluster (plan.Planner).
+	planner plan.Planner
 }
 
-// of returns the plan of snap with task mix mix: the last one when it
-// was made from an equal snapshot and the same mix (reused), else what
-// make returns. The caller may change the result it gets.
-func (l *lastPlan) of(snap *cluster.Snapshot, mix *placement.Workload, make func() (plan.Result, error)) (res plan.Result, reused bool, err error) {
+// of returns the plan of snap with task mix mix and options opts: the
+// last one when it was made from an equal snapshot and the same mix
+// (reused), else a new one. The caller may change the result it gets.
+func (l *lastPlan) of(snap *cluster.Snapshot, mix *placement.Workload, opts plan.Options) (res plan.Result, reused bool, err error) {
 	if l.snap != nil && l.mix == mix && l.snap.Equal(snap) {
 		l.snap = snap // the newer of two equal snapshots; the older may go
 		return copyResult(l.res), true, nil
 	}
 	l.snap = nil
 	l.gen++
-	if res, err = make(); err != nil {
+	if res, err = l.planner.Plan(snap, opts); err != nil {
 		return res, false, err
 	}
 	l.snap, l.mix, l.res = snap, mix, res

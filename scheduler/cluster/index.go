@@ -98,6 +98,27 @@ func (s *Snapshot) Index() (*Index, error) {
 	return x, nil
 }
 
+// IndexAfter is s.Index for a snapshot that may run as last did, x
+// being last's Index: when s.EqualRunning(last), the new Index shares
+// x's tables of the projects, nodes and allocations (both stay read
+// only) and only s's pending workloads are checked and indexed (reused
+// is then true); otherwise it is s.Index().
+func (s *Snapshot) IndexAfter(last *Snapshot, x *Index) (out *Index, reused bool, err error) {
+	if last == nil || x == nil || !s.EqualRunning(last) {
+		out, err = s.Index()
+		return out, false, err
+	}
+	y := *x
+	y.PendingProject = make([]int32, len(s.Pending))
+	y.PendingNodes = make([][]bool, len(s.Pending))
+	y.PendingTable = make([]int32, len(s.Pending))
+	y.tables = nil
+	if err := y.addPending(s); err != nil {
+		return nil, false, err
+	}
+	return &y, true, nil
+}
+
 // addProjects checks the projects and indexes them by name.
 func (x *Index) addProjects(s *Snapshot) error {
 	for i := range s.Projects {

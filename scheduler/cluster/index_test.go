@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"errors"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -172,5 +174,52 @@ func TestIndexPendingNodes(t *testing.T) {
 	snap.Pending[1].Nodes = []string{"n3"}
 	if _, err := snap.Index(); err == nil || !strings.Contains(err.Error(), `unknown node "n3"`) {
 		t.Errorf("error %v, want unknown node n3", err)
+	}
+}
+
+// TestIndexAfterReusesOnlyAnUnchangedRunningCluster: IndexAfter gives
+// what Index gives, reusing the last Index's tables only when the nodes,
+// allocations, projects and departments are equal; new pending work is
+// indexed anew, and its errors are reported.
+func TestIndexAfterReusesOnlyAnUnchangedRunningCluster(t *testing.T) {
+	last := Synthetic(SyntheticSpec{Nodes: 20, GPUsPerNode: 8, Allocations: 200, Projects: 4, Pending: 10, Seed: 5})
+	lastIndex, err := last.Index()
+	if err != nil {
+		t.Fatal(err)
+	}
+	change := func(f func(s *Snapshot)) *Snapshot {
+		s := *last
+		s.Nodes, s.Allocations = slices.Clone(last.Nodes), slices.Clone(last.Allocations)
+		s.Pending, s.Projects = slices.Clone(last.Pending), slices.Clone(last.Projects)
+		f(&s)
+		return &s
+	}
+	for _, tc := range []struct {
+		name   string
+		snap   *Snapshot
+		reused bool
+	}{
+		{"equal copies", change(func(*Snapshot) {}), true},
+		{"pending work gone", change(func(s *Snapshot) { s.Pending = s.Pending[1:] }), true},
+		{"pending work bound to nodes", change(func(s *Snapshot) { s.Pending[0].Nodes = []string{s.Nodes[3].Name} }), true},
+		{"an allocation gone", change(func(s *Snapshot) { s.Allocations = s.Allocations[1:] }), false},
+		{"a node unavailable", change(func(s *Snapshot) { s.Nodes[0].Unavailable = "down" }), false},
+		{"a guarantee changed", change(func(s *Snapshot) { s.Projects[0].Guaranteed++ }), false},
+	} {
+		got, reused, err := tc.snap.IndexAfter(last, lastIndex)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		want, _ := tc.snap.Index()
+		if reused != tc.reused || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: reused %t (want %t), equal to Index: %t", tc.name, reused, tc.reused, reflect.DeepEqual(got, want))
+		}
+	}
+	bad := change(func(s *Snapshot) { s.Pending[0].Project = "nobody" })
+	if _, _, err := bad.IndexAfter(last, lastIndex); !errors.Is(err, ErrInvalid) {
+		t.Errorf("pending work of an unknown project: error %v, want ErrInvalid", err)
+	}
+	if again, _ := last.Index(); !reflect.DeepEqual(again, lastIndex) {
+		t.Error("IndexAfter changed the last Index")
 	}
 }

@@ -263,7 +263,7 @@ var ErrPlacement = errors.New("placement policy returned a choice that does not 
 
 // Plan computes deserved shares and the ordered actions for one cycle. It
 // returns an error, wrapping cluster.ErrInvalid, when the snapshot contradicts
-// itself.
+// itself. A Planner plans a run of snapshots faster.
 func Plan(snap *cluster.Snapshot, opts Options) (Result, error) {
 	s, err := newState(snap, opts)
 	if err != nil {

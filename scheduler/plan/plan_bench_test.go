@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/gpushare/nomad-gpushare/scheduler/cluster"
@@ -54,4 +55,43 @@ func benchmarkPlanCycle(b *testing.B, policy string) {
 	b.ReportMetric(float64(placed), "placements")
 	b.ReportMetric(float64(suspended), "suspensions")
 	b.ReportMetric(float64(len(res.Unplaced)), "unplaced")
+}
+
+// BenchmarkPlannerNewPending is the cycle of BenchmarkPlanCyclePolicy
+// after a change of the pending work alone (a job registered or gone,
+// the quota service's commonest change): each iteration plans the scale
+// snapshot with one pending workload more or less than the last, its
+// running lists equal but not shared (as the service's cycles see them),
+// with the policy of a task mix kept across cycles (as the service
+// does). Planner plans with a Planner, Plan without: compare the two.
+func BenchmarkPlannerNewPending(b *testing.B) {
+	base := cluster.Synthetic(cluster.ScaleSpec)
+	other := *base
+	other.Pending = base.Pending[:len(base.Pending)-1]
+	other.Allocations = slices.Clone(base.Allocations)
+	other.Nodes = slices.Clone(base.Nodes)
+	snaps := []*cluster.Snapshot{base, &other}
+	mix := SnapshotWorkload(base)
+	for _, name := range []string{"Plan", "Planner"} {
+		b.Run(name, func(b *testing.B) {
+			var p Planner
+			i := 0
+			for b.Loop() {
+				pol, err := PolicyWithWorkload("gpushare", 1, mix)
+				if err != nil {
+					b.Fatal(err)
+				}
+				snap := snaps[i%2]
+				i++
+				if name == "Plan" {
+					_, err = Plan(snap, Options{Policy: pol})
+				} else {
+					_, err = p.Plan(snap, Options{Policy: pol})
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

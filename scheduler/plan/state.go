@@ -333,28 +333,37 @@ type instance struct {
 	action int32
 }
 
+// newState is the start of a plan of snap: its running jobs from
+// newRunningJobs, which the state takes over.
 func newState(snap *cluster.Snapshot, opts Options) (*state, error) {
 	x, err := snap.Index()
 	if err != nil {
 		return nil, err
 	}
+	return newStateOn(snap, x, newRunningJobs(snap, x), opts), nil
+}
+
+// newStateOn is the start of a plan of snap, indexed by x, with run its
+// running jobs (the state changes them).
+func newStateOn(snap *cluster.Snapshot, x *cluster.Index, run runningJobs, opts Options) *state {
 	s := &state{
 		snap:     snap,
 		index:    x,
 		cluster:  newClusterState(snap, x, opts),
-		jobByKey: make(map[string]int32, len(snap.Allocations)/2+1),
+		jobByKey: run.byKey,
+		jobs:     run.jobs,
+		allocs:   run.allocs,
 		units:    newUnits(snap),
 		plan:     newPlanProgress(len(snap.Pending)),
 		maxMoves: opts.MaxMoves,
 	}
 	s.findUnplaceable()
 	s.projects, s.groups = newProjects(snap, x, s.plan.never)
-	s.addRunningJobs()
 	s.listMovable()
 	s.listVictims()
 	s.listShrinks()
 	s.findPartialGangs()
-	return s, nil
+	return s
 }
 
 // newProjects is every project's quota numbers before the plan, with its
@@ -416,93 +425,6 @@ func newGroups(snap *cluster.Snapshot, x *cluster.Index, projects []projectState
 		projects[groups[g].members[0]].group = &groups[g]
 	}
 	return groups
-}
-
-// addRunningJobs records every running job and its allocations. Every
-// job's allocs slice points into one array of allocation positions; the
-// tables have room for the work this cycle places (see registerPlanned).
-func (s *state) addRunningJobs() {
-	snap, x := s.snap, s.index
-	allocJob, count := s.numberJobs()
-	instances, gpus := 0, 0
-	for i := range snap.Pending {
-		w := &snap.Pending[i]
-		instances += w.Count
-		gpus += w.Count * max(w.Ask.WholeGPUs, 1)
-	}
-	s.jobs = make([]jobState, len(count), len(count)+len(snap.Pending))
-	flat := make([]int32, len(snap.Allocations))
-	offset := int32(0)
-	for j, c := range count {
-		s.jobs[j].allocs = flat[offset : offset : offset+c]
-		offset += c
-	}
-	s.allocs.infos = make([]allocInfo, 0, len(snap.Allocations)+instances)
-	s.allocs.gpus = make([]int32, 0, len(snap.Allocations)+gpus)
-	s.allocs.onNode = nodeLists(x.AllocNode, len(snap.Nodes))
-	for i, j := range allocJob {
-		a := &snap.Allocations[i]
-		n := int(x.AllocNode[i])
-		s.allocs.add(j, n, &snap.Nodes[n], &a.Ask, a.GPUs)
-		job := &s.jobs[j]
-		if len(job.allocs) == 0 {
-			job.name, job.project, job.priority, job.newest = a.Job, x.AllocProject[i], a.Priority, a.Start
-		}
-		job.allocs = append(job.allocs, int32(i))
-		job.held += a.Ask.GPUShares()
-		job.nonPreemptible = job.nonPreemptible || !a.Preemptible
-		job.system = job.system || a.System
-		if job.neverVictim == "" {
-			job.neverVictim = a.NeverVictim
-		}
-		job.priority = max(job.priority, a.Priority)
-		job.newest = max(job.newest, a.Start)
-		if a.InMinRuntime {
-			job.youngAllocs++
-		}
-		job.young = job.youngAllocs == len(job.allocs)
-	}
-}
-
-// nodeLists makes, per node, an empty list with room for its running
-// allocations, all in one array.
-func nodeLists(allocNode []int32, nodes int) [][]int32 {
-	count := make([]int32, nodes)
-	for _, n := range allocNode {
-		count[n]++
-	}
-	lists := make([][]int32, nodes)
-	flat := make([]int32, len(allocNode))
-	offset := int32(0)
-	for n, c := range count {
-		lists[n] = flat[offset : offset : offset+c]
-		offset += c
-	}
-	return lists
-}
-
-// numberJobs numbers the running jobs in order of first appearance and
-// returns every allocation's job number and every job's allocation count.
-// Allocations of one job usually come one after another, so the map is
-// asked only when the job changes.
-func (s *state) numberJobs() (allocJob, count []int32) {
-	allocJob = make([]int32, len(s.snap.Allocations))
-	lastJob, last := "", int32(-1)
-	for i := range s.snap.Allocations {
-		a := &s.snap.Allocations[i]
-		if last < 0 || a.Job != lastJob {
-			j, ok := s.jobByKey[a.Job]
-			if !ok {
-				j = int32(len(count))
-				s.jobByKey[a.Job] = j
-				count = append(count, 0)
-			}
-			lastJob, last = a.Job, j
-		}
-		allocJob[i] = last
-		count[last]++
-	}
-	return allocJob, count
 }
 
 // listVictims puts every job that may be suspended and holds GPUs on its
