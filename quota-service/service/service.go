@@ -3,7 +3,7 @@
 // and, while it holds the leader lock, acts through package actuator and
 // writes per-project status to Consul KV.
 //
-// A cycle runs after every Nomad event or quota change (coalesced), and at
+// A cycle runs after every Nomad event or quota change (paced), and at
 // least every PlanInterval as a safety net. Every instance keeps its view
 // of Nomad from Nomad's event stream (package nomadwatch: a full listing
 // at start, after a gap, when Nomad's indexes show changes the stream did
@@ -39,6 +39,10 @@ import (
 // DefaultPlanInterval is the default safety-net cycle period.
 const DefaultPlanInterval = 10 * time.Second
 
+// DefaultCycleGap is the default least time between the starts of two
+// of the leader's cycles (Config.CycleGap).
+const DefaultCycleGap = 75 * time.Millisecond
+
 // DefaultMoveCooldown is how long a movable job runs before the plan may
 // move it, and so the shortest time between two moves of a job.
 const DefaultMoveCooldown = 10 * time.Minute
@@ -57,6 +61,11 @@ type Config struct {
 	// change, cycles repeat every FollowUpPeriod (default 500 ms) for
 	// FollowUpWindow (default 3 s).
 	FollowUpWindow, FollowUpPeriod time.Duration
+	// CycleGap is the least time between the starts of two of the
+	// leader's cycles (default DefaultCycleGap; see nextCycleAt): lower
+	// decides sooner after an event and spends more CPU while Nomad is
+	// busy.
+	CycleGap time.Duration
 	// MaxStaleness: no action on data older than this (default
 	// actuator.DefaultMaxStaleness).
 	MaxStaleness time.Duration
@@ -203,6 +212,7 @@ func (c Config) withDefaults() Config {
 		{&c.PlanInterval, DefaultPlanInterval},
 		{&c.FollowUpWindow, 3 * time.Second},
 		{&c.FollowUpPeriod, 500 * time.Millisecond},
+		{&c.CycleGap, DefaultCycleGap},
 		{&c.MaxStaleness, actuator.DefaultMaxStaleness},
 		{&c.GangPartialHold, DefaultGangPartialHold},
 		{&c.MoveCooldown, DefaultMoveCooldown},
@@ -285,12 +295,12 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // lead is the leader's loop. A cycle runs after every Nomad event or
-// quota change (events coalesced over 100 ms), then again every
-// FollowUpPeriod for FollowUpWindow: Nomad publishes a job's registration
-// before its evaluation reports queued work, and a burst of short
-// follow-ups sees that work within a second instead of at the next
-// PlanInterval. A cycle that held an action back (a hold that expires)
-// is retried after FollowUpPeriod too.
+// quota change (paced: nextCycleAt), then again every FollowUpPeriod for
+// FollowUpWindow: Nomad publishes a job's registration before its
+// evaluation reports queued work, and a burst of short follow-ups sees
+// that work within a second instead of at the next PlanInterval. A cycle
+// that held an action back (a hold that expires) is retried after
+// FollowUpPeriod too.
 func (s *Service) lead(ctx context.Context) {
 	s.setLeader(true)
 	defer s.setLeader(false)
@@ -310,7 +320,7 @@ func (s *Service) lead(ctx context.Context) {
 	follow := time.NewTimer(s.cfg.FollowUpPeriod)
 	defer follow.Stop()
 	var followUntil time.Time
-	held := s.cycle(ctx)
+	held, last := s.pacedCycle(ctx)
 	for {
 		trigger := ""
 		select {
@@ -330,15 +340,16 @@ func (s *Service) lead(ctx context.Context) {
 			}
 			trigger = "follow-up"
 		}
-		// Coalesce bursts of events into one cycle.
+		wait := time.NewTimer(time.Until(nextCycleAt(time.Now(), last, s.cfg.CycleGap)))
 		select {
 		case <-ctx.Done():
+			wait.Stop()
 			return
-		case <-time.After(100 * time.Millisecond):
+		case <-wait.C:
 		}
 		s.log.Trace("cycle", "trigger", trigger)
 		s.metrics.Triggers.WithLabelValues(trigger).Inc()
-		held = s.cycle(ctx)
+		held, last = s.pacedCycle(ctx)
 		follow.Reset(s.cfg.FollowUpPeriod)
 	}
 }

@@ -72,7 +72,7 @@ func run(args []string) error {
 		return err
 	}
 	svc := service.New(service.Config{Nomad: nomad, Consul: consul, Layout: opts.layout, Log: log,
-		Instance: opts.instance, PlanInterval: opts.interval, ResyncInterval: opts.resync, MaxStaleness: opts.staleness, GangPartialHold: opts.gangHold,
+		Instance: opts.instance, PlanInterval: opts.interval, CycleGap: opts.cycleGap, ResyncInterval: opts.resync, MaxStaleness: opts.staleness, GangPartialHold: opts.gangHold,
 		MaxMoves: maxMoves(opts.maxMoves), MoveCooldown: opts.moveCooldown,
 		FairShareHalfLife: opts.fairHalfLife, FairShareUsageWeight: opts.fairUsageWeight, PolicyName: opts.policy, MaxRecordBytes: opts.maxRecordBytes,
 		Usage: service.UsageConfig{Port: opts.usagePort, Period: opts.usagePeriod}, PublishRanks: opts.publishRanks, Demand: opts.demand,

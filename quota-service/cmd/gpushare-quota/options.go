@@ -37,6 +37,7 @@ type options struct {
 	pprofListen                 string
 	tlsCert, tlsKey             string
 	interval, staleness, resync time.Duration
+	cycleGap                    time.Duration
 	// gangHold bounds how long a gang runs in part.
 	gangHold time.Duration
 	// maxMoves and moveCooldown bound consolidation (0 moves: off).
@@ -118,6 +119,7 @@ func newFlags(o *options, instance string) (*flagDefs, *string) {
 	d.str(&o.tlsCert, "tls-cert", "GPUSHARE_TLS_CERT", "", "PEM certificate (chain) file: serve the API over HTTPS")
 	d.str(&o.tlsKey, "tls-key", "GPUSHARE_TLS_KEY", "", "PEM private key file of -tls-cert")
 	d.duration(&o.interval, "plan-interval", "GPUSHARE_PLAN_INTERVAL", service.DefaultPlanInterval, "safety-net plan period (without the event stream: full re-list period)")
+	d.duration(&o.cycleGap, "cycle-gap", "GPUSHARE_CYCLE_GAP", service.DefaultCycleGap, "least time between the starts of two of the leader's cycles while Nomad is busy: lower decides sooner after an event and spends more CPU (10ms to 10s)")
 	d.duration(&o.resync, "resync-interval", "GPUSHARE_RESYNC_INTERVAL", nomadwatch.DefaultResyncInterval, "how often the view the event stream keeps is checked against a full listing of Nomad")
 	d.duration(&o.staleness, "max-staleness", "GPUSHARE_MAX_STALENESS", actuator.DefaultMaxStaleness, "take no action on data listed longer ago")
 	d.duration(&o.gangHold, "gang-partial-hold", "GPUSHARE_GANG_PARTIAL_HOLD", service.DefaultGangPartialHold, "longest a gang job (meta gpushare.gang) runs in part while Nomad places the rest; then it is suspended whole and comes back when all of it fits")
@@ -192,6 +194,9 @@ func (d *flagDefs) boolean(p *bool, name, envName string, def bool, usage string
 func (o *options) validate() error {
 	if o.interval <= 0 || o.staleness <= 0 || o.usagePeriod <= 0 || o.resync <= 0 || o.gangHold <= 0 || o.moveCooldown <= 0 {
 		return errors.New("-plan-interval, -max-staleness, -usage-period, -resync-interval, -gang-partial-hold and -move-cooldown must be positive durations such as 10s")
+	}
+	if o.cycleGap < 10*time.Millisecond || o.cycleGap > 10*time.Second {
+		return fmt.Errorf("-cycle-gap %s: give the least time between two cycles, from 10ms to 10s, such as 75ms", o.cycleGap)
 	}
 	if o.maxMoves < 0 || o.maxMoves > 1000 {
 		return fmt.Errorf("-max-moves %d: give how many movable jobs a cycle may move, 0 to 1000 (0: none)", o.maxMoves)
