@@ -435,7 +435,7 @@ func (m *segmentMemo) viewNodes(segs []*nodeSegment) ([]cluster.Node, []feasible
 
 // viewAllocs is the snapshot's allocations of segments segs (in View
 // order): the kept list while no segment's allocations changed, else a
-// new one, kept for the next View.
+// new one, kept for the next View, that the segments then point into.
 func (m *segmentMemo) viewAllocs(segs []*nodeSegment) []cluster.Allocation {
 	if m != nil && m.allocsKept {
 		return m.allocs
@@ -447,6 +447,17 @@ func (m *segmentMemo) viewAllocs(segs []*nodeSegment) []cluster.Allocation {
 	allocs := make([]cluster.Allocation, 0, n)
 	for _, s := range segs {
 		allocs = append(allocs, s.allocs...)
+	}
+	// Each segment takes its part of the new list instead of its own
+	// (read only, clipped: an append copies), so that the allocations
+	// are held once, not by the segments and the View both.
+	off := 0
+	for _, s := range segs {
+		k := len(s.allocs)
+		if k > 0 {
+			s.allocs = allocs[off : off+k : off+k]
+		}
+		off += k
 	}
 	if m != nil {
 		m.allocs, m.allocsKept = allocs, true
