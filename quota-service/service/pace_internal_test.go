@@ -5,27 +5,36 @@ import (
 	"time"
 )
 
-// TestNextCycleAt: the leader's next cycle waits for the latest of the
+// TestCyclePace: the leader's next cycle waits for the latest of the
 // settle time after its trigger, the gap after the last cycle began and
-// an idle time as long as the last cycle took.
-func TestNextCycleAt(t *testing.T) {
+// an idle time as long as its recent cycles took, so one long cycle
+// among short ones delays the next less than cycles that all take long.
+func TestCyclePace(t *testing.T) {
 	t0 := time.Date(2026, 12, 6, 8, 0, 0, 0, time.UTC)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
-	gap := 75 * time.Millisecond
+	d := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	gap := d(75)
 	for _, tc := range []struct {
-		name            string
-		now, start, end time.Time
-		want            time.Time
+		name   string
+		took   []int // the cycles so far, back to back from t0, in ms
+		now    int
+		wantAt int
 	}{
-		{"long after a short cycle: the settle time", ms(1000), ms(0), ms(10), ms(1020)},
-		{"right after a short cycle: the gap", ms(12), ms(0), ms(10), ms(75)},
-		{"right after a long cycle: as long idle", ms(82), ms(0), ms(80), ms(160)},
-		{"during the idle time of a long cycle", ms(150), ms(0), ms(80), ms(170)},
-		{"a cycle longer than the gap, then idle for its length", ms(300), ms(0), ms(300), ms(600)},
-		{"the first trigger (no cycle yet)", ms(5), time.Time{}, time.Time{}, ms(25)},
+		{"the first trigger (no cycle yet)", nil, 5, 25},
+		{"long after a short cycle: the settle time", []int{10}, 1000, 1020},
+		{"right after a short cycle: the gap", []int{10}, 12, 75},
+		{"right after a first long cycle: as long idle", []int{80}, 82, 160},
+		{"cycles that all take long: as long idle", []int{300, 300, 300}, 905, 1200},
+		{"one long cycle after short ones: idle for a quarter of it and more", []int{20, 20, 20, 120}, 185, 225},
 	} {
-		if got := nextCycleAt(tc.now, cycleSpan{start: tc.start, end: tc.end}, gap); !got.Equal(tc.want) {
-			t.Errorf("%s: next cycle at +%s, want +%s", tc.name, got.Sub(t0), tc.want.Sub(t0))
+		var p cyclePace
+		at := t0
+		for _, took := range tc.took {
+			p.note(at, at.Add(d(took)))
+			at = at.Add(d(took))
+		}
+		if got := p.next(ms(tc.now), gap); !got.Equal(ms(tc.wantAt)) {
+			t.Errorf("%s: next cycle at +%s, want +%s", tc.name, got.Sub(t0), ms(tc.wantAt).Sub(t0))
 		}
 	}
 }

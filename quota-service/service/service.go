@@ -62,7 +62,7 @@ type Config struct {
 	// FollowUpWindow (default 3 s).
 	FollowUpWindow, FollowUpPeriod time.Duration
 	// CycleGap is the least time between the starts of two of the
-	// leader's cycles (default DefaultCycleGap; see nextCycleAt): lower
+	// leader's cycles (default DefaultCycleGap; see cyclePace.next): lower
 	// decides sooner after an event and spends more CPU while Nomad is
 	// busy.
 	CycleGap time.Duration
@@ -295,7 +295,7 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // lead is the leader's loop. A cycle runs after every Nomad event or
-// quota change (paced: nextCycleAt), then again every FollowUpPeriod for
+// quota change (paced: cyclePace.next), then again every FollowUpPeriod for
 // FollowUpWindow: Nomad publishes a job's registration before its
 // evaluation reports queued work, and a burst of short follow-ups sees
 // that work within a second instead of at the next PlanInterval. A cycle
@@ -320,7 +320,8 @@ func (s *Service) lead(ctx context.Context) {
 	follow := time.NewTimer(s.cfg.FollowUpPeriod)
 	defer follow.Stop()
 	var followUntil time.Time
-	held, last := s.pacedCycle(ctx)
+	var pace cyclePace
+	held := s.pacedCycle(ctx, &pace)
 	for {
 		trigger := ""
 		select {
@@ -340,7 +341,7 @@ func (s *Service) lead(ctx context.Context) {
 			}
 			trigger = "follow-up"
 		}
-		wait := time.NewTimer(time.Until(nextCycleAt(time.Now(), last, s.cfg.CycleGap)))
+		wait := time.NewTimer(time.Until(pace.next(time.Now(), s.cfg.CycleGap)))
 		select {
 		case <-ctx.Done():
 			wait.Stop()
@@ -349,7 +350,7 @@ func (s *Service) lead(ctx context.Context) {
 		}
 		s.log.Trace("cycle", "trigger", trigger)
 		s.metrics.Triggers.WithLabelValues(trigger).Inc()
-		held, last = s.pacedCycle(ctx)
+		held = s.pacedCycle(ctx, &pace)
 		follow.Reset(s.cfg.FollowUpPeriod)
 	}
 }
