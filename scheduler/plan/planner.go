@@ -27,7 +27,11 @@ func (p *Planner) Plan(snap *cluster.Snapshot, opts Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	if !reused {
+	if reused {
+		// snap runs as the older one did, which may go now; x shares
+		// the kept tables.
+		p.last, p.index = snap, x
+	} else {
 		p.last, p.index, p.running = snap, x, newRunningJobs(snap, x)
 	}
 	s := newStateOn(snap, x, p.running.clone(additionsOf(snap)), opts)
