@@ -104,6 +104,17 @@ func (n *Nomad) register(job *nomadapi.Job) *nomadapi.Job {
 	return &stored
 }
 
+// KeepLatestVersion drops every version of a job but its current one, as
+// Nomad's garbage collector does with versions past the ones it tracks.
+func (n *Nomad) KeepLatestVersion(ns, id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k := key(ns, id)
+	if versions := n.jobs[k]; len(versions) > 1 {
+		n.jobs[k] = versions[len(versions)-1:]
+	}
+}
+
 // Job returns the current version of a job, nil when Nomad has none.
 func (n *Nomad) Job(ns, id string) *nomadapi.Job {
 	n.mu.Lock()

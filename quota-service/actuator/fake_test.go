@@ -211,6 +211,47 @@ func TestSuspendThenResume(t *testing.T) {
 	}
 }
 
+// TestResumeFromTheStoppedVersionLeavesTheViewAlone: when Nomad no
+// longer keeps the suspended version, the resume registers the stopped
+// version again without its stop (Stop false, the tag and the stop's
+// nonce gone), and makes those changes on a copy: the View's spec of the
+// job, which the Builder caches for the next View, stays the stopped
+// version as Nomad showed it.
+func TestResumeFromTheStoppedVersionLeavesTheViewAlone(t *testing.T) {
+	w := newWorld(t)
+	w.run("team-a", "train")
+	w.suspend("team-a", "train")
+	w.nomad.KeepLatestVersion("team-a", "train")
+	v := w.view()
+	var current *nomadapi.Job
+	for _, r := range v.Records {
+		if r.Namespace == "team-a" && r.Job == "train" {
+			current = r.Current
+		}
+	}
+	if current == nil || current.Stop == nil || !*current.Stop || current.VersionTag == nil || current.Meta[nomadwatch.MetaStopNonce] == "" {
+		t.Fatalf("the View's spec of the suspended job %+v: want the stopped, tagged version with the stop's nonce", current)
+	}
+	tag, nonce := current.VersionTag, current.Meta[nomadwatch.MetaStopNonce]
+	resumed := false
+	for i, p := range v.Snapshot.Pending {
+		if p.Job == "team-a/train" && p.Suspended {
+			w.apply(v, plan.Action{Kind: plan.Place, Project: "team-a", Job: p.Job, Workload: i, Reason: "capacity returned"})
+			resumed = true
+		}
+	}
+	if !resumed {
+		t.Fatalf("team-a/train is not pending as suspended: %+v", v.Snapshot.Pending)
+	}
+	job := w.nomad.Job("team-a", "train")
+	if *job.Stop || job.VersionTag != nil || job.Meta[nomadwatch.MetaStopNonce] != "" {
+		t.Fatalf("job after the resume: stop %v, tag %+v, meta %v; want it running, untagged, without the stop's nonce", *job.Stop, job.VersionTag, job.Meta)
+	}
+	if !*current.Stop || current.VersionTag != tag || current.Meta[nomadwatch.MetaStopNonce] != nonce {
+		t.Fatalf("the resume changed the View's spec: stop %v, tag %+v, nonce %q", *current.Stop, current.VersionTag, current.Meta[nomadwatch.MetaStopNonce])
+	}
+}
+
 // TestOwnersWordWinsFast: each owner action on a suspended job closes its
 // record with its event, removes the service's tag, and makes the service
 // write nothing else to Nomad; nothing comes back.
