@@ -12,7 +12,9 @@ import (
 	"github.com/gpushare/nomad-gpushare/internal/testcluster"
 	"github.com/gpushare/nomad-gpushare/quota-service/kvlayout"
 	"github.com/gpushare/nomad-gpushare/quota-service/service"
+	"github.com/gpushare/nomad-gpushare/vocab/nodedemand"
 	hclog "github.com/hashicorp/go-hclog"
+	nomadapi "github.com/hashicorp/nomad/api"
 )
 
 // startDemandService runs the quota service in process on c, publishing
@@ -113,6 +115,7 @@ func TestPublishedDemandOnRealNomad(t *testing.T) {
 	}
 	stopJob(t, c, "published")
 	waitLayout(t, c, 3, 1)
+	checkDemandRepaired(t, c)
 
 	// The service stops (its heartbeat is deleted): the plugin reads
 	// Nomad itself again.
@@ -121,6 +124,59 @@ func TestPublishedDemandOnRealNomad(t *testing.T) {
 	testcluster.Eventually(t, liveWindow, func() error {
 		if pluginLogs(c, fallback) == fellBack {
 			return fmt.Errorf("the plugin still takes the published demand (%d demand listings)", gate.demandListings())
+		}
+		return nil
+	})
+}
+
+// checkDemandRepaired: the leader leaves its node variable alone while
+// nobody else writes it (two beats, each with its check, leave the
+// variable's modify index as it was: what the leader's write returned is
+// what Nomad lists), and writes it again when an operator deletes it.
+func checkDemandRepaired(t *testing.T, c *localcluster.Cluster) {
+	t.Helper()
+	path := nodedemand.NodePath(nodedemand.DefaultPrefix, c.NodeID)
+	vars := c.Nomad.Variables()
+	read := func() (*nomadapi.Variable, error) {
+		v, _, err := vars.Read(path, &nomadapi.QueryOptions{Namespace: nodedemand.DefaultNamespace})
+		return v, err
+	}
+	beat := func() (uint64, error) {
+		v, _, err := vars.Read(nodedemand.LeaderPath(nodedemand.DefaultPrefix), &nomadapi.QueryOptions{Namespace: nodedemand.DefaultNamespace})
+		if err != nil {
+			return 0, err
+		}
+		l, err := nodedemand.DecodeLeader(v.Items)
+		return l.Seq, err
+	}
+	var before *nomadapi.Variable
+	var seq uint64
+	testcluster.Eventually(t, liveWindow, func() (err error) {
+		if before, err = read(); err != nil {
+			return fmt.Errorf("the leader's demand of the node: %w", err)
+		}
+		seq, err = beat()
+		return err
+	})
+	testcluster.Eventually(t, liveWindow, func() error {
+		if now, err := beat(); err != nil || now < seq+2 {
+			return fmt.Errorf("heartbeat %d, waiting for %d (%v)", now, seq+2, err)
+		}
+		return nil
+	})
+	if after, err := read(); err != nil || after.ModifyIndex != before.ModifyIndex {
+		t.Fatalf("the leader wrote its unchanged node demand again (modify index %d, then %v: %v)", before.ModifyIndex, after, err)
+	}
+	if _, err := vars.Delete(path, &nomadapi.WriteOptions{Namespace: nodedemand.DefaultNamespace}); err != nil {
+		t.Fatal(err)
+	}
+	testcluster.Eventually(t, liveWindow, func() error {
+		v, err := read()
+		if err != nil {
+			return fmt.Errorf("the node's demand deleted by an operator is not written again yet: %w", err)
+		}
+		if n, err := nodedemand.DecodeNode(v.Items); err != nil || n.Epoch == "" {
+			return fmt.Errorf("the node's demand written again reads %+v (%v)", n, err)
 		}
 		return nil
 	})

@@ -43,9 +43,12 @@ type Publisher struct {
 	// beatIndex is the modify index of this leader's last heartbeat.
 	beatIndex uint64
 	// known is each node's value as published; listed says known holds
-	// every node variable under the prefix (read once per epoch).
-	known  map[string]wire.Node
-	listed bool
+	// every node variable under the prefix (read once per epoch);
+	// written is the modify index of each node variable this epoch
+	// wrote, as Nomad returned it (see Verify).
+	known   map[string]wire.Node
+	listed  bool
+	written map[string]uint64
 }
 
 // NewPublisher returns a publisher for the instance named instance.
@@ -54,7 +57,8 @@ func NewPublisher(client *nomadapi.Client, instance string, log hclog.Logger) *P
 		log = hclog.NewNullLogger()
 	}
 	return &Publisher{nomad: client, log: log, instance: instance, Prefix: wire.DefaultPrefix,
-		Namespace: wire.DefaultNamespace, Beat: wire.DefaultBeat, MaxCalls: DefaultMaxCalls, known: map[string]wire.Node{}}
+		Namespace: wire.DefaultNamespace, Beat: wire.DefaultBeat, MaxCalls: DefaultMaxCalls, known: map[string]wire.Node{},
+		written: map[string]uint64{}}
 }
 
 // Report is what one Publish did.
@@ -72,6 +76,7 @@ func (p *Publisher) Start(epoch string) {
 	defer p.mu.Unlock()
 	p.epoch, p.seq, p.beatIndex, p.listed = epoch, 0, 0, false
 	clear(p.known)
+	clear(p.written)
 }
 
 // Epoch is the current epoch ("" when not started).
@@ -154,14 +159,7 @@ func (p *Publisher) Publish(ctx context.Context, want map[string]wire.Node) (Rep
 			continue
 		}
 		calls++
-		path := wire.NodePath(p.Prefix, id)
-		if _, _, err := p.nomad.Variables().Update(&nomadapi.Variable{Namespace: p.Namespace, Path: path, Items: n.Items()}, p.wo(ctx)); err != nil {
-			delete(p.known, id)
-			rep.Errors = append(rep.Errors, fmt.Errorf("writing the demand of node %s (%s): %w", id, path, err))
-			continue
-		}
-		p.known[id] = n
-		rep.Written = append(rep.Written, id)
+		p.write(ctx, id, n, &rep)
 	}
 	for _, id := range p.gone(want) {
 		if calls >= p.MaxCalls {
@@ -175,10 +173,92 @@ func (p *Publisher) Publish(ctx context.Context, want map[string]wire.Node) (Rep
 			continue
 		}
 		delete(p.known, id)
+		delete(p.written, id)
 		rep.Deleted = append(rep.Deleted, id)
 	}
 	if len(rep.Written)+len(rep.Deleted) > 0 {
 		p.log.Debug("published node demand", "written", len(rep.Written), "deleted", len(rep.Deleted), "deferred", len(rep.Deferred))
+	}
+	return rep, nil
+}
+
+// write writes node id's demand n and reports whether it did; p.mu is
+// held.
+func (p *Publisher) write(ctx context.Context, id string, n wire.Node, rep *Report) bool {
+	path := wire.NodePath(p.Prefix, id)
+	v, _, err := p.nomad.Variables().Update(&nomadapi.Variable{Namespace: p.Namespace, Path: path, Items: n.Items()}, p.wo(ctx))
+	if err != nil {
+		delete(p.known, id)
+		delete(p.written, id)
+		rep.Errors = append(rep.Errors, fmt.Errorf("writing the demand of node %s (%s): %w", id, path, err))
+		return false
+	}
+	p.known[id] = n
+	p.written[id] = v.ModifyIndex
+	rep.Written = append(rep.Written, id)
+	return true
+}
+
+// Verify lists the node variables and repairs those that are not what
+// this epoch wrote: a variable deleted, or written since by someone else
+// (its modify index is not the one this publisher's write returned), is
+// written again; one under the prefix that this epoch neither wrote nor
+// found at its start is deleted (guarded by its modify index). Publish
+// writes only what changed, so without Verify such a change would stand
+// until the node's demand changes. Values not yet written this epoch are
+// left to Publish; at most MaxCalls writes. Before Start and after Stop
+// it does nothing.
+func (p *Publisher) Verify(ctx context.Context) (Report, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var rep Report
+	if p.epoch == "" || !p.listed {
+		return rep, nil
+	}
+	prefix := wire.NodesPrefix(p.Prefix)
+	metas, _, err := p.nomad.Variables().PrefixList(prefix, p.qo(ctx))
+	if err != nil {
+		return rep, fmt.Errorf("listing the published node demand under %s: %w", prefix, err)
+	}
+	found := make(map[string]uint64, len(metas))
+	for _, m := range metas {
+		if m != nil && strings.HasPrefix(m.Path, prefix) {
+			found[strings.TrimPrefix(m.Path, prefix)] = m.ModifyIndex
+		}
+	}
+	calls := 0
+	for _, id := range slices.Sorted(maps.Keys(p.written)) {
+		if idx, ok := found[id]; ok && idx == p.written[id] {
+			continue
+		}
+		if calls >= p.MaxCalls {
+			rep.Deferred = append(rep.Deferred, id)
+			continue
+		}
+		calls++
+		n, idx := p.known[id], p.written[id]
+		if !p.write(ctx, id, n, &rep) {
+			p.known[id], p.written[id] = n, idx // still wrong: the next Verify tries again
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(found)) {
+		if _, ok := p.known[id]; ok {
+			continue
+		}
+		if calls >= p.MaxCalls {
+			rep.Deferred = append(rep.Deferred, id)
+			continue
+		}
+		calls++
+		path := wire.NodePath(p.Prefix, id)
+		if _, err := p.nomad.Variables().CheckedDelete(path, found[id], p.wo(ctx)); err != nil {
+			rep.Errors = append(rep.Errors, fmt.Errorf("deleting the demand of node %s (%s), which this leader did not write: %w", id, path, err))
+			continue
+		}
+		rep.Deleted = append(rep.Deleted, id)
+	}
+	if len(rep.Written)+len(rep.Deleted) > 0 {
+		p.log.Warn("published node demand changed by someone else: written again", "written", len(rep.Written), "deleted", len(rep.Deleted), "deferred", len(rep.Deferred))
 	}
 	return rep, nil
 }

@@ -151,3 +151,64 @@ func TestPublishOncePerChange(t *testing.T) {
 		t.Fatal("the leader's heartbeat outlived its Stop")
 	}
 }
+
+// TestVerifyRepairsWhatOthersChanged: a node variable deleted or written
+// by someone else since the leader wrote it is written again with the
+// leader's value, one the leader never wrote is deleted, and the others
+// are left alone; a second Verify finds nothing to do, and Verify does
+// nothing before the epoch's first Publish or after Stop.
+func TestVerifyRepairsWhatOthersChanged(t *testing.T) {
+	f := &fakeVars{vars: map[string]*nomadapi.Variable{}}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	client, err := nomadapi.NewClient(&nomadapi.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	prefix := wire.DefaultPrefix
+	p := NewPublisher(client, "i1", nil)
+	p.Start("e1")
+	if rep, err := p.Verify(ctx); err != nil || len(rep.Written)+len(rep.Deleted) > 0 {
+		t.Fatalf("Verify before the first Publish: %+v %v", rep, err)
+	}
+	want := map[string]wire.Node{"a": {Requests: []wire.Request{{Whole: 2}}}, "b": {Requests: []wire.Request{{Shares: 25}}}, "c": {}}
+	if _, err := p.Publish(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := p.Verify(ctx); err != nil || len(rep.Written)+len(rep.Deleted) > 0 {
+		t.Fatalf("Verify of what the leader wrote: %+v %v", rep, err)
+	}
+
+	f.mu.Lock()
+	delete(f.vars, wire.NodePath(prefix, "a"))
+	f.index++
+	f.vars[wire.NodePath(prefix, "b")] = &nomadapi.Variable{Items: wire.Node{Epoch: "e1"}.Items(), ModifyIndex: f.index}
+	f.index++
+	f.vars[wire.NodePath(prefix, "stranger")] = &nomadapi.Variable{Items: wire.Node{Epoch: "e1", Requests: []wire.Request{{Whole: 8}}}.Items(), ModifyIndex: f.index}
+	f.mu.Unlock()
+
+	rep, err := p.Verify(ctx)
+	if err != nil || len(rep.Errors) > 0 {
+		t.Fatalf("Verify: %v %v", err, rep.Errors)
+	}
+	if !reflect.DeepEqual(rep.Written, []string{"a", "b"}) || !reflect.DeepEqual(rep.Deleted, []string{"stranger"}) {
+		t.Fatalf("Verify wrote %v and deleted %v, want [a b] written again and [stranger] deleted", rep.Written, rep.Deleted)
+	}
+	for _, id := range []string{"a", "b"} {
+		got, err := wire.DecodeNode(f.vars[wire.NodePath(prefix, id)].Items)
+		if w := want[id]; err != nil || got.Epoch != "e1" || !got.Same(wire.Node{Epoch: "e1", Requests: w.Requests}) {
+			t.Fatalf("%s's value after Verify: %+v %v, want the leader's %+v", id, got, err, w)
+		}
+	}
+	if rep, err := p.Verify(ctx); err != nil || len(rep.Written)+len(rep.Deleted) > 0 {
+		t.Fatalf("a second Verify: %+v %v, want nothing to do", rep, err)
+	}
+	if err := p.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	delete(f.vars, wire.NodePath(prefix, "c"))
+	if rep, err := p.Verify(ctx); err != nil || len(rep.Written)+len(rep.Deleted) > 0 {
+		t.Fatalf("Verify after Stop: %+v %v", rep, err)
+	}
+}

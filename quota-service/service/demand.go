@@ -73,8 +73,10 @@ func (s *Service) startDemand() {
 	}
 }
 
-// leadDemand publishes the heartbeat every beat until ctx ends (the
-// leadership), then deletes it if it is still this leader's.
+// leadDemand publishes the heartbeat every beat, and repairs the node
+// demand someone else changed (nodedemand.Publisher.Verify), until ctx
+// ends (the leadership), then deletes the heartbeat if it is still this
+// leader's.
 func (s *Service) leadDemand(ctx context.Context) {
 	d := s.demand
 	if d == nil {
@@ -84,6 +86,11 @@ func (s *Service) leadDemand(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		d.note(d.pub.Heartbeat(ctx), 0, s)
+		rep, err := d.pub.Verify(ctx)
+		if err == nil {
+			err = errors.Join(rep.Errors...)
+		}
+		d.note(err, len(rep.Written)+len(rep.Deleted), s)
 		select {
 		case <-ctx.Done():
 			stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
