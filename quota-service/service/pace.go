@@ -10,9 +10,15 @@ import (
 // its evaluation, its allocations) make one cycle.
 const cycleSettle = 20 * time.Millisecond
 
+// cycleIdleMax bounds what one cycle adds to the leader's pace: a cycle
+// that waited long on Nomad or Consul (a fault, a timeout) counts as
+// this long, so the cycles after it are not slowed for seconds.
+const cycleIdleMax = time.Second
+
 // cyclePace is what the leader's pace depends on: when its last cycle
 // began and ended, and how long its recent cycles took (a moving
-// average, each cycle weighing a quarter).
+// average, each cycle weighing a quarter, each counted at most
+// cycleIdleMax).
 type cyclePace struct {
 	start, end time.Time
 	typical    time.Duration
@@ -28,7 +34,7 @@ func (s *Service) pacedCycle(ctx context.Context, p *cyclePace) (held bool) {
 
 // note records a cycle that ran from start to end.
 func (p *cyclePace) note(start, end time.Time) {
-	took := end.Sub(start)
+	took := min(end.Sub(start), cycleIdleMax)
 	if p.typical == 0 {
 		p.typical = took
 	} else {
