@@ -65,6 +65,20 @@ func (f *fakeVars) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// serveFakeVars serves an empty fakeVars for the rest of the test and
+// returns it with a Nomad API client of it.
+func serveFakeVars(t *testing.T) (*fakeVars, *nomadapi.Client) {
+	t.Helper()
+	f := &fakeVars{vars: map[string]*nomadapi.Variable{}}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	client, err := nomadapi.NewClient(&nomadapi.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, client
+}
+
 func (f *fakeVars) counts() (puts, deletes int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -76,13 +90,7 @@ func (f *fakeVars) counts() (puts, deletes int) {
 // values and deletes those of nodes gone; it deletes its own heartbeat
 // when it stops, never a successor's.
 func TestPublishOncePerChange(t *testing.T) {
-	f := &fakeVars{vars: map[string]*nomadapi.Variable{}}
-	srv := httptest.NewServer(f)
-	defer srv.Close()
-	client, err := nomadapi.NewClient(&nomadapi.Config{Address: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, client := serveFakeVars(t)
 	ctx := context.Background()
 	prefix := wire.DefaultPrefix
 	// An earlier leader left values for n1 and a node now gone.
@@ -158,13 +166,7 @@ func TestPublishOncePerChange(t *testing.T) {
 // are left alone; a second Verify finds nothing to do, and Verify does
 // nothing before the epoch's first Publish or after Stop.
 func TestVerifyRepairsWhatOthersChanged(t *testing.T) {
-	f := &fakeVars{vars: map[string]*nomadapi.Variable{}}
-	srv := httptest.NewServer(f)
-	defer srv.Close()
-	client, err := nomadapi.NewClient(&nomadapi.Config{Address: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, client := serveFakeVars(t)
 	ctx := context.Background()
 	prefix := wire.DefaultPrefix
 	p := NewPublisher(client, "i1", nil)
