@@ -43,12 +43,34 @@ type Node struct {
 }
 
 // DeviceGroup is one device group of a node: its resource (without need
-// of its instance list), its number of instances, and its instance IDs
-// joined by commas, as Nomad reads ${device.ids} (nil: none).
+// of its instance list), attributes of its own, its number of instances,
+// and its instance IDs joined by commas, as Nomad reads ${device.ids}
+// (nil: none).
 type DeviceGroup struct {
-	Resource  *nomadapi.NodeDeviceResource
+	Resource *nomadapi.NodeDeviceResource
+	// Own are attributes of this group that its resource's map leaves out,
+	// so that groups alike but for them (a share group per GPU, differing
+	// in its GPU's UUID) can share that map. An attribute here wins.
+	Own       []NamedAttribute
 	Instances int
 	IDs       func() string
+}
+
+// NamedAttribute is one device attribute and its name.
+type NamedAttribute struct {
+	Name  string
+	Value *nomadapi.Attribute
+}
+
+// attribute is the group's attribute name and whether it has one.
+func (g DeviceGroup) attribute(name string) (*nomadapi.Attribute, bool) {
+	for _, a := range g.Own {
+		if a.Name == name {
+			return a.Value, true
+		}
+	}
+	a, ok := g.Resource.Attributes[name]
+	return a, ok
 }
 
 func (n *Node) pool() string {

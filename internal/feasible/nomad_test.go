@@ -101,6 +101,19 @@ func TestDeviceConstraintsAsNomad(t *testing.T) {
 		nd.Attributes[k] = toAttribute(a)
 	}
 	group := DeviceGroup{Resource: api, Instances: 2, IDs: func() string { return "GPU-a,GPU-b" }}
+	// The same group with some attributes kept as its own, as the quota
+	// service keeps a share group's per-GPU ones, must judge alike.
+	rest := *api
+	rest.Attributes = map[string]*nomadapi.Attribute{}
+	var own []NamedAttribute
+	for k, a := range api.Attributes {
+		if k == "memory" || k == "model" {
+			own = append(own, NamedAttribute{Name: k, Value: a})
+			continue
+		}
+		rest.Attributes[k] = a
+	}
+	split := DeviceGroup{Resource: &rest, Own: own, Instances: 2, IDs: group.IDs}
 	node := &structs.Node{ID: "n1", NodeResources: &structs.NodeResources{Devices: []*structs.NodeDeviceResource{nd}}}
 	targets := []string{"${device.model}", "${device.vendor}", "${device.type}", "${device.ids}",
 		"${device.attr.memory}", "${device.attr.model}", "${device.attr.cuda_compute}", "${device.attr.driver_version}",
@@ -123,6 +136,9 @@ func TestDeviceConstraintsAsNomad(t *testing.T) {
 				want := checker.Feasible(node)
 				if _, got := deviceFits(req, []DeviceGroup{group}); got != want {
 					t.Errorf("%q %q %q: got %v, Nomad %v", l, op, r, got, want)
+				}
+				if _, got := deviceFits(req, []DeviceGroup{split}); got != want {
+					t.Errorf("%q %q %q, attributes of its own: got %v, Nomad %v", l, op, r, got, want)
 				}
 				checked++
 				if want {

@@ -161,7 +161,7 @@ func deviceFits(d *nomadapi.RequestedDevice, devices []DeviceGroup) ([]string, b
 		}
 		m := g.Name
 		if req.Share() {
-			if a := g.Attributes["model"]; a != nil && a.StringVal != nil {
+			if a, _ := dg.attribute("model"); a != nil && a.StringVal != nil {
 				m = *a.StringVal
 			}
 		}
@@ -205,7 +205,7 @@ func deviceTarget(target string, dg DeviceGroup) (*psstructs.Attribute, bool) {
 		}
 		return psstructs.NewStringAttribute(ids), true
 	case strings.HasPrefix(target, "${device.attr."):
-		a, ok := g.Attributes[strings.TrimSuffix(strings.TrimPrefix(target, "${device.attr."), "}")]
+		a, ok := dg.attribute(strings.TrimSuffix(strings.TrimPrefix(target, "${device.attr."), "}"))
 		if !ok || a == nil {
 			return nil, false
 		}

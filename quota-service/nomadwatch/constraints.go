@@ -114,7 +114,7 @@ func (a *assembler) nodeFacts() []feasible.Node {
 		}
 		if stub != nil && stub.NodeResources != nil {
 			for _, g := range a.devicesOf(stub).groups {
-				f.Devices = append(f.Devices, feasible.DeviceGroup{Resource: g.res, Instances: g.instances, IDs: g.joinedIDs})
+				f.Devices = append(f.Devices, feasible.DeviceGroup{Resource: g.res, Own: g.own, Instances: g.instances, IDs: g.joinedIDs})
 			}
 		}
 		facts = append(facts, f)

@@ -12,7 +12,8 @@ import (
 
 // constrainedCluster is three GPU nodes of the default node pool: n1 in
 // dc1 (rack r1, A100 80 GiB), n2 in dc1 (rack r2, A100 80 GiB), n3 in dc2
-// (no rack, H100 40 GiB, kernel 6.1).
+// (no rack, H100 40 GiB, kernel 6.1). Each share group has a uuid
+// attribute of its own: node ID, colon, group name.
 func constrainedCluster() ([]*nomadapi.NodeListStub, map[string]*nomadapi.Node) {
 	mk := func(id, dc, pool, model string, mem int64, attrs, meta map[string]string) (*nomadapi.NodeListStub, *nomadapi.Node) {
 		stub := node()
@@ -20,6 +21,9 @@ func constrainedCluster() ([]*nomadapi.NodeListStub, map[string]*nomadapi.Node) 
 		for _, g := range stub.NodeResources.Devices {
 			g.Name = strings.Replace(g.Name, "A100", model, 1)
 			g.Attributes = map[string]*nomadapi.Attribute{"memory": {IntVal: ptr(mem), Unit: "MiB"}, "model": {StringVal: ptr(model)}}
+			if g.Type == "gpu-share" {
+				g.Attributes["uuid"] = &nomadapi.Attribute{StringVal: ptr(id + ":" + g.Name)}
+			}
 		}
 		full := &nomadapi.Node{ID: id, Name: id + "-name", Status: "ready", Datacenter: dc, NodePool: pool, Attributes: attrs, Meta: meta, NodeResources: stub.NodeResources}
 		return stub, full
@@ -87,6 +91,11 @@ func TestConstrainPending(t *testing.T) {
 			d.Name, d.Count = "nvidia/gpu-share", ptr(uint64(10))
 			d.Constraints = append(d.Constraints, nomadapi.NewConstraint("${device.ids}", "set_contains", "GPU-d-s42"))
 		}, models: []string{"A100", "H100"}},
+		{name: "device uuid of one share group", tweak: func(j *nomadapi.Job) {
+			d := j.TaskGroups[0].Tasks[0].Resources.Devices[0]
+			d.Name, d.Count = "nvidia/gpu-share", ptr(uint64(10))
+			d.Constraints = append(d.Constraints, nomadapi.NewConstraint("${device.attr.uuid}", "=", "n2:A100-GPU-d"))
+		}, want: []string{"n2"}, reason: `device "nvidia/gpu-share" filtered 2`, models: []string{"A100"}},
 		{name: "device ids that no group has", tweak: func(j *nomadapi.Job) {
 			d := j.TaskGroups[0].Tasks[0].Resources.Devices[0]
 			d.Constraints = append(d.Constraints, nomadapi.NewConstraint("${device.ids}", "set_contains", "GPU-a,GPU-c"))

@@ -2,11 +2,14 @@ package nomadwatch
 
 import (
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"unique"
 
+	"github.com/gpushare/nomad-gpushare/internal/feasible"
 	"github.com/gpushare/nomad-gpushare/vocab"
 	nomadapi "github.com/hashicorp/nomad/api"
 )
@@ -32,10 +35,12 @@ type nodeGPU struct {
 }
 
 // deviceGroup is one device group without its instance list: the group's
-// name, vendor, type and attributes, how many instances it has, and their
+// name, vendor, type and attributes (res's map, shared, without the
+// per-GPU ones, which own holds), how many instances it has, and their
 // IDs in a short form (for ${device.ids}).
 type deviceGroup struct {
 	res       *nomadapi.NodeDeviceResource
+	own       []feasible.NamedAttribute
 	instances int
 	ids       []idRun
 }
@@ -104,8 +109,9 @@ func (d *nodeDevices) addGroupGPUs(g *nomadapi.NodeDeviceResource, gpus map[stri
 func newDeviceGroup(g *nomadapi.NodeDeviceResource) deviceGroup {
 	res := *g
 	res.Instances = nil
-	res.Attributes = sharedAttributes(g.Attributes)
-	out := deviceGroup{res: &res, instances: len(g.Instances)}
+	var own []feasible.NamedAttribute
+	res.Attributes, own = splitAttributes(g.Attributes)
+	out := deviceGroup{res: &res, own: own, instances: len(g.Instances)}
 	for _, inst := range g.Instances {
 		id, err := vocab.Parse(inst.ID)
 		if err != nil {
@@ -163,70 +169,103 @@ func compactNode(n *nomadapi.Node) (*nomadapi.Node, *nodeDevices) {
 	return out, d
 }
 
-// attrValue is a device attribute's value as a comparable key.
-type attrValue struct {
-	set  uint8 // which of the pointers were set, a bit each
-	f    float64
-	i    int64
-	s    string
-	b    bool
-	unit string
+// perGPUAttributes are the device attributes whose values tell apart
+// the GPUs of one model on one node: the plugin's share groups, one per
+// GPU, carry them. A group keeps them apart (deviceGroup.own), so that
+// its attribute map, the same for every GPU of a model on every node
+// alike, is held once (sharedAttributes).
+var perGPUAttributes = []string{"index", "pci_bus_id", "uuid"}
+
+// attrMaps holds one attribute map per distinct content (without the
+// per-GPU attributes), by attrMapKey. It is emptied when it grows past
+// attrMapsMax (maps already shared stay valid). The maps are never
+// written once shared.
+var attrMaps = struct {
+	sync.Mutex
+	m map[string]map[string]*nomadapi.Attribute
+}{m: map[string]map[string]*nomadapi.Attribute{}}
+
+const attrMapsMax = 1 << 12
+
+// splitAttributes splits a group's attributes into the map it shares with
+// every group of the same attributes and the per-GPU ones it keeps as its
+// own, sorted by name.
+func splitAttributes(m map[string]*nomadapi.Attribute) (map[string]*nomadapi.Attribute, []feasible.NamedAttribute) {
+	if m == nil {
+		return nil, nil
+	}
+	var own []feasible.NamedAttribute
+	for _, name := range perGPUAttributes {
+		if a, ok := m[name]; ok {
+			own = append(own, feasible.NamedAttribute{Name: name, Value: a})
+		}
+	}
+	return sharedAttributes(m), own
 }
 
-// attrTable holds one *nomadapi.Attribute per distinct value:
-// every GPU group of a node carries about twenty attributes, mostly the
-// same on every GPU of a model. It is emptied when it grows past
-// attrTableMax (entries already shared stay valid).
-var attrTable = struct {
-	sync.Mutex
-	m map[attrValue]*nomadapi.Attribute
-}{m: map[attrValue]*nomadapi.Attribute{}}
-
-const attrTableMax = 1 << 16
-
-// sharedAttributes is m with equal attributes shared between groups.
+// sharedAttributes is m without the per-GPU attributes, as a map shared
+// with every other group of equal attributes.
 func sharedAttributes(m map[string]*nomadapi.Attribute) map[string]*nomadapi.Attribute {
-	if m == nil {
-		return nil
+	key := attrMapKey(m)
+	attrMaps.Lock()
+	defer attrMaps.Unlock()
+	if c, ok := attrMaps.m[string(key)]; ok {
+		return c
 	}
-	out := make(map[string]*nomadapi.Attribute, len(m))
-	attrTable.Lock()
-	defer attrTable.Unlock()
-	if len(attrTable.m) > attrTableMax {
-		clear(attrTable.m)
+	if len(attrMaps.m) >= attrMapsMax {
+		clear(attrMaps.m)
 	}
+	c := make(map[string]*nomadapi.Attribute, len(m))
 	for k, a := range m {
+		if !slices.Contains(perGPUAttributes, k) {
+			c[unique.Make(k).Value()] = a
+		}
+	}
+	attrMaps.m[string(key)] = c
+	return c
+}
+
+// attrMapKey is the content of m without the per-GPU attributes, in name
+// order, as a key: each name, then which of the value's pointers are set
+// and their values, then the unit.
+func attrMapKey(m map[string]*nomadapi.Attribute) []byte {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		if !slices.Contains(perGPUAttributes, k) {
+			names = append(names, k)
+		}
+	}
+	slices.Sort(names)
+	b := make([]byte, 0, 32*len(names))
+	for _, k := range names {
+		b = appendField(b, k)
+		a := m[k]
 		if a == nil {
-			out[k] = nil
+			b = append(b, 'n')
 			continue
 		}
-		key := keyOf(a)
-		c, ok := attrTable.m[key]
-		if !ok {
-			c = a
-			attrTable.m[key] = c
+		if a.FloatVal != nil {
+			b = strconv.AppendFloat(append(b, 'f'), *a.FloatVal, 'g', -1, 64)
 		}
-		out[unique.Make(k).Value()] = c
+		if a.IntVal != nil {
+			b = strconv.AppendInt(append(b, 'i'), *a.IntVal, 10)
+		}
+		if a.StringVal != nil {
+			b = appendField(append(b, 's'), *a.StringVal)
+		}
+		if a.BoolVal != nil {
+			b = strconv.AppendBool(append(b, 'b'), *a.BoolVal)
+		}
+		b = appendField(append(b, 'u'), a.Unit)
 	}
-	return out
+	return b
 }
 
-// keyOf is attribute a's value as a key.
-func keyOf(a *nomadapi.Attribute) attrValue {
-	k := attrValue{unit: a.Unit}
-	if a.FloatVal != nil {
-		k.set, k.f = k.set|1, *a.FloatVal
-	}
-	if a.IntVal != nil {
-		k.set, k.i = k.set|2, *a.IntVal
-	}
-	if a.StringVal != nil {
-		k.set, k.s = k.set|4, *a.StringVal
-	}
-	if a.BoolVal != nil {
-		k.set, k.b = k.set|8, *a.BoolVal
-	}
-	return k
+// appendField appends s with its length, so that no two contents join
+// to the same key.
+func appendField(b []byte, s string) []byte {
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	return append(append(b, ':'), s...)
 }
 
 // shared is m with its keys and values interned: thousands of nodes
