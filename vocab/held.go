@@ -8,7 +8,8 @@ type Held struct {
 	Whole []string
 	// Shares counts the units (hundredths of a GPU) of the share instances
 	// it holds, by GPU UUID: one per instance unless the instance IDs say
-	// more (a plugin with shares_per_gpu below 100).
+	// more (a plugin with shares_per_gpu below 100). Nil when it holds no
+	// share; read only.
 	Shares map[string]int
 }
 

@@ -69,11 +69,12 @@ func newAllocEntry(stub *nomadapi.AllocationListStub, r *nomadapi.AllocatedResou
 // leanAllocStub is the part of an allocation stub that the cache and
 // Assemble read: a cluster has a hundred thousand allocations, and the
 // rest of a stub (its resources, deployment and network status, metrics)
-// is most of its size.
+// is most of its size. Its names but the allocation's own ID are
+// interned: many allocations name the same job, group and node.
 func leanAllocStub(s *nomadapi.AllocationListStub) *nomadapi.AllocationListStub {
-	return &nomadapi.AllocationListStub{ID: s.ID, Namespace: s.Namespace, JobID: s.JobID, JobType: s.JobType,
-		JobVersion: s.JobVersion, TaskGroup: s.TaskGroup, NodeID: s.NodeID, DesiredStatus: s.DesiredStatus,
-		ClientStatus: s.ClientStatus, NextAllocation: s.NextAllocation, FollowupEvalID: s.FollowupEvalID,
+	return &nomadapi.AllocationListStub{ID: s.ID, Namespace: interned(s.Namespace), JobID: interned(s.JobID), JobType: interned(s.JobType),
+		JobVersion: s.JobVersion, TaskGroup: interned(s.TaskGroup), NodeID: interned(s.NodeID), DesiredStatus: interned(s.DesiredStatus),
+		ClientStatus: interned(s.ClientStatus), NextAllocation: s.NextAllocation, FollowupEvalID: s.FollowupEvalID,
 		RescheduleTracker: s.RescheduleTracker, CreateIndex: s.CreateIndex, ModifyIndex: s.ModifyIndex,
 		CreateTime: s.CreateTime, ModifyTime: s.ModifyTime}
 }

@@ -218,7 +218,7 @@ func sharedAttributes(m map[string]*nomadapi.Attribute) map[string]*nomadapi.Att
 	c := make(map[string]*nomadapi.Attribute, len(m))
 	for k, a := range m {
 		if !slices.Contains(perGPUAttributes, k) {
-			c[unique.Make(k).Value()] = a
+			c[interned(k)] = a
 		}
 	}
 	attrMaps.m[string(key)] = c
@@ -276,10 +276,13 @@ func shared(m map[string]string) map[string]string {
 	}
 	out := make(map[string]string, len(m))
 	for k, v := range m {
-		out[unique.Make(k).Value()] = unique.Make(v).Value()
+		out[interned(k)] = interned(v)
 	}
 	return out
 }
+
+// interned is s, as the one copy that every equal string interned shares.
+func interned(s string) string { return unique.Make(s).Value() }
 
 // fingerprint is what the resync compares of a node's devices: every
 // GPU's UUID, model and health.

@@ -7,6 +7,7 @@ package nomadread
 
 import (
 	"slices"
+	"unique"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -30,9 +31,10 @@ func ShareUnit(devs []*api.NodeDeviceResource) int {
 }
 
 // HeldDevices reads which GPUs an allocation's tasks were given: whole GPUs
-// and shares (Instances).
+// and shares (Instances). Shares is nil when it holds none, and the UUIDs
+// are interned (a cluster's allocations name its GPUs many times over).
 func HeldDevices(r *api.AllocatedResources) vocab.Held {
-	h := vocab.Held{Shares: map[string]int{}}
+	var h vocab.Held
 	if r == nil {
 		return h
 	}
@@ -41,11 +43,15 @@ func HeldDevices(r *api.AllocatedResources) vocab.Held {
 			continue
 		}
 		Instances(tr.Devices, func(id vocab.ID, _ string) {
+			uuid := unique.Make(id.UUID).Value()
 			switch {
 			case id.IsShare:
-				h.Shares[id.UUID] += id.Units
-			case !slices.Contains(h.Whole, id.UUID):
-				h.Whole = append(h.Whole, id.UUID)
+				if h.Shares == nil {
+					h.Shares = map[string]int{}
+				}
+				h.Shares[uuid] += id.Units
+			case !slices.Contains(h.Whole, uuid):
+				h.Whole = append(h.Whole, uuid)
 			}
 		})
 	}
