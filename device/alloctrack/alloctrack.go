@@ -566,9 +566,9 @@ func addAllocations(m map[string]*GPUHolding, allocs []*api.Allocation) {
 			g := get(m, u)
 			g.WholeAllocs = append(g.WholeAllocs, a.ID)
 		}
-		for _, u := range held.ShareUUIDs() {
-			g := get(m, u)
-			g.ShareUnits += held.Shares[u]
+		for _, s := range held.Shares {
+			g := get(m, s.UUID)
+			g.ShareUnits += s.Units
 			g.ShareAllocs = append(g.ShareAllocs, a.ID)
 		}
 	}

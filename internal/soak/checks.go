@@ -24,7 +24,10 @@ type alloc struct {
 func allocOf(a *nomadapi.AllocationListStub) alloc {
 	out := alloc{ID: a.ID, Namespace: a.Namespace, Job: a.JobID, Node: a.NodeID, Desired: a.DesiredStatus, Client: a.ClientStatus}
 	h := nomadread.HeldDevices(a.AllocatedResources)
-	out.Whole, out.Shares = h.Whole, h.Shares
+	out.Whole, out.Shares = h.Whole, map[string]int{}
+	for _, s := range h.Shares {
+		out.Shares[s.UUID] = s.Units
+	}
 	if a.AllocatedResources != nil {
 		for _, tr := range a.AllocatedResources.Tasks {
 			if tr != nil {

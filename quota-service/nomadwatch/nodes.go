@@ -307,8 +307,8 @@ func (a *assembler) bindGPUs(ng *nodeGPUs, id string, held vocab.Held) []part {
 		}
 		parts = append(parts, p)
 	}
-	for _, u := range held.ShareUUIDs() {
-		n := cluster.Shares(held.Shares[u])
+	for _, s := range held.Shares {
+		u, n := s.UUID, cluster.Shares(s.Units)
 		p := part{ask: cluster.Ask{Shares: n}}
 		if n == cluster.SharesPerGPU {
 			p.ask = cluster.Ask{WholeGPUs: 1}

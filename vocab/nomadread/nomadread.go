@@ -31,8 +31,8 @@ func ShareUnit(devs []*api.NodeDeviceResource) int {
 }
 
 // HeldDevices reads which GPUs an allocation's tasks were given: whole GPUs
-// and shares (Instances). Shares is nil when it holds none, and the UUIDs
-// are interned (a cluster's allocations name its GPUs many times over).
+// and shares (Instances). The UUIDs are interned: a cluster's allocations
+// name its GPUs many times over.
 func HeldDevices(r *api.AllocatedResources) vocab.Held {
 	var h vocab.Held
 	if r == nil {
@@ -46,10 +46,7 @@ func HeldDevices(r *api.AllocatedResources) vocab.Held {
 			uuid := unique.Make(id.UUID).Value()
 			switch {
 			case id.IsShare:
-				if h.Shares == nil {
-					h.Shares = map[string]int{}
-				}
-				h.Shares[uuid] += id.Units
+				h.AddShares(uuid, id.Units)
 			case !slices.Contains(h.Whole, uuid):
 				h.Whole = append(h.Whole, uuid)
 			}

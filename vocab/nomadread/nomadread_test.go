@@ -17,7 +17,7 @@ func TestHeldDevices(t *testing.T) {
 			{Vendor: "amd", Type: vocab.TypeWhole, DeviceIDs: []string{"GPU-cccc"}},
 		}},
 		"sidecar": {Devices: []*api.AllocatedDeviceResource{
-			{Vendor: vocab.Vendor, Type: vocab.TypeShare, DeviceIDs: []string{vocab.Share(a, 0), vocab.Share(a, 1), vocab.Share(b, 7)}},
+			{Vendor: vocab.Vendor, Type: vocab.TypeShare, DeviceIDs: []string{vocab.Share(b, 7), vocab.Share(a, 0), vocab.Share(a, 1)}},
 			// A share ID given in the whole family is not ours to count.
 			{Vendor: vocab.Vendor, Type: vocab.TypeWhole, DeviceIDs: []string{vocab.Share(b, 8)}},
 		}},
@@ -27,11 +27,8 @@ func TestHeldDevices(t *testing.T) {
 	if !slices.Equal(h.Whole, []string{a, b}) {
 		t.Errorf("Whole = %v, want [%s %s]", h.Whole, a, b)
 	}
-	if h.Shares[a] != 2 || h.Shares[b] != 1 || len(h.Shares) != 2 {
-		t.Errorf("Shares = %v, want %s:2 %s:1", h.Shares, a, b)
-	}
-	if got := h.ShareUUIDs(); !slices.Equal(got, []string{a, b}) {
-		t.Errorf("ShareUUIDs = %v", got)
+	if want := []vocab.HeldShares{{UUID: a, Units: 2}, {UUID: b, Units: 1}}; !slices.Equal(h.Shares, want) {
+		t.Errorf("Shares = %v, want %v (sorted by UUID)", h.Shares, want)
 	}
 	if !HeldDevices(nil).Empty() {
 		t.Error("nil resources hold something")
@@ -47,7 +44,7 @@ func TestHeldDevicesCountsUnits(t *testing.T) {
 			{Vendor: vocab.Vendor, Type: vocab.TypeShare, DeviceIDs: []string{vocab.ShareOf(a, 0, 4), vocab.ShareOf(a, 3, 4)}},
 		}},
 	}}
-	if got := HeldDevices(res).Shares[a]; got != 50 {
+	if got := HeldDevices(res).ShareUnits(a); got != 50 {
 		t.Errorf("Shares[%s] = %d units, want 50 (two instances of 25)", a, got)
 	}
 }
