@@ -145,9 +145,9 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("resources") == "true" {
 			stubs = s.nodeJSON
 		}
-		s.list(rw, r, "nodes", func(yield func([]byte) bool) {
-			for _, b := range stubs {
-				if !yield(b) {
+		s.list(rw, r, "nodes", func(yield func(int, []byte) bool) {
+			for i, b := range stubs {
+				if !yield(i, b) {
 					return
 				}
 			}
@@ -158,7 +158,7 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		lean := r.URL.Query().Get("task_states") == "false"
 		ns := r.URL.Query().Get("namespace")
 		only := filterIDs(r.URL.Query().Get("filter"))
-		s.list(rw, r, "allocs", func(yield func([]byte) bool) {
+		s.list(rw, r, "allocs", func(yield func(int, []byte) bool) {
 			for i, a := range s.w.allocs {
 				if ns != "*" && ns != "" && ns != a.Namespace || only != nil && !only[a.ID] {
 					continue
@@ -167,7 +167,7 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 				if lean {
 					b = s.allocLean[i]
 				}
-				if !yield(b) {
+				if !yield(i, b) {
 					return
 				}
 			}
@@ -263,20 +263,29 @@ func (s *Server) json(rw http.ResponseWriter, v any) {
 }
 
 // list writes a JSON array of pre-encoded values of table under the read
-// lock, at most per_page of them when the request says.
-func (s *Server) list(rw http.ResponseWriter, r *http.Request, table string, each func(yield func([]byte) bool)) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	s.headers(rw, table)
-	limit, err := strconv.Atoi(r.URL.Query().Get("per_page"))
+// lock. each yields the values with their positions in table; with
+// per_page, the list is one page of them from position next_token on, and
+// X-Nomad-NextToken names the position of the next page's first value, as
+// Nomad pages its listings.
+func (s *Server) list(rw http.ResponseWriter, r *http.Request, table string, each func(yield func(pos int, b []byte) bool)) {
+	q := r.URL.Query()
+	limit, err := strconv.Atoi(q.Get("per_page"))
 	if err != nil || limit <= 0 {
 		limit = -1
 	}
+	from, _ := strconv.Atoi(q.Get("next_token"))
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	s.headers(rw, table)
 	var buf bytes.Buffer
 	buf.WriteByte('[')
-	n := 0
-	each(func(b []byte) bool {
+	n, next := 0, -1
+	each(func(pos int, b []byte) bool {
+		if pos < from {
+			return true
+		}
 		if n == limit {
+			next = pos
 			return false
 		}
 		if n > 0 {
@@ -284,12 +293,17 @@ func (s *Server) list(rw http.ResponseWriter, r *http.Request, table string, eac
 		}
 		n++
 		buf.Write(b)
-		if buf.Len() > 1<<20 {
+		if limit < 0 && buf.Len() > 1<<20 {
+			// Unpaged: streamed (a page waits for its next token, a
+			// header).
 			_, _ = rw.Write(buf.Bytes())
 			buf.Reset()
 		}
 		return true
 	})
+	if next >= 0 {
+		rw.Header().Set("X-Nomad-NextToken", strconv.Itoa(next))
+	}
 	buf.WriteByte(']')
 	_, _ = rw.Write(buf.Bytes())
 }

@@ -21,12 +21,14 @@ import (
 
 // TestServiceReadsTheStandIn: the quota service's own Nomad reader
 // (nomadwatch.Builder) assembles the stand-in's cluster: every GPU of
-// every node, every allocation and the pending groups, and sees the event
-// stream's frames.
+// every node, every allocation (over several pages of the listing in the
+// largest case) and the pending groups, and sees the event stream's
+// frames.
 func TestServiceReadsTheStandIn(t *testing.T) {
-	for _, per := range []int{100, 4} {
-		t.Run(fmt.Sprintf("shares_per_gpu=%d", per), func(t *testing.T) {
-			s, err := New(Config{Nodes: 20, Allocations: 400, Projects: 5, Pending: 7, SharesPerGPU: per})
+	for _, tt := range []struct{ nodes, per int }{{20, 100}, {20, 4}, {230, 100}} {
+		nodes, per := tt.nodes, tt.per
+		t.Run(fmt.Sprintf("nodes=%d,shares_per_gpu=%d", nodes, per), func(t *testing.T) {
+			s, err := New(Config{Nodes: nodes, Allocations: 20 * nodes, Projects: 5, Pending: 7, SharesPerGPU: per})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,13 +51,13 @@ func TestServiceReadsTheStandIn(t *testing.T) {
 			for _, a := range v.Snapshot.Allocations {
 				used += int(a.Ask.Shares) + 100*a.Ask.WholeGPUs
 			}
-			if len(v.Snapshot.Nodes) != 20 || gpus != 160 || len(v.Snapshot.Allocations) != 400 || len(v.Snapshot.Pending) != 7 {
-				t.Fatalf("nodes %d, GPUs %d, allocations %d, pending %d; want 20, 160, 400, 7",
-					len(v.Snapshot.Nodes), gpus, len(v.Snapshot.Allocations), len(v.Snapshot.Pending))
+			if len(v.Snapshot.Nodes) != nodes || gpus != 8*nodes || len(v.Snapshot.Allocations) != 20*nodes || len(v.Snapshot.Pending) != 7 {
+				t.Fatalf("nodes %d, GPUs %d, allocations %d, pending %d; want %d, %d, %d, 7",
+					len(v.Snapshot.Nodes), gpus, len(v.Snapshot.Allocations), len(v.Snapshot.Pending), nodes, 8*nodes, 20*nodes)
 			}
 			// 4 whole GPUs and 16 share allocations of 10% per node (one
 			// 25% instance at 4 shares per GPU).
-			if want := 20 * (4*100 + 16*max(10, 100/per)); used != want {
+			if want := nodes * (4*100 + 16*max(10, 100/per)); used != want {
 				t.Errorf("allocations hold %d shares, want %d", used, want)
 			}
 			ch, err := client.EventStream().Stream(ctx, map[nomadapi.Topic][]string{nomadapi.TopicAll: {"*"}}, 0, &nomadapi.QueryOptions{Namespace: "*"})

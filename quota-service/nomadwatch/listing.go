@@ -35,7 +35,7 @@ func consistent(ctx context.Context, params map[string]string) *nomadapi.QueryOp
 // list reads the given kinds in full: node stubs, then the full node of
 // every node whose modify index moved since cached (the others' are
 // reused), allocations desired to run with their resources and without
-// task states, jobs with their meta and summaries.
+// task states (listAllocs), jobs with their meta and summaries.
 func (b *Builder) list(ctx context.Context, kinds [numKinds]bool, cached map[string]nodeEntry) (*listing, error) {
 	l := &listing{kinds: kinds}
 	if kinds[kindNode] {
@@ -49,18 +49,9 @@ func (b *Builder) list(ctx context.Context, kinds [numKinds]bool, cached map[str
 		}
 	}
 	if kinds[kindAlloc] {
-		q := consistent(ctx, map[string]string{"resources": "true", "task_states": "false"})
-		q.Filter = `DesiredStatus == "run"`
-		allocs, meta, err := b.nomad.Allocations().List(q)
-		if err != nil {
-			return nil, fmt.Errorf("listing Nomad allocations: %w", err)
-		}
-		l.index[kindAlloc] = meta.LastIndex
-		l.allocs = make(map[string]allocEntry, len(allocs))
-		for _, a := range allocs {
-			e := newAllocEntry(a, a.AllocatedResources)
-			e.versionKnown = true
-			l.allocs[a.ID] = e
+		var err error
+		if l.allocs, l.index[kindAlloc], err = b.listAllocs(ctx); err != nil {
+			return nil, err
 		}
 	}
 	if kinds[kindJob] {
@@ -100,6 +91,47 @@ func (b *Builder) fullNodes(ctx context.Context, stubs []*nomadapi.NodeListStub,
 		return n.ID, newNodeEntry(full), nil
 	})
 	return out, err
+}
+
+// allocPage is how many allocations one page of the allocation listing
+// holds: Nomad's client decodes a response whole, and one response of
+// 100,000 allocations with their resources is about 320 MiB of JSON.
+const allocPage = 2000
+
+// listAllocs reads the allocations desired to run, with their resources
+// and without task states, a page at a time. Each page is answered at its
+// own index; the listing's index is the oldest of them, so that it claims
+// no more than every page saw (adopt takes an allocation missing from the
+// listing and not newer than it as gone, and one changed since as the
+// events').
+func (b *Builder) listAllocs(ctx context.Context) (map[string]allocEntry, uint64, error) {
+	out := map[string]allocEntry{}
+	var at uint64
+	next := ""
+	for page := 1; ; page++ {
+		q := consistent(ctx, map[string]string{"resources": "true", "task_states": "false"})
+		q.Filter = `DesiredStatus == "run"`
+		q.PerPage, q.NextToken = allocPage, next
+		allocs, meta, err := b.nomad.Allocations().List(q)
+		if err != nil {
+			return nil, 0, fmt.Errorf("listing Nomad allocations (page %d): %w", page, err)
+		}
+		if page == 1 || meta.LastIndex < at {
+			at = meta.LastIndex
+		}
+		for _, a := range allocs {
+			e := newAllocEntry(a, a.AllocatedResources)
+			e.versionKnown = true
+			out[a.ID] = e
+		}
+		if meta.NextToken == "" {
+			return out, at, nil
+		}
+		if meta.NextToken == next {
+			return nil, 0, fmt.Errorf("listing Nomad allocations: page %d gave back its own next token %q", page, next)
+		}
+		next = meta.NextToken
+	}
 }
 
 // readNode reads a node at least as new as index: stale first, from the

@@ -3,8 +3,11 @@ package nomadwatch
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -83,5 +86,58 @@ func TestFullNodesReadOncePerModifyIndex(t *testing.T) {
 		}
 		mu.Unlock()
 		cached = got
+	}
+}
+
+// TestAllocationsListedByPage: the allocation listing follows Nomad's
+// next tokens to the last page, asks every page for the same allocations
+// (desired to run, with resources, without task states), and is at the
+// oldest index any page was answered at.
+func TestAllocationsListedByPage(t *testing.T) {
+	pages := []struct {
+		index uint64
+		ids   []string
+	}{{index: 12, ids: []string{"a1", "a2"}}, {index: 10, ids: []string{"a3", "a4"}}, {index: 14, ids: []string{"a5"}}}
+	var mu sync.Mutex
+	var queries []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		mu.Lock()
+		queries = append(queries, q.Get("filter")+" "+q.Get("resources")+" "+q.Get("task_states")+" "+q.Get("namespace"))
+		mu.Unlock()
+		page := 0
+		if tok := q.Get("next_token"); tok != "" {
+			page = int(tok[0] - '0')
+		}
+		p := pages[page]
+		w.Header().Set("X-Nomad-Index", strconv.FormatUint(p.index, 10))
+		w.Header().Set("X-Nomad-LastContact", "0")
+		if page+1 < len(pages) {
+			w.Header().Set("X-Nomad-NextToken", strconv.Itoa(page+1))
+		}
+		var out []*nomadapi.AllocationListStub
+		for _, id := range p.ids {
+			out = append(out, &nomadapi.AllocationListStub{ID: id, DesiredStatus: "run", ModifyIndex: 5})
+		}
+		json.NewEncoder(w).Encode(out)
+	}))
+	defer srv.Close()
+	client, err := nomadapi.NewClient(&nomadapi.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocs, at, err := NewBuilder(client, hclog.NewNullLogger(), Options{}).listAllocs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := slices.Sorted(maps.Keys(allocs)); !slices.Equal(got, []string{"a1", "a2", "a3", "a4", "a5"}) {
+		t.Errorf("listed %v, want a1 to a5", got)
+	}
+	if at != 10 {
+		t.Errorf("listing index %d, want 10 (the oldest page's)", at)
+	}
+	want := `DesiredStatus == "run" true false *`
+	if len(queries) != len(pages) || slices.ContainsFunc(queries, func(q string) bool { return q != want }) {
+		t.Errorf("queries %q, want %d of %q", queries, len(pages), want)
 	}
 }
